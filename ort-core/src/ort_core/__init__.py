@@ -1,0 +1,122 @@
+"""ort-core: an ONNX inference runtime whose execution providers are installable plugins.
+
+The names follow onnxruntime's Python API on purpose::
+
+    import ort_core as ort
+    sess = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, {"x": x})
+    print(sess.get_placement())
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .errors import (
+    EPFail,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    NoModel,
+    NoSuchFile,
+    NoSuchProvider,
+    NotImplemented,
+    OrtError,
+    RuntimeException,
+)
+from .graph.view import GraphView, NodeView, ValueView
+from .hookspecs import ENTRY_POINT_GROUP, hookimpl
+from .memory import HostAllocator, OrtValue
+from .partition import CopyPlacement, NodePlacement, Placement
+from .plugins import PluginFailure, plugin_failures, register, registry, unregister
+from .session import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    RunOptions,
+    SessionOptions,
+)
+from .types import (
+    HOST_MEMORY,
+    Allocator,
+    AllocatorStats,
+    Capability,
+    Claim,
+    DataTransfer,
+    EpDevice,
+    EpDevices,
+    Kernel,
+    KernelRequest,
+    MemoryInfo,
+    OptionSpec,
+    ProviderContext,
+    ProviderSpec,
+    SubgraphRunner,
+)
+from .version import CONTRACT_VERSION, __version__
+
+# The providers of this project's family; get_all_providers() lists them and any other
+# provider installed here, as onnxruntime lists every provider its build knows.
+KNOWN_PROVIDERS = (
+    "TensorrtExecutionProvider",
+    "CUDAExecutionProvider",
+    "OpenVINOExecutionProvider",
+    "QNNExecutionProvider",
+    "CoreMLExecutionProvider",
+    "WebGpuExecutionProvider",
+    "CPUExecutionProvider",
+)
+
+
+def get_available_providers() -> list[str]:
+    """Installed providers that can run on this machine, CPU provider last."""
+    return registry().available()
+
+
+def get_all_providers() -> list[str]:
+    """Every provider name known: this project's family plus any other installed one."""
+    names = list(KNOWN_PROVIDERS)
+    names[-1:-1] = [n for n in registry().providers() if n not in KNOWN_PROVIDERS]
+    return names
+
+
+def get_ep_devices() -> list[EpDevice]:
+    """Every device of every installed provider that can run here."""
+    reg = registry()
+    return [d for name in reg.providers() for d in reg.devices(name).devices]
+
+
+def get_version_string() -> str:
+    return __version__
+
+
+def get_device() -> str:
+    """'CPU', or the device type of the first available non-CPU provider."""
+    for d in get_ep_devices():
+        if d.device_type != "CPU":
+            return d.device_type
+    return "CPU"
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """0 verbose, 1 info, 2 warning, 3 error, 4 fatal (onnxruntime's levels)."""
+    levels = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+    logging.getLogger("ort_core").setLevel(levels.get(int(severity), logging.WARNING))
+
+
+__all__ = [
+    "CONTRACT_VERSION", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
+    "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
+    "EpDevice", "EpDevices", "ExecutionMode", "Fail", "GraphOptimizationLevel", "GraphView",
+    "HostAllocator", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
+    "Kernel", "KernelRequest", "MemoryInfo", "ModelMetadata", "NoModel", "NoSuchFile",
+    "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
+    "OrtError", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
+    "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",
+    "__version__", "get_all_providers", "get_available_providers", "get_device",
+    "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",
+    "registry", "set_default_logger_severity", "unregister",
+]

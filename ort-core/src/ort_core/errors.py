@@ -1,0 +1,51 @@
+"""Exceptions, named as onnxruntime names them, under one base class.
+
+onnxruntime raises these from ``onnxruntime.capi.onnxruntime_pybind11_state``; code that catches
+them by name keeps working here. Every message names the thing that is wrong.
+"""
+
+from __future__ import annotations
+
+
+class OrtError(RuntimeError):
+    """Base class of every error ort-core raises on purpose."""
+
+
+class Fail(OrtError):
+    """A generic failure, e.g. a kernel raised while running a node."""
+
+
+class InvalidArgument(OrtError, ValueError):
+    """A bad argument: unknown input name, wrong dtype or shape, unknown option key."""
+
+
+class NoSuchFile(OrtError, FileNotFoundError):
+    """A model path (or an external-data path) that does not exist."""
+
+
+class NoModel(OrtError):
+    """No model was given."""
+
+
+class InvalidProtobuf(OrtError):
+    """The bytes are not a valid ONNX ModelProto."""
+
+
+class InvalidGraph(OrtError):
+    """The model fails the ONNX checker or breaks a rule core relies on."""
+
+
+class NotImplemented(OrtError):  # noqa: A001 - the name onnxruntime uses
+    """No installed provider can run a node (op, domain or opset unsupported)."""
+
+
+class EPFail(OrtError):
+    """An execution provider failed: not usable here, bad claim, kernel creation failed."""
+
+
+class RuntimeException(OrtError):
+    """A failure while running the model that is not the caller's fault."""
+
+
+class NoSuchProvider(InvalidArgument):
+    """A provider name that no installed plugin offers."""

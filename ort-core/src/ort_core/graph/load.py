@@ -1,0 +1,124 @@
+"""Model loading and checking: path, bytes or ModelProto in; a checked onnx-ir Model out."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from ..errors import InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+
+logger = logging.getLogger("ort_core")
+
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto
+
+
+def load_proto(source: ModelSource) -> onnx.ModelProto:
+    """Read a model with its external data; refuse external paths outside the model's folder."""
+    if source is None:
+        raise NoModel("no model given: pass a path, the model's bytes or an onnx.ModelProto")
+    if isinstance(source, onnx.ModelProto):
+        model = source
+        base_dir = None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = _parse(bytes(source), "the given bytes")
+        base_dir = None
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise NoSuchFile(f"model file not found: {str(path)!r}")
+        model = _parse(path.read_bytes(), str(path))
+        base_dir = path.resolve().parent
+    else:
+        raise InvalidProtobuf(
+            f"cannot load a model from {type(source).__name__}: "
+            "expected a path, bytes or onnx.ModelProto"
+        )
+    if _uses_external_data(model):
+        if base_dir is None:
+            raise InvalidGraph(
+                "the model refers to external data but was given as bytes or a ModelProto: "
+                "load it from its file path so the data files can be found"
+            )
+        _load_external_data(model, base_dir)
+    return model
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except DecodeError as exc:
+        raise InvalidProtobuf(f"{where}: not a valid ONNX model protobuf ({exc})") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise InvalidProtobuf(f"{where}: protobuf decoded but holds no ONNX model (no ir_version or graph)")
+    return model
+
+
+def _tensors(model: onnx.ModelProto):
+    yield from external_data_helper._get_all_tensors(model)
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    return any(external_data_helper.uses_external_data(t) for t in _tensors(model))
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
+    for tensor in _tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        target = (base_dir / info.location).resolve()
+        if os.path.isabs(info.location) or not target.is_relative_to(base_dir):
+            raise InvalidGraph(
+                f"initializer {tensor.name!r}: external data path {info.location!r} "
+                f"escapes the model's folder {str(base_dir)!r}; refused"
+            )
+        if not target.is_file():
+            raise NoSuchFile(
+                f"initializer {tensor.name!r}: external data file not found: {str(target)!r}"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base_dir))
+    except Exception as exc:
+        raise InvalidGraph(f"external data could not be read: {exc}") from None
+
+
+def check_proto(model: onnx.ModelProto) -> None:
+    """Run the ONNX checker; its message names the node and the rule broken."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise InvalidGraph(f"model fails the ONNX checker: {exc}") from None
+    except ValueError as exc:  # e.g. > 2 GB protos; the checker cannot look at them whole
+        logger.info("ONNX checker skipped: %s", exc)
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX type and shape inference. A type error (e.g. Add of float and double) is an
+    InvalidGraph naming the node; other inference failures keep the model as it was."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as exc:
+        raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
+    except Exception as exc:
+        logger.info("shape inference failed, continuing without it: %s", exc)
+        return model
+
+
+def load_model(source: ModelSource) -> ir.Model:
+    """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
+    proto = load_proto(source)
+    check_proto(proto)
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    proto = infer_shapes(proto)
+    try:
+        return ir.serde.deserialize_model(proto)
+    except Exception as exc:
+        raise InvalidGraph(f"model could not be read into the IR: {exc}") from None

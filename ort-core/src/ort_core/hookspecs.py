@@ -1,0 +1,263 @@
+"""The provider contract: every hook core calls, with its whole documentation.
+
+A plugin is a module (or object) with functions decorated by ``ort_core.hookimpl`` whose names
+are the hook names below. It is advertised through the entry-point group ``ort_core.plugins``::
+
+    [project.entry-points."ort_core.plugins"]
+    my_ep = "my_ep.plugin"
+
+Core loads the group at first use. A plugin may offer several providers; core calls the
+per-provider hooks only on the plugin that registered the provider (and on cross-cutting
+plugins, which register no provider), so one plugin's failure cannot break another's. Hook
+implementations still return ``None`` for a ``ProviderContext`` whose name is not theirs.
+
+Call order for one session::
+
+    ort_register_providers            once per process, when plugins are loaded
+    ort_ep_devices                    once per process and provider, cached
+    ort_session_start                 per provider, after options are validated
+    ort_get_capability                per provider in priority order, per graph
+    ort_create_allocator              per provider, once
+    ort_create_data_transfer          per provider whose device memory is not host memory
+    ort_create_kernel                 per claim (a node or a fused group), once
+      ... then per run:
+    ort_run_start / ort_run_end       per provider that implements them, around each run
+    ort_session_end                   when the session is released
+
+Kernels are resolved at session creation: a run calls the kernels' ``run`` callables directly,
+never through pluggy.
+
+Cross-cutting plugins use the same hooks as wrappers, e.g. to veto nodes for a provider::
+
+    @hookimpl(wrapper=True)
+    def ort_get_capability(ep, graph, candidates):
+        capability = yield
+        if ep.name == "OpenVINOExecutionProvider" and capability is not None:
+            ...  # drop claims on vetoed ops, add reasons to capability.declined
+        return capability
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .graph.view import GraphView
+    from .types import (
+        Allocator,
+        Capability,
+        DataTransfer,
+        EpDevices,
+        Kernel,
+        KernelRequest,
+        ProviderContext,
+        ProviderSpec,
+    )
+
+PROJECT_NAME = "ort_core"
+ENTRY_POINT_GROUP = "ort_core.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. discovery
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ort_register_providers() -> Iterable[ProviderSpec]:
+    """Return the providers this plugin offers.
+
+    Called once per process when core loads plugins. Every plugin's answer is collected.
+    Cross-cutting plugins (tracers, vetoes) return an empty list.
+
+    Example::
+
+        @hookimpl
+        def ort_register_providers():
+            return [ProviderSpec(name="MyExecutionProvider", version=__version__,
+                                 vendor="Me", kind="kernel",
+                                 options=(OptionSpec("device_id", 0, "device index", int),))]
+    """
+
+
+@hookspec(firstresult=True)
+def ort_ep_devices(provider: str) -> EpDevices | None:
+    """Return the devices ``provider`` can use on this machine, or why it can use none.
+
+    Called at most once per process and provider (the answer is cached). Must not raise when
+    the hardware or the vendor library is missing: return ``EpDevices((), reason)`` with a
+    reason a user can act on (``"openvino is not installed: pip install openvino"``,
+    ``"no Vulkan adapter: Request adapter failed"``). Return ``None`` for providers that are
+    not yours.
+
+    Example::
+
+        @hookimpl
+        def ort_ep_devices(provider):
+            if provider != "MyExecutionProvider":
+                return None
+            return EpDevices((EpDevice(provider, "Me", "CPU", name=platform.processor()),))
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# 6. lifecycle (session)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ort_session_start(ep: ProviderContext) -> None:
+    """A session that uses ``ep`` is being created; ``ep.options`` are validated.
+
+    Put session-scoped state in ``ep.state`` (streams, caches, a compiled-model cache
+    directory). Raise ``ort_core.EPFail`` with the reason if the options cannot work here
+    (e.g. a device type that is not present); core reports it naming the provider.
+
+    Example::
+
+        @hookimpl
+        def ort_session_start(ep):
+            if ep.name == "MyExecutionProvider":
+                ep.state["stream"] = my_lib.Stream(ep.options["device_id"])
+    """
+
+
+@hookspec
+def ort_session_end(ep: ProviderContext) -> None:
+    """The session that used ``ep`` is released: free what ``ort_session_start`` made."""
+
+
+# --------------------------------------------------------------------------------------------
+# 2. capability
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def ort_get_capability(
+    ep: ProviderContext, graph: GraphView, candidates: frozenset[int]
+) -> Capability | None:
+    """Say which of the ``candidates`` nodes ``ep`` takes, and why it declines the others.
+
+    ``graph`` is a read-only view of the whole graph (node indices, op types, opset versions,
+    attributes, value types and shapes, initializers). ``candidates`` are the indices of the
+    nodes no earlier provider took; claim only among them. Called once per provider and graph
+    (control-flow bodies are graphs too), in the priority order the user gave.
+
+    Kernel providers return one ``Claim((i,))`` per node. Compiling providers return groups
+    ``Claim(nodes, fuse=True)``; core refuses a group whose fusion would create a cycle and
+    reports its nodes as declined with that reason. Give every declined candidate a reason in
+    ``Capability.declined``.
+
+    Example::
+
+        @hookimpl
+        def ort_get_capability(ep, graph, candidates):
+            if ep.name != "MyExecutionProvider":
+                return None
+            capability = Capability()
+            for i in sorted(candidates):
+                node = graph.nodes[i]
+                if node.op_type in MY_KERNELS:
+                    capability.claims.append(Claim((i,)))
+                else:
+                    capability.declined[i] = f"{node.op_type} has no kernel"
+            return capability
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# 3. allocation and 4. data transfer
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def ort_create_allocator(ep: ProviderContext) -> Allocator | None:
+    """Return the allocator for ``ep.device`` (once per session and provider).
+
+    Optional for providers on host memory. Device providers return an ``Allocator`` whose
+    ``memory_info.name`` equals ``ep.device.memory``; their kernels allocate outputs through it
+    so that reuse (a pool or arena), the memory limit and the statistics hold. The session
+    reports ``stats()`` in ``InferenceSession.get_memory_stats()``.
+
+    Example::
+
+        @hookimpl
+        def ort_create_allocator(ep):
+            if ep.name == "MyExecutionProvider":
+                return PoolAllocator(MemoryInfo("My:0", "GPU"), limit=ep.options["mem_limit"])
+    """
+
+
+@hookspec(firstresult=True)
+def ort_create_data_transfer(ep: ProviderContext) -> DataTransfer | None:
+    """Return the copies between ``ep.device.memory`` and host memory (once per session).
+
+    Required when ``ep.device.memory`` is not ``"Cpu"``. Core calls ``to_device``/``to_host``
+    in copy steps it inserts where a value crosses between memories (graph inputs and outputs,
+    fallback nodes, initializers once at session creation). Copies must be bit-exact.
+
+    Example::
+
+        @hookimpl
+        def ort_create_data_transfer(ep):
+            if ep.name == "MyExecutionProvider":
+                return DataTransfer(to_device=my_lib.asarray, to_host=my_lib.asnumpy)
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# 5. kernel execution
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
+    """Build the callable that runs one claim of ``ep``: a node, or a fused group.
+
+    Called once per claim at session creation; the returned ``Kernel.run`` is then called on
+    every run with the values named by ``request.inputs`` and must return those named by
+    ``request.outputs``. Values arrive in ``ep.device.memory`` unless listed in
+    ``Kernel.host_inputs``. Do the expensive work here (compile, pick an algorithm, read
+    constant inputs from ``request.value(name).const_value``), not in ``run``. ``run`` may be
+    called from several threads at once.
+
+    Compiling providers call ``request.to_model()`` and hand the ``onnx.ModelProto`` to their
+    vendor's parser. Control-flow kernels call ``request.build_subgraph("body")``.
+
+    Raise (any exception, with a message naming the node and the reason) if the claim cannot be
+    built after all; core then declines those nodes for ``ep`` with that reason and offers them
+    to the next provider.
+
+    Example::
+
+        @hookimpl
+        def ort_create_kernel(ep, request):
+            if ep.name != "MyExecutionProvider":
+                return None
+            if request.node.op_type == "Relu":
+                return Kernel(run=lambda x: np.maximum(x, 0), single_output=True)
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# 6. lifecycle (run)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ort_run_start(ep: ProviderContext, run_options: object) -> None:
+    """A run begins on a session that uses ``ep`` (called per run; keep it cheap).
+
+    Core calls it only for providers that implement it. Use it, e.g., to pick a stream.
+    """
+
+
+@hookspec
+def ort_run_end(ep: ProviderContext, run_options: object) -> None:
+    """A run ends (also after a failed run): e.g. synchronise the provider's queue."""

@@ -1,0 +1,86 @@
+"""Host memory: the allocator for numpy arrays, and OrtValue (a tensor on a device)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .types import HOST_MEMORY, Allocator, AllocatorStats, MemoryInfo
+
+
+class HostAllocator(Allocator):
+    """Aligned host buffers (numpy) with counters and an optional limit."""
+
+    def __init__(self, alignment: int = 64, limit_bytes: int | None = None):
+        self.memory_info = MemoryInfo(HOST_MEMORY, "CPU", 0, alignment)
+        self._stats = AllocatorStats(limit_bytes=limit_bytes)
+        self._sizes: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        align = self.memory_info.alignment
+        with self._lock:
+            s = self._stats
+            if s.limit_bytes is not None and s.in_use_bytes + nbytes > s.limit_bytes:
+                raise MemoryError(
+                    f"host allocator: {nbytes} bytes requested, {s.in_use_bytes} in use, "
+                    f"limit {s.limit_bytes}"
+                )
+            raw = np.empty(nbytes + align, dtype=np.uint8)
+            offset = (-raw.ctypes.data) % align
+            buffer = raw[offset : offset + nbytes]
+            self._sizes[id(buffer)] = nbytes
+            s.in_use_bytes += nbytes
+            s.total_allocated_bytes += nbytes
+            s.num_allocs += 1
+            s.peak_bytes = max(s.peak_bytes, s.in_use_bytes)
+        return buffer
+
+    def free(self, buffer: Any) -> None:
+        with self._lock:
+            nbytes = self._sizes.pop(id(buffer), 0)
+            self._stats.in_use_bytes -= nbytes
+            self._stats.num_frees += 1
+
+    def stats(self) -> AllocatorStats:
+        with self._lock:
+            return AllocatorStats(**self._stats.__dict__)
+
+
+class OrtValue:
+    """A tensor and the device it lives on, as onnxruntime's ``OrtValue`` for host tensors."""
+
+    def __init__(self, data: Any, device_type: str = "cpu", device_id: int = 0):
+        self._data = data
+        self._device_type = device_type
+        self._device_id = device_id
+
+    @staticmethod
+    def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+        if device_type.lower() != "cpu":
+            raise ValueError(f"OrtValue on {device_type!r}: only 'cpu' is supported by ort-core itself")
+        return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self._data)
+
+    def shape(self) -> list[int]:
+        return list(self._data.shape)
+
+    def data_type(self) -> str:
+        import onnx_ir as ir
+
+        from .graph.view import onnx_type_string  # local: avoid import cycle at module load
+
+        return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(self._data.dtype)))
+
+    def element_type(self) -> np.dtype:
+        return self._data.dtype
+
+    def device_name(self) -> str:
+        return self._device_type
+
+    def is_tensor(self) -> bool:
+        return hasattr(self._data, "shape")

@@ -1,0 +1,289 @@
+"""The execution plan: steps in topological order, device copies, value lifetimes.
+
+Built once per graph at session creation. A run is a loop over a prepared list of steps; each
+step reads its inputs from a flat list of value slots, calls a kernel resolved at creation, and
+clears the slots whose last reader it was. Nothing in the loop goes through pluggy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import EPFail, Fail
+from .graph.view import GraphView
+from .partition import Assignment, CopyPlacement
+from .types import HOST_MEMORY, DataTransfer, Kernel, SubgraphRunner
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a step is, for error messages and profiles."""
+
+    label: str  # node name or "copy x: A -> B"
+    op_type: str
+    provider: str
+
+
+def _copy_function(
+    source: str, target: str, transfers: Mapping[str, DataTransfer]
+) -> Callable[[Any], Any]:
+    def transfer(memory: str) -> DataTransfer:
+        t = transfers.get(memory)
+        if t is None:
+            raise EPFail(f"no data transfer is registered for memory {memory!r}")
+        return t
+
+    if source == HOST_MEMORY:
+        return transfer(target).to_device
+    if target == HOST_MEMORY:
+        return transfer(source).to_host
+    to_host, to_device = transfer(source).to_host, transfer(target).to_device
+    return lambda value: to_device(to_host(value))
+
+
+class Plan:
+    """Steps and slots for one graph.
+
+    ``io_memory`` is where the graph's inputs (and outer-scope values) arrive and where its
+    outputs are delivered: host memory for the main graph, the owning provider's memory for a
+    control-flow body.
+    """
+
+    def __init__(
+        self,
+        graph: GraphView,
+        assignment: Assignment,
+        kernels: Sequence[Kernel],
+        transfers: Mapping[str, DataTransfer],
+        io_memory: str = HOST_MEMORY,
+    ):
+        self.graph = graph
+        self.copies: list[CopyPlacement] = []
+        slots: dict[tuple[str, str], int] = {}
+        home: dict[str, str] = {}  # value name -> memory it is produced in
+        constants: dict[int, Any] = {}
+        slot_memory: list[str] = []
+        steps: list[tuple] = []
+        infos: list[StepInfo] = []
+
+        def new_slot(name: str, memory: str) -> int:
+            slots[(name, memory)] = len(slot_memory)
+            slot_memory.append(memory)
+            return slots[(name, memory)]
+
+        none_slot = new_slot("", HOST_MEMORY)
+        constants[none_slot] = None
+        self.input_slots: list[int] = []
+        for name in (*graph.inputs, *graph.outer_names):
+            if graph.defines(name) and graph.value(name).is_initializer and name not in graph.inputs:
+                continue
+            home[name] = io_memory
+            self.input_slots.append(new_slot(name, io_memory))
+        self.input_names = tuple(graph.inputs) + tuple(graph.outer_names)
+
+        def ensure(name: str, memory: str) -> int:
+            if not name:
+                return none_slot
+            slot = slots.get((name, memory))
+            if slot is not None:
+                return slot
+            if name not in home:
+                if graph.defines(name) and graph.value(name).is_initializer:
+                    home[name] = HOST_MEMORY
+                    constants[new_slot(name, HOST_MEMORY)] = graph.value(name).const_value
+                    if memory == HOST_MEMORY:
+                        return slots[(name, HOST_MEMORY)]
+                else:
+                    raise Fail(f"graph {graph.path or 'main'}: value {name!r} is used before it is produced")
+            source_slot = slots[(name, home[name])]
+            copy = _copy_function(home[name], memory, transfers)
+            if source_slot in constants:  # initializers are copied once, now
+                slot = new_slot(name, memory)
+                constants[slot] = copy(constants[source_slot])
+                return slot
+            slot = new_slot(name, memory)
+            steps.append((copy, (source_slot,), slot, True))
+            infos.append(StepInfo(f"copy {name}: {home[name]} -> {memory}", "MemcpyTo" + memory, ""))
+            self.copies.append(CopyPlacement(name, home[name], memory, graph.path))
+            return slot
+
+        for claim_index in self._claim_order(assignment):
+            bp, claim = assignment.claims[claim_index]
+            kernel = kernels[claim_index]
+            request_inputs, request_outputs = _claim_io(graph, claim.nodes, claim.fuse)
+            memory = bp.memory
+            in_slots = tuple(
+                ensure(n, HOST_MEMORY if (k in kernel.host_inputs) else memory)
+                for k, n in enumerate(request_inputs)
+            )
+            out_slots = []
+            for k, n in enumerate(request_outputs):
+                out_memory = HOST_MEMORY if k in kernel.host_outputs else memory
+                if n:
+                    home[n] = out_memory
+                    out_slots.append(new_slot(n, out_memory))
+                else:
+                    out_slots.append(new_slot(f"<unused {len(slot_memory)}>", out_memory))
+            if kernel.single_output:
+                if len(out_slots) != 1:
+                    raise EPFail(f"{bp.name}: kernel marked single_output for {len(out_slots)} outputs")
+                steps.append((kernel.run, in_slots, out_slots[0], True))
+            else:
+                steps.append((kernel.run, in_slots, tuple(out_slots), False))
+            first = graph.nodes[claim.nodes[0]]
+            label = first.name if len(claim.nodes) == 1 else f"{first.name} (+{len(claim.nodes) - 1} fused)"
+            infos.append(StepInfo(label, first.op_type if len(claim.nodes) == 1 else "FusedGroup", bp.name))
+
+        self.output_slots = [ensure(name, io_memory) for name in graph.outputs]
+        self.output_names = tuple(graph.outputs)
+
+        # lifetimes: clear each slot after its last reader; keep constants and outputs
+        keep = set(constants) | set(self.output_slots)
+        last_use: dict[int, int] = {}
+        for k, (_, ins, _, _) in enumerate(steps):
+            for s in ins:
+                last_use[s] = k
+        for k, (_, _, outs, single) in enumerate(steps):
+            for s in (outs,) if single else outs:
+                last_use.setdefault(s, k)  # produced and never read: free at once
+        frees: list[list[int]] = [[] for _ in steps]
+        for s, k in last_use.items():
+            if s not in keep:
+                frees[k].append(s)
+
+        self.steps: list[tuple] = [
+            (run, ins, outs, single, tuple(frees[k])) for k, (run, ins, outs, single) in enumerate(steps)
+        ]
+        self.step_infos = infos
+        self.slot_memory = slot_memory
+        self._template: list[Any] = [None] * len(slot_memory)
+        for s, v in constants.items():
+            self._template[s] = v
+        self._step_of_inputs = {id(step[1]): k for k, step in enumerate(self.steps)}
+        self.peak_bytes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _claim_order(assignment: Assignment) -> list[int]:
+        """Claims in a topological order (fused groups can break plain node order)."""
+        graph = assignment.graph
+        n_claims = len(assignment.claims)
+        deps: list[set[int]] = [set() for _ in range(n_claims)]
+        for c, (_, claim) in enumerate(assignment.claims):
+            for i in claim.nodes:
+                node = graph.nodes[i]
+                for name in (*node.inputs, *node.implicit_inputs):
+                    p = graph.producer.get(name) if name else None
+                    if p is not None and assignment.node_claim[p] != c:
+                        deps[c].add(assignment.node_claim[p])
+        order: list[int] = []
+        done: set[int] = set()
+        pending = sorted(range(n_claims), key=lambda c: assignment.claims[c][1].nodes[0])
+        while pending:
+            for c in pending:
+                if deps[c] <= done:
+                    order.append(c)
+                    done.add(c)
+                    pending.remove(c)
+                    break
+            else:
+                raise Fail(f"graph {graph.path or 'main'}: claims form a cycle; cannot order them")
+        return order
+
+    # ------------------------------------------------------------------ running
+    def run(self, feeds: Sequence[Any], track_memory: bool = False, profile: list | None = None) -> list[Any]:
+        """Run with ``feeds`` in ``input_names`` order; return outputs in ``output_names`` order."""
+        values = self._template.copy()
+        for slot, value in zip(self.input_slots, feeds):
+            values[slot] = value
+        steps = self.steps
+        ins: tuple = ()
+        try:
+            if track_memory or profile is not None:
+                self._run_instrumented(values, profile)
+            else:
+                for run, ins, outs, single, frees in steps:
+                    if single:
+                        values[outs] = run(*[values[i] for i in ins])
+                    else:
+                        for slot, value in zip(outs, run(*[values[i] for i in ins])):
+                            values[slot] = value
+                    for slot in frees:
+                        values[slot] = None
+        except Fail:
+            raise
+        except Exception as exc:
+            k = self._step_of_inputs.get(id(ins))
+            if k is None:
+                raise Fail(f"run failed: {type(exc).__name__}: {exc}") from exc
+            raise self._error_at(k, exc) from exc
+        return [values[s] for s in self.output_slots]
+
+    def _run_instrumented(self, values: list[Any], profile: list | None) -> None:
+        live: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        sizes = [0] * len(values)
+        memory = self.slot_memory
+        for s in self.input_slots:
+            sizes[s] = getattr(values[s], "nbytes", 0)
+            live[memory[s]] = live.get(memory[s], 0) + sizes[s]
+        peak.update(live)
+        clock = time.perf_counter_ns
+        for k, (run, ins, outs, single, frees) in enumerate(self.steps):
+            start = clock()
+            try:
+                result = run(*[values[i] for i in ins])
+            except Exception as exc:
+                raise self._error_at(k, exc) from exc
+            end = clock()
+            for slot, value in zip((outs,) if single else outs, (result,) if single else result):
+                values[slot] = value
+                sizes[slot] = getattr(value, "nbytes", 0) or 0
+                live[memory[slot]] = live.get(memory[slot], 0) + sizes[slot]
+                if live[memory[slot]] > peak.get(memory[slot], 0):
+                    peak[memory[slot]] = live[memory[slot]]
+            for slot in frees:
+                values[slot] = None
+                live[memory[slot]] -= sizes[slot]
+            if profile is not None:
+                profile.append((k, start, end))
+        with self._lock:
+            for m, b in peak.items():
+                if b > self.peak_bytes.get(m, 0):
+                    self.peak_bytes[m] = b
+
+    def _error_at(self, k: int, exc: Exception) -> Fail:
+        info = self.step_infos[k]
+        where = f" in graph {self.graph.path}" if self.graph.path else ""
+        return Fail(
+            f"Non-zero status code returned while running {info.op_type} node. "
+            f"Name:'{info.label}'{where} Provider:{info.provider or 'core'} "
+            f"Status Message: {type(exc).__name__}: {exc}"
+        )
+
+
+class PlanRunner(SubgraphRunner):
+    """A control-flow body, ready to run (what ``KernelRequest.build_subgraph`` returns)."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.input_names = tuple(plan.graph.inputs)
+        self.output_names = tuple(plan.graph.outputs)
+        self.outer_names = tuple(plan.graph.outer_names)
+
+    def __call__(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
+        feeds = list(inputs)
+        feeds.extend(outer[n] for n in self.outer_names)
+        return self.plan.run(feeds)
+
+
+def _claim_io(graph: GraphView, nodes: tuple[int, ...], fused: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The value names a claim's kernel takes and returns (see KernelRequest)."""
+    if not fused:
+        node = graph.nodes[nodes[0]]
+        return node.inputs + node.implicit_inputs, node.outputs
+    return graph.group_io(nodes)

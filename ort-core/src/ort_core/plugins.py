@@ -1,0 +1,247 @@
+"""Plugin discovery: entry points -> one pluggy PluginManager; load failures kept and reported.
+
+Every plugin is loaded on its own: an import error, an exception in ``ort_register_providers``
+or an incompatible contract version is recorded as a ``PluginFailure`` and the other plugins
+keep working. Per-provider hooks are called through a hook caller that holds only the plugin
+that registered that provider plus the cross-cutting plugins (those that register none).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .types import EpDevices, ProviderSpec
+from .version import CONTRACT_VERSION
+
+if sys.version_info >= (3, 12):
+    from importlib.metadata import entry_points
+else:  # the selectable entry_points API of 3.12, for older Pythons
+    from importlib_metadata import entry_points
+
+logger = logging.getLogger("ort_core")
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be used, and why."""
+
+    plugin: str  # entry point name, or the plugin object's name
+    package: str  # distribution that advertised it ("" if registered in-process)
+    error: str
+
+
+@dataclass
+class RegisteredProvider:
+    """A provider as core knows it: its spec, the plugin that offers it, its hook callers."""
+
+    spec: ProviderSpec
+    plugin: Any
+    package: str
+    hooks: Any  # pluggy subset hook relay: only this plugin + cross-cutting plugins
+
+
+def contract_compatible(provider_version: str, core_version: str = CONTRACT_VERSION) -> bool:
+    """Same major version, and the provider's minor version is not newer than core's."""
+    try:
+        p_major, p_minor = (int(x) for x in provider_version.split(".")[:2])
+        c_major, c_minor = (int(x) for x in core_version.split(".")[:2])
+    except ValueError:
+        return False
+    return p_major == c_major and p_minor <= c_minor
+
+
+class _HookSubset:
+    """Attribute access to the hooks of a subset of plugins (pluggy's subset_hook_caller)."""
+
+    def __init__(self, pm: pluggy.PluginManager, exclude: list[Any]):
+        self._pm = pm
+        self._exclude = exclude
+        self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        caller = self._cache.get(name)
+        if caller is None:
+            caller = self._pm.subset_hook_caller(name, remove_plugins=self._exclude)
+            self._cache[name] = caller
+        return caller
+
+    def implemented(self, name: str) -> bool:
+        """Whether any plugin in the subset implements hook ``name``."""
+        return bool(getattr(self, name).get_hookimpls())
+
+
+class PluginRegistry:
+    """All plugins of this process. Use ``registry()`` for the shared instance."""
+
+    def __init__(self, load_entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self._load_entry_points = load_entry_points
+        self._loaded = False
+        self._lock = threading.RLock()
+        self.failures: list[PluginFailure] = []
+        self._providers: dict[str, RegisteredProvider] = {}
+        self._provider_plugins: dict[int, list[str]] = {}  # id(plugin) -> provider names
+        self._devices: dict[str, EpDevices] = {}
+
+    # ---------------------------------------------------------------- loading
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            if self._load_entry_points:
+                for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+                    package = ep.dist.name if ep.dist is not None else ""
+                    try:
+                        plugin = ep.load()
+                    except Exception as exc:  # a broken plugin must not break the others
+                        self._fail(ep.name, package, f"import failed: {type(exc).__name__}: {exc}")
+                        continue
+                    self._add(plugin, ep.name, package)
+
+    def _fail(self, plugin: str, package: str, error: str) -> None:
+        failure = PluginFailure(plugin, package, error)
+        self.failures.append(failure)
+        logger.warning("plugin %r (%s) is not usable: %s", plugin, package or "in-process", error)
+
+    def _add(self, plugin: Any, name: str, package: str) -> bool:
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:
+            self._fail(name, package, f"registration failed: {type(exc).__name__}: {exc}")
+            return False
+        impls = [
+            i for i in self.pm.hook.ort_register_providers.get_hookimpls() if i.plugin is plugin
+        ]
+        specs: list[ProviderSpec] = []
+        try:
+            for impl in impls:
+                specs.extend(impl.function() or ())
+        except Exception as exc:
+            self.pm.unregister(plugin)
+            self._fail(name, package, f"ort_register_providers raised {type(exc).__name__}: {exc}")
+            return False
+        for spec in specs:
+            if not contract_compatible(spec.contract_version):
+                self.pm.unregister(plugin)
+                self._fail(
+                    name,
+                    package,
+                    f"{spec.name} was written for provider contract {spec.contract_version}; "
+                    f"this ort-core implements contract {CONTRACT_VERSION}",
+                )
+                return False
+            if spec.name in self._providers:
+                self.pm.unregister(plugin)
+                other = self._providers[spec.name].package or "in-process"
+                self._fail(name, package, f"{spec.name} is already offered by {other}")
+                return False
+        for spec in specs:
+            self._providers[spec.name] = RegisteredProvider(spec, plugin, package, None)
+        self._provider_plugins[id(plugin)] = [s.name for s in specs]
+        self._rebuild_hook_subsets()
+        return True
+
+    def _rebuild_hook_subsets(self) -> None:
+        provider_plugins = [
+            p for p in self.pm.get_plugins() if self._provider_plugins.get(id(p))
+        ]
+        for reg in self._providers.values():
+            others = [p for p in provider_plugins if p is not reg.plugin]
+            reg.hooks = _HookSubset(self.pm, others)
+
+    # ---------------------------------------------------------------- public
+    def register(self, plugin: Any, name: str | None = None) -> bool:
+        """Register a plugin object in-process (tests, notebooks). Returns False on failure,
+        with the reason in ``failures``."""
+        self._ensure_loaded()
+        with self._lock:
+            return self._add(plugin, name or getattr(plugin, "__name__", repr(plugin)), "")
+
+    def unregister(self, plugin: Any) -> None:
+        with self._lock:
+            names = self._provider_plugins.pop(id(plugin), [])
+            for n in names:
+                self._providers.pop(n, None)
+                self._devices.pop(n, None)
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            self._rebuild_hook_subsets()
+
+    def providers(self) -> dict[str, RegisteredProvider]:
+        """Every provider that loaded, usable here or not, by name."""
+        self._ensure_loaded()
+        return dict(self._providers)
+
+    def get(self, name: str) -> RegisteredProvider | None:
+        self._ensure_loaded()
+        return self._providers.get(name)
+
+    def devices(self, name: str) -> EpDevices:
+        """The devices provider ``name`` can use here (asked once, then cached)."""
+        self._ensure_loaded()
+        cached = self._devices.get(name)
+        if cached is not None:
+            return cached
+        reg = self._providers[name]
+        try:
+            answer = reg.hooks.ort_ep_devices(provider=name)
+        except Exception as exc:
+            answer = EpDevices((), f"ort_ep_devices raised {type(exc).__name__}: {exc}")
+        if answer is None:
+            answer = EpDevices((), "the plugin reported no devices")
+        self._devices[name] = answer
+        return answer
+
+    def available(self) -> list[str]:
+        """Providers with at least one usable device, CPU provider last."""
+        names = [n for n in self.providers() if self.devices(n).devices]
+        return sorted(names, key=lambda n: (n == "CPUExecutionProvider", names.index(n)))
+
+    @property
+    def cross_cutting_hooks(self) -> Any:
+        """Hook relay without any provider plugin (for hooks with no provider)."""
+        provider_plugins = [p for p in self.pm.get_plugins() if self._provider_plugins.get(id(p))]
+        return _HookSubset(self.pm, provider_plugins)
+
+
+_REGISTRY: PluginRegistry | None = None
+_REGISTRY_LOCK = threading.Lock()
+
+
+def registry() -> PluginRegistry:
+    """The process-wide registry, loading the entry-point group on first use."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        with _REGISTRY_LOCK:
+            if _REGISTRY is None:
+                _REGISTRY = PluginRegistry()
+    return _REGISTRY
+
+
+def register(plugin: Any, name: str | None = None) -> bool:
+    """Register a plugin (a module or object with ``@hookimpl`` functions) in this process."""
+    return registry().register(plugin, name)
+
+
+def unregister(plugin: Any) -> None:
+    """Remove a plugin registered with ``register``."""
+    registry().unregister(plugin)
+
+
+def plugin_failures() -> list[PluginFailure]:
+    """Plugins that were found but could not be used, with the reason."""
+    registry()._ensure_loaded()
+    return list(registry().failures)

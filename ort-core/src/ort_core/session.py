@@ -1,0 +1,621 @@
+"""InferenceSession, SessionOptions, RunOptions: named and behaving as onnxruntime's."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from . import optimizer
+from .errors import EPFail, InvalidArgument, NoSuchProvider, OrtError
+from .graph.load import ModelSource, load_model
+from .graph.view import GraphView
+from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
+from .plan import Plan, PlanRunner, _claim_io
+from .plugins import registry
+from .types import HOST_MEMORY, DataTransfer, Kernel, KernelRequest, ProviderContext
+
+logger = logging.getLogger("ort_core")
+
+DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """Options of a session, as onnxruntime's ``SessionOptions``."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads: int = 0
+        self.inter_op_num_threads: int = 0
+        self.execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
+        self.log_severity_level: int = 2
+        self.log_verbosity_level: int = 0
+        self.logid: str = ""
+        self.optimized_model_filepath: str = ""
+        self.enable_profiling: bool = False
+        self.profile_file_prefix: str = "onnxruntime_profile_"
+        self.enable_mem_pattern: bool = True
+        self.enable_cpu_mem_arena: bool = True
+        self._config: dict[str, str] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"session config entry {key!r} is not set")
+        return self._config[key]
+
+    @property
+    def config_entries(self) -> dict[str, str]:
+        return dict(self._config)
+
+
+class RunOptions:
+    """Options of one run, as onnxruntime's ``RunOptions``."""
+
+    def __init__(self) -> None:
+        self.log_severity_level: int = 2
+        self.log_verbosity_level: int = 0
+        self.logid: str = ""
+        self.run_tag: str = ""
+        self.terminate: bool = False
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"run config entry {key!r} is not set")
+        return self._config[key]
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output: name, type string and shape (ints, dim names or None)."""
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# providers argument
+# --------------------------------------------------------------------------------------------
+
+
+def _normalise_providers(
+    providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
+    provider_options: Sequence[Mapping[str, Any]] | None,
+) -> list[tuple[str, dict[str, Any]]]:
+    if providers is None:
+        if provider_options is not None:
+            raise InvalidArgument("provider_options given without providers")
+        return []
+    if isinstance(providers, str):
+        raise InvalidArgument("providers must be a list, e.g. ['CPUExecutionProvider']")
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument(
+            f"providers has {len(providers)} entries but provider_options has {len(provider_options)}"
+        )
+    result: list[tuple[str, dict[str, Any]]] = []
+    for k, entry in enumerate(providers):
+        if isinstance(entry, str):
+            name, options = entry, {}
+        elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str):
+            name, options = entry[0], dict(entry[1] or {})
+        else:
+            raise InvalidArgument(f"providers[{k}] must be a name or a (name, options) pair, got {entry!r}")
+        if provider_options is not None:
+            if options:
+                raise InvalidArgument(f"{name}: options given both in providers and provider_options")
+            options = dict(provider_options[k] or {})
+        if any(name == n for n, _ in result):
+            raise InvalidArgument(f"provider {name!r} is listed twice")
+        result.append((name, options))
+    return result
+
+
+def validate_options(spec_name: str, schema: Sequence[Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Check option keys against the provider's schema and parse the values."""
+    by_key = {o.name: o for o in schema}
+    result = {o.name: o.default for o in schema}
+    for key, value in options.items():
+        option = by_key.get(key)
+        if option is None:
+            valid = ", ".join(sorted(by_key)) or "(none)"
+            raise InvalidArgument(f"{spec_name}: unknown provider option {key!r}; valid keys: {valid}")
+        try:
+            parsed = option.parse(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"{spec_name}: bad value {value!r} for option {key!r}: {exc}") from None
+        if option.choices is not None and parsed not in option.choices:
+            valid = ", ".join(map(str, option.choices))
+            raise InvalidArgument(
+                f"{spec_name}: bad value {value!r} for option {key!r}; valid values: {valid}"
+            )
+        result[key] = parsed
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# the session
+# --------------------------------------------------------------------------------------------
+
+
+class _GraphCompiler:
+    """Partition, kernels and plan for a graph and, through kernels, its bodies."""
+
+    def __init__(self, providers: list[BoundProvider], transfers: dict[str, DataTransfer]):
+        self.providers = providers
+        self.transfers = transfers
+        self.placements: list[NodePlacement] = []
+        self.copies: list = []
+
+    def compile(self, graph: GraphView, io_memory: str = HOST_MEMORY) -> Plan:
+        excluded: dict[str, dict[int, str]] = {}
+        built: dict[tuple[str, tuple[int, ...], bool], Kernel] = {}
+        # kernel creation may fail; the nodes are then declined for that provider and offered on
+        for _ in range(len(graph.nodes) * len(self.providers) + 1):
+            assignment = partition(graph, self.providers, excluded)
+            failed = False
+            kernels: list[Kernel] = []
+            for bp, claim in assignment.claims:
+                key = (bp.name, claim.nodes, claim.fuse)
+                kernel = built.get(key)
+                if kernel is None:
+                    try:
+                        kernel = self._create_kernel(bp, graph, claim.nodes, claim.fuse)
+                    except Exception as exc:
+                        reason = f"kernel creation failed: {type(exc).__name__}: {exc}"
+                        logger.warning("%s: %s", bp.name, reason)
+                        for i in claim.nodes:
+                            excluded.setdefault(bp.name, {})[i] = reason
+                        failed = True
+                        continue
+                    built[key] = kernel
+                kernels.append(kernel)
+            if not failed:
+                break
+        plan = Plan(graph, assignment, kernels, self.transfers, io_memory)
+        self._record(graph, assignment, kernels)
+        self.copies.extend(plan.copies)
+        return plan
+
+    def _create_kernel(self, bp: BoundProvider, graph: GraphView, nodes: tuple[int, ...], fused: bool) -> Kernel:
+        inputs, outputs = _claim_io(graph, nodes, fused)
+        views = tuple(graph.nodes[i] for i in nodes)
+        request = KernelRequest(
+            graph=graph,
+            nodes=views,
+            inputs=inputs,
+            outputs=outputs,
+            fused=fused,
+            implicit_inputs=views[0].implicit_inputs if not fused else (),
+            _build_subgraph=lambda sub: PlanRunner(self.compile(sub, bp.memory)),
+            _to_model=lambda: graph.group_to_model(nodes),
+        )
+        kernel = bp.hooks.ort_create_kernel(ep=bp.ctx, request=request)
+        if kernel is None:
+            raise EPFail(f"{bp.name} claimed {views[0].name!r} ({views[0].op_type}) but built no kernel for it")
+        if not isinstance(kernel, Kernel):
+            raise EPFail(f"{bp.name} returned {type(kernel).__name__}, not a Kernel")
+        return kernel
+
+    def _record(self, graph: GraphView, assignment, kernels: list[Kernel]) -> None:
+        group_ids: dict[int, int] = {}
+        for c, (_, claim) in enumerate(assignment.claims):
+            if claim.fuse and len(claim.nodes) > 1:
+                group_ids[c] = len(group_ids)
+        for node in graph.nodes:
+            c = assignment.node_claim[node.index]
+            bp, _ = assignment.claims[c]
+            self.placements.append(
+                NodePlacement(
+                    name=node.name,
+                    op_type=node.op_type,
+                    domain=node.domain,
+                    opset=node.opset,
+                    provider=bp.name,
+                    declined=dict(assignment.declined[node.index]),
+                    group=group_ids.get(c),
+                    graph=graph.path,
+                    note=kernels[c].note,
+                )
+            )
+
+
+class InferenceSession:
+    """Runs one model with nodes spread over the providers in priority order.
+
+    ``path_or_bytes`` is a file path, the model's bytes or an ``onnx.ModelProto``.
+    ``providers`` lists provider names or ``(name, options)`` pairs in priority order; the CPU
+    provider is added last when installed (unless ``session.disable_cpu_ep_fallback`` is "1"
+    and other providers are given). ``provider_options`` is the alternative list of options.
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+        provider_options: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
+        self._options = sess_options or SessionOptions()
+        self._config = self._options.config_entries
+        self._strict = self._config.get(DISABLE_CPU_FALLBACK, "0") == "1"
+        self._profile: list | None = [] if self._options.enable_profiling else None
+        self._profile_start = time.perf_counter_ns()
+        self._lock = threading.Lock()
+        self._set_log_level(self._options.log_severity_level)
+
+        requested = _normalise_providers(providers, provider_options)
+        self._model: ir.Model = load_model(path_or_bytes)
+        optimizer.optimize(self._model, self._options.graph_optimization_level)
+        if self._options.optimized_model_filepath:
+            ir.save(self._model, self._options.optimized_model_filepath)
+
+        self._providers = self._bind_providers(requested)
+        self._graph = GraphView(
+            self._model.graph,
+            opset_imports=dict(self._model.opset_imports),
+            ir_version=self._model.ir_version,
+        )
+        self._compiler = _GraphCompiler(self._providers, self._transfers)
+        try:
+            self._plan = self._compiler.compile(self._graph)
+        except BaseException:
+            self._end_providers()
+            raise
+        self._placement = Placement(
+            [bp.name for bp in self._providers], self._compiler.placements, self._compiler.copies
+        )
+        self._check_fallback(requested)
+        self._finalizer = weakref.finalize(self, _end_session, list(self._providers))
+        self._run_hooks = [
+            bp for bp in self._providers
+            if bp.hooks.implemented("ort_run_start") or bp.hooks.implemented("ort_run_end")
+        ]
+        self._inputs = self._node_args(self._graph.inputs)
+        self._outputs = self._node_args(self._graph.outputs)
+        self._input_checks = [self._input_check(name) for name in self._graph.inputs]
+        initializers = set(self._graph.initializers)
+        self._overridable = [a for a in self._inputs if a.name in initializers]
+        self._required = [a.name for a in self._inputs if a.name not in initializers]
+
+    # ------------------------------------------------------------------ creation
+    @staticmethod
+    def _set_log_level(severity: int) -> None:
+        level = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+        logger.setLevel(level.get(int(severity), logging.WARNING))
+
+    def _bind_providers(self, requested: list[tuple[str, dict[str, Any]]]) -> list[BoundProvider]:
+        reg = registry()
+        installed = reg.providers()
+        if not installed:
+            failures = "; ".join(f"{f.package or f.plugin}: {f.error}" for f in reg.failures)
+            raise NoSuchProvider(
+                "no execution provider is installed: install one, e.g. `pip install ort-ep-cpu`"
+                + (f" (plugins that failed to load: {failures})" if failures else "")
+            )
+        names = [n for n, _ in requested]
+        if not requested:
+            if CPU_PROVIDER not in installed:
+                raise NoSuchProvider(
+                    f"no providers given and {CPU_PROVIDER} is not installed; pass providers=[...] "
+                    f"from the installed ones: {', '.join(installed)}"
+                )
+            requested = [(CPU_PROVIDER, {})]
+        elif CPU_PROVIDER not in names and CPU_PROVIDER in installed and not self._strict:
+            requested = [*requested, (CPU_PROVIDER, {})]
+
+        bound: list[BoundProvider] = []
+        self._transfers: dict[str, DataTransfer] = {}
+        threads = int(self._options.intra_op_num_threads or 0)
+        for name, options in requested:
+            reg_provider = installed.get(name)
+            if reg_provider is None:
+                failed = [f for f in reg.failures if name.lower().replace("executionprovider", "") in (f.package + f.plugin).lower().replace("-", "").replace("_", "")]
+                hint = "".join(f"; {f.package or f.plugin} failed to load: {f.error}" for f in failed)
+                raise NoSuchProvider(
+                    f"unknown provider {name!r}; available providers: "
+                    f"{', '.join(reg.available()) or '(none)'}{hint}"
+                )
+            spec = reg_provider.spec
+            parsed = validate_options(name, spec.options, options)
+            devices = reg.devices(name)
+            if not devices.devices:
+                message = f"{name} is installed but cannot run here: {devices.unavailable_reason}"
+                if self._strict:
+                    raise EPFail(message)
+                logger.warning("%s; skipping it", message)
+                continue
+            device = self._pick_device(name, devices.devices, parsed)
+            ctx = ProviderContext(
+                name=name, options=parsed, device=device, session_config=dict(self._config),
+                intra_op_num_threads=threads,
+            )
+            bp = BoundProvider(ctx, spec, reg_provider.hooks)
+            try:
+                bp.hooks.ort_session_start(ep=ctx)
+                bp.allocator = bp.hooks.ort_create_allocator(ep=ctx)
+                if device.memory != HOST_MEMORY:
+                    bp.data_transfer = bp.hooks.ort_create_data_transfer(ep=ctx)
+                    if bp.data_transfer is None:
+                        raise EPFail(f"{name}: device memory {device.memory!r} but no data transfer hook")
+                    self._transfers[device.memory] = bp.data_transfer
+            except OrtError as exc:
+                self._end_providers(bound + [bp])
+                raise EPFail(f"{name}: {exc}") from exc
+            except Exception as exc:
+                self._end_providers(bound + [bp])
+                raise EPFail(f"{name} failed to start: {type(exc).__name__}: {exc}") from exc
+            bound.append(bp)
+        if not bound:
+            raise EPFail("none of the requested providers can run here: " + ", ".join(n for n, _ in requested))
+        return bound
+
+    @staticmethod
+    def _pick_device(name: str, devices: Sequence[Any], options: Mapping[str, Any]):
+        wanted = options.get("device_id")
+        if wanted is None:
+            return devices[0]
+        for d in devices:
+            if d.device_id == int(wanted):
+                return d
+        ids = ", ".join(str(d.device_id) for d in devices)
+        raise InvalidArgument(f"{name}: device_id {wanted} not present; devices here: {ids}")
+
+    def _end_providers(self, providers: list[BoundProvider] | None = None) -> None:
+        _end_session(providers if providers is not None else self._providers)
+
+    def _check_fallback(self, requested: list[tuple[str, dict[str, Any]]]) -> None:
+        accelerators = [bp.name for bp in self._providers if bp.name != CPU_PROVIDER]
+        if self._strict and accelerators:
+            on_cpu = [p for p in self._placement.nodes if p.provider == CPU_PROVIDER]
+            if on_cpu:
+                listed = ", ".join(f"{p.name} ({p.op_type})" for p in on_cpu)
+                self._end_providers()
+                raise EPFail(
+                    f"{DISABLE_CPU_FALLBACK} is set and {len(on_cpu)} node(s) would fall back to "
+                    f"{CPU_PROVIDER}: {listed}"
+                )
+        for name in accelerators:
+            line = self._placement.fallback_summary(name)
+            if line:
+                logger.warning(line)
+
+    # ------------------------------------------------------------------ io metadata
+    def _node_args(self, names: Sequence[str]) -> list[NodeArg]:
+        args = []
+        for name in names:
+            v = self._graph.value(name)
+            args.append(NodeArg(name, v.type, None if v.shape is None else list(v.shape)))
+        return args
+
+    def _input_check(self, name: str) -> tuple[str, np.dtype | None, tuple | None, str]:
+        v = self._graph.value(name)
+        return (name, v.dtype, v.shape, v.type)
+
+    # ------------------------------------------------------------------ public API
+    def get_inputs(self) -> list[NodeArg]:
+        return [a for a in self._inputs if a.name in self._required]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_providers(self) -> list[str]:
+        return [bp.name for bp in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {bp.name: {k: str(v) for k, v in bp.ctx.options.items()} for bp in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(
+            producer_name=m.producer_name or "",
+            graph_name=m.graph.name or "",
+            domain=m.domain or "",
+            description=m.doc_string or "",
+            graph_description=m.graph.doc_string or "",
+            version=int(m.model_version or 0),
+            custom_metadata_map=dict(m.metadata_props),
+        )
+
+    def get_placement(self) -> Placement:
+        """Which provider runs each node, why earlier providers declined it, and the copies."""
+        return self._placement
+
+    def get_memory_stats(self) -> dict[str, dict[str, int]]:
+        """Peak bytes of live values per memory over instrumented runs, plus allocator stats."""
+        stats: dict[str, dict[str, int]] = {
+            m: {"peak_bytes": b} for m, b in self._plan.peak_bytes.items()
+        }
+        for bp in self._providers:
+            if bp.allocator is not None:
+                a = bp.allocator.stats()
+                entry = stats.setdefault(bp.memory, {})
+                entry.update({f"allocator_{k}": v for k, v in a.__dict__.items() if v is not None})
+        return stats
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Run the model; return the requested outputs (all when ``output_names`` is None)."""
+        if run_options is not None and run_options.terminate:
+            raise InvalidArgument("run_options.terminate is set: run refused")
+        feeds = self._prepare_feeds(input_feed)
+        wanted = self._output_indices(output_names)
+        for bp in self._run_hooks:
+            bp.hooks.ort_run_start(ep=bp.ctx, run_options=run_options)
+        try:
+            if self._profile is not None:
+                records: list = []
+                start = time.perf_counter_ns()
+                outputs = self._plan.run(feeds, track_memory=True, profile=records)
+                with self._lock:
+                    self._profile.append((start, time.perf_counter_ns(), records))
+            else:
+                outputs = self._plan.run(feeds, track_memory=True)
+        finally:
+            for bp in self._run_hooks:
+                bp.hooks.ort_run_end(ep=bp.ctx, run_options=run_options)
+        return [_to_output(outputs[k]) for k in wanted]
+
+    def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        known = {c[0] for c in self._input_checks}
+        unknown = [k for k in input_feed if k not in known]
+        if unknown:
+            raise InvalidArgument(
+                f"unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are: "
+                + ", ".join(repr(n) for n in self._required)
+            )
+        missing = [n for n in self._required if n not in input_feed]
+        if missing:
+            raise InvalidArgument(f"missing input(s): {', '.join(map(repr, missing))}")
+        feeds = []
+        for name, dtype, shape, type_str in self._input_checks:
+            if name not in input_feed:  # an overridable initializer not overridden
+                feeds.append(self._graph.value(name).const_value)
+                continue
+            feeds.append(_check_input(name, input_feed[name], dtype, shape, type_str))
+        return feeds
+
+    def _output_indices(self, output_names: Sequence[str] | None) -> list[int]:
+        names = self._plan.output_names
+        if output_names is None or len(output_names) == 0:
+            return list(range(len(names)))
+        result = []
+        for n in output_names:
+            if n not in names:
+                raise InvalidArgument(
+                    f"unknown output name {n!r}; the model's outputs are: {', '.join(map(repr, names))}"
+                )
+            result.append(names.index(n))
+        return result
+
+    def end_profiling(self) -> str:
+        """Write the profile (Chrome trace JSON) and return its file name, as onnxruntime does."""
+        if self._profile is None:
+            return ""
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        path = f"{self._options.profile_file_prefix}{stamp}.json"
+        events = []
+        infos = self._plan.step_infos
+        with self._lock:
+            runs, self._profile = self._profile, []
+        for run_index, (start, end, records) in enumerate(runs):
+            events.append({
+                "cat": "Session", "name": "model_run", "ph": "X", "pid": os.getpid(), "tid": 0,
+                "ts": (start - self._profile_start) / 1000, "dur": (end - start) / 1000,
+                "args": {"run": run_index},
+            })
+            for k, s, e in records:
+                info = infos[k]
+                events.append({
+                    "cat": "Node", "name": info.label, "ph": "X", "pid": os.getpid(), "tid": 0,
+                    "ts": (s - self._profile_start) / 1000, "dur": (e - s) / 1000,
+                    "args": {"op_name": info.op_type, "provider": info.provider},
+                })
+        with open(path, "w") as f:
+            json.dump(events, f)
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._profile_start
+
+
+def _end_session(providers: list[BoundProvider]) -> None:
+    for bp in providers:
+        try:
+            bp.hooks.ort_session_end(ep=bp.ctx)
+        except Exception as exc:  # releasing must not raise
+            logger.warning("%s: ort_session_end raised %s: %s", bp.name, type(exc).__name__, exc)
+
+
+def _to_output(value: Any) -> Any:
+    if isinstance(value, np.ndarray) or isinstance(value, (list, dict)) or value is None:
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
+def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
+    if dtype is None:  # sequences, optionals, maps: passed as they are
+        return value
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from None
+    elif value.dtype != dtype:
+        raise InvalidArgument(
+            f"input {name!r}: unexpected data type: expected {type_str} ({dtype}), "
+            f"given {value.dtype}"
+        )
+    if shape is not None:
+        if value.ndim != len(shape):
+            raise InvalidArgument(
+                f"input {name!r}: wrong rank: expected {len(shape)} (shape {list(shape)}), "
+                f"given {value.ndim} (shape {list(value.shape)})"
+            )
+        for axis, (want, got) in enumerate(zip(shape, value.shape)):
+            if isinstance(want, int) and want != got:
+                raise InvalidArgument(
+                    f"input {name!r}: wrong dimension {axis}: expected {want} (shape {list(shape)}), "
+                    f"given {got} (shape {list(value.shape)})"
+                )
+    return value

@@ -1,0 +1,223 @@
+"""Shape and data movement: Reshape, Transpose, Gather, Concat, Slice, Split, Cast, ..."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..registry import kernel
+from ._util import normalize_axis
+
+_INT_MAX = 2**62
+
+
+@kernel("Identity")
+def _identity(node, request):
+    return lambda x: x
+
+
+@kernel("Dropout")
+def _dropout(node, request):
+    n_out = len(node.outputs)
+
+    def dropout(x, ratio=None, training_mode=None):
+        if n_out == 1:
+            return x
+        return x, np.ones(x.shape, dtype=bool)
+
+    return dropout
+
+
+@kernel("Constant")
+def _constant(node, request):
+    attrs = node.attributes
+    if "value" in attrs:
+        value = attrs["value"]
+    elif "value_float" in attrs:
+        value = np.array(attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in attrs:
+        value = np.array(attrs["value_floats"], dtype=np.float32)
+    elif "value_int" in attrs:
+        value = np.array(attrs["value_int"], dtype=np.int64)
+    elif "value_ints" in attrs:
+        value = np.array(attrs["value_ints"], dtype=np.int64)
+    elif "value_string" in attrs:
+        value = np.array(attrs["value_string"], dtype=object)
+    elif "value_strings" in attrs:
+        value = np.array(attrs["value_strings"], dtype=object)
+    else:
+        raise ValueError(f"Constant {node.name!r}: no supported value attribute in {sorted(attrs)}")
+    value = np.asarray(value)
+    return lambda: value
+
+
+@kernel("Shape")
+def _shape(node, request):
+    start = node.attr("start", 0)
+    end = node.attr("end")
+    return lambda x: np.array(x.shape[start:end], dtype=np.int64)
+
+
+@kernel("Size")
+def _size(node, request):
+    return lambda x: np.array(x.size, dtype=np.int64)
+
+
+def _reshape_target(shape: np.ndarray, in_shape: tuple, allowzero: bool) -> list[int]:
+    target = [int(d) for d in shape]
+    if not allowzero:
+        target = [in_shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return target
+
+
+@kernel("Reshape", since=5)
+def _reshape(node, request):
+    allowzero = bool(node.attr("allowzero", 0))
+    return lambda x, shape: x.reshape(_reshape_target(shape, x.shape, allowzero))
+
+
+@kernel("Flatten")
+def _flatten(node, request):
+    axis = int(node.attr("axis", 1))
+
+    def flatten(x):
+        a = normalize_axis(axis, x.ndim)
+        return x.reshape(int(np.prod(x.shape[:a])), -1)
+
+    return flatten
+
+
+@kernel("Transpose")
+def _transpose(node, request):
+    perm = node.attr("perm")
+    return lambda x: np.transpose(x, perm)
+
+
+@kernel("Unsqueeze", since=1)
+def _unsqueeze_v1(node, request):
+    axes = node.attr("axes")
+    return lambda x: _unsqueeze(x, axes)
+
+
+@kernel("Unsqueeze", since=13)
+def _unsqueeze_v13(node, request):
+    return lambda x, axes: _unsqueeze(x, axes)
+
+
+def _unsqueeze(x, axes):
+    rank = x.ndim + len(axes)
+    return np.expand_dims(x, tuple(sorted(normalize_axis(int(a), rank) for a in axes)))
+
+
+def _squeeze(x, axes):
+    if axes is None or len(axes) == 0:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(normalize_axis(int(a), x.ndim) for a in axes))
+
+
+@kernel("Squeeze", since=1)
+def _squeeze_v1(node, request):
+    axes = node.attr("axes")
+    return lambda x: _squeeze(x, axes)
+
+
+@kernel("Squeeze", since=13)
+def _squeeze_v13(node, request):
+    return lambda x, axes=None: _squeeze(x, axes)
+
+
+@kernel("Gather")
+def _gather(node, request):
+    axis = int(node.attr("axis", 0))
+    return lambda data, indices: np.take(data, indices, axis=axis)
+
+
+@kernel("Concat")
+def _concat(node, request):
+    axis = int(node.attr("axis", 0))
+    return lambda *xs: np.concatenate(xs, axis=axis)
+
+
+def _slice(x, starts, ends, axes, steps):
+    index = [slice(None)] * x.ndim
+    if axes is None:
+        axes = range(len(starts))
+    if steps is None:
+        steps = [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        s, e, st = int(s), int(e), int(st)
+        e = max(min(e, _INT_MAX), -_INT_MAX)
+        index[normalize_axis(int(a), x.ndim)] = slice(s, e, st)
+    return x[tuple(index)]
+
+
+@kernel("Slice", since=1)
+def _slice_v1(node, request):
+    starts, ends, axes = node.attr("starts"), node.attr("ends"), node.attr("axes")
+    return lambda x: _slice(x, starts, ends, axes, None)
+
+
+@kernel("Slice", since=10)
+def _slice_v10(node, request):
+    return lambda x, starts, ends, axes=None, steps=None: _slice(x, starts, ends, axes, steps)
+
+
+@kernel("Split", since=1)
+def _split(node, request):
+    axis = int(node.attr("axis", 0))
+    attr_split = node.attr("split")
+    n_out = len(node.outputs)
+    num_outputs = node.attr("num_outputs")
+
+    def split(x, split=None):
+        sizes = split if split is not None else attr_split
+        a = normalize_axis(axis, x.ndim)
+        if sizes is None or len(sizes) == 0:
+            n = int(num_outputs or n_out)
+            chunk = -(-x.shape[a] // n)
+            sizes = [min(chunk, x.shape[a] - chunk * k) for k in range(n)]
+        points = np.cumsum([int(s) for s in sizes])[:-1]
+        return np.split(x, points, axis=a)
+
+    return split
+
+
+@kernel("Cast", since=1)
+def _cast(node, request):
+    to = int(node.attr("to"))
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
+    if to == onnx.TensorProto.STRING:
+        return lambda x: x.astype(str).astype(object)
+    return lambda x: x.astype(dtype)
+
+
+@kernel("Expand", since=8)
+def _expand(node, request):
+    def expand(x, shape):
+        target = np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))
+        return np.array(np.broadcast_to(x, target))
+
+    return expand
+
+
+@kernel("Tile", since=6)
+def _tile(node, request):
+    return lambda x, repeats: np.tile(x, tuple(int(r) for r in repeats))
+
+
+@kernel("Range", since=11)
+def _range(node, request):
+    return lambda start, limit, delta: np.arange(start, limit, delta, dtype=start.dtype)
+
+
+@kernel("ConstantOfShape", since=9)
+def _constant_of_shape(node, request):
+    value = node.attr("value")
+    fill = np.zeros(1, dtype=np.float32) if value is None else np.asarray(value).reshape(-1)
+    return lambda shape: np.full(tuple(int(d) for d in shape), fill[0], dtype=fill.dtype)
+
+
+@kernel("NonZero", since=9)
+def _nonzero(node, request):
+    return lambda x: np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+

@@ -1,0 +1,84 @@
+"""The CPU provider's hook implementations (entry point ``ort_core.plugins: cpu``)."""
+
+from __future__ import annotations
+
+import platform
+
+from ort_core import (
+    Capability,
+    Claim,
+    EpDevice,
+    EpDevices,
+    GraphView,
+    Kernel,
+    KernelRequest,
+    OptionSpec,
+    ProviderContext,
+    ProviderSpec,
+    hookimpl,
+)
+
+from . import PROVIDER_NAME, kernels  # noqa: F401  (importing kernels registers them)
+from .registry import build_kernel, decline_reason
+from .version import __version__
+
+SPEC = ProviderSpec(
+    name=PROVIDER_NAME,
+    version=__version__,
+    vendor="ort",
+    kind="kernel",
+    options=(
+        OptionSpec(
+            "arena_extend_strategy",
+            "kNextPowerOfTwo",
+            "accepted for onnxruntime compatibility; numpy manages host memory",
+            str,
+            ("kNextPowerOfTwo", "kSameAsRequested"),
+        ),
+    ),
+    description="numpy kernels; the reference provider and the final fallback",
+)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@hookimpl
+def ort_register_providers() -> list[ProviderSpec]:
+    return [SPEC]
+
+
+@hookimpl
+def ort_ep_devices(provider: str) -> EpDevices | None:
+    if provider != PROVIDER_NAME:
+        return None
+    return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine()),))
+
+
+@hookimpl
+def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozenset[int]) -> Capability | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    capability = Capability()
+    for i in sorted(candidates):
+        reason = decline_reason(graph.nodes[i])
+        if reason is None:
+            capability.claims.append(Claim((i,)))
+        else:
+            capability.declined[i] = reason
+    return capability
+
+
+@hookimpl
+def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    return build_kernel(request.node, request)
