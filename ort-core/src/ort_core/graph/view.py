@@ -44,6 +44,16 @@ def numpy_dtype(t: ir.TypeProtocol | None) -> np.dtype | None:
     return None
 
 
+def dtype_of_type_string(type_string: str) -> np.dtype | None:
+    """numpy dtype of an onnxruntime type string such as ``tensor(float)``; None otherwise."""
+    if not (type_string.startswith("tensor(") and type_string.endswith(")")):
+        return None
+    try:
+        return np.dtype(ir.DataType[type_string[len("tensor(") : -1].upper()].numpy())
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class ValueView:
     """A value of the graph: its name, type, shape and, for an initializer, its data."""
 
