@@ -347,7 +347,8 @@ class InferenceSession:
                     f"from the installed ones: {', '.join(installed)}"
                 )
             requested = [(CPU_PROVIDER, {})]
-        elif CPU_PROVIDER not in names and CPU_PROVIDER in installed and not self._strict:
+        elif CPU_PROVIDER not in names and CPU_PROVIDER in installed:
+            # in strict mode too: partitioning then names the nodes that would fall back
             requested = [*requested, (CPU_PROVIDER, {})]
 
         bound: list[BoundProvider] = []

@@ -1,0 +1,173 @@
+"""The public API: names and behaviour as onnxruntime's Python API."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import onnx
+import ort_core as ort
+import pytest
+from conftest import chain_expected, chain_model, make_model
+from onnx import TensorProto, helper, numpy_helper
+from ort_core import cli
+
+CPU = "CPUExecutionProvider"
+
+
+def test_module_functions(host, fake):
+    assert ort.get_version_string() == ort.__version__
+    assert ort.get_available_providers() == ["FakeDeviceExecutionProvider", CPU]
+    assert ort.get_all_providers()[-1] == CPU
+    assert "FakeDeviceExecutionProvider" in ort.get_all_providers()
+    assert "CUDAExecutionProvider" in ort.get_all_providers()
+    devices = {d.ep_name: d for d in ort.get_ep_devices()}
+    assert devices["FakeDeviceExecutionProvider"].memory == "Fake:0"
+    assert ort.get_device() == "GPU"
+
+
+def test_exceptions_share_one_base_class():
+    for cls in (ort.Fail, ort.InvalidArgument, ort.NoSuchFile, ort.InvalidProtobuf,
+                ort.InvalidGraph, ort.NotImplemented, ort.EPFail, ort.RuntimeException):
+        assert issubclass(cls, ort.OrtError)
+
+
+def test_session_metadata(host):
+    model = chain_model()
+    model.doc_string = "a chain"
+    model.model_version = 3
+    onnx.helper.set_model_props(model, {"author": "tests"})
+    sess = ort.InferenceSession(model.SerializeToString())
+    (x,) = sess.get_inputs()
+    assert (x.name, x.type, x.shape) == ("x", "tensor(float)", ["N", 4])
+    (y,) = sess.get_outputs()
+    assert (y.name, y.type, y.shape) == ("y", "tensor(float)", ["N", 4])
+    assert sess.get_providers() == [CPU]
+    assert sess.get_provider_options() == {CPU: {"flavour": "plain"}}
+    meta = sess.get_modelmeta()
+    assert (meta.producer_name, meta.description, meta.version) == ("tests", "a chain", 3)
+    assert meta.custom_metadata_map == {"author": "tests"}
+    assert sess.get_session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_provider_options_forms_are_equivalent(host):
+    a = ort.InferenceSession(chain_model(), providers=[(CPU, {"flavour": "spicy"})])
+    b = ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{"flavour": "spicy"}])
+    assert a.get_provider_options() == b.get_provider_options() == {CPU: {"flavour": "spicy"}}
+
+
+def test_overridable_initializers(host):
+    w = numpy_helper.from_array(np.full(2, 10, np.float32), "w")
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [w],
+    )
+    sess = ort.InferenceSession(model, sess_options=_no_opt())
+    assert [a.name for a in sess.get_inputs()] == ["x"]
+    assert [a.name for a in sess.get_overridable_initializers()] == ["w"]
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [11, 11])
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "w": np.zeros(2, np.float32)})[0], [1, 1])
+
+
+def _no_opt() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
+
+
+def test_output_names_select_and_order(host):
+    model = make_model(
+        [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Relu", ["x"], ["r"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("n", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])],
+    )
+    sess = ort.InferenceSession(model)
+    x = np.array([-1, 2], np.float32)
+    r, n = sess.run(["r", "n"], {"x": x})
+    np.testing.assert_array_equal(r, [0, 2])
+    np.testing.assert_array_equal(n, [1, -2])
+
+
+def test_run_options_terminate(host):
+    sess = ort.InferenceSession(chain_model())
+    options = ort.RunOptions()
+    options.terminate = True
+    with pytest.raises(ort.InvalidArgument, match="terminate"):
+        sess.run(None, {"x": np.ones((1, 4), np.float32)}, options)
+
+
+def test_concurrent_runs_on_one_session_are_correct(host, fake):
+    sess = ort.InferenceSession(chain_model(), providers=["FakeDeviceExecutionProvider", CPU])
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            x = rng.standard_normal((rng.integers(1, 9), 4)).astype(np.float32)
+            (y,) = sess.run(None, {"x": x})
+            if not np.allclose(y, chain_expected(x), rtol=1e-6):
+                errors.append(f"thread {seed}: wrong result")
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_profiling_writes_a_chrome_trace(host, tmp_path):
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "prof_")
+    sess = ort.InferenceSession(chain_model(), options)
+    sess.run(None, {"x": np.ones((1, 4), np.float32)})
+    path = sess.end_profiling()
+    events = json.loads(open(path).read())
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert [e["name"] for e in nodes] == ["add", "relu1", "mul", "relu2", "sub"]
+    assert all(e["args"]["provider"] == CPU for e in nodes)
+
+
+def test_optimized_model_filepath_writes_the_optimized_model(host, tmp_path):
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Neg", ["i"], ["y"]),
+         helper.make_node("Relu", ["x"], ["unused"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(model, options)
+    written = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [n.op_type for n in written.graph.node] == ["Neg"]
+
+
+def test_cli_providers_and_placement(host, fake, tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(), str(path))
+    assert cli.main(["providers"]) == 0
+    out = capsys.readouterr().out
+    assert "FakeDeviceExecutionProvider 0.0.1 ((in-process), kernel) - usable" in out
+    assert "memory Fake:0" in out
+    assert cli.main(["placement", str(path), "--providers", "FakeDeviceExecutionProvider,CPUExecutionProvider"]) == 0
+    out = capsys.readouterr().out
+    assert "mul Mul -> CPUExecutionProvider" in out
+    assert "FakeDeviceExecutionProvider declined: Mul is not supported by the fake device" in out
+    assert "copy r1: Fake:0 -> Cpu" in out
+    assert cli.main(["run", str(path), "--batch", "3", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "output y: shape [3, 4] float32" in out
+    assert "placement: CPUExecutionProvider 5/5" in out
+
+
+def test_cli_reports_errors_without_a_traceback(host, tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path / "missing.onnx")]) == 2
+    assert "NoSuchFile" in capsys.readouterr().err

@@ -1,0 +1,249 @@
+"""Bad input gets a clear error that names the thing, and never takes the process down."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import ort_core as ort
+import pytest
+from conftest import chain_model, make_model
+from onnx import TensorProto, helper, numpy_helper
+from ort_core import plugins
+
+CPU = "CPUExecutionProvider"
+
+
+def test_missing_file(host, tmp_path):
+    path = tmp_path / "nope.onnx"
+    with pytest.raises(ort.NoSuchFile, match="nope.onnx"):
+        ort.InferenceSession(str(path))
+
+
+def test_corrupt_protobuf_bytes(host):
+    with pytest.raises(ort.InvalidProtobuf, match="not a valid ONNX model"):
+        ort.InferenceSession(b"\x08\x07\x12\xff\xff\xff\xff\x0f garbage")
+
+
+def test_bytes_that_decode_to_no_model(host):
+    with pytest.raises(ort.InvalidProtobuf, match="holds no ONNX model"):
+        ort.InferenceSession(b"")
+
+
+def test_checker_failure_names_the_node(host):
+    model = make_model(
+        [helper.make_node("Add", ["x"], ["y"], name="lonely_add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(ort.InvalidGraph, match="lonely_add"):
+        ort.InferenceSession(model)
+
+
+def test_type_error_names_the_node(host):
+    model = make_model(
+        [helper.make_node("Add", ["x", "d"], ["y"], name="mixed_add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("d", TensorProto.DOUBLE, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(ort.InvalidGraph, match="mixed_add"):
+        ort.InferenceSession(model)
+
+
+@pytest.fixture
+def sess(host):
+    return ort.InferenceSession(chain_model(), providers=[CPU])
+
+
+def test_missing_input(sess):
+    with pytest.raises(ort.InvalidArgument, match="missing input.*'x'"):
+        sess.run(None, {})
+
+
+def test_unknown_input_name(sess):
+    with pytest.raises(ort.InvalidArgument, match="unknown input name.*'z'.*inputs are: 'x'"):
+        sess.run(None, {"x": np.ones((1, 4), np.float32), "z": np.ones(1)})
+
+
+def test_wrong_dtype(sess):
+    with pytest.raises(ort.InvalidArgument) as info:
+        sess.run(None, {"x": np.ones((1, 4), np.float64)})
+    assert "input 'x'" in str(info.value)
+    assert "expected tensor(float) (float32), given float64" in str(info.value)
+
+
+def test_wrong_rank(sess):
+    with pytest.raises(ort.InvalidArgument, match=r"input 'x': wrong rank: expected 2 \(shape \['N', 4\]\), given 1 \(shape \[4\]\)"):
+        sess.run(None, {"x": np.ones(4, np.float32)})
+
+
+def test_wrong_fixed_dimension(sess):
+    with pytest.raises(ort.InvalidArgument, match=r"input 'x': wrong dimension 1: expected 4 .* given 5"):
+        sess.run(None, {"x": np.ones((1, 5), np.float32)})
+
+
+def test_unknown_output_name(sess):
+    with pytest.raises(ort.InvalidArgument, match="unknown output name 'q'.*'y'"):
+        sess.run(["q"], {"x": np.ones((1, 4), np.float32)})
+
+
+def test_unknown_provider_option_names_the_valid_keys(host):
+    with pytest.raises(ort.InvalidArgument, match="unknown provider option 'flavor'; valid keys: flavour"):
+        ort.InferenceSession(chain_model(), providers=[(CPU, {"flavor": "x"})])
+
+
+def test_bad_option_value_names_the_valid_values(host):
+    with pytest.raises(ort.InvalidArgument, match="bad value 'sour' for option 'flavour'; valid values: plain, spicy"):
+        ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{"flavour": "sour"}])
+
+
+def test_unknown_provider_lists_the_available_ones(host):
+    with pytest.raises(ort.NoSuchProvider, match="unknown provider 'CUDAExecutionProvider'; available providers: CPUExecutionProvider"):
+        ort.InferenceSession(chain_model(), providers=["CUDAExecutionProvider"])
+
+
+def test_no_provider_installed_says_to_install_one(registry):
+    with pytest.raises(ort.NoSuchProvider, match="pip install ort-ep-cpu"):
+        ort.InferenceSession(chain_model())
+
+
+def test_kernel_error_at_run_names_the_node(registry):
+    class Exploding:
+        @ort.hookimpl
+        def ort_register_providers(self):
+            return [ort.ProviderSpec(CPU, "0", "tests", "kernel")]
+
+        @ort.hookimpl
+        def ort_ep_devices(self, provider):
+            return ort.EpDevices((ort.EpDevice(CPU, "tests", "CPU", "host"),))
+
+        @ort.hookimpl
+        def ort_get_capability(self, ep, graph, candidates):
+            return ort.Capability([ort.Claim((i,)) for i in sorted(candidates)])
+
+        @ort.hookimpl
+        def ort_create_kernel(self, ep, request):
+            def run(*xs):
+                if request.node.name == "mul":
+                    raise FloatingPointError("overflow in mul")
+                return xs[0]
+
+            return ort.Kernel(run=run, single_output=True)
+
+    ort.register(Exploding())
+    sess = ort.InferenceSession(chain_model())
+    with pytest.raises(ort.Fail, match="running Mul node. Name:'mul' Provider:CPUExecutionProvider.*overflow in mul"):
+        sess.run(None, {"x": np.ones((1, 4), np.float32)})
+
+
+def _external_model(tmp_path, location: str) -> str:
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
+    onnx.external_data_helper.convert_model_to_external_data(model, location="weights.bin", size_threshold=0)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, str(folder / "model.onnx"))
+    # rewrite the location afterwards: onnx itself refuses to write outside the folder
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = location
+    onnx.save(model, str(folder / "model.onnx"))
+    return str(folder / "model.onnx")
+
+
+def test_external_data_inside_the_folder_loads(host, tmp_path):
+    sess = ort.InferenceSession(_external_model(tmp_path, "weights.bin"))
+    (y,) = sess.run(None, {"x": np.ones(4, np.float32)})
+    np.testing.assert_array_equal(y, np.arange(4) + 1)
+
+
+def test_external_data_escaping_the_folder_is_refused(host, tmp_path):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    path = _external_model(tmp_path, "../secret.bin")
+    with pytest.raises(ort.InvalidGraph, match=r"external data path '../secret.bin' escapes the model's folder"):
+        ort.InferenceSession(path)
+
+
+def test_external_data_absolute_path_is_refused(host, tmp_path):
+    path = _external_model(tmp_path, str(tmp_path / "secret.bin"))
+    with pytest.raises(ort.InvalidGraph, match="escapes the model's folder"):
+        ort.InferenceSession(path)
+
+
+def _fake_distribution(tmp_path, name: str, module: str, source: str, entry: str):
+    """A distribution on sys.path with an entry point, as pip would install it."""
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+    info = tmp_path / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[ort_core.plugins]\n{entry} = {module}\n")
+
+
+def test_plugin_whose_import_raises_is_reported_and_others_keep_working(tmp_path, monkeypatch):
+    _fake_distribution(tmp_path, "ort-ep-broken", "ort_ep_broken_plugin", "raise ImportError('libbroken.so: cannot open shared object file')\n", "broken")
+    _fake_distribution(tmp_path, "ort-ep-fine", "ort_ep_fine_plugin", """
+        import numpy as np
+        import ort_core as ort
+
+        @ort.hookimpl
+        def ort_register_providers():
+            return [ort.ProviderSpec("FineExecutionProvider", "1.0", "tests", "kernel")]
+
+        @ort.hookimpl
+        def ort_ep_devices(provider):
+            return ort.EpDevices((ort.EpDevice(provider, "tests", "CPU", "host"),))
+
+        @ort.hookimpl
+        def ort_get_capability(ep, graph, candidates):
+            return ort.Capability([ort.Claim((i,)) for i in sorted(candidates)])
+
+        @ort.hookimpl
+        def ort_create_kernel(ep, request):
+            return ort.Kernel(run=np.negative, single_output=True)
+        """, "fine")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fresh = plugins.PluginRegistry()
+    monkeypatch.setattr(plugins, "_REGISTRY", fresh)
+    failures = [f for f in ort.plugin_failures() if f.package == "ort-ep-broken"]
+    assert len(failures) == 1
+    assert failures[0].error == "import failed: ImportError: libbroken.so: cannot open shared object file"
+    assert "FineExecutionProvider" in ort.get_available_providers()
+    model = make_model(
+        [helper.make_node("Neg", ["x"], ["y"], name="neg")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    sess = ort.InferenceSession(model, providers=["FineExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": np.array([1, -2], np.float32)})[0], [-1, 2])
+    sys.modules.pop("ort_ep_fine_plugin", None)
+
+
+def test_plugin_for_another_contract_version_is_refused_by_name(registry):
+    class Future:
+        @ort.hookimpl
+        def ort_register_providers(self):
+            return [ort.ProviderSpec("FutureExecutionProvider", "9.0", "tests", "kernel", contract_version="2.0")]
+
+    assert not ort.register(Future(), "future-plugin")
+    (failure,) = ort.plugin_failures()
+    assert failure.plugin == "future-plugin"
+    assert "FutureExecutionProvider was written for provider contract 2.0" in failure.error
+    assert f"implements contract {ort.CONTRACT_VERSION}" in failure.error
+
+
+def test_providers_argument_forms(host):
+    with pytest.raises(ort.InvalidArgument, match="must be a list"):
+        ort.InferenceSession(chain_model(), providers=CPU)
+    with pytest.raises(ort.InvalidArgument, match="provider_options has 2"):
+        ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{}, {}])
+    with pytest.raises(ort.InvalidArgument, match="listed twice"):
+        ort.InferenceSession(chain_model(), providers=[CPU, CPU])
