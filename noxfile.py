@@ -18,7 +18,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-cpu": ["ort-core"],
 }
 
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance"]
 nox.options.sessions = DEFAULT
 
 
@@ -47,6 +47,27 @@ def lint(session: nox.Session) -> None:
     """ruff over every package."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The ONNX backend test suite (node, simple, pytorch-converted, pytorch-operator) on the CPU
+    provider; fails when a set passes fewer cases than ort-ep-cpu/conformance-score.json records.
+    onnx is pinned to the version the score was recorded with, so the cases are the same."""
+    import json
+
+    score_file = "ort-ep-cpu/conformance-score.json"
+    with open(score_file) as f:
+        recorded = json.load(f)
+    _install(session, "ort-core", "ort-ep-cpu")
+    session.install(f"onnx=={recorded['onnx']}")
+    session.run(
+        "python", "-m", "ort_core.testing.conformance",
+        "--providers", "CPUExecutionProvider",
+        "--sets", ",".join(recorded["sets"]),
+        "--min-score", score_file,
+        *session.posargs,
+    )
 
 
 @nox.session
