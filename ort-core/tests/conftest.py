@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import ort_core
 import pytest
-from fake_providers import FakeDeviceProvider, HostProvider
 from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
+from fake_providers import FakeDeviceProvider, HostProvider
 from ort_core import plugins
 
 

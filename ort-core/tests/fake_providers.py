@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import numpy as np
+
 from ort_core import (
     AllocatorStats,
     Capability,

@@ -7,10 +7,11 @@ import threading
 
 import numpy as np
 import onnx
-import ort_core as ort
 import pytest
-from conftest import chain_expected, chain_model, make_model
 from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+from conftest import chain_expected, chain_model, make_model
 from ort_core import cli
 
 CPU = "CPUExecutionProvider"

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import ort_core as ort
 import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
 from conftest import chain_expected, chain_model, make_model
 from fake_providers import FakeDeviceProvider, HostProvider
-from onnx import TensorProto, helper
 
 FAKE = "FakeDeviceExecutionProvider"
 CPU = "CPUExecutionProvider"
