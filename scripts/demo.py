@@ -24,6 +24,7 @@ def main() -> int:
     parser.add_argument("--model", default="ocr-det")
     parser.add_argument("--providers", default=",".join(ort.get_available_providers()))
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--verbose", action="store_true", help="print the placement of every node")
     args = parser.parse_args()
 
     path = fetch(args.model)
@@ -42,7 +43,8 @@ def main() -> int:
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
     elapsed = time.perf_counter() - start
-    print(sess.get_placement())
+    placement = sess.get_placement()
+    print(placement if args.verbose else placement.summary())
     for meta, out in zip(sess.get_outputs(), outputs):
         print(f"output {meta.name}: shape {list(out.shape)} {out.dtype}")
     print(f"session created in {created * 1e3:.0f} ms; one run {elapsed * 1e3:.1f} ms")

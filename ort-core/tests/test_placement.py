@@ -193,3 +193,12 @@ def test_host_test_provider_is_not_touched_by_other_plugins(registry):
     host = HostProvider()
     ort.register(host)
     assert ort.get_available_providers() == [CPU]
+
+
+def test_placement_summary_counts_nodes_ops_and_copies(host, fake):
+    sess = ort.InferenceSession(chain_model(), providers=[FAKE, CPU])
+    assert sess.get_placement().summary().splitlines() == [
+        f"{FAKE}: 3/5 nodes (Relu x2, Add x1)",
+        f"{CPU}: 2/5 nodes (Mul x1, Sub x1)",
+        "device copies: 4",
+    ]

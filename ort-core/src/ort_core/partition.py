@@ -215,6 +215,18 @@ class Placement:
         ops = ", ".join(f"{op} x{k}" for op, k in fell.most_common())
         return f"{provider} runs {taken}/{len(main)} nodes; the others fell back: {ops}"
 
+    def summary(self) -> str:
+        """Per provider: nodes taken (all graphs) and their op types; then the copy count."""
+        lines = []
+        total = len(self.nodes)
+        for provider in self.providers:
+            ops = Counter(p.op_type for p in self.nodes if p.provider == provider)
+            if ops:
+                kinds = ", ".join(f"{op} x{k}" for op, k in ops.most_common())
+                lines.append(f"{provider}: {sum(ops.values())}/{total} nodes ({kinds})")
+        lines.append(f"device copies: {len(self.copies)}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "providers": list(self.providers),
