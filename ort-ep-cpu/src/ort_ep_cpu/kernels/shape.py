@@ -1,0 +1,344 @@
+"""Indexing and layout ops: GatherElements/ND, Scatter*, Pad, DepthToSpace, Trilu, TopK, Unique, ..."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..registry import kernel
+from ._util import normalize_axis
+
+
+def _text(node, name: str, default: str, valid: tuple[str, ...]) -> str:
+    value = node.attr(name, default)
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    if value not in valid:
+        raise ValueError(f"{node.op_type} {node.name!r}: attribute {name}={value!r}; valid values: {list(valid)}")
+    return value
+
+
+def _fix_indices(indices: np.ndarray, size) -> np.ndarray:
+    """Negative indices count from the end, as the ONNX gather/scatter ops allow."""
+    indices = indices.astype(np.int64, copy=False)
+    return np.where(indices < 0, indices + size, indices)
+
+
+# --- gather ---------------------------------------------------------------------------------
+
+
+@kernel("GatherElements", since=11)
+def _gather_elements(node, request):
+    axis = int(node.attr("axis", 0))
+
+    def gather_elements(data, indices):
+        a = normalize_axis(axis, data.ndim)
+        return np.take_along_axis(data, _fix_indices(indices, data.shape[a]), axis=a)
+
+    return gather_elements
+
+
+def _batch_index(indices: np.ndarray, data_shape: tuple[int, ...], batch_dims: int):
+    """Index tuple into ``data`` for GatherND/ScatterND with ``batch_dims`` leading batch axes."""
+    k = indices.shape[-1]
+    dims = np.array(data_shape[batch_dims : batch_dims + k], dtype=np.int64)
+    idx = _fix_indices(indices, dims)
+    batch = indices.shape[:batch_dims]
+    lead = tuple(
+        np.arange(n).reshape((1,) * i + (n,) + (1,) * (indices.ndim - 2 - i)) for i, n in enumerate(batch)
+    )
+    return lead + tuple(idx[..., i] for i in range(k))
+
+
+@kernel("GatherND", since=11)
+def _gather_nd(node, request):
+    batch_dims = int(node.attr("batch_dims", 0))
+    return lambda data, indices: data[_batch_index(indices, data.shape, batch_dims)]
+
+
+# --- scatter --------------------------------------------------------------------------------
+
+_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _elements_index(indices: np.ndarray, axis: int, size: int) -> tuple:
+    index = list(np.indices(indices.shape, sparse=True))
+    index[axis] = _fix_indices(indices, size)
+    return tuple(index)
+
+
+def _scatter_elements_builder(node, request):
+    axis = int(node.attr("axis", 0))
+    reduction = _text(node, "reduction", "none", ("none", *_REDUCTIONS))
+
+    def scatter_elements(data, indices, updates):
+        a = normalize_axis(axis, data.ndim)
+        out = data.copy()
+        index = _elements_index(indices, a, data.shape[a])
+        if reduction == "none":
+            out[index] = updates
+        else:
+            # ufunc.at applies every duplicate index in order, as the spec's loop does
+            _REDUCTIONS[reduction].at(out, index, updates)
+        return out
+
+    return scatter_elements
+
+
+kernel("Scatter", since=9)(_scatter_elements_builder)
+kernel("ScatterElements", since=11)(_scatter_elements_builder)
+
+
+@kernel("ScatterND", since=11)
+def _scatter_nd(node, request):
+    reduction = _text(node, "reduction", "none", ("none", *_REDUCTIONS))
+
+    def scatter_nd(data, indices, updates):
+        out = data.copy()
+        index = _batch_index(indices, data.shape, 0)
+        if reduction == "none":
+            out[index] = updates
+        else:
+            _REDUCTIONS[reduction].at(out, index, updates)
+        return out
+
+    return scatter_nd
+
+
+# --- Pad ------------------------------------------------------------------------------------
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
+    rank = x.ndim
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    axes = list(range(rank)) if axes is None else [normalize_axis(int(a), rank) for a in np.asarray(axes).reshape(-1)]
+    k = len(axes)
+    if len(pads) != 2 * k:
+        raise ValueError(f"Pad: pads has {len(pads)} values, expected 2 * {k} (one begin and one end per axis)")
+    width = [[0, 0] for _ in range(rank)]
+    for i, a in enumerate(axes):
+        width[a] = [pads[i], pads[i + k]]
+    # negative pads crop; crop first so that reflect/edge/wrap see the cropped tensor
+    crop = tuple(slice(max(0, -b), x.shape[d] - max(0, -e)) for d, (b, e) in enumerate(width))
+    x = x[crop]
+    width = [(max(0, b), max(0, e)) for b, e in width]
+    if not any(b or e for b, e in width):
+        return x.copy()
+    if mode == "constant":
+        fill = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]
+        return np.pad(x, width, mode="constant", constant_values=fill)
+    return np.pad(x, width, mode=_PAD_MODES[mode])
+
+
+@kernel("Pad", since=2)
+def _pad_v2(node, request):
+    mode = _text(node, "mode", "constant", tuple(_PAD_MODES))
+    pads = node.attr("pads")
+    value = float(node.attr("value", 0.0))
+    return lambda x: _pad(x, pads, mode, np.asarray(value, dtype=x.dtype))
+
+
+@kernel("Pad", since=11)
+def _pad_v11(node, request):
+    mode = _text(node, "mode", "constant", tuple(_PAD_MODES))
+    return lambda x, pads, constant_value=None, axes=None: _pad(x, pads, mode, constant_value, axes)
+
+
+# --- layout ---------------------------------------------------------------------------------
+
+
+@kernel("DepthToSpace", since=1)
+def _depth_to_space(node, request):
+    b = int(node.attr("blocksize"))
+    mode = _text(node, "mode", "DCR", ("DCR", "CRD"))
+
+    def depth_to_space(x):
+        n, c, h, w = x.shape
+        if mode == "DCR":
+            y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return y.reshape(n, c // (b * b), h * b, w * b)
+
+    return depth_to_space
+
+
+@kernel("SpaceToDepth", since=1)
+def _space_to_depth(node, request):
+    b = int(node.attr("blocksize"))
+    mode = _text(node, "mode", "DCR", ("DCR", "CRD"))  # mode exists from opset 28 on
+
+    def space_to_depth(x):
+        n, c, h, w = x.shape
+        y = x.reshape(n, c, h // b, b, w // b, b)
+        y = y.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else y.transpose(0, 1, 3, 5, 2, 4)
+        return y.reshape(n, c * b * b, h // b, w // b)
+
+    return space_to_depth
+
+
+@kernel("Trilu", since=14)
+def _trilu(node, request):
+    upper = bool(node.attr("upper", 1))
+
+    def trilu(x, k=None):
+        kk = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+        return np.triu(x, kk) if upper else np.tril(x, kk)
+
+    return trilu
+
+
+@kernel("EyeLike", since=9)
+def _eye_like(node, request):
+    dtype_attr = node.attr("dtype")
+    k = int(node.attr("k", 0))
+
+    def eye_like(x):
+        dtype = x.dtype if dtype_attr is None else onnx.helper.tensor_dtype_to_np_dtype(int(dtype_attr))
+        return np.eye(x.shape[0], x.shape[1], k=k, dtype=dtype)
+
+    return eye_like
+
+
+@kernel("CenterCropPad", since=18)
+def _center_crop_pad(node, request):
+    attr_axes = node.attr("axes")
+
+    def center_crop_pad(x, shape):
+        axes = range(x.ndim) if attr_axes is None else [normalize_axis(int(a), x.ndim) for a in attr_axes]
+        target = [int(v) for v in np.asarray(shape).reshape(-1)]
+        crop = [slice(None)] * x.ndim
+        width = [(0, 0)] * x.ndim
+        for a, t in zip(axes, target):
+            d = x.shape[a]
+            if t < d:
+                start = (d - t) // 2
+                crop[a] = slice(start, start + t)
+            elif t > d:
+                before = (t - d) // 2
+                width[a] = (before, t - d - before)
+        return np.pad(x[tuple(crop)], width)
+
+    return center_crop_pad
+
+
+@kernel("ReverseSequence", since=10)
+def _reverse_sequence(node, request):
+    batch_axis = int(node.attr("batch_axis", 1))
+    time_axis = int(node.attr("time_axis", 0))
+
+    def reverse_sequence(x, sequence_lens):
+        lens = sequence_lens.astype(np.int64)
+        t = np.arange(x.shape[time_axis])[:, None]
+        src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (time, batch)
+        if time_axis > batch_axis:
+            src = src.T
+        shape = [1] * x.ndim
+        shape[time_axis], shape[batch_axis] = x.shape[time_axis], x.shape[batch_axis]
+        return np.take_along_axis(x, src.reshape(shape), axis=time_axis)
+
+    return reverse_sequence
+
+
+# --- selection ------------------------------------------------------------------------------
+
+
+@kernel("Compress", since=9)
+def _compress(node, request):
+    axis = node.attr("axis")
+
+    def compress(x, condition):
+        cond = condition.astype(bool).reshape(-1)
+        if axis is None:
+            return np.compress(cond, x.reshape(-1))
+        return np.compress(cond, x, axis=normalize_axis(int(axis), x.ndim))
+
+    return compress
+
+
+@kernel("OneHot", since=9)
+def _one_hot(node, request):
+    axis = int(node.attr("axis", -1))
+
+    def one_hot(indices, depth, values):
+        d = int(np.asarray(depth).reshape(-1)[0])
+        idx = indices.astype(np.int64) if indices.dtype.kind in "iu" else np.trunc(indices).astype(np.int64)
+        idx = np.where(idx < 0, idx + d, idx)
+        hot = idx[..., None] == np.arange(d)
+        y = np.where(hot, values[1], values[0])
+        return np.moveaxis(y, -1, normalize_axis(axis, indices.ndim + 1))
+
+    return one_hot
+
+
+def _top_k(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
+    a = normalize_axis(axis, x.ndim)
+    n = x.shape[a]
+    if largest:
+        # stable ascending sort of the reversed axis, read backwards: values descending and,
+        # among equal values, the smaller index first (as the spec requires)
+        order = np.argsort(np.flip(x, axis=a), axis=a, kind="stable")
+        order = (n - 1) - np.flip(order, axis=a)
+    else:
+        order = np.argsort(x, axis=a, kind="stable")
+    order = np.take(order, np.arange(k), axis=a)
+    del sort  # results are always sorted; "sorted=0" leaves the order unspecified
+    return np.take_along_axis(x, order, axis=a), order.astype(np.int64)
+
+
+@kernel("TopK", since=1)
+def _top_k_v1(node, request):
+    k, axis = int(node.attr("k")), int(node.attr("axis", -1))
+    return lambda x: _top_k(x, k, axis, True, True)
+
+
+@kernel("TopK", since=10)
+def _top_k_v10(node, request):
+    axis = int(node.attr("axis", -1))
+    largest = bool(node.attr("largest", 1))
+    sort = bool(node.attr("sorted", 1))
+    return lambda x, k: _top_k(x, int(np.asarray(k).reshape(-1)[0]), axis, largest, sort)
+
+
+@kernel("Unique", since=11)
+def _unique(node, request):
+    axis = node.attr("axis")
+    sort = bool(node.attr("sorted", 1))
+
+    def unique(x):
+        a = None if axis is None else normalize_axis(int(axis), x.ndim)
+        y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=a)
+        inverse = inverse.reshape(-1)
+        if not sort:
+            # order of first occurrence: permute the sorted uniques and remap the inverse
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            y = y[order] if a is None else np.take(y, order, axis=a)
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+
+    return unique
+
+
+@kernel("TensorScatter", since=24)
+def _tensor_scatter(node, request):
+    axis = int(node.attr("axis", -2))
+    mode = _text(node, "mode", "linear", ("linear", "circular"))
+
+    def tensor_scatter(past, update, write_indices=None):
+        a = normalize_axis(axis, past.ndim)
+        out = past.copy()
+        n, max_len, seq = past.shape[0], past.shape[a], update.shape[a]
+        start = np.zeros(n, np.int64) if write_indices is None else write_indices.astype(np.int64).reshape(-1)
+        pos = start[:, None] + np.arange(seq)[None, :]  # (batch, seq): cache slot of each update step
+        if mode == "circular":
+            pos = pos % max_len
+        # move the sequence axis next to batch so one fancy index writes every step of every sample
+        out_v = np.moveaxis(out, a, 1)
+        upd_v = np.moveaxis(update, a, 1)
+        out_v[np.arange(n)[:, None], pos] = upd_v
+        return out
+
+    return tensor_scatter
