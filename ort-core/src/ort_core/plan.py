@@ -7,6 +7,7 @@ clears the slots whose last reader it was. Nothing in the loop goes through plug
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -180,18 +181,25 @@ class Plan:
                     p = graph.producer.get(name) if name else None
                     if p is not None and assignment.node_claim[p] != c:
                         deps[c].add(assignment.node_claim[p])
+        # Kahn's algorithm, taking ready claims by their first node index to keep graph order
+        waiting = [len(d) for d in deps]
+        users: list[list[int]] = [[] for _ in range(n_claims)]
+        for c, d in enumerate(deps):
+            for p in d:
+                users[p].append(c)
+        first = [assignment.claims[c][1].nodes[0] for c in range(n_claims)]
+        ready = [(first[c], c) for c in range(n_claims) if waiting[c] == 0]
+        heapq.heapify(ready)
         order: list[int] = []
-        done: set[int] = set()
-        pending = sorted(range(n_claims), key=lambda c: assignment.claims[c][1].nodes[0])
-        while pending:
-            for c in pending:
-                if deps[c] <= done:
-                    order.append(c)
-                    done.add(c)
-                    pending.remove(c)
-                    break
-            else:
-                raise Fail(f"graph {graph.path or 'main'}: claims form a cycle; cannot order them")
+        while ready:
+            _, c = heapq.heappop(ready)
+            order.append(c)
+            for u in users[c]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    heapq.heappush(ready, (first[u], u))
+        if len(order) != n_claims:
+            raise Fail(f"graph {graph.path or 'main'}: claims form a cycle; cannot order them")
         return order
 
     # ------------------------------------------------------------------ running
