@@ -1,0 +1,218 @@
+"""Which nodes OpenVINO takes, decided by OpenVINO, and how they are grouped.
+
+Each candidate node is cut out as a one-node ONNX model (constant inputs embedded), read by
+OpenVINO's ONNX frontend and queried on the target device (``Core.query_model``): the node is
+supported when the frontend converts it and the device supports every operation it became.
+Answers are cached per process by a signature of the node (op, opset, attributes, input
+types, ranks and small constant values), so a model with many alike nodes asks once per kind.
+
+Supported nodes are then grouped into maximal connected groups that can be fused without a
+cycle (a path leaving the group and coming back through a declined node), see ``groups``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ort_core import GraphView, NodeView
+
+from . import _ov
+
+# element types OpenVINO's ONNX frontend maps (strings, complex and float8 it does not)
+SUPPORTED_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        "float", "float16", "bfloat16", "double", "int8", "int16", "int32", "int64",
+        "uint8", "uint16", "uint32", "uint64", "bool",
+    )
+)
+_SMALL_CONST = 64  # constants up to this many elements are part of the signature
+
+_cache: dict[tuple[str, str], str | None] = {}
+_cache_lock = threading.Lock()
+
+
+def decline_reason(graph: GraphView, node: NodeView, device: str) -> str | None:
+    """None when OpenVINO takes ``node`` on ``device``, else why not."""
+    for name in (*node.inputs, *node.outputs):
+        if not name:
+            continue
+        try:
+            value = graph.value(name)
+        except KeyError:
+            return f"value {name!r} is not defined"
+        if value.type not in SUPPORTED_TYPES:
+            what = "input" if name in node.inputs else "output"
+            return f"{what} {name!r} is {value.type}; OpenVINO takes tensors of numeric or bool types only"
+    key = (device, _signature(graph, node))
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    reason = _ask_openvino(graph, node, device)
+    with _cache_lock:
+        _cache[key] = reason
+    return reason
+
+
+def node_model(graph: GraphView, indices: Iterable[int]) -> onnx.ModelProto:
+    """The nodes as a standalone model, with values computed by Constant nodes outside the
+    group embedded as initializers (OpenVINO needs some inputs, e.g. shapes, to be constant
+    to convert or to compile well)."""
+    model = graph.group_to_model(sorted(indices))
+    moved = []
+    for inp in model.graph.input:
+        try:
+            const = graph.value(inp.name).const_value
+        except KeyError:
+            const = None
+        if const is not None:
+            moved.append((inp, const))
+    for inp, const in moved:
+        model.graph.input.remove(inp)
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(const), inp.name))
+    return model
+
+
+def _ask_openvino(graph: GraphView, node: NodeView, device: str) -> str | None:
+    core = _ov.core()
+    try:
+        model = core.read_model(node_model(graph, [node.index]).SerializeToString())
+    except Exception as exc:
+        return f"OpenVINO's ONNX frontend cannot convert {node.op_type} (opset {node.opset}): {_first_line(exc)}"
+    try:
+        supported = core.query_model(model, device)
+    except Exception as exc:
+        return f"{device} cannot take {node.op_type}: {_first_line(exc)}"
+    ops = [op for op in model.get_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")]
+    missing = sorted({op.get_type_name() for op in ops if op.get_friendly_name() not in supported})
+    if missing:
+        return f"{device} does not support the OpenVINO operation(s) {node.op_type} becomes: {', '.join(missing)}"
+    return None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    text = lines[-1] if lines else type(exc).__name__
+    return text[:300]
+
+
+def _signature(graph: GraphView, node: NodeView) -> str:
+    """What decides support: op, opset, attributes, input/output types and ranks, small constants."""
+    h = hashlib.sha1()
+    h.update(f"{node.domain}::{node.op_type}:{node.opset}".encode())
+    for name in sorted(node.attributes):
+        h.update(name.encode())
+        h.update(_attr_bytes(node.attributes[name]))
+    for name in node.inputs:
+        h.update(b"|in:")
+        if not name:
+            continue
+        value = graph.value(name)
+        h.update(f"{value.type}:{None if value.shape is None else len(value.shape)}".encode())
+        const = value.const_value
+        if const is not None:
+            if const.size <= _SMALL_CONST:
+                h.update(b"c" + const.tobytes())
+            else:
+                h.update(f"C{const.shape}".encode())
+    for name in node.outputs:
+        value = graph.value(name) if name else None
+        h.update(f"|out:{value.type if value else ''}".encode())
+    return h.hexdigest()
+
+
+def _attr_bytes(value: Any) -> bytes:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{value.shape}".encode() + value.tobytes()
+    if isinstance(value, GraphView):
+        # a subgraph: its serialized body decides (hashing the protobuf is enough)
+        from onnx_ir import serde
+
+        return serde.serialize_graph(value.ir).SerializeToString()
+    if isinstance(value, list):
+        return b"[" + b",".join(_attr_bytes(v) for v in value) + b"]"
+    return repr(value).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# grouping
+# --------------------------------------------------------------------------------------------
+
+
+def groups(graph: GraphView, supported: set[int]) -> list[tuple[int, ...]]:
+    """Split ``supported`` into maximal connected groups that can each be fused without a cycle.
+
+    A connected component C is fusable unless a path leaves C and re-enters it. When it does,
+    the nodes of C reachable from outside nodes that descend from C ("tainted") are split off;
+    the untainted part, split into connected components, is fusable (a path from it that came
+    back would make its end tainted), and the tainted part is processed again. The first node
+    of C in topological order is never tainted, so every round makes progress.
+    """
+    result: list[tuple[int, ...]] = []
+    pending = _components(graph, supported)
+    while pending:
+        comp = pending.pop()
+        tainted = _tainted(graph, comp)
+        if not tainted:
+            result.append(tuple(sorted(comp)))
+            continue
+        clean = comp - tainted
+        pending.extend(_components(graph, clean))
+        pending.extend(_components(graph, tainted))
+    return sorted(result)
+
+
+def _successors(graph: GraphView, i: int) -> Iterable[int]:
+    consumers = graph.consumers
+    for out in graph.nodes[i].outputs:
+        if out:
+            yield from consumers.get(out, ())
+
+
+def _components(graph: GraphView, nodes: set[int]) -> list[set[int]]:
+    """Connected components of ``nodes`` (edges: a value one produces and the other reads)."""
+    neighbours: dict[int, set[int]] = {i: set() for i in nodes}
+    for i in nodes:
+        for j in _successors(graph, i):
+            if j in nodes and j != i:
+                neighbours[i].add(j)
+                neighbours[j].add(i)
+    seen: set[int] = set()
+    result = []
+    for start in sorted(nodes):
+        if start in seen:
+            continue
+        comp = {start}
+        stack = [start]
+        while stack:
+            for j in neighbours[stack.pop()]:
+                if j not in comp:
+                    comp.add(j)
+                    stack.append(j)
+        seen |= comp
+        result.append(comp)
+    return result
+
+
+def _tainted(graph: GraphView, comp: set[int]) -> set[int]:
+    """Nodes of ``comp`` reachable from a node outside ``comp`` that descends from ``comp``."""
+    outside = [j for i in comp for j in _successors(graph, i) if j not in comp]
+    seen: set[int] = set()
+    tainted: set[int] = set()
+    while outside:
+        n = outside.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for j in _successors(graph, n):
+            if j in comp:
+                tainted.add(j)
+            # continue through every node: a tainted node taints what it reaches too
+            outside.append(j)
+    return tainted

@@ -1,0 +1,170 @@
+"""The OpenVINO provider's hook implementations (entry point ``ort_core.plugins: openvino``).
+
+Importing this module never imports openvino: when it is missing, ``ort_ep_devices`` answers
+``EpDevices((), reason)`` and core lists the provider as not usable here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ort_core import (
+    Capability,
+    Claim,
+    EpDevice,
+    EpDevices,
+    EPFail,
+    GraphView,
+    Kernel,
+    KernelRequest,
+    ProviderContext,
+    ProviderSpec,
+    hookimpl,
+)
+
+from . import PROVIDER_NAME, _ov
+from .capability import decline_reason, groups, node_model
+from .kernel import GroupKernel
+from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
+from .version import __version__
+
+logger = logging.getLogger("ort_core.openvino")
+
+SPEC = ProviderSpec(
+    name=PROVIDER_NAME,
+    version=__version__,
+    vendor="Intel",
+    kind="compiling",
+    options=OPTIONS,
+    description="claimed subgraphs become OpenVINO compiled models (CPU, GPU, NPU, AUTO/HETERO/MULTI)",
+)
+
+_TYPES = {"CPU": "CPU", "GPU": "GPU", "NPU": "NPU"}
+
+
+@hookimpl
+def ort_register_providers() -> list[ProviderSpec]:
+    return [SPEC]
+
+
+@hookimpl
+def ort_ep_devices(provider: str) -> EpDevices | None:
+    if provider != PROVIDER_NAME:
+        return None
+    try:
+        core = _ov.core()
+        names = list(core.available_devices)
+    except Exception as exc:  # missing or broken openvino: not usable, with the reason
+        return EpDevices((), str(exc) if isinstance(exc, ImportError) else f"openvino failed: {type(exc).__name__}: {exc}")
+    ov_version = _ov.load().__version__
+    devices = []
+    for k, name in enumerate(names):
+        kind = _TYPES.get(name.split(".")[0])
+        if kind is None:  # e.g. a plugin for hardware this contract has no type for
+            continue
+        try:
+            full = str(core.get_property(name, "FULL_DEVICE_NAME"))
+        except Exception:
+            full = name
+        devices.append(
+            EpDevice(
+                PROVIDER_NAME, "Intel", kind, full, device_id=k, vendor="Intel",
+                metadata={"ov_device": name, "openvino_version": ov_version},
+            )
+        )
+    if not devices:
+        return EpDevices((), f"OpenVINO finds no CPU, GPU or NPU device here (available_devices: {names})")
+    return EpDevices(tuple(devices))
+
+
+@hookimpl
+def ort_session_start(ep: ProviderContext) -> None:
+    if ep.name != PROVIDER_NAME:
+        return
+    core = _ov.core()
+    available = list(core.available_devices)
+    device_type: str = ep.options["device_type"]
+    for dev in physical_devices(device_type):
+        if not _present(dev, available):
+            raise EPFail(
+                f"device_type {device_type!r}: OpenVINO device {dev} is not present here; "
+                f"available devices: {', '.join(available) or '(none)'}"
+            )
+    for dev, props in ep.options["load_config"].items():
+        if dev in META or not _present(dev, available):
+            continue  # properties for a device this session does not compile for are ignored
+        supported = dict(core.get_property(dev, "SUPPORTED_PROPERTIES"))
+        writable = sorted(k for k, v in supported.items() if v == "RW")
+        bad = [k for k in props if k not in writable]
+        if bad:
+            raise EPFail(
+                f"load_config: {dev} has no writable property {', '.join(map(repr, bad))}; "
+                f"valid: {', '.join(writable)}"
+            )
+    cache_dir = ep.options["cache_dir"]
+    if cache_dir:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+        except OSError as exc:
+            raise EPFail(f"cache_dir {cache_dir!r} cannot be created: {exc}") from None
+    ep.state["settings"] = resolve(ep.options, ep.intra_op_num_threads)
+    ep.state["kernels"] = []
+
+
+def _present(dev: str, available: list[str]) -> bool:
+    if dev in available:
+        return True
+    base, _, index = dev.partition(".")
+    same = [a for a in available if a.split(".")[0] == base]
+    if not same:
+        return False
+    return not index or (index == "0" and base in available)  # "GPU" alone is GPU.0
+
+
+@hookimpl
+def ort_session_end(ep: ProviderContext) -> None:
+    if ep.name == PROVIDER_NAME:
+        ep.state.clear()  # drops compiled models and infer requests
+
+
+@hookimpl
+def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozenset[int]) -> Capability | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    settings: CompileSettings = ep.state["settings"]
+    capability = Capability()
+    supported: set[int] = set()
+    for i in sorted(candidates):
+        reason = decline_reason(graph, graph.nodes[i], settings.device_type)
+        if reason is None:
+            supported.add(i)
+        else:
+            capability.declined[i] = reason
+    for group in groups(graph, supported):
+        capability.claims.append(Claim(group, fuse=True))
+    return capability
+
+
+@hookimpl
+def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    settings: CompileSettings = ep.state["settings"]
+    indices = [n.index for n in request.nodes]
+    model = node_model(request.graph, indices)
+    # node_model embeds Constant-node outputs the group reads; the kernel then takes fewer inputs
+    embedded = {init.name for init in model.graph.initializer}
+    keep = [k for k, name in enumerate(request.inputs) if name not in embedded]
+    first = request.nodes[0]
+    label = first.name if len(request.nodes) == 1 else f"{first.name} (+{len(request.nodes) - 1})"
+    dtypes = [request.value(name).dtype for name in request.outputs]
+    try:
+        group = GroupKernel(model.SerializeToString(), settings, dtypes, label)
+    except Exception as exc:
+        raise EPFail(f"OpenVINO cannot compile group {label} for {settings.device_type}: {exc}") from exc
+    ep.state.setdefault("kernels", []).append(group)
+    note = f"OpenVINO {settings.device_type} {settings.precision}"
+    if len(keep) == len(request.inputs):
+        return Kernel(run=group, note=note)
+    return Kernel(run=lambda *xs: group(*(xs[k] for k in keep)), note=note)
