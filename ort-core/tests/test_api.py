@@ -172,3 +172,14 @@ def test_cli_providers_and_placement(host, fake, tmp_path, capsys):
 def test_cli_reports_errors_without_a_traceback(host, tmp_path, capsys):
     assert cli.main(["run", str(tmp_path / "missing.onnx")]) == 2
     assert "NoSuchFile" in capsys.readouterr().err
+
+
+def test_negative_dimension_in_an_input_means_unknown(host):
+    model = make_model(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 2])],
+    )
+    sess = ort.InferenceSession(model)
+    assert sess.get_inputs()[0].shape == [None, 2]
+    assert sess.run(None, {"x": np.ones((3, 2), np.float32)})[0].shape == (3, 2)

@@ -66,7 +66,10 @@ class ValueView:
         self.shape: tuple[int | str | None, ...] | None = (
             None
             if shape is None
-            else tuple(d if isinstance(d, int) else (d.value if d.value else None) for d in shape)
+            # exporters write -1 for "unknown" too; it is no fixed dimension
+            else tuple(
+                (d if d >= 0 else None) if isinstance(d, int) else (d.value if d.value else None) for d in shape
+            )
         )
         self.is_initializer: bool = value.is_initializer()
         self.is_graph_input: bool = value.is_graph_input()
