@@ -1,0 +1,185 @@
+"""Normalisation ops and Dropout: BatchNormalization (incl. training outputs), Instance/Group/RMS/Lp
+normalisation, MeanVarianceNormalization, LRN.
+
+BatchNormalization and Dropout here supersede the inference-only versions registered earlier
+(this module is imported later, and equal ``since`` registrations resolve to the last one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import kernel
+from ._util import normalize_axis
+
+
+def _stat_dtype(x: np.ndarray):
+    # half-precision inputs accumulate in float32, like onnxruntime's CPU kernels
+    return np.float32 if x.dtype.itemsize < 4 else x.dtype
+
+
+def _bn_builder(node, request):
+    eps = float(node.attr("epsilon", 1e-5))
+    momentum = float(node.attr("momentum", 0.9))
+    n_out = len(node.outputs)
+    if node.opset >= 14:
+        training = bool(node.attr("training_mode", 0))
+    else:
+        training = n_out > 1 and not node.attr("is_test", 0)
+
+    def batch_norm(x, scale, bias, mean, var):
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        if training:
+            axes = (0,) + tuple(range(2, x.ndim))
+            xs = x.astype(_stat_dtype(x), copy=False)
+            use_mean, use_var = xs.mean(axis=axes), xs.var(axis=axes)
+        else:
+            use_mean, use_var = mean, var
+        factor = (scale / np.sqrt(use_var + eps)).astype(x.dtype, copy=False)
+        shift = (bias - use_mean * factor).astype(x.dtype, copy=False)
+        y = x * factor.reshape(shape) + shift.reshape(shape)
+        if n_out == 1:
+            return y
+        if not training:
+            return (y,) + (None,) * (n_out - 1)
+        running_mean = (mean * momentum + use_mean * (1 - momentum)).astype(mean.dtype, copy=False)
+        running_var = (var * momentum + use_var * (1 - momentum)).astype(var.dtype, copy=False)
+        if node.opset >= 14:
+            outs = (y, running_mean, running_var)
+        else:  # opset < 14: running stats, then the batch's mean and variance
+            outs = (y, running_mean, running_var, use_mean.astype(x.dtype), use_var.astype(x.dtype))
+        return outs[:n_out]
+
+    return batch_norm
+
+
+for _since in (1, 6, 7, 9, 14, 15):
+    kernel("BatchNormalization", since=_since)(_bn_builder)
+
+
+@kernel("InstanceNormalization", since=1)
+def _instance_norm(node, request):
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def instance_norm(x, scale, bias):
+        axes = tuple(range(2, x.ndim))
+        xs = x.astype(_stat_dtype(x), copy=False)
+        mean = xs.mean(axis=axes, keepdims=True)
+        var = xs.var(axis=axes, keepdims=True)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        y = (xs - mean) / np.sqrt(var + eps) * scale.reshape(shape) + bias.reshape(shape)
+        return y.astype(x.dtype, copy=False)
+
+    return instance_norm
+
+
+def _group_norm_builder(node, request):
+    eps = float(node.attr("epsilon", 1e-5))
+    groups = int(node.attr("num_groups"))
+    per_group_affine = node.opset < 21  # opset 18's scale/bias are per group, opset 21's per channel
+
+    def group_norm(x, scale, bias):
+        n, c = x.shape[:2]
+        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, groups, -1)
+        mean = xs.mean(axis=2, keepdims=True)
+        var = xs.var(axis=2, keepdims=True)
+        y = ((xs - mean) / np.sqrt(var + eps)).reshape(x.shape)
+        if per_group_affine:
+            scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return (y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)
+
+    return group_norm
+
+
+kernel("GroupNormalization", since=18)(_group_norm_builder)
+kernel("GroupNormalization", since=21)(_group_norm_builder)
+
+
+@kernel("RMSNormalization", since=23)
+def _rms_norm(node, request):
+    axis = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def rms_norm(x, scale):
+        a = normalize_axis(axis, x.ndim)
+        xs = x.astype(np.float32 if x.dtype.itemsize < 4 else x.dtype, copy=False)
+        ms = np.mean(xs * xs, axis=tuple(range(a, x.ndim)), keepdims=True)
+        return (xs / np.sqrt(ms + eps) * scale).astype(x.dtype, copy=False)
+
+    return rms_norm
+
+
+@kernel("LpNormalization", since=1)
+def _lp_norm(node, request):
+    axis = int(node.attr("axis", -1))
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise ValueError(f"LpNormalization {node.name!r}: attribute p={p}; valid values: [1, 2]")
+
+    def lp_norm(x):
+        norm = np.abs(x).sum(axis=axis, keepdims=True) if p == 1 else np.sqrt((x * x).sum(axis=axis, keepdims=True))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(norm == 0, 0, x / norm).astype(x.dtype, copy=False)
+
+    return lp_norm
+
+
+@kernel("MeanVarianceNormalization", since=9)
+def _mvn(node, request):
+    axes = tuple(int(a) for a in (node.attr("axes") or [0, 2, 3]))
+
+    def mvn(x):
+        mean = x.mean(axis=axes, keepdims=True)
+        var = (x * x).mean(axis=axes, keepdims=True) - mean * mean
+        return ((x - mean) / (np.sqrt(var) + x.dtype.type(1e-9))).astype(x.dtype, copy=False)
+
+    return mvn
+
+
+@kernel("LRN", since=1)
+def _lrn(node, request):
+    alpha = float(node.attr("alpha", 1e-4))
+    beta = float(node.attr("beta", 0.75))
+    bias = float(node.attr("bias", 1.0))
+    size = int(node.attr("size"))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+
+    def lrn(x):
+        # windowed sum over channels via a cumulative sum along C
+        sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (before + 1, after)] + [(0, 0)] * (x.ndim - 2))
+        csum = np.cumsum(sq, axis=1)
+        c = x.shape[1]
+        window = csum[:, size : size + c] - csum[:, :c]
+        return (x / (bias + (alpha / size) * window) ** beta).astype(x.dtype)
+
+    return lrn
+
+
+def _dropout_builder(node, request):
+    n_out = len(node.outputs)
+    seed = node.attr("seed")
+    attr_ratio = float(node.attr("ratio", 0.5))
+    legacy_training = node.opset < 7 and not node.attr("is_test", 0)
+    # with a seed, numpy's legacy Mersenne Twister gives the masks onnx's reference cases use
+    rng = np.random.default_rng() if seed is None else np.random.RandomState(int(seed))
+
+    def dropout(x, ratio=None, training_mode=None):
+        r = attr_ratio if ratio is None or node.opset < 12 else float(np.asarray(ratio).reshape(-1)[0])
+        training = bool(np.asarray(training_mode).reshape(-1)[0]) if training_mode is not None else legacy_training
+        if not training or r == 0:
+            y, mask = x, np.ones(x.shape, dtype=bool)
+        else:
+            mask = (rng.random(x.shape) if seed is None else rng.uniform(0, 1.0, x.shape)) >= r
+            y = (x * mask / x.dtype.type(1 - r)).astype(x.dtype, copy=False)
+        if n_out == 1:
+            return y
+        if node.opset < 10:
+            mask = mask.astype(x.dtype)
+        return y, mask
+
+    return dropout
+
+
+for _since in (1, 6, 7, 10, 12, 13, 22):
+    kernel("Dropout", since=_since)(_dropout_builder)
