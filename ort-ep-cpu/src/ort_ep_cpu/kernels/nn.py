@@ -1,6 +1,17 @@
-"""Linear algebra, convolution and pooling (BLAS through numpy matmul)."""
+"""Linear algebra, convolution and pooling (BLAS through numpy matmul).
+
+Convolution is an im2col + GEMM: the padded input is copied once per kernel offset into a
+column buffer laid out (N, C*K, out pixels), so one ``np.matmul`` per image writes the NCHW
+output directly, with no transposes. 1x1 convolutions skip the copy; depthwise ones are K
+multiply-adds. Pooling is K elementwise max/sum calls over strided slices. Geometry (pads,
+slices, output shape) is worked out once per input shape and cached.
+"""
 
 from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -67,34 +78,191 @@ def _windows(x, kernel_shape, strides, dilations, pads, fill):
     return win[index]
 
 
+# --------------------------------------------------------------------------------------------
+# sliding-window geometry shared by Conv, FusedConv and the pools
+# --------------------------------------------------------------------------------------------
+
+
+class _Geometry:
+    """Pads, output shape and one slice tuple per kernel offset for one input shape."""
+
+    __slots__ = ("pads", "padded", "out", "offsets", "inner")
+
+    def __init__(self, spatial, kernel_shape, strides, dilations, pads):
+        nd = len(kernel_shape)
+        self.pads = tuple(pads)
+        self.padded = tuple(spatial[i] + pads[i] + pads[i + nd] for i in range(nd))
+        self.out = tuple(
+            (self.padded[i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(nd)
+        )
+        if any(o <= 0 for o in self.out):
+            raise ValueError(
+                f"kernel {list(kernel_shape)} (dilations {list(dilations)}) does not fit the padded "
+                f"input {list(self.padded)}"
+            )
+        # per kernel offset: the strided slice of the padded input that it reads
+        self.offsets = [
+            (slice(None), slice(None))
+            + tuple(
+                slice(o * d, o * d + (n - 1) * s + 1, s)
+                for o, d, s, n in zip(offset, dilations, strides, self.out)
+            )
+            for offset in itertools.product(*(range(k) for k in kernel_shape))
+        ]
+        # where the unpadded input sits inside the padded buffer
+        self.inner = (slice(None), slice(None)) + tuple(
+            slice(pads[i], pads[i] + spatial[i]) for i in range(nd)
+        )
+
+
+def _padded(x: np.ndarray, g: _Geometry, fill) -> np.ndarray:
+    if not any(g.pads):
+        return x
+    xp = np.empty(x.shape[:2] + g.padded, dtype=x.dtype)
+    xp.fill(fill)
+    xp[g.inner] = x
+    return xp
+
+
+class _GeometryCache:
+    """Geometry per input shape; the node's attributes are read once."""
+
+    def __init__(self, node, kernel_shape=None, pads_of=None):
+        self.node = node
+        self.kernel_shape = kernel_shape
+        self.pads_of = pads_of
+        self.cache: dict[tuple, _Geometry] = {}
+        self.lock = threading.Lock()
+
+    def get(self, x_shape: tuple, kernel_shape) -> _Geometry:
+        key = (x_shape, tuple(kernel_shape))
+        g = self.cache.get(key)
+        if g is None:
+            node = self.node
+            nd = len(kernel_shape)
+            strides = list(node.attr("strides") or [1] * nd)
+            dilations = list(node.attr("dilations") or [1] * nd)
+            if self.pads_of is not None:
+                pads = self.pads_of(x_shape)
+            else:
+                pads = conv_pads(node, x_shape[2:], kernel_shape, strides, dilations)
+            g = _Geometry(x_shape[2:], kernel_shape, strides, dilations, pads)
+            with self.lock:
+                self.cache[key] = g
+        return g
+
+
+# --------------------------------------------------------------------------------------------
+# convolution
+# --------------------------------------------------------------------------------------------
+
+#: in-place activations a fused convolution (or Gemm/MatMul) applies to its output
+Activation = Callable[[np.ndarray], None]
+
+
+def make_activation(name: str, params: list[float]) -> Activation | None:
+    """The in-place activation ``name`` (onnxruntime's FusedConv spelling) or None for ""."""
+    if not name:
+        return None
+    if name == "Relu":
+        return lambda y: np.maximum(y, 0, out=y)
+    if name == "Tanh":
+        return lambda y: np.tanh(y, out=y)
+    if name == "Sigmoid":
+        def sigmoid(y):  # 1 / (1 + exp(-y)), in place
+            np.negative(y, out=y)
+            np.exp(y, out=y)
+            y += 1
+            np.reciprocal(y, out=y)
+        return sigmoid
+    if name == "LeakyRelu":
+        alpha = params[0] if params else 0.01
+
+        def leaky(y):
+            np.multiply(y, np.where(y < 0, y.dtype.type(alpha), y.dtype.type(1)), out=y)
+        return leaky
+    if name == "Clip":
+        low, high = (params + [-np.inf, np.inf][len(params):])[:2] if params else (-np.inf, np.inf)
+        return lambda y: np.clip(y, low, high, out=y)
+    if name == "HardSigmoid":
+        alpha, beta = (params[0], params[1]) if len(params) >= 2 else (0.2, 0.5)
+
+        def hard_sigmoid(y):
+            y *= y.dtype.type(alpha)
+            y += y.dtype.type(beta)
+            np.clip(y, 0, 1, out=y)
+        return hard_sigmoid
+    raise ValueError(f"activation {name!r} is not supported; valid: Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
+
+
+def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
+         kernel_shape, activation: Activation | None = None) -> np.ndarray:
+    """N-D convolution of ``x`` (N, C, ...) by ``w`` (M, C/group, k...) with geometry ``g``."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    nd = len(kernel_shape)
+    out = g.out
+    p = int(np.prod(out))
+    k = len(g.offsets)
+    dtype = np.result_type(x, w)
+    y = np.empty((n, m) + out, dtype=dtype)
+    y3 = y.reshape(n, m, p)
+    if group == 1:
+        if k == 1 and not any(g.pads):
+            cols = x[g.offsets[0]]
+            cols = cols.reshape(n, c, p) if cols.flags.c_contiguous else np.ascontiguousarray(cols).reshape(n, c, p)
+        else:
+            xp = _padded(x, g, 0)
+            cols = np.empty((n, c, k) + out, dtype=x.dtype)
+            for j, index in enumerate(g.offsets):
+                cols[:, :, j] = xp[index]
+            cols = cols.reshape(n, c * k, p)
+        np.matmul(w.reshape(m, c * k), cols, out=y3)
+    elif group == c and m == c:  # depthwise: K multiply-adds over the whole tensor
+        xp = _padded(x, g, 0)
+        wk = w.reshape((1, m, k) + (1,) * nd)
+        np.multiply(xp[g.offsets[0]], wk[:, :, 0], out=y)
+        tmp = np.empty_like(y)
+        for j in range(1, k):
+            np.multiply(xp[g.offsets[j]], wk[:, :, j], out=tmp)
+            y += tmp
+    else:
+        cg, mg = c // group, m // group
+        xp = _padded(x, g, 0)
+        cols = np.empty((n, c, k) + out, dtype=x.dtype)
+        for j, index in enumerate(g.offsets):
+            cols[:, :, j] = xp[index]
+        cols = cols.reshape(n, group, cg * k, p)
+        np.matmul(w.reshape(group, mg, cg * k), cols, out=y3.reshape(n, group, mg, p))
+    if b is not None:
+        y3 += b.reshape(1, m, 1)
+    if activation is not None:
+        activation(y)
+    return y
+
+
+def build_conv(node, request, activation: Activation | None = None):
+    """The Conv kernel (also used by FusedConv with an activation)."""
+    group = int(node.attr("group", 1))
+    geometry = _GeometryCache(node)
+    attr_kernel = node.attr("kernel_shape")
+
+    def conv_kernel(x, w, b=None):
+        kernel_shape = attr_kernel or w.shape[2:]
+        g = geometry.get(x.shape, kernel_shape)
+        return conv(x, w, b, group, g, kernel_shape, activation)
+
+    return conv_kernel
+
+
 @kernel("Conv")
 def _conv(node, request):
-    group = int(node.attr("group", 1))
+    return build_conv(node, request)
 
-    def conv(x, w, b=None):
-        nd = w.ndim - 2
-        kernel_shape = w.shape[2:]
-        strides = node.attr("strides") or [1] * nd
-        dilations = node.attr("dilations") or [1] * nd
-        pads = conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)
-        win = _windows(x, kernel_shape, strides, dilations, pads, 0)
-        n, c = x.shape[:2]
-        out_spatial = win.shape[2 : 2 + nd]
-        m = w.shape[0]
-        cg, mg = c // group, m // group
-        k = int(np.prod(kernel_shape))
-        # columns: (group, N*out, Cg*K)
-        cols = win.reshape(n, group, cg, *out_spatial, *kernel_shape)
-        cols = np.moveaxis(cols, 1, 0).reshape(group, n, cg, -1, k)
-        cols = cols.transpose(0, 1, 3, 2, 4).reshape(group, -1, cg * k)
-        weights = w.reshape(group, mg, cg * k).transpose(0, 2, 1)
-        y = np.matmul(cols, weights)  # (group, N*out, Mg)
-        y = y.reshape(group, n, -1, mg).transpose(1, 0, 3, 2).reshape(n, m, *out_spatial)
-        if b is not None:
-            y += b.reshape((1, -1) + (1,) * nd)
-        return np.ascontiguousarray(y)
 
-    return conv
+# --------------------------------------------------------------------------------------------
+# pooling
+# --------------------------------------------------------------------------------------------
 
 
 def _pool_params(node, x):
@@ -116,40 +284,76 @@ def _pool_params(node, x):
     return kernel_shape, strides, dilations, pads
 
 
+class _PoolFake:
+    """Shape-only stand-in so that ``_pool_params`` can run on a cached input shape."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
 @kernel("MaxPool")
 def _max_pool(node, request):
     n_out = len(node.outputs)
+    kernel_shape = list(node.attr("kernel_shape"))
+    geometry = _GeometryCache(node, pads_of=lambda shape: _pool_params(node, _PoolFake(shape))[3])
+
+    def max_pool_windows(x):  # the Indices output needs the windows; rare in practice
+        ks, strides, dilations, pads = _pool_params(node, x)
+        low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        win = _windows(x, ks, strides, dilations, pads, low)
+        return win.max(axis=tuple(range(-len(ks), 0))), None
 
     def max_pool(x):
-        kernel_shape, strides, dilations, pads = _pool_params(node, x)
-        low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        win = _windows(x, kernel_shape, strides, dilations, pads, low)
-        nd = len(kernel_shape)
-        y = win.max(axis=tuple(range(-nd, 0)))
-        return y if n_out == 1 else (y, None)
+        g = geometry.get(x.shape, kernel_shape)
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        xp = _padded(x, g, low)
+        y = xp[g.offsets[0]].copy()
+        for index in g.offsets[1:]:
+            np.maximum(y, xp[index], out=y)
+        return y
 
-    return max_pool
+    return max_pool if n_out == 1 else max_pool_windows
 
 
 @kernel("AveragePool")
 def _avg_pool(node, request):
     include_pad = bool(node.attr("count_include_pad", 0))
+    kernel_shape = list(node.attr("kernel_shape"))
+    nd = len(kernel_shape)
+    strides = list(node.attr("strides") or [1] * nd)
+    dilations = list(node.attr("dilations") or [1] * nd)
+    geometry = _GeometryCache(node, pads_of=lambda shape: _pool_params(node, _PoolFake(shape))[3])
+    counts_cache: dict[tuple, np.ndarray] = {}
+
+    def window_sum(xp, g):
+        y = xp[g.offsets[0]].copy()
+        for index in g.offsets[1:]:
+            y += xp[index]
+        return y
+
+    def counts_for(x, g):
+        key = (x.shape[2:], x.dtype)
+        counts = counts_cache.get(key)
+        if counts is None:
+            ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+            if include_pad:
+                # count the explicit (or auto_pad) padding but not the extra that ceil_mode added
+                explicit = conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)
+                padded = np.zeros((1, 1) + g.padded, dtype=x.dtype)
+                region = (slice(None), slice(None)) + tuple(
+                    slice(g.pads[i] - explicit[i], g.pads[i] + x.shape[2 + i] + explicit[i + nd]) for i in range(nd)
+                )
+                padded[region] = 1
+                counts = window_sum(padded, g)
+            else:
+                counts = window_sum(_padded(ones, g, 0), g)
+            counts_cache[key] = counts
+        return counts
 
     def avg_pool(x):
-        kernel_shape, strides, dilations, pads = _pool_params(node, x)
-        nd = len(kernel_shape)
-        axes = tuple(range(-nd, 0))
-        total = _windows(x, kernel_shape, strides, dilations, pads, 0).sum(axis=axes)
-        explicit = list(node.attr("pads") or [0] * (2 * nd))
-        if include_pad:
-            # count the explicit padding but not the extra padding ceil_mode added
-            ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
-            ones = np.pad(ones, [(0, 0), (0, 0)] + [(explicit[i], explicit[i + nd]) for i in range(nd)], constant_values=1)
-            extra = [0] * nd + [pads[i + nd] - explicit[i + nd] for i in range(nd)]
-            counts = _windows(ones, kernel_shape, strides, dilations, extra, 0).sum(axis=axes)
-        else:
-            ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
-            counts = _windows(ones, kernel_shape, strides, dilations, pads, 0).sum(axis=axes)
-        return (total / counts).astype(x.dtype, copy=False)
+        g = geometry.get(x.shape, kernel_shape)
+        y = window_sum(_padded(x, g, 0), g)
+        y /= counts_for(x, g)
+        return y
 
     return avg_pool

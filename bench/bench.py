@@ -1,0 +1,446 @@
+"""Side-by-side benchmark: ort-core (each installed provider) against onnxruntime CPU.
+
+Run by ``nox -s bench`` (never as a timed test). For every model, in one process:
+
+1. sessions are created (creation time measured) for ort-core with each installed provider and
+   for onnxruntime's CPU provider, all with ``intra_op_num_threads`` = ``--threads``;
+2. every ort-core output is checked against onnxruntime's for the same inputs (rtol/atol below)
+   before any time is reported; a model whose outputs differ is reported as a parity failure;
+3. after warm-up the engines are run alternately (engine A, B, C, A, B, C, ...) so that noise
+   from the other users of the machine hits all of them alike; the median is reported;
+4. onnx's ``ReferenceEvaluator`` runs in a child process with a one-minute limit (skipped where
+   one run would take longer);
+5. peak memory is the high-water mark of the resident set (``VmHWM``) minus the resident set
+   just before session creation, measured the same way for every engine, each in a fresh child
+   process (so that one engine's freed-but-kept heap cannot flatter the next).
+
+Outputs: a table on the terminal, ``bench-results/bench.json`` and ``bench-results/ratios.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+RTOL = 1e-3
+ATOL = 1e-4
+GENERATED = ("mlp", "cnn", "transformer")
+REAL = ("ocr-det", "ocr-rec", "ocr-cls", "silero-vad")
+
+
+# --------------------------------------------------------------------------------------------
+# models and inputs
+# --------------------------------------------------------------------------------------------
+
+
+def model_cases(names: list[str], batches: list[int]) -> list[tuple[str, str, int]]:
+    """(case label, model name, batch) for every requested model."""
+    cases = []
+    for name in names:
+        if name in GENERATED:
+            cases.extend((f"{name}-b{b}", name, b) for b in batches)
+        elif name in REAL:
+            cases.append((name, name, 1))
+        else:
+            raise SystemExit(f"unknown model {name!r}; valid: {', '.join(GENERATED + REAL)}")
+    return cases
+
+
+def load_case(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The model's bytes and seeded inputs for it."""
+    from ort_core.testing import models
+
+    if name in GENERATED:
+        proto = models.MODELS[name]()
+        return proto.SerializeToString(), models.random_inputs(proto, batch=batch)
+    from real_models import fetch
+
+    data = fetch(name).read_bytes()
+    rng = np.random.default_rng(0)
+    if name == "silero-vad":  # 512 samples of 16 kHz audio, zero state
+        feeds = {
+            "input": rng.standard_normal((batch, 512)).astype(np.float32) * 0.1,
+            "state": np.zeros((2, batch, 128), np.float32),
+            "sr": np.array(16000, np.int64),
+        }
+        return data, feeds
+    # PaddleOCR image models: NCHW float in [0, 1); sizes as rapidocr feeds them
+    size = {"ocr-det": (320, 320), "ocr-rec": (48, 320), "ocr-cls": (48, 192)}[name]
+    return data, {"x": rng.random((batch, 3, *size), dtype=np.float32)}
+
+
+# --------------------------------------------------------------------------------------------
+# engines
+# --------------------------------------------------------------------------------------------
+
+
+def make_engine(kind: str, data: bytes, threads: int, level: str = "all"):
+    """A callable ``feeds -> list of outputs`` for ``kind`` (``ort`` or ``core:<provider>``)."""
+    if kind == "ort":
+        import onnxruntime
+
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        sess = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        return lambda feeds: sess.run(None, feeds), sess
+    if kind.startswith("core:"):
+        import ort_core
+
+        so = ort_core.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.graph_optimization_level = {
+            "disable": ort_core.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort_core.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort_core.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort_core.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+        sess = ort_core.InferenceSession(data, so, providers=[kind.split(":", 1)[1]])
+        return lambda feeds: sess.run(None, feeds), sess
+    if kind == "reference":
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        ref = ReferenceEvaluator(onnx.load_from_string(data))
+        return lambda feeds: ref.run(None, feeds), ref
+    raise ValueError(f"unknown engine {kind!r}")
+
+
+def engine_label(kind: str) -> str:
+    if kind == "ort":
+        return "onnxruntime"
+    if kind.startswith("core:"):
+        return "ort-core[" + kind.split(":", 1)[1].replace("ExecutionProvider", "") + "]"
+    return "onnx.reference"
+
+
+# --------------------------------------------------------------------------------------------
+# child-process measurements (memory, reference evaluator)
+# --------------------------------------------------------------------------------------------
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def child_main(argv: list[str]) -> int:
+    """Entry of the child process: ``--child memory|reference MODEL BATCH KIND THREADS``."""
+    mode, name, batch, kind, threads = argv[0], argv[1], int(argv[2]), argv[3], int(argv[4])
+    data, feeds = load_case(name, batch)
+    if mode == "memory":
+        # import the engine's modules before the baseline so that only the session counts
+        if kind == "ort":
+            import onnxruntime  # noqa: F401
+        else:
+            import ort_core
+
+            ort_core.get_available_providers()
+        try:  # reset the high-water mark (Linux >= 4.0); else fall back to the delta alone
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+        base = _rss_kib("VmRSS")
+        run, _ = make_engine(kind, data, threads)
+        run(feeds)
+        run(feeds)
+        peak = _rss_kib("VmHWM")
+        print(json.dumps({"peak_rss_delta_mb": (peak - base) / 1024}))
+        return 0
+    # reference evaluator: one warm-up run, then up to 5 runs or 20 s
+    run, _ = make_engine("reference", data, threads)
+    run(feeds)
+    times = []
+    deadline = time.perf_counter() + 20
+    while len(times) < 5 and time.perf_counter() < deadline:
+        start = time.perf_counter()
+        run(feeds)
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"median_ms": statistics.median(times) * 1e3, "runs": len(times)}))
+    return 0
+
+
+def in_child(mode: str, name: str, batch: int, kind: str, threads: int, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, name, str(batch), kind, str(threads)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"over {timeout:.0f} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# executor overhead
+# --------------------------------------------------------------------------------------------
+
+
+def executor_overhead(threads: int, steps: int = 400, repeat: int = 200) -> dict[str, float]:
+    """Per-node cost of ort-core's run loop: a chain of ``steps`` Relu nodes on a 4-float
+    tensor, minus the cost of the numpy call itself; onnxruntime on the same model for scale."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", [f"v{k}"], [f"v{k + 1}"], name=f"relu{k}") for k in range(steps)]
+    graph = helper.make_graph(
+        nodes, "chain",
+        [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(f"v{steps}", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    onnx.checker.check_model(model)
+    feeds = {"v0": np.ones((1, 4), np.float32)}
+    core, sess = make_engine("core:CPUExecutionProvider", data, threads, level="disable")
+    ort, _ = make_engine("ort", data, threads, level="disable")
+    x = feeds["v0"]
+    result: dict[str, float] = {}
+    for label, fn in (("core", lambda: core(feeds)), ("ort", lambda: ort(feeds)), ("numpy", lambda: np.maximum(x, 0))):
+        for _ in range(5):
+            fn()
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter_ns()
+            fn()
+            times.append(time.perf_counter_ns() - start)
+        result[label] = statistics.median(times) / 1e3
+    per_node_core = result["core"] / steps
+    per_node_ort = result["ort"] / steps
+    return {
+        "steps": steps,
+        "core_us_per_node": per_node_core,
+        "ort_us_per_node": per_node_ort,
+        "numpy_call_us": result["numpy"],
+        "core_overhead_us_per_node": per_node_core - result["numpy"],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the benchmark
+# --------------------------------------------------------------------------------------------
+
+
+def check_parity(name: str, got: list[Any], want: list[Any]) -> str | None:
+    """None when ``got`` matches onnxruntime's ``want``, else what differs."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, onnxruntime gives {len(want)}"
+    for k, (a, b) in enumerate(zip(got, want)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return f"output {k}: shape {a.shape} vs {b.shape}"
+        if not np.allclose(a, b, rtol=RTOL, atol=ATOL):
+            diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            return f"output {k}: max abs difference {diff:.3g} (rtol {RTOL}, atol {ATOL})"
+    return None
+
+
+def blas_info() -> list[dict[str, Any]]:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return [{"error": "threadpoolctl not installed"}]
+    return [
+        {k: v for k, v in info.items() if k in ("internal_api", "architecture", "num_threads", "version", "prefix")}
+        for info in threadpool_info()
+    ]
+
+
+def bench_case(label: str, name: str, batch: int, providers: list[str], args) -> dict[str, Any]:
+    data, feeds = load_case(name, batch)
+    kinds = ["ort"] + [f"core:{p}" for p in providers]
+    engines, created = {}, {}
+    for kind in kinds:
+        start = time.perf_counter()
+        try:
+            engines[kind], _ = make_engine(kind, data, args.threads, args.level)
+        except Exception as exc:  # a provider that cannot take this model is reported, not fatal
+            created[kind] = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        created[kind] = (time.perf_counter() - start) * 1e3
+    row: dict[str, Any] = {"case": label, "model": name, "batch": batch, "engines": {}}
+    want = engines["ort"](feeds)
+    for kind in kinds:
+        entry: dict[str, Any] = {"label": engine_label(kind)}
+        row["engines"][kind] = entry
+        if kind not in engines:
+            entry["error"] = created[kind]
+            continue
+        entry["create_ms"] = created[kind]
+        if kind != "ort":
+            try:
+                problem = check_parity(name, engines[kind](feeds), want)
+            except Exception as exc:
+                problem = f"run failed: {type(exc).__name__}: {exc}"[:300]
+            if problem:
+                entry["error"] = "parity: " + problem
+                del engines[kind]
+    live = list(engines)
+    for _ in range(args.warmup):
+        for kind in live:
+            engines[kind](feeds)
+    times: dict[str, list[float]] = {k: [] for k in live}
+    deadline = time.perf_counter() + args.max_seconds
+    for r in range(args.repeat):
+        for kind in live:
+            start = time.perf_counter_ns()
+            engines[kind](feeds)
+            times[kind].append((time.perf_counter_ns() - start) / 1e6)
+        if r >= 4 and time.perf_counter() > deadline:
+            break
+    base = statistics.median(times["ort"])
+    for kind in live:
+        entry = row["engines"][kind]
+        entry["median_ms"] = statistics.median(times[kind])
+        entry["runs"] = len(times[kind])
+        entry["ratio_vs_ort"] = entry["median_ms"] / base
+    del engines
+    if not args.no_memory:
+        for kind in kinds:
+            if "error" not in row["engines"][kind]:
+                row["engines"][kind].update(in_child("memory", name, batch, kind, args.threads, 300))
+        ort_mem = row["engines"]["ort"].get("peak_rss_delta_mb")
+        for kind in kinds:
+            mem = row["engines"][kind].get("peak_rss_delta_mb")
+            if kind != "ort" and mem is not None and ort_mem:
+                row["engines"][kind]["memory_ratio_vs_ort"] = mem / max(ort_mem, 0.1)
+    if not args.no_reference:
+        ref = in_child("reference", name, batch, "reference", args.threads, 60)
+        row["reference"] = ref
+        if "median_ms" in ref:
+            for kind in kinds:
+                e = row["engines"][kind]
+                if "median_ms" in e and kind != "ort":
+                    e["speedup_vs_reference"] = ref["median_ms"] / e["median_ms"]
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = f"{'model':<16} {'engine':<22} {'median ms':>10} {'ratio':>7} {'create ms':>10} {'peak MB':>8} {'x ref':>8}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        ref = row.get("reference", {})
+        for e in row["engines"].values():
+            if "error" in e:
+                print(f"{row['case']:<16} {e['label']:<22} {e['error']}")
+                continue
+            mem = e.get("peak_rss_delta_mb")
+            speed = e.get("speedup_vs_reference")
+            print(
+                f"{row['case']:<16} {e['label']:<22} {e['median_ms']:>10.3f} {e['ratio_vs_ort']:>7.2f} "
+                f"{e['create_ms']:>10.1f} {'' if mem is None else f'{mem:.1f}':>8} "
+                f"{'' if speed is None else f'{speed:.0f}':>8}"
+            )
+        if "median_ms" in ref:
+            print(f"{row['case']:<16} {'onnx.reference':<22} {ref['median_ms']:>10.3f}")
+        elif ref:
+            print(f"{row['case']:<16} {'onnx.reference':<22} {ref.get('skipped') or ref.get('error')}")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not installed: no chart"
+    kinds = [k for k in rows[0]["engines"] if k != "ort"] if rows else []
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 1.1), 4))
+    width = 0.8 / max(len(kinds), 1)
+    for j, kind in enumerate(kinds):
+        ratios = [row["engines"].get(kind, {}).get("ratio_vs_ort", 0) for row in rows]
+        ax.bar(np.arange(len(rows)) + j * width, ratios, width, label=engine_label(kind))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(rows)) + width * (len(kinds) - 1) / 2)
+    ax.set_xticklabels([r["case"] for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("median latency / onnxruntime CPU")
+    ax.set_title("ort-core vs onnxruntime (lower is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return None
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child_main(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(GENERATED + REAL))
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--max-seconds", type=float, default=30.0, help="time budget per model for the timed runs")
+    parser.add_argument("--level", default="all", choices=["disable", "basic", "extended", "all"])
+    parser.add_argument("--providers", default="", help="ort-core providers (default: every installed one)")
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "bench-results"))
+    args = parser.parse_args()
+
+    import onnxruntime
+
+    import ort_core
+
+    providers = [p for p in args.providers.split(",") if p] or ort_core.get_available_providers()
+    cases = model_cases([m for m in args.models.split(",") if m], [int(b) for b in args.batches.split(",")])
+    print(f"python {platform.python_version()}, numpy {np.__version__}, onnxruntime {onnxruntime.__version__}, "
+          f"ort-core {ort_core.__version__}, threads {args.threads}, optimization level {args.level}")
+    blas = blas_info()
+    print("BLAS:", "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in blas))
+    print("OPENBLAS_CORETYPE:", os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
+          "OPENBLAS_L2_SIZE:", os.environ.get("OPENBLAS_L2_SIZE", "(unset)"))
+    rows = []
+    for label, name, batch in cases:
+        print(f"... {label}", flush=True)
+        rows.append(bench_case(label, name, batch, providers, args))
+    overhead = executor_overhead(args.threads)
+    print()
+    print_table(rows)
+    print()
+    print(
+        f"executor overhead: {overhead['core_overhead_us_per_node']:.2f} us/node "
+        f"(ort-core {overhead['core_us_per_node']:.2f} us/node incl. one numpy call of "
+        f"{overhead['numpy_call_us']:.2f} us; onnxruntime {overhead['ort_us_per_node']:.2f} us/node; "
+        f"{overhead['steps']}-node Relu chain on a 1x4 tensor)"
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "python": platform.python_version(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
+        "ort_core": ort_core.__version__, "threads": args.threads, "level": args.level, "blas": blas,
+        "cpu": platform.processor() or platform.machine(), "rtol": RTOL, "atol": ATOL,
+        "executor_overhead": overhead, "rows": rows,
+    }
+    (out / "bench.json").write_text(json.dumps(result, indent=1))
+    problem = plot(rows, out / "ratios.png")
+    print(f"wrote {out / 'bench.json'}" + (f"; {problem}" if problem else f" and {out / 'ratios.png'}"))
+    failed = [r["case"] for r in rows for e in r["engines"].values() if str(e.get("error", "")).startswith("parity")]
+    if failed:
+        print("PARITY FAILURES:", ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
