@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
 
-from ..registry import kernel
+from ..registry import kernel, lookup
 
 
 def _auto_pad(node) -> str:
@@ -82,3 +83,160 @@ def _conv_transpose(node, request):
         return np.ascontiguousarray(y)
 
     return conv_transpose
+
+
+@kernel("Col2Im", since=18)
+def _col2im(node, request):
+    def col2im(x, image_shape, block_shape):
+        image = [int(v) for v in image_shape]
+        block = [int(v) for v in block_shape]
+        nd = len(image)
+        strides = list(node.attr("strides") or [1] * nd)
+        dilations = list(node.attr("dilations") or [1] * nd)
+        pads = list(node.attr("pads") or [0] * (2 * nd))
+        blocks = [
+            (i + pads[d] + pads[d + nd] - ((k - 1) * dl + 1)) // s + 1
+            for d, (i, k, dl, s) in enumerate(zip(image, block, dilations, strides))
+        ]
+        n = x.shape[0]
+        c = x.shape[1] // int(np.prod(block))
+        cols = x.reshape(n, c, *block, *blocks)
+        return np.ascontiguousarray(_fold(cols, block, strides, dilations, blocks, pads[:nd], image))
+
+    return col2im
+
+
+# --- pooling beyond nn.py's Max/AveragePool -----------------------------------------------------
+
+
+def max_pool_indices(x, win, kernel_shape, strides, dilations, pads, storage_order: int) -> np.ndarray:
+    """Flat input index (int64) of each MaxPool output, row-major or, with storage_order=1,
+    column-major over the spatial dims, as the Indices output of MaxPool defines it."""
+    nd = len(kernel_shape)
+    flat = win.reshape(win.shape[: 2 + nd] + (-1,))
+    best = np.argmax(flat, axis=-1)
+    offsets = np.unravel_index(best, kernel_shape)
+    spatial = x.shape[2:]
+    coords = []
+    for d in range(nd):
+        out_pos = np.arange(win.shape[2 + d]).reshape((-1,) + (1,) * (nd - 1 - d))
+        coords.append(out_pos * strides[d] + offsets[d] * dilations[d] - pads[d])
+    if storage_order == 1:
+        inner = np.ravel_multi_index(tuple(reversed(coords)), tuple(reversed(spatial)), mode="clip")
+    else:
+        inner = np.ravel_multi_index(tuple(coords), tuple(spatial), mode="clip")
+    n, c = x.shape[:2]
+    base = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * int(np.prod(spatial))
+    return (base.reshape((n, c) + (1,) * nd) + inner).astype(np.int64)
+
+
+def pool_geometry(node, spatial: tuple[int, ...]):
+    """kernel_shape, strides, dilations and [begin..., end...] pads of a pooling node, the end
+    pads grown so that ceil_mode's last partial windows exist."""
+    kernel_shape = [int(k) for k in node.attr("kernel_shape")]
+    nd = len(kernel_shape)
+    strides = list(node.attr("strides") or [1] * nd)
+    dilations = list(node.attr("dilations") or [1] * nd)
+    auto_pad = _auto_pad(node)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    pads = list(node.attr("pads") or [0] * (2 * nd)) if auto_pad == "NOTSET" else [0] * (2 * nd)
+    for d in range(nd):
+        span = (kernel_shape[d] - 1) * dilations[d] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-spatial[d] // strides[d])
+            total = max(0, (out - 1) * strides[d] + span - spatial[d])
+            small = total // 2
+            pads[d], pads[d + nd] = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+            continue
+        room = spatial[d] + pads[d] + pads[d + nd] - span
+        out = (-(-room // strides[d]) if ceil_mode else room // strides[d]) + 1
+        if ceil_mode and (out - 1) * strides[d] >= spatial[d] + pads[d]:
+            out -= 1  # a last window starting in the end padding is dropped
+        pads[d + nd] += max(0, (out - 1) * strides[d] + span - (spatial[d] + pads[d] + pads[d + nd]))
+    return kernel_shape, strides, dilations, pads
+
+
+def pool_windows(x: np.ndarray, kernel_shape, strides, dilations, pads, fill) -> np.ndarray:
+    """(N, C, *out, *kernel) strided view of x padded with ``fill``."""
+    nd = len(kernel_shape)
+    if any(pads):
+        x = np.pad(x, [(0, 0), (0, 0)] + [(pads[d], pads[d + nd]) for d in range(nd)], constant_values=fill)
+    span = [(k - 1) * dl + 1 for k, dl in zip(kernel_shape, dilations)]
+    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
+    index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+    return win[index + tuple(slice(None, None, dl) for dl in dilations)]
+
+
+def _max_pool_with_indices(node, request, previous):
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return previous(node, request)
+    storage_order = int(node.attr("storage_order", 0))
+
+    def max_pool(x):
+        kernel_shape, strides, dilations, pads = pool_geometry(node, x.shape[2:])
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        win = pool_windows(x, kernel_shape, strides, dilations, pads, low)
+        y = win.max(axis=tuple(range(-len(kernel_shape), 0)))
+        return y, max_pool_indices(x, win, kernel_shape, strides, dilations, pads, storage_order)
+
+    return max_pool
+
+
+# nn.py's MaxPool (tuned for speed) computes the values only; a node that asks for Indices is built
+# here, any other goes to the builder registered before this module
+_PREVIOUS_MAX_POOL = {s: lookup("", "MaxPool", s) for s in (1, 8, 10, 11, 12, 22)}
+for _since, _previous in _PREVIOUS_MAX_POOL.items():
+    if _previous is not None:
+        kernel("MaxPool", since=_since)(functools.partial(_max_pool_with_indices, previous=_previous.build))
+
+
+def _lp_pool_builder(node, request):
+    p = float(node.attr("p", 2))
+
+    def lp_pool(x):
+        kernel_shape, strides, dilations, pads = pool_geometry(node, x.shape[2:])
+        nd = len(kernel_shape)
+        win = pool_windows(np.abs(x) ** p if p != 1 else np.abs(x), kernel_shape, strides, dilations, pads, 0)
+        return (win.sum(axis=tuple(range(-nd, 0))) ** (1.0 / p)).astype(x.dtype, copy=False)
+
+    return lp_pool
+
+
+for _since in (1, 2, 11, 18):
+    kernel("LpPool", since=_since)(_lp_pool_builder)
+
+
+@kernel("GlobalLpPool", since=2)
+def _global_lp_pool(node, request):
+    p = float(node.attr("p", 2))
+
+    def global_lp_pool(x):
+        axes = tuple(range(2, x.ndim))
+        return (np.sum(np.abs(x) ** p, axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype, copy=False)
+
+    return global_lp_pool
+
+
+@kernel("MaxUnpool", since=9)
+def _max_unpool(node, request):
+    kernel_shape = list(node.attr("kernel_shape"))
+    nd = len(kernel_shape)
+    strides = list(node.attr("strides") or [1] * nd)
+    pads = list(node.attr("pads") or [0] * (2 * nd))
+
+    def max_unpool(x, indices, output_shape=None):
+        spatial = [
+            (i - 1) * s + k - pads[d] - pads[d + nd] for d, (i, s, k) in enumerate(zip(x.shape[2:], strides, kernel_shape))
+        ]
+        inferred = tuple(x.shape[:2]) + tuple(spatial)
+        y = np.zeros(int(np.prod(inferred)), dtype=x.dtype)
+        y[indices.reshape(-1).astype(np.int64)] = x.reshape(-1)
+        y = y.reshape(inferred)
+        if output_shape is None:
+            return y
+        # indices address the inferred shape; a larger output_shape pads it at the end
+        out = np.zeros(tuple(int(v) for v in output_shape), dtype=x.dtype)
+        out[tuple(slice(0, n) for n in inferred)] = y
+        return out
+
+    return max_unpool
