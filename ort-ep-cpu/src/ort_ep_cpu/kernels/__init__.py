@@ -4,5 +4,5 @@ from . import elementwise, nn, reduce, tensor  # noqa: F401
 from . import image  # noqa: F401, E402  (family B: Resize, Upsample, ...)
 from . import conv  # noqa: F401, E402  (family B: ConvTranspose, Col2Im)
 from . import shape  # noqa: F401, E402  (family B: indexing/layout ops)
-from . import bitwise, control_flow, random, sequence, text  # noqa: F401, E402  (family C)
+from . import bitwise, control_flow, ml, random, sequence, text  # noqa: F401, E402  (family C)
 from . import norm  # noqa: F401, E402  (family B: normalisation, Dropout; after reduce/tensor to supersede)

@@ -1,0 +1,415 @@
+"""ai.onnx.ml: classic machine-learning ops (scikit-learn style pipelines).
+
+Native kernels are vectorised over the batch (TreeEnsemble walks every sample through every
+tree at once, one tree level per step). Legacy ops that are rarely met in current models are
+delegated to onnx.reference (see ``_delegate.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ndtri
+
+from ort_core import Kernel
+
+from ..registry import kernel
+from ._delegate import delegate
+
+ML = "ai.onnx.ml"
+
+
+def _strings_in(x) -> bool:
+    return np.asarray(x).dtype.kind in ("O", "U", "S")
+
+
+# ------------------------------------------------------------------------------ post transforms
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_zero(s: np.ndarray) -> np.ndarray:
+    # like softmax, but entries that are exactly 0 stay 0
+    e = np.where(s == 0, 0, np.exp(s - s.max(axis=-1, keepdims=True)))
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total != 0)
+
+
+_POST = {
+    "NONE": lambda s: s,
+    "SOFTMAX": _softmax,
+    "LOGISTIC": lambda s: 1.0 / (1.0 + np.exp(-s)),
+    "SOFTMAX_ZERO": _softmax_zero,
+    "PROBIT": ndtri,  # sqrt(2) * erfinv(2p - 1)
+}
+_POST_CODES = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+
+
+def _post_transform(name_or_code, node):
+    name = _POST_CODES[int(name_or_code)] if isinstance(name_or_code, (int, np.integer)) else name_or_code
+    if name not in _POST:
+        raise ValueError(f"{node.op_type} {node.name!r}: post_transform {name!r} not one of {', '.join(_POST)}")
+    return _POST[name]
+
+
+# ------------------------------------------------------------------------------ LabelEncoder
+
+
+def _label_defaults(values) -> object:
+    if values.dtype.kind in ("O", "U", "S"):
+        return "_Unused"
+    if values.dtype.kind == "f":
+        return -0.0
+    return -1
+
+
+@kernel("LabelEncoder", since=1, domain=ML)
+def _label_encoder_v1(node, request):
+    classes = list(node.attr("classes_strings") or [])
+    if _strings_in_type(request, node.inputs[0]):
+        table = {c: i for i, c in enumerate(classes)}
+        default = int(node.attr("default_int64", -1))
+        return lambda x: np.array(
+            [table.get(s, default) for s in np.asarray(x).reshape(-1).tolist()], dtype=np.int64
+        ).reshape(np.shape(x))
+    default_s = node.attr("default_string", "_Unused")
+
+    def to_string(x):
+        idx = np.asarray(x).reshape(-1)
+        out = np.array([classes[i] if 0 <= i < len(classes) else default_s for i in idx.tolist()], dtype=object)
+        return out.reshape(np.shape(x))
+
+    return to_string
+
+
+def _strings_in_type(request, name: str) -> bool:
+    return request.value(name).type == "tensor(string)"
+
+
+@kernel("LabelEncoder", since=2, domain=ML)
+def _label_encoder(node, request):
+    a = node.attributes
+    keys = next((np.asarray(a[k]) for k in ("keys_tensor", "keys_strings", "keys_int64s", "keys_floats") if k in a), None)
+    if "values_tensor" in a:
+        values = np.asarray(a["values_tensor"])
+    elif "values_strings" in a:
+        values = np.array(a["values_strings"], dtype=object)
+    elif "values_int64s" in a:
+        values = np.array(a["values_int64s"], dtype=np.int64)
+    elif "values_floats" in a:
+        values = np.array(a["values_floats"], dtype=np.float32)
+    else:
+        raise ValueError(f"LabelEncoder {node.name!r}: no values_* attribute")
+    if keys is None:
+        raise ValueError(f"LabelEncoder {node.name!r}: no keys_* attribute")
+    keys, values = keys.reshape(-1), values.reshape(-1)
+    if len(keys) != len(values):
+        raise ValueError(f"LabelEncoder {node.name!r}: {len(keys)} keys but {len(values)} values")
+    if values.dtype.kind in ("U", "S", "O"):
+        values = np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in values.tolist()], dtype=object)
+    if "default_tensor" in a:
+        default = np.asarray(a["default_tensor"]).reshape(-1)[0]
+        default = default.decode("utf-8") if isinstance(default, bytes) else default
+    elif values.dtype == object:
+        default = a.get("default_string", "_Unused")
+    elif values.dtype.kind == "f":
+        default = a.get("default_float", -0.0)
+    else:
+        default = a.get("default_int64", -1)
+    out_dtype = values.dtype
+
+    if keys.dtype.kind in ("O", "U", "S"):
+        # string tensors from the IR may hold bytes; the runtime's strings are str
+        text = [k.decode("utf-8") if isinstance(k, bytes) else k for k in keys.tolist()]
+        table = dict(zip(text, values.tolist()))
+
+        def encode_strings(x):
+            flat = np.asarray(x).reshape(-1).tolist()
+            return np.array([table.get(s, default) for s in flat], dtype=out_dtype).reshape(np.shape(x))
+
+        return encode_strings
+
+    # numeric keys: sorted keys and a binary search, with NaN as a key of its own
+    nan_keys = np.isnan(keys) if keys.dtype.kind == "f" else np.zeros(len(keys), dtype=bool)
+    nan_value = values[nan_keys][0] if nan_keys.any() else default
+    order = np.argsort(keys[~nan_keys], kind="stable")
+    sorted_keys = keys[~nan_keys][order]
+    sorted_values = values[~nan_keys][order]
+
+    def encode(x):
+        x = np.asarray(x)
+        out = np.full(x.shape, default, dtype=out_dtype)
+        if len(sorted_keys):
+            pos = np.clip(np.searchsorted(sorted_keys, x), 0, len(sorted_keys) - 1)
+            hit = sorted_keys[pos] == x
+            out[hit] = sorted_values[pos[hit]]
+        if x.dtype.kind == "f":
+            out[np.isnan(x)] = nan_value
+        return out
+
+    return encode
+
+
+# ------------------------------------------------------------------------------ trees
+
+
+_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5, "BRANCH_MEMBER": 6}
+
+
+@kernel("TreeEnsemble", since=5, domain=ML)
+def _tree_ensemble(node, request):
+    a = node.attributes
+
+    def arr(name, dtype, default=None):
+        if name not in a:
+            if default is None:
+                raise ValueError(f"TreeEnsemble {node.name!r}: attribute {name!r} is required")
+            return default
+        return np.asarray(a[name], dtype=dtype).reshape(-1)
+
+    splits = arr("nodes_splits", np.float64)
+    features = arr("nodes_featureids", np.int64)
+    modes = arr("nodes_modes", np.int64)
+    true_ids, false_ids = arr("nodes_truenodeids", np.int64), arr("nodes_falsenodeids", np.int64)
+    true_leaf = arr("nodes_trueleafs", np.int64).astype(bool)
+    false_leaf = arr("nodes_falseleafs", np.int64).astype(bool)
+    leaf_targets = arr("leaf_targetids", np.int64)
+    leaf_weights = arr("leaf_weights", np.float64)
+    roots = arr("tree_roots", np.int64)
+    missing_true = arr("nodes_missing_value_tracks_true", np.int64, np.zeros(len(modes), np.int64)).astype(bool)
+    n_targets = int(a.get("n_targets", int(leaf_targets.max(initial=0)) + 1))
+    aggregate = int(a.get("aggregate_function", 1))
+    post = _post_transform(int(a.get("post_transform", 0)), node)
+    if aggregate not in (0, 1, 2, 3):
+        raise ValueError(f"TreeEnsemble {node.name!r}: aggregate_function {aggregate} not in 0..3")
+    # set-membership nodes take their sets, NaN-separated, in node order
+    members: dict[int, np.ndarray] = {}
+    member_nodes = np.flatnonzero(modes == 6)
+    if len(member_nodes):
+        values = arr("membership_values", np.float64)
+        groups = np.split(values, np.flatnonzero(np.isnan(values)))
+        sets = [g[~np.isnan(g)] for g in groups]
+        if len(sets) < len(member_nodes):
+            raise ValueError(f"TreeEnsemble {node.name!r}: membership_values has {len(sets)} sets for {len(member_nodes)} member nodes")
+        members = {int(n): sets[k] for k, n in enumerate(member_nodes)}
+    # a root whose both branches are the same leaf is a one-leaf tree
+    root_is_leaf = true_leaf[roots] & false_leaf[roots] & (true_ids[roots] == false_ids[roots])
+    n_trees = len(roots)
+
+    def predict(x):
+        x = np.asarray(x)
+        rows = x.reshape(x.shape[0], -1) if x.ndim != 1 else x.reshape(1, -1)
+        n = rows.shape[0]
+        xf = rows.astype(np.float64)
+        cur = np.broadcast_to(np.where(root_is_leaf, true_ids[roots], roots), (n, n_trees)).copy()
+        done = np.broadcast_to(root_is_leaf, (n, n_trees)).copy()
+        sample = np.broadcast_to(np.arange(n)[:, None], (n, n_trees))
+        while not done.all():
+            active = ~done
+            nodes = cur[active]
+            v = xf[sample[active], features[nodes]]
+            s = splits[nodes]
+            m = modes[nodes]
+            with np.errstate(invalid="ignore"):
+                go = np.select(
+                    [m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+                    [v <= s, v < s, v >= s, v > s, v == s, v != s],
+                    default=False,
+                )
+            for k in np.flatnonzero(m == 6):
+                go[k] = bool(np.isin(v[k], members[int(nodes[k])]))
+            go |= missing_true[nodes] & np.isnan(v)
+            cur[active] = np.where(go, true_ids[nodes], false_ids[nodes])
+            done[active] = np.where(go, true_leaf[nodes], false_leaf[nodes])
+        weights = leaf_weights[cur]
+        targets = leaf_targets[cur]
+        row_index = np.broadcast_to(np.arange(n)[:, None], targets.shape)
+        if aggregate in (0, 1):
+            out = np.zeros((n, n_targets))
+            np.add.at(out, (row_index, targets), weights)
+            if aggregate == 0:
+                out /= n_trees
+        elif aggregate == 2:
+            out = np.full((n, n_targets), np.finfo(np.float64).max)
+            np.minimum.at(out, (row_index, targets), weights)
+        else:
+            out = np.full((n, n_targets), np.finfo(np.float64).min)
+            np.maximum.at(out, (row_index, targets), weights)
+        return post(out).astype(x.dtype if x.dtype.kind == "f" else np.float32)
+
+    return predict
+
+
+# ------------------------------------------------------------------------------ feature ops
+
+
+@kernel("ArrayFeatureExtractor", domain=ML)
+def _array_feature_extractor(node, request):
+    def extract(x, indices):
+        index = np.asarray(indices).reshape(-1)
+        if index.size and (index.min() < -x.shape[-1] or index.max() >= x.shape[-1]):
+            raise IndexError(
+                f"ArrayFeatureExtractor {node.name!r}: indices {index.tolist()} out of range for "
+                f"last dimension {x.shape[-1]}"
+            )
+        out = np.take(x, index, axis=-1)
+        # a 1-D input gives one row, as onnxruntime does
+        return out.reshape(1, -1) if x.ndim == 1 else out
+
+    return extract
+
+
+@kernel("Binarizer", domain=ML)
+def _binarizer(node, request):
+    threshold = float(node.attr("threshold", 0.0))
+    return lambda x: (x > threshold).astype(x.dtype)
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+@kernel("Normalizer", domain=ML)
+def _normalizer(node, request):
+    norm = node.attr("norm", "MAX")
+    if norm not in ("MAX", "L1", "L2"):
+        raise ValueError(f"Normalizer {node.name!r}: norm {norm!r} not one of MAX, L1, L2")
+
+    def normalize(x):
+        r = _rows(np.asarray(x)).astype(np.float32)
+        if norm == "MAX":
+            d = r.max(axis=1, keepdims=True)
+        elif norm == "L1":
+            d = np.abs(r).sum(axis=1, keepdims=True)
+        else:
+            d = np.sqrt((r * r).sum(axis=1, keepdims=True))
+        return (r / d).reshape(np.shape(x))
+
+    return normalize
+
+
+@kernel("Scaler", domain=ML)
+def _scaler(node, request):
+    offset = np.asarray(node.attr("offset", [0.0]), dtype=np.float32)
+    scale = np.asarray(node.attr("scale", [1.0]), dtype=np.float32)
+    return lambda x: ((np.asarray(x, dtype=np.float32) - offset) * scale).astype(np.float32)
+
+
+@kernel("Imputer", domain=ML)
+def _imputer(node, request):
+    floats = node.attr("imputed_value_floats")
+    ints = node.attr("imputed_value_int64s")
+    imputed = np.asarray(floats if floats else ints)
+    replaced = node.attr("replaced_value_float", 0.0) if floats else node.attr("replaced_value_int64", 0)
+
+    def impute(x):
+        x = np.asarray(x)
+        r = _rows(x)
+        if isinstance(replaced, float) and math.isnan(replaced):
+            mask = np.isnan(r)
+        else:
+            mask = r == replaced
+        fill = np.broadcast_to(imputed.astype(x.dtype), r.shape) if imputed.size in (1, r.shape[1]) else None
+        if fill is None:
+            raise ValueError(f"Imputer {node.name!r}: {imputed.size} imputed values for {r.shape[1]} features")
+        return np.where(mask, fill, r).reshape(x.shape)
+
+    return impute
+
+
+@kernel("LinearRegressor", domain=ML)
+def _linear_regressor(node, request):
+    targets = int(node.attr("targets", 1))
+    coef = np.asarray(node.attr("coefficients"), dtype=np.float32).reshape(targets, -1)
+    intercepts = np.asarray(node.attr("intercepts") or [0.0] * targets, dtype=np.float32)
+    post = _post_transform(node.attr("post_transform", "NONE"), node)
+    return lambda x: post(_rows(np.asarray(x, dtype=np.float32)) @ coef.T + intercepts).astype(np.float32)
+
+
+@kernel("CategoryMapper", domain=ML)
+def _category_mapper(node, request):
+    strings = list(node.attr("cats_strings") or [])
+    ints = [int(i) for i in node.attr("cats_int64s") or []]
+    if len(strings) != len(ints):
+        raise ValueError(f"CategoryMapper {node.name!r}: cats_strings and cats_int64s differ in length")
+    to_int = dict(zip(strings, ints))
+    to_str = dict(zip(ints, strings))
+    default_int = int(node.attr("default_int64", -1))
+    default_str = node.attr("default_string", "_Unused")
+
+    def mapper(x):
+        x = np.asarray(x)
+        flat = x.reshape(-1).tolist()
+        if _strings_in(x):
+            return np.array([to_int.get(s, default_int) for s in flat], dtype=np.int64).reshape(x.shape)
+        return np.array([to_str.get(i, default_str) for i in flat], dtype=object).reshape(x.shape)
+
+    return mapper
+
+
+@kernel("FeatureVectorizer", domain=ML)
+def _feature_vectorizer(node, request):
+    dims = [int(d) for d in node.attr("inputdimensions") or []]
+
+    def vectorize(*xs):
+        parts = []
+        for k, x in enumerate(xs):
+            r = np.asarray(x, dtype=np.float32)
+            r = r.reshape(1, -1) if r.ndim <= 1 else r.reshape(r.shape[0], -1)
+            want = dims[k] if k < len(dims) else r.shape[1]
+            if r.shape[1] < want:  # pad short inputs with zeros, cut long ones
+                r = np.pad(r, ((0, 0), (0, want - r.shape[1])))
+            parts.append(r[:, :want])
+        return np.concatenate(parts, axis=1)
+
+    return vectorize
+
+
+@kernel("OneHotEncoder", domain=ML)
+def _one_hot_encoder(node, request):
+    cats = node.attr("cats_strings") or node.attr("cats_int64s") or []
+    index = {c: i for i, c in enumerate(cats)}
+    zeros = bool(node.attr("zeros", 1))
+
+    def encode(x):
+        x = np.asarray(x)
+        flat = x.reshape(-1).tolist()
+        pos = np.array([index.get(v if isinstance(v, str) else int(v), -1) for v in flat], dtype=np.int64)
+        if not zeros and (pos < 0).any():
+            bad = flat[int(np.flatnonzero(pos < 0)[0])]
+            raise ValueError(f"OneHotEncoder {node.name!r}: unknown category {bad!r} and zeros=0")
+        out = np.zeros((pos.size, len(cats)), dtype=np.float32)
+        hit = pos >= 0
+        out[np.flatnonzero(hit), pos[hit]] = 1.0
+        return out.reshape(*x.shape, len(cats))
+
+    return encode
+
+
+@kernel("ZipMap", domain=ML)
+def _zip_map(node, request):
+    labels = node.attr("classlabels_strings") or node.attr("classlabels_int64s")
+    if not labels:
+        raise ValueError(f"ZipMap {node.name!r}: classlabels_strings or classlabels_int64s is required")
+    labels = [s if isinstance(s, str) else int(s) for s in labels]
+
+    def zip_map(x):
+        r = _rows(np.asarray(x, dtype=np.float32))
+        if r.shape[1] != len(labels):
+            raise ValueError(f"ZipMap {node.name!r}: {r.shape[1]} columns for {len(labels)} labels")
+        return [dict(zip(labels, row)) for row in r.tolist()]
+
+    return Kernel(run=zip_map, single_output=True)
+
+
+# Legacy tree/SVM/linear classifiers and the map-typed DictVectorizer: rarely met in current
+# models, so they run on onnx.reference for now.
+for _op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "SVMClassifier", "SVMRegressor",
+            "LinearClassifier", "DictVectorizer"):
+    delegate(_op, since=1, domain=ML)
+delegate("TfIdfVectorizer", since=9)
+delegate("ImageDecoder", since=20)
