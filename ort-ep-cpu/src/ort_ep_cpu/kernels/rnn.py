@@ -1,0 +1,202 @@
+"""Recurrent ops: RNN, GRU, LSTM (all directions, both layouts, custom activations, clip,
+sequence_lens, peepholes). The input projection of every time step is one GEMM; only the
+recurrence loops over time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import kernel
+
+
+def _sigmoid(x, alpha, beta):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x, alpha, beta):
+    return np.logaddexp(0, x)
+
+
+# name -> (function(x, alpha, beta), number of alpha/beta values it consumes, default alpha, beta)
+_ACTIVATIONS = {
+    "relu": (lambda x, a, b: np.maximum(x, 0), 0, None, None),
+    "tanh": (lambda x, a, b: np.tanh(x), 0, None, None),
+    "sigmoid": (_sigmoid, 0, None, None),
+    "affine": (lambda x, a, b: a * x + b, 2, 1.0, 0.0),
+    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 1, 0.01, None),
+    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), 1, 1.0, None),
+    "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), 2, 1.0, 1.0),
+    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 2, 0.2, 0.5),
+    "elu": (lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1)), 1, 1.0, None),
+    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), 0, None, None),
+    "softplus": (_softplus, 0, None, None),
+}
+
+
+def _activations(node, defaults: list[str], n_dirs: int):
+    names = node.attr("activations")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
+    alphas = list(node.attr("activation_alpha") or [])
+    betas = list(node.attr("activation_beta") or [])
+    funcs = []
+    for name in names:
+        key = name.lower()
+        if key not in _ACTIVATIONS:
+            raise ValueError(f"{node.op_type} {node.name!r}: activation {name!r}; valid values: {sorted(_ACTIVATIONS)}")
+        fn, n_params, da, db = _ACTIVATIONS[key]
+        a = alphas.pop(0) if n_params >= 1 and alphas else da
+        b = betas.pop(0) if n_params >= 2 and betas else db
+        funcs.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+    per_dir = len(defaults)
+    if len(funcs) == per_dir and n_dirs == 2:
+        funcs = funcs * 2
+    return [funcs[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+
+
+def _reverse_in_length(x: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Reverse the first lens[b] steps of each batch entry of x (seq, batch, ...)."""
+    t = np.arange(x.shape[0])[:, None]
+    src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)
+    return x[src, np.arange(x.shape[1])[None, :]]
+
+
+class _Recurrent:
+    """Shared plumbing: layout, directions, sequence_lens, initial states, outputs."""
+
+    gates = 1
+    defaults = ["Tanh"]
+    has_cell = False
+
+    def __init__(self, node):
+        self.node = node
+        direction = node.attr("direction", "forward")
+        self.direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+        valid = ("forward", "reverse", "bidirectional")
+        if self.direction not in valid:
+            raise ValueError(f"{node.op_type} {node.name!r}: attribute direction={self.direction!r}; valid values: {list(valid)}")
+        self.n_dirs = 2 if self.direction == "bidirectional" else 1
+        self.layout = int(node.attr("layout", 0))
+        self.clip = node.attr("clip")
+        self.acts = _activations(node, self.defaults, self.n_dirs)
+        self.n_out = len(node.outputs)
+
+    def _pre(self, z):
+        return z if self.clip is None else np.clip(z, -self.clip, self.clip)
+
+    def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
+        if self.layout == 1:
+            x = x.transpose(1, 0, 2)
+            initial_h = None if initial_h is None else initial_h.transpose(1, 0, 2)
+            initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
+        seq, batch, _ = x.shape
+        hidden = r.shape[-1]
+        lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
+        full = bool((lens == seq).all())
+        ys, hs, cs = [], [], []
+        for d in range(self.n_dirs):
+            reverse = self.direction == "reverse" or d == 1
+            xd = _reverse_in_length(x, lens) if reverse and not full else (x[::-1] if reverse else x)
+            g = self.gates * hidden
+            bias = np.zeros(2 * g, x.dtype) if b is None else b[d]
+            # input projection for all steps at once: (seq, batch, G*hidden)
+            xw = xd @ w[d].T + bias[:g]
+            h0 = np.zeros((batch, hidden), x.dtype) if initial_h is None else initial_h[d]
+            c0 = np.zeros((batch, hidden), x.dtype) if initial_c is None else initial_c[d]
+            pd = None if p is None else p[d]
+            y, h, c = self._scan(xw, r[d], bias[g:], h0, c0, pd, self.acts[d], lens, full)
+            if reverse:
+                y = _reverse_in_length(y, lens) if not full else y[::-1]
+            ys.append(y)
+            hs.append(h)
+            cs.append(c)
+        y = np.stack(ys, axis=1)  # (seq, dirs, batch, hidden)
+        y_h, y_c = np.stack(hs), np.stack(cs)
+        if self.layout == 1:
+            y = y.transpose(2, 0, 1, 3)
+            y_h, y_c = y_h.transpose(1, 0, 2), y_c.transpose(1, 0, 2)
+        outs = (y, y_h, y_c) if self.has_cell else (y, y_h)
+        return outs[0] if self.n_out == 1 else outs[: self.n_out]
+
+    def _scan(self, xw, r, rb, h, c, p, acts, lens, full):
+        seq = xw.shape[0]
+        ys = np.zeros((seq,) + h.shape, h.dtype)
+        rt = r.T
+        for t in range(seq):
+            h_new, c_new = self.step(xw[t], h, c, rt, rb, p, acts)
+            if full:
+                h, c = h_new, c_new
+            else:
+                # finished sequences keep their last state; their outputs stay 0
+                alive = (t < lens)[:, None]
+                h, c = np.where(alive, h_new, h), np.where(alive, c_new, c)
+                h_new = np.where(alive, h_new, 0)
+            ys[t] = h_new
+        return ys, h, c
+
+
+class _RNN(_Recurrent):
+    def step(self, xw, h, c, rt, rb, p, acts):
+        return acts[0](self._pre(xw + h @ rt + rb)), c
+
+
+class _GRU(_Recurrent):
+    gates = 3
+    defaults = ["Sigmoid", "Tanh"]
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.lbr = bool(node.attr("linear_before_reset", 0))
+
+    def step(self, xw, h, c, rt, rb, p, acts):
+        f, g = acts
+        n = h.shape[1]
+        hr = h @ rt[:, : 2 * n] + rb[: 2 * n]
+        z = f(self._pre(xw[:, :n] + hr[:, :n]))
+        r = f(self._pre(xw[:, n : 2 * n] + hr[:, n:]))
+        if self.lbr:
+            cand = xw[:, 2 * n :] + r * (h @ rt[:, 2 * n :] + rb[2 * n :])
+        else:
+            cand = xw[:, 2 * n :] + (r * h) @ rt[:, 2 * n :] + rb[2 * n :]
+        ht = g(self._pre(cand))
+        return (1 - z) * ht + z * h, c
+
+
+class _LSTM(_Recurrent):
+    gates = 4
+    defaults = ["Sigmoid", "Tanh", "Tanh"]
+    has_cell = True
+
+    def __init__(self, node):
+        super().__init__(node)
+        self.input_forget = bool(node.attr("input_forget", 0))
+
+    def step(self, xw, h, c, rt, rb, p, acts):
+        f, g, hact = acts
+        n = h.shape[1]
+        z = xw + h @ rt + rb  # gate order i, o, f, c
+        zi, zo, zf, zc = z[:, :n], z[:, n : 2 * n], z[:, 2 * n : 3 * n], z[:, 3 * n :]
+        if p is not None:
+            zi = zi + p[:n] * c
+            zf = zf + p[2 * n :] * c
+        i = f(self._pre(zi))
+        fg = 1 - i if self.input_forget else f(self._pre(zf))
+        c_new = fg * c + i * g(self._pre(zc))
+        if p is not None:
+            zo = zo + p[n : 2 * n] * c_new
+        o = f(self._pre(zo))
+        return o * hact(c_new), c_new
+
+
+def _builder(cls):
+    def build(node, request):
+        return cls(node)
+
+    return build
+
+
+for _since in (1, 7, 14, 22):
+    kernel("RNN", since=_since)(_builder(_RNN))
+for _since in (1, 3, 7, 14, 22):
+    kernel("GRU", since=_since)(_builder(_GRU))
+for _since in (1, 7, 14, 22):
+    kernel("LSTM", since=_since)(_builder(_LSTM))
