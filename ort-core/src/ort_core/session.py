@@ -475,7 +475,10 @@ class InferenceSession:
         return self._placement
 
     def get_memory_stats(self) -> dict[str, dict[str, int]]:
-        """Peak bytes of live values per memory over instrumented runs, plus allocator stats."""
+        """Peak bytes of live values per memory, plus allocator stats.
+
+        Peaks are measured on the first run of each input shape signature (and on every
+        profiled run); repeated runs with the same shapes are not instrumented."""
         stats: dict[str, dict[str, int]] = {
             m: {"peak_bytes": b} for m, b in self._plan.peak_bytes.items()
         }
@@ -507,7 +510,7 @@ class InferenceSession:
                 with self._lock:
                     self._profile.append((start, time.perf_counter_ns(), records))
             else:
-                outputs = self._plan.run(feeds, track_memory=True)
+                outputs = self._plan.run(feeds)  # memory tracked on each new input-shape signature
         finally:
             for bp in self._run_hooks:
                 bp.hooks.ort_run_end(ep=bp.ctx, run_options=run_options)
@@ -595,8 +598,8 @@ def _to_output(value: Any) -> Any:
 
 
 def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
-    if dtype is None:  # sequences, optionals, maps: passed as they are
-        return value
+    if dtype is None:  # sequences and optionals: lists of arrays and None, as onnxruntime takes them
+        return _check_non_tensor(name, value, type_str)
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value, dtype=dtype)
@@ -620,3 +623,34 @@ def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | N
                     f"given {got} (shape {list(value.shape)})"
                 )
     return value
+
+
+def _type_dtype(type_str: str) -> np.dtype | None:
+    """numpy dtype of a ``tensor(<elem>)`` type string, else None."""
+    if not (type_str.startswith("tensor(") and type_str.endswith(")")):
+        return None
+    try:
+        return np.dtype(ir.DataType[type_str[7:-1].upper()].numpy())
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_non_tensor(name: str, value: Any, type_str: str) -> Any:
+    """Check a sequence (a list of arrays) or optional (None when empty) input against its type."""
+    if type_str.startswith("optional(") and type_str.endswith(")"):
+        if value is None:
+            return None
+        return _check_non_tensor(name, value, type_str[9:-1])
+    if type_str.startswith("seq(") and type_str.endswith(")"):
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgument(
+                f"input {name!r}: expected a list of arrays for {type_str}, given {type(value).__name__}"
+            )
+        inner = type_str[4:-1]
+        return [_check_non_tensor(f"{name}[{k}]", v, inner) for k, v in enumerate(value)]
+    dtype = _type_dtype(type_str)
+    if dtype is None:  # maps and types this runtime does not spell: passed as they are
+        return value
+    if value is None:
+        raise InvalidArgument(f"input {name!r}: expected {type_str}, given None")
+    return _check_input(name, value, dtype, None, type_str)

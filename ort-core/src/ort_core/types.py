@@ -206,6 +206,14 @@ class KernelRequest:
             raise ValueError("this request has no subgraph support")
         return self._build_subgraph(self.node.subgraphs[attribute])
 
+    def build_graph(self, graph: GraphView) -> SubgraphRunner:
+        """Place and plan a graph the provider made itself, like a subgraph: e.g. the function
+        body an op is expanded into. Its nodes are partitioned over all providers and reported
+        in the placement under ``graph.path``; its inputs are ``graph.inputs`` in order."""
+        if self._build_subgraph is None:
+            raise ValueError("this request has no subgraph support")
+        return self._build_subgraph(graph)
+
     def to_model(self) -> Any:
         """The claimed nodes as a standalone ``onnx.ModelProto``: graph inputs are
         ``inputs``, outputs are ``outputs``, initializers read only by the group are embedded.

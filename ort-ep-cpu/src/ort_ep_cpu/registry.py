@@ -58,10 +58,15 @@ def lookup(domain: str, op_type: str, opset: int) -> OpKernel | None:
 def decline_reason(node: NodeView) -> str | None:
     """Why the CPU provider cannot take ``node``, or None if it can."""
     entries = _REGISTRY.get((node.domain, node.op_type))
-    if not entries:
-        return f"no CPU kernel for {node.qualified_op}"
-    entry = lookup(node.domain, node.op_type, node.opset)
+    entry = lookup(node.domain, node.op_type, node.opset) if entries else None
     if entry is None:
+        from .kernels import functions  # here, not at the top: kernels import this module
+
+        # no kernel: an op ONNX defines by a function body runs as that body
+        if functions.expansion_reason(node) is None:
+            return None
+        if not entries:
+            return f"no CPU kernel for {node.qualified_op}"
         return f"no CPU kernel for {node.qualified_op} at opset {node.opset} (first: {entries[0].since})"
     if entry.check is not None:
         return entry.check(node)
@@ -71,6 +76,10 @@ def decline_reason(node: NodeView) -> str | None:
 def build_kernel(node: NodeView, request: KernelRequest) -> Kernel:
     entry = lookup(node.domain, node.op_type, node.opset)
     if entry is None:
+        from .kernels import functions
+
+        if functions.expansion_reason(node) is None:
+            return functions.build_expanded(node, request)
         raise NotImplementedError(f"no CPU kernel for {node.qualified_op} opset {node.opset}")
     built = entry.build(node, request)
     if isinstance(built, Kernel):
