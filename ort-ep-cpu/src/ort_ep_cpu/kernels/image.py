@@ -1,7 +1,9 @@
-"""Image ops: Resize and Upsample (separable, one vectorised 1-D pass per resized axis)."""
+"""Image ops: Resize/Upsample (separable, one vectorised 1-D pass per resized axis), GridSample,
+AffineGrid, RoiAlign, MaxRoiPool, NonMaxSuppression."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -227,3 +229,244 @@ def _upsample_v7(node, request):
 def _upsample_v9(node, request):
     spec = _ResizeSpec(node, 10)
     return lambda x, scales: spec.run(x, scales=scales)
+
+
+# --- GridSample / AffineGrid ----------------------------------------------------------------
+
+
+def _reflect(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Fold coordinates into [lo, hi] by reflecting at the borders as often as needed."""
+    span = hi - lo
+    if span <= 0:
+        return np.full_like(v, lo)
+    below, above = lo - v, v - hi
+    d = np.where(v < lo, below, above)
+    n = np.trunc(d / span)
+    r = d - n * span
+    even = (n % 2) == 0
+    low_side = np.where(even, lo + r, hi - r)
+    high_side = np.where(even, hi - r, lo + r)
+    return np.where(v < lo, low_side, np.where(v > hi, high_side, v))
+
+
+def _grid_sample_builder(node, request):
+    mode = _text(node.attr("mode"), "bilinear" if node.opset < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("linear", "nearest", "cubic"):
+        raise ValueError(f"GridSample {node.name!r}: attribute mode={mode!r}; valid values: linear, nearest, cubic")
+    padding = _choice(node, "padding_mode", "zeros", ("zeros", "border", "reflection"))
+    align = bool(node.attr("align_corners", 0))
+
+    def grid_sample(x, grid):
+        n, c = x.shape[:2]
+        dims = x.shape[2:]
+        nd = len(dims)
+        out_spatial = grid.shape[1:-1]
+        g = grid.reshape(n, -1, nd).astype(np.float64)
+        per_dim = []  # for each spatial dim: (indices (N, P, T), weights (N, P, T))
+        for d, size in enumerate(dims):
+            v = g[..., nd - 1 - d]  # the grid's last axis lists coordinates as (x, y, z): reversed dims
+            v = (v + 1) / 2 * (size - 1) if align else ((v + 1) * size - 1) / 2
+            lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+            if mode == "nearest":
+                v = np.rint(v)
+            if padding == "border":
+                v = np.where((v < lo) | (v > hi), np.clip(v, 0, size - 1), v)
+            elif padding == "reflection":
+                v = _reflect(v, lo, hi)
+            if mode == "nearest":
+                idx, w = v[..., None], np.ones(v.shape + (1,))
+            else:
+                base = np.floor(v)
+                frac = (v - base)[..., None]
+                if mode == "linear":
+                    idx = base[..., None] + np.arange(2)
+                    w = np.concatenate([1 - frac, frac], axis=-1)
+                else:
+                    idx = base[..., None] + np.arange(-1, 3)
+                    w = _cubic(idx - v[..., None], -0.75)
+            if padding == "zeros":
+                w = np.where((idx < 0) | (idx >= size), 0.0, w)
+                idx = np.clip(idx, 0, size - 1)
+            elif padding == "border":
+                idx = np.clip(idx, 0, size - 1)
+            else:
+                idx = np.clip(np.trunc(_reflect(idx, lo, hi)), 0, size - 1)
+            per_dim.append((idx.astype(np.int64), w))
+        flat = x.reshape(n, c, -1)
+        work = np.float64 if x.dtype == np.float64 else np.float32
+        out = np.zeros((n, c, g.shape[1]), dtype=work)
+        strides = np.cumprod((1,) + dims[::-1])[:-1][::-1]
+        for taps in itertools.product(*(range(i.shape[-1]) for i, _ in per_dim)):
+            lin = sum(per_dim[d][0][..., t] * strides[d] for d, t in enumerate(taps))
+            weight = np.prod([per_dim[d][1][..., t] for d, t in enumerate(taps)], axis=0).astype(work)
+            out += np.take_along_axis(flat, lin[:, None, :], axis=2) * weight[:, None, :]
+        return out.reshape((n, c) + tuple(out_spatial)).astype(x.dtype, copy=False)
+
+    return grid_sample
+
+
+kernel("GridSample", since=16)(_grid_sample_builder)
+kernel("GridSample", since=20)(_grid_sample_builder)
+kernel("GridSample", since=22)(_grid_sample_builder)
+
+
+@kernel("AffineGrid", since=20)
+def _affine_grid(node, request):
+    align = bool(node.attr("align_corners", 0))
+
+    def affine_grid(theta, size):
+        dims = [int(v) for v in np.asarray(size).reshape(-1)[2:]]
+        axes = []
+        for s in dims:
+            if align:
+                axes.append(np.linspace(-1, 1, s) if s > 1 else np.zeros(s))
+            else:
+                axes.append((np.arange(s) * 2 + 1) / s - 1)
+        mesh = np.meshgrid(*axes, indexing="ij")  # per spatial dim, (D,) H, W
+        # homogeneous points ordered (x, y[, z], 1): the innermost dim first
+        points = np.stack([m.reshape(-1) for m in mesh[::-1]] + [np.ones(mesh[0].size)], axis=-1)
+        grid = points.astype(theta.dtype) @ np.swapaxes(theta, 1, 2)  # (N, P, nd)
+        return grid.reshape((theta.shape[0],) + tuple(dims) + (len(dims),))
+
+    return affine_grid
+
+
+# --- region ops -----------------------------------------------------------------------------
+
+
+def _roi_align_builder(node, request):
+    mode = _choice(node, "mode", "avg", ("avg", "max"))
+    out_h, out_w = int(node.attr("output_height", 1)), int(node.attr("output_width", 1))
+    ratio = int(node.attr("sampling_ratio", 0))
+    scale = float(node.attr("spatial_scale", 1.0))
+    if node.opset >= 16:
+        half_pixel = _choice(node, "coordinate_transformation_mode", "half_pixel", ("half_pixel", "output_half_pixel")) == "half_pixel"
+    else:
+        half_pixel = False
+
+    def axis_samples(start, length, bins, grid, size):
+        """Sample positions of one axis: low/high indices and their weights, (bins*grid,)."""
+        pos = start + (np.arange(bins)[:, None] + (np.arange(grid)[None, :] + 0.5) / grid) * (length / bins)
+        pos = pos.reshape(-1)
+        valid = (pos >= -1.0) & (pos <= size)
+        pos = np.maximum(pos, 0.0)
+        low = np.floor(pos).astype(np.int64)
+        at_end = low >= size - 1
+        low = np.where(at_end, size - 1, low)
+        high = np.where(at_end, size - 1, low + 1)
+        pos = np.where(at_end, low, pos)
+        frac = pos - low
+        return low, high, (1 - frac) * valid, frac * valid
+
+    def roi_align(x, rois, batch_indices):
+        _, c, h, w = x.shape
+        offset = 0.5 if half_pixel else 0.0
+        out = np.zeros((rois.shape[0], c, out_h, out_w), dtype=x.dtype)
+        for k in range(rois.shape[0]):  # one vectorised pass per region
+            x1, y1, x2, y2 = (float(v) * scale - offset for v in rois[k])
+            rw, rh = x2 - x1, y2 - y1
+            if not half_pixel:
+                rw, rh = max(rw, 1.0), max(rh, 1.0)
+            gh = ratio if ratio > 0 else int(math.ceil(rh / out_h))
+            gw = ratio if ratio > 0 else int(math.ceil(rw / out_w))
+            ylo, yhi, wy0, wy1 = axis_samples(y1, rh, out_h, gh, h)
+            xlo, xhi, wx0, wx1 = axis_samples(x1, rw, out_w, gw, w)
+            img = x[int(batch_indices[k])]
+            corners = [
+                img[:, ylo][:, :, xlo] * (wy0[:, None] * wx0[None, :]),
+                img[:, ylo][:, :, xhi] * (wy0[:, None] * wx1[None, :]),
+                img[:, yhi][:, :, xlo] * (wy1[:, None] * wx0[None, :]),
+                img[:, yhi][:, :, xhi] * (wy1[:, None] * wx1[None, :]),
+            ]
+            if mode == "avg":
+                val = sum(corners).reshape(c, out_h, gh, out_w, gw).mean(axis=(2, 4))
+            else:  # onnxruntime's max mode: the largest weighted corner over all samples of a bin
+                val = np.max(corners, axis=0).reshape(c, out_h, gh, out_w, gw).max(axis=(2, 4))
+            out[k] = val
+        return out
+
+    return roi_align
+
+
+kernel("RoiAlign", since=10)(_roi_align_builder)
+kernel("RoiAlign", since=16)(_roi_align_builder)
+kernel("RoiAlign", since=22)(_roi_align_builder)
+
+
+@kernel("MaxRoiPool", since=1)
+def _max_roi_pool(node, request):
+    ph_n, pw_n = (int(v) for v in node.attr("pooled_shape"))
+    scale = float(node.attr("spatial_scale", 1.0))
+
+    def max_roi_pool(x, rois):
+        _, c, h, w = x.shape
+        out = np.zeros((rois.shape[0], c, ph_n, pw_n), dtype=x.dtype)
+        for k in range(rois.shape[0]):
+            b = int(rois[k, 0])
+            x1, y1, x2, y2 = (int(np.round(float(v) * scale)) for v in rois[k, 1:5])
+            bin_h = max(y2 - y1 + 1, 1) / ph_n
+            bin_w = max(x2 - x1 + 1, 1) / pw_n
+            for i in range(ph_n):  # loops over the pooled bins; each bin is one vectorised max
+                hs = min(max(int(math.floor(i * bin_h)) + y1, 0), h)
+                he = min(max(int(math.ceil((i + 1) * bin_h)) + y1, 0), h)
+                for j in range(pw_n):
+                    ws = min(max(int(math.floor(j * bin_w)) + x1, 0), w)
+                    we = min(max(int(math.ceil((j + 1) * bin_w)) + x1, 0), w)
+                    if he > hs and we > ws:
+                        out[k, :, i, j] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+        return out
+
+    return max_roi_pool
+
+
+def _iou_matrix(boxes: np.ndarray, center_point_box: bool) -> np.ndarray:
+    b = boxes.astype(np.float64)
+    if center_point_box:
+        x1, y1 = b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2
+        x2, y2 = b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2
+    else:  # [y1, x1, y2, x2], corners in either order
+        y1, y2 = np.minimum(b[:, 0], b[:, 2]), np.maximum(b[:, 0], b[:, 2])
+        x1, x2 = np.minimum(b[:, 1], b[:, 3]), np.maximum(b[:, 1], b[:, 3])
+    area = (x2 - x1) * (y2 - y1)
+    iw = np.clip(np.minimum(x2[:, None], x2[None, :]) - np.maximum(x1[:, None], x1[None, :]), 0, None)
+    ih = np.clip(np.minimum(y2[:, None], y2[None, :]) - np.maximum(y1[:, None], y1[None, :]), 0, None)
+    inter = iw * ih
+    union = area[:, None] + area[None, :] - inter
+    ok = (area[:, None] > 0) & (area[None, :] > 0) & (union > 0) & (inter > 0)
+    return np.where(ok, inter / np.where(union > 0, union, 1), 0.0)
+
+
+@kernel("NonMaxSuppression", since=10)
+def _nms(node, request):
+    center = bool(node.attr("center_point_box", 0))
+
+    def first(v, default, cast):
+        return default if v is None or np.size(v) == 0 else cast(np.asarray(v).reshape(-1)[0])
+
+    def nms(boxes, scores, max_output=None, iou_threshold=None, score_threshold=None):
+        limit = first(max_output, 0, int)
+        iou_thr = first(iou_threshold, 0.0, float)
+        selected = []
+        if limit <= 0:
+            return np.zeros((0, 3), np.int64)
+        for b in range(boxes.shape[0]):
+            iou = _iou_matrix(boxes[b], center)
+            for cls in range(scores.shape[1]):
+                s = scores[b, cls]
+                order = np.argsort(-s.astype(np.float64), kind="stable")  # ties: lower index first
+                if score_threshold is not None and np.size(score_threshold):
+                    order = order[s[order] > first(score_threshold, 0.0, float)]
+                alive = np.ones(s.shape[0], bool)
+                kept = 0
+                for i in order:  # greedy and sequential by definition; loops over kept boxes
+                    if not alive[i]:
+                        continue
+                    selected.append((b, cls, i))
+                    kept += 1
+                    if kept >= limit:
+                        break
+                    alive &= ~(iou[i] > iou_thr)
+        return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+    return nms

@@ -70,6 +70,12 @@ def _reshape_target(shape: np.ndarray, in_shape: tuple, allowzero: bool) -> list
     return target
 
 
+@kernel("Reshape", since=1)
+def _reshape_v1(node, request):
+    shape = np.asarray(node.attr("shape"), dtype=np.int64)
+    return lambda x: x.reshape(_reshape_target(shape, x.shape, False))
+
+
 @kernel("Reshape", since=5)
 def _reshape(node, request):
     allowzero = bool(node.attr("allowzero", 0))
@@ -105,13 +111,15 @@ def _unsqueeze_v13(node, request):
 
 
 def _unsqueeze(x, axes):
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]  # a scalar axes tensor is accepted too
     rank = x.ndim + len(axes)
     return np.expand_dims(x, tuple(sorted(normalize_axis(int(a), rank) for a in axes)))
 
 
 def _squeeze(x, axes):
-    if axes is None or len(axes) == 0:
+    if axes is None or np.size(axes) == 0:
         return np.squeeze(x)
+    axes = np.asarray(axes).reshape(-1)
     return np.squeeze(x, axis=tuple(normalize_axis(int(a), x.ndim) for a in axes))
 
 
@@ -207,7 +215,13 @@ def _tile(node, request):
 
 @kernel("Range", since=11)
 def _range(node, request):
-    return lambda start, limit, delta: np.arange(start, limit, delta, dtype=start.dtype)
+    def range_(start, limit, delta):
+        # inputs are scalars, but exporters also write 1-element tensors
+        s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+        n = max(int(np.ceil((lim - s) / d)), 0)  # the spec's element count; arange may round differently
+        return (s + np.arange(n, dtype=start.dtype) * d).astype(start.dtype, copy=False)
+
+    return range_
 
 
 @kernel("ConstantOfShape", since=9)
