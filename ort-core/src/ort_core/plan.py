@@ -1,8 +1,16 @@
 """The execution plan: steps in topological order, device copies, value lifetimes.
 
-Built once per graph at session creation. A run is a loop over a prepared list of steps; each
-step reads its inputs from a flat list of value slots, calls a kernel resolved at creation, and
-clears the slots whose last reader it was. Nothing in the loop goes through pluggy.
+Built once per graph at session creation. A run is a walk over a prepared list of steps; each
+step reads its inputs from value slots, calls a kernel resolved at creation, and clears the slots
+whose last reader it was. Nothing in the loop goes through pluggy.
+
+The plain (uninstrumented) run is a Python function generated for the plan at creation: one
+line per step calling the kernel on local variables (one local per slot), so a step costs a
+call and nothing else (no per-step list, tuple or dict work). Memory tracking and profiling use
+the instrumented loop instead. ``Plan.run`` tracks memory only on the first run of each input
+shape signature (value sizes depend only on shapes, except after data-dependent-shape ops such
+as NonZero, whose peaks are those of the sampled runs): peak bytes stay truthful at no cost on
+repeated runs.
 """
 
 from __future__ import annotations
@@ -164,9 +172,10 @@ class Plan:
         self._template: list[Any] = [None] * len(slot_memory)
         for s, v in constants.items():
             self._template[s] = v
-        self._step_of_inputs = {id(step[1]): k for k, step in enumerate(self.steps)}
         self.peak_bytes: dict[str, int] = {}
+        self._tracked: set[tuple] = set()  # input shape signatures whose memory was tracked
         self._lock = threading.Lock()
+        self._fast = self._generate()
 
     @staticmethod
     def _claim_order(assignment: Assignment) -> list[int]:
@@ -203,33 +212,71 @@ class Plan:
         return order
 
     # ------------------------------------------------------------------ running
-    def run(self, feeds: Sequence[Any], track_memory: bool = False, profile: list | None = None) -> list[Any]:
-        """Run with ``feeds`` in ``input_names`` order; return outputs in ``output_names`` order."""
+    def _generate(self) -> Callable[[list[Any]], list[Any]]:
+        """Compile the steps into one straight-line Python function over local variables."""
+        namespace: dict[str, Any] = {"Fail": Fail, "_StepFailed": _StepFailed}
+        lines = ["def run_plan(values):", "    step = -1", "    try:"]
+        loaded = set()
+        produced: set[int] = set()
+        body: list[str] = []
+        for k, (run, ins, outs, single, frees) in enumerate(self.steps):
+            namespace[f"f{k}"] = run
+            for i in ins:
+                if i not in produced and i not in loaded:
+                    loaded.add(i)
+            args = ", ".join(f"v{i}" for i in ins)
+            body.append(f"step = {k}")
+            if single:
+                body.append(f"v{outs} = f{k}({args})")
+                produced.add(outs)
+            else:
+                body.append(f"r = f{k}({args})")
+                body.extend(f"v{o} = r[{j}]" for j, o in enumerate(outs))
+                produced.update(outs)
+            if frees:
+                body.append(" = ".join(f"v{i}" for i in frees) + " = None")
+        for i in self.output_slots:
+            if i not in produced:
+                loaded.add(i)
+        lines.extend(f"        v{i} = values[{i}]" for i in sorted(loaded))
+        lines.extend("        " + line for line in body)
+        lines.append("        return [" + ", ".join(f"v{i}" for i in self.output_slots) + "]")
+        lines.append("    except Fail:")
+        lines.append("        raise")
+        lines.append("    except Exception as exc:")
+        lines.append("        raise _StepFailed(step) from exc")
+        code = compile("\n".join(lines) + "\n", f"<ort_core plan {self.graph.path or 'main'}>", "exec")
+        exec(code, namespace)  # noqa: S102  (source built above from slot numbers only)
+        return namespace["run_plan"]
+
+    def run(self, feeds: Sequence[Any], track_memory: bool | None = None, profile: list | None = None) -> list[Any]:
+        """Run with ``feeds`` in ``input_names`` order; return outputs in ``output_names`` order.
+
+        ``track_memory``: True records peak bytes per memory on this run, False never, None
+        (the default) on the first run of each input shape signature.
+        """
         values = self._template.copy()
         for slot, value in zip(self.input_slots, feeds):
             values[slot] = value
-        steps = self.steps
-        ins: tuple = ()
-        try:
-            if track_memory or profile is not None:
+        if track_memory is None:
+            signature = tuple(getattr(v, "shape", None) for v in feeds)
+            track_memory = signature not in self._tracked
+            if track_memory:
+                with self._lock:
+                    self._tracked.add(signature)
+        if track_memory or profile is not None:
+            try:
                 self._run_instrumented(values, profile)
-            else:
-                for run, ins, outs, single, frees in steps:
-                    if single:
-                        values[outs] = run(*[values[i] for i in ins])
-                    else:
-                        for slot, value in zip(outs, run(*[values[i] for i in ins])):
-                            values[slot] = value
-                    for slot in frees:
-                        values[slot] = None
-        except Fail:
-            raise
-        except Exception as exc:
-            k = self._step_of_inputs.get(id(ins))
-            if k is None:
+            except Fail:
+                raise
+            except Exception as exc:
                 raise Fail(f"run failed: {type(exc).__name__}: {exc}") from exc
-            raise self._error_at(k, exc) from exc
-        return [values[s] for s in self.output_slots]
+            return [values[s] for s in self.output_slots]
+        try:
+            return self._fast(values)
+        except _StepFailed as failed:
+            exc = failed.__cause__
+            raise self._error_at(failed.step, exc) from exc
 
     def _run_instrumented(self, values: list[Any], profile: list | None) -> None:
         live: dict[str, int] = {}
@@ -274,6 +321,14 @@ class Plan:
         )
 
 
+class _StepFailed(Exception):
+    """Raised by the generated run function: step ``step`` raised (the cause)."""
+
+    def __init__(self, step: int):
+        super().__init__(step)
+        self.step = step
+
+
 class PlanRunner(SubgraphRunner):
     """A control-flow body, ready to run (what ``KernelRequest.build_subgraph`` returns)."""
 
@@ -286,7 +341,7 @@ class PlanRunner(SubgraphRunner):
     def __call__(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
         feeds = list(inputs)
         feeds.extend(outer[n] for n in self.outer_names)
-        return self.plan.run(feeds)
+        return self.plan.run(feeds, track_memory=False)
 
 
 def _claim_io(graph: GraphView, nodes: tuple[int, ...], fused: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
