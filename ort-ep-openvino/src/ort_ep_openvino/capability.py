@@ -13,8 +13,11 @@ cycle (a path leaving the group and coming back through a declined node), see ``
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
+import weakref
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,14 +35,15 @@ SUPPORTED_TYPES = frozenset(
         "uint8", "uint16", "uint32", "uint64", "bool",
     )
 )
+_PLUMBING = ("Parameter", "Result", "Constant")
 _SMALL_CONST = 64  # constants up to this many elements are part of the signature
 
 _cache: dict[tuple[str, str], str | None] = {}
 _cache_lock = threading.Lock()
 
 
-def decline_reason(graph: GraphView, node: NodeView, device: str) -> str | None:
-    """None when OpenVINO takes ``node`` on ``device``, else why not."""
+def type_reason(graph: GraphView, node: NodeView) -> str | None:
+    """Why OpenVINO cannot take ``node`` for the types of its values alone, else None."""
     for name in (*node.inputs, *node.outputs):
         if not name:
             continue
@@ -50,21 +54,52 @@ def decline_reason(graph: GraphView, node: NodeView, device: str) -> str | None:
         if value.type not in SUPPORTED_TYPES:
             what = "input" if name in node.inputs else "output"
             return f"{what} {name!r} is {value.type}; OpenVINO takes tensors of numeric or bool types only"
-    key = (device, _signature(graph, node))
+    return None
+
+
+def decline_reason(graph: GraphView, node: NodeView, device: str, hints: ShapeHints | None = None) -> str | None:
+    """None when OpenVINO takes ``node`` on ``device`` (asked of OpenVINO), else why not."""
+    reason = type_reason(graph, node)
+    if reason is not None:
+        return reason
+    key = (device, _signature(graph, node, hints))
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-    reason = _ask_openvino(graph, node, device)
+    reason = _ask_openvino(graph, node, device, hints)
     with _cache_lock:
         _cache[key] = reason
     return reason
 
 
-def node_model(graph: GraphView, indices: Iterable[int]) -> onnx.ModelProto:
+def node_model(graph: GraphView, indices: Iterable[int], hints: ShapeHints | None = None) -> onnx.ModelProto:
     """The nodes as a standalone model, with values computed by Constant nodes outside the
     group embedded as initializers (OpenVINO needs some inputs, e.g. shapes, to be constant
-    to convert or to compile well)."""
+    to convert or to compile well), and input/output shapes the graph does not know filled in
+    from ``hints``."""
     model = graph.group_to_model(sorted(indices))
+    if hints:
+        for info in (*model.graph.input, *model.graph.output):
+            hint = hints.get(info.name)
+            if hint is None:
+                continue
+            elem_type, dims = hint
+            tensor_type = info.type.tensor_type
+            if not info.type.HasField("tensor_type") and elem_type:
+                tensor_type.elem_type = elem_type
+            if not info.type.HasField("tensor_type") or dims is None:
+                continue
+            if not tensor_type.HasField("shape"):
+                shape = tensor_type.shape
+                shape.SetInParent()  # present with no dims is a scalar
+                for d in dims:
+                    dim = shape.dim.add()
+                    if d is not None:
+                        dim.dim_value = d
+            elif len(tensor_type.shape.dim) == len(dims):
+                for dim, d in zip(tensor_type.shape.dim, dims):
+                    if d is not None and not dim.HasField("dim_value"):
+                        dim.dim_value = d  # OpenVINO knows this size statically; ONNX did not
     moved = []
     for inp in model.graph.input:
         try:
@@ -79,17 +114,17 @@ def node_model(graph: GraphView, indices: Iterable[int]) -> onnx.ModelProto:
     return model
 
 
-def _ask_openvino(graph: GraphView, node: NodeView, device: str) -> str | None:
+def _ask_openvino(graph: GraphView, node: NodeView, device: str, hints: ShapeHints | None) -> str | None:
     core = _ov.core()
     try:
-        model = core.read_model(node_model(graph, [node.index]).SerializeToString())
+        model = core.read_model(node_model(graph, [node.index], hints).SerializeToString())
     except Exception as exc:
         return f"OpenVINO's ONNX frontend cannot convert {node.op_type} (opset {node.opset}): {_first_line(exc)}"
     try:
         supported = core.query_model(model, device)
     except Exception as exc:
         return f"{device} cannot take {node.op_type}: {_first_line(exc)}"
-    ops = [op for op in model.get_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")]
+    ops = [op for op in model.get_ops() if op.get_type_name() not in _PLUMBING]
     missing = sorted({op.get_type_name() for op in ops if op.get_friendly_name() not in supported})
     if missing:
         return f"{device} does not support the OpenVINO operation(s) {node.op_type} becomes: {', '.join(missing)}"
@@ -102,7 +137,7 @@ def _first_line(exc: Exception) -> str:
     return text[:300]
 
 
-def _signature(graph: GraphView, node: NodeView) -> str:
+def _signature(graph: GraphView, node: NodeView, hints: ShapeHints | None) -> str:
     """What decides support: op, opset, attributes, input/output types and ranks, small constants."""
     h = hashlib.sha1()
     h.update(f"{node.domain}::{node.op_type}:{node.opset}".encode())
@@ -114,7 +149,7 @@ def _signature(graph: GraphView, node: NodeView) -> str:
         if not name:
             continue
         value = graph.value(name)
-        h.update(f"{value.type}:{None if value.shape is None else len(value.shape)}".encode())
+        h.update(f"{value.type}:{_rank(value.shape, name, hints)}".encode())
         const = value.const_value
         if const is not None:
             if const.size <= _SMALL_CONST:
@@ -123,8 +158,15 @@ def _signature(graph: GraphView, node: NodeView) -> str:
                 h.update(f"C{const.shape}".encode())
     for name in node.outputs:
         value = graph.value(name) if name else None
-        h.update(f"|out:{value.type if value else ''}".encode())
+        h.update(f"|out:{value.type}:{_rank(value.shape, name, hints)}".encode() if value else b"|out:")
     return h.hexdigest()
+
+
+def _rank(shape: tuple | None, name: str, hints: ShapeHints | None) -> int | None:
+    if shape is not None:
+        return len(shape)
+    dims = (hints or {}).get(name, (0, None))[1]
+    return None if dims is None else len(dims)
 
 
 def _attr_bytes(value: Any) -> bytes:
@@ -138,6 +180,92 @@ def _attr_bytes(value: Any) -> bytes:
     if isinstance(value, list):
         return b"[" + b",".join(_attr_bytes(v) for v in value) + b"]"
     return repr(value).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# shape hints
+# --------------------------------------------------------------------------------------------
+
+#: value name -> (ONNX element type or 0, dims with None for a dynamic dim, or None for an
+#: unknown rank), for values whose type or shape the graph does not know
+ShapeHints = dict[str, tuple[int, tuple[int | None, ...] | None]]
+
+@dataclass
+class Survey:
+    """What converting all candidates of a graph as one model told: shapes OpenVINO inferred
+    (``hints``) and whether the device supports every operation of it (``all_supported``)."""
+
+    hints: ShapeHints = field(default_factory=dict)
+    all_supported: bool = False
+    reason: str = ""
+
+
+_surveys: weakref.WeakKeyDictionary[GraphView, dict[tuple[str, frozenset[int]], Survey]] = weakref.WeakKeyDictionary()
+_surveys_lock = threading.Lock()
+
+
+def survey(graph: GraphView, candidates: Iterable[int], device: str) -> Survey:
+    """Convert the candidates as one model with the frontend's partial conversion (it keeps
+    going past ops it cannot convert) and query the device with it.
+
+    Two things come of it. Shapes for values the ONNX graph leaves without one (models exported
+    without value_info, or whose shapes ONNX shape inference cannot follow): a node cut out alone
+    would otherwise get inputs of unknown rank, which several conversions refuse (Softmax-12
+    needs the rank). And, when everything converted and the device supports every operation,
+    the answer for all candidates at once, sparing a query per node (about 10 ms each).
+    Computed once per graph view, device and candidate set.
+    """
+    key = (device, frozenset(candidates))
+    with _surveys_lock:
+        cached = _surveys.get(graph, {}).get(key)
+    if cached is not None:
+        return cached
+    try:
+        result = _survey(graph, sorted(key[1]), device)
+    except Exception as exc:  # the survey is an optimisation: without it nodes are judged alone
+        result = Survey(reason=_first_line(exc))
+    with _surveys_lock:
+        _surveys.setdefault(graph, {})[key] = result
+    return result
+
+
+def _survey(graph: GraphView, indices: list[int], device: str) -> Survey:
+    _ov.load()  # the reason, as ImportError, when openvino is unusable
+    from openvino.frontend import FrontEndManager
+
+    wanted = {
+        name
+        for i in indices
+        for name in (*graph.nodes[i].inputs, *graph.nodes[i].outputs)
+        if name and (not graph.value(name).static_shape or graph.value(name).dtype is None)
+    }
+    model = node_model(graph, indices)
+    frontend = FrontEndManager().load_by_framework("onnx")
+    converted = frontend.convert_partially(frontend.load(io.BytesIO(model.SerializeToString())))
+    hints: ShapeHints = {}
+    unconverted = False
+    for op in converted.get_ops():
+        unconverted = unconverted or "FrameworkNode" in op.get_type_name()
+        for out in op.outputs():
+            names = out.get_names() & wanted
+            if not names:
+                continue
+            shape = out.get_partial_shape()
+            dims = None if shape.rank.is_dynamic else tuple(d.get_length() if d.is_static else None for d in shape)
+            try:
+                elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(out.get_element_type().to_dtype()))
+            except Exception:  # dynamic or exotic element type
+                elem_type = 0
+            if dims is None and not elem_type:
+                continue
+            for name in names:
+                hints[name] = (elem_type, dims)
+    if unconverted:
+        return Survey(hints, False, "some nodes did not convert")
+    supported = _ov.core().query_model(converted, device)
+    missing = [op for op in converted.get_ops() if op.get_type_name() not in _PLUMBING
+               and op.get_friendly_name() not in supported]
+    return Survey(hints, not missing, f"{len(missing)} operation(s) unsupported" if missing else "")
 
 
 # --------------------------------------------------------------------------------------------

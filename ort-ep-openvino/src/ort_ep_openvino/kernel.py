@@ -90,7 +90,9 @@ class GroupKernel:
             return list(self._by_shape)
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
-        arrays = [np.ascontiguousarray(x) for x in inputs]
+        # OpenVINO reads C-contiguous buffers in place; np.ascontiguousarray would turn a
+        # 0-d array into 1-d, so only non-contiguous inputs are copied
+        arrays = [x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C") for x in inputs]
         compiled = self._single if self._single is not None else self._for_shapes(arrays)
         outputs = compiled.infer(arrays)
         result = []

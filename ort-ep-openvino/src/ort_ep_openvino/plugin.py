@@ -24,7 +24,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, _ov
-from .capability import decline_reason, groups, node_model
+from .capability import decline_reason, groups, node_model, survey, type_reason
 from .kernel import GroupKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
@@ -135,8 +135,14 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     settings: CompileSettings = ep.state["settings"]
     capability = Capability()
     supported: set[int] = set()
+    found = survey(graph, candidates, settings.device_type)
+    # kept for kernel creation, which reuses the shapes it found (and keeps the view alive)
+    ep.state.setdefault("surveys", {})[id(graph)] = (graph, found)
     for i in sorted(candidates):
-        reason = decline_reason(graph, graph.nodes[i], settings.device_type)
+        node = graph.nodes[i]
+        reason = type_reason(graph, node)
+        if reason is None and not found.all_supported:
+            reason = decline_reason(graph, node, settings.device_type, found.hints)
         if reason is None:
             supported.add(i)
         else:
@@ -152,7 +158,9 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
         return None
     settings: CompileSettings = ep.state["settings"]
     indices = [n.index for n in request.nodes]
-    model = node_model(request.graph, indices)
+    known = ep.state.get("surveys", {}).get(id(request.graph))
+    hints = known[1].hints if known is not None and known[0] is request.graph else None
+    model = node_model(request.graph, indices, hints)
     # node_model embeds Constant-node outputs the group reads; the kernel then takes fewer inputs
     embedded = {init.name for init in model.graph.initializer}
     keep = [k for k, name in enumerate(request.inputs) if name not in embedded]
