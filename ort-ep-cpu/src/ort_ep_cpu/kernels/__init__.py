@@ -8,3 +8,6 @@ from . import bitwise, control_flow, ml, random, sequence, text  # noqa: F401, E
 from . import norm  # noqa: F401, E402  (family B: normalisation, Dropout; after reduce/tensor to supersede)
 from . import rnn  # noqa: F401, E402  (family B: RNN, GRU, LSTM)
 from . import attention  # noqa: F401, E402  (family B: Attention, RotaryEmbedding)
+from . import cast  # noqa: F401, E402  (family A: Cast/CastLike, after tensor so it takes over its Cast)
+from . import math  # noqa: F401, E402  (family A: activations, Einsum, Det, CumSum)
+from . import quant  # noqa: F401, E402  (family A: QuantizeLinear, DequantizeLinear, QLinear*, *Integer)

@@ -1,4 +1,9 @@
-"""Elementwise math, comparisons and activations (numpy ufuncs, broadcasting as ONNX does)."""
+"""Elementwise arithmetic, comparisons and logic (numpy ufuncs, ONNX broadcasting); Bitwise*/BitShift are in bitwise.py.
+
+Types: ml_dtypes' bfloat16 (and the other small floats) go through float32 and back, because not
+every numpy ufunc has a loop for them; every other dtype is computed in its own type so the
+output dtype is the input's, as ONNX requires.
+"""
 
 from __future__ import annotations
 
@@ -8,89 +13,171 @@ from scipy import special
 from ..registry import kernel
 
 
-def _ufunc(op_type: str, fn, since: int = 1) -> None:
-    kernel(op_type, since)(lambda node, request: fn)
+def is_small_float(dtype: np.dtype) -> bool:
+    """bfloat16, float8*, float4 (ml_dtypes extension types, numpy kind 'V')."""
+    return dtype.kind == "V" and dtype.names is None
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if is_small_float(x.dtype) else x
+
+
+def unary(fn):
+    """A kernel computing ``fn(x)`` with the output in x's dtype."""
+
+    def run(x):
+        if is_small_float(x.dtype):
+            return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)
+        return np.asarray(fn(x)).astype(x.dtype, copy=False)
+
+    return run
+
+
+def binary(fn):
+    """A kernel computing ``fn(a, b)`` (broadcasting) with the output in a's dtype."""
+
+    def run(a, b):
+        if is_small_float(a.dtype):
+            return np.asarray(fn(a.astype(np.float32), _widen(b))).astype(a.dtype)
+        return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+
+    return run
+
+
+def _compare(fn):
+    def run(a, b):
+        if is_small_float(a.dtype):
+            a, b = a.astype(np.float32), _widen(b)
+        return np.asarray(fn(a, b))
+
+    return run
+
+
+def _register(op_type: str, fn) -> None:
+    kernel(op_type)(lambda node, request: fn)
 
 
 for _op, _fn in {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
+    "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign,
+    "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal,
+    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Tanh": np.tanh,
+    "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
+    "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
+    "Acosh": np.arccosh, "Atanh": np.arctanh,
+    "Round": np.round,  # numpy rounds half to even, as ONNX asks
+    "Erf": special.erf, "Sigmoid": special.expit,
+}.items():
+    _register(_op, unary(_fn) if _op not in ("Add", "Sub", "Mul") else binary(_fn))
+
+for _op, _fn in {
     "Equal": np.equal, "Less": np.less, "Greater": np.greater,
     "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
-    "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not,
-    "Neg": np.negative, "Abs": np.absolute, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
-    "Tanh": np.tanh, "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil,
-    "Sin": np.sin, "Cos": np.cos, "Sign": np.sign, "IsNaN": np.isnan,
 }.items():
-    _ufunc(_op, _fn)
+    _register(_op, _compare(_fn))
+
+for _op, _fn in {
+    "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not,
+}.items():
+    _register(_op, _fn)
+
+
+@kernel("IsNaN", since=9)
+def _isnan(node, request):
+    return lambda x: np.isnan(_widen(x))
+
+
+@kernel("IsInf", since=10)
+def _isinf(node, request):
+    positive = bool(node.attr("detect_positive", 1))
+    negative = bool(node.attr("detect_negative", 1))
+
+    def isinf(x):
+        x = _widen(x)
+        if positive and negative:
+            return np.isinf(x)
+        if positive:
+            return np.isposinf(x)
+        if negative:
+            return np.isneginf(x)
+        return np.zeros(x.shape, dtype=bool)
+
+    return isinf
 
 
 @kernel("Div")
 def _div(node, request):
     def div(a, b):
         if a.dtype.kind in "iu":
-            # ONNX integer division truncates toward zero (C semantics), numpy floors
-            q = np.floor_divide(a, b)
-            return q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0))).astype(a.dtype)
+            # ONNX integer division truncates toward zero (C semantics); numpy floors
+            with np.errstate(divide="ignore"):
+                q = np.floor_divide(a, b)
+                fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+            return q + fix.astype(a.dtype) if a.dtype.kind == "i" else q
+        if is_small_float(a.dtype):
+            return np.divide(a.astype(np.float32), _widen(b)).astype(a.dtype)
         return np.divide(a, b)
 
     return div
 
 
+@kernel("Mod", since=10)
+def _mod(node, request):
+    fmod = bool(node.attr("fmod", 0))
+    # fmod=1: C fmod (sign of the dividend); fmod=0: Python/numpy mod (sign of the divisor)
+    fn = np.fmod if fmod else np.mod
+
+    def mod(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if is_small_float(a.dtype):
+                return fn(a.astype(np.float32), _widen(b)).astype(a.dtype)
+            return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+
+    return mod
+
+
 @kernel("Pow")
 def _pow(node, request):
     def power(a, b):
+        if is_small_float(a.dtype):
+            return np.power(a.astype(np.float32), _widen(b).astype(np.float32)).astype(a.dtype)
         if a.dtype.kind in "iu":
-            return np.power(a, b.astype(a.dtype)) if b.dtype != a.dtype else np.power(a, b)
-        return np.power(a, b.astype(a.dtype, copy=False))
+            if b.dtype.kind == "f" or is_small_float(b.dtype) or (b.dtype.kind == "i" and np.any(b < 0)):
+                with np.errstate(all="ignore"):
+                    return np.power(a.astype(np.float64), _widen(b).astype(np.float64)).astype(a.dtype)
+            return np.power(a, b.astype(a.dtype, copy=False))
+        return np.power(a, _widen(b).astype(a.dtype, copy=False))
 
     return power
-
-
-@kernel("Erf")
-def _erf(node, request):
-    return lambda x: special.erf(x).astype(x.dtype, copy=False)
-
-
-@kernel("Sigmoid")
-def _sigmoid(node, request):
-    return lambda x: special.expit(x).astype(x.dtype, copy=False)
-
-
-@kernel("Relu")
-def _relu(node, request):
-    return lambda x: np.maximum(x, x.dtype.type(0))
-
-
-@kernel("LeakyRelu")
-def _leaky_relu(node, request):
-    alpha = float(node.attr("alpha", 0.01))
-    return lambda x: np.where(x >= 0, x, x * x.dtype.type(alpha))
 
 
 @kernel("Clip", since=1)
 def _clip_v1(node, request):
     lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
-    return lambda x: np.clip(x, x.dtype.type(lo), x.dtype.type(hi))
+    return unary(lambda x: np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)))
 
 
 @kernel("Clip", since=11)
 def _clip(node, request):
     def clip(x, lo=None, hi=None):
+        small = is_small_float(x.dtype)
+        y = x.astype(np.float32) if small else x
         if lo is not None:
-            x = np.maximum(x, lo)
+            y = np.maximum(y, _widen(lo))
         if hi is not None:
-            x = np.minimum(x, hi)
-        return x
+            y = np.minimum(y, _widen(hi))  # min > max: every value becomes max, as the spec says
+        return y.astype(x.dtype, copy=False)
 
     return clip
 
 
 def _variadic(fn):
     def run(*xs):
-        out = xs[0]
+        small = is_small_float(xs[0].dtype)
+        out = _widen(xs[0])
         for x in xs[1:]:
-            out = fn(out, x)
-        return out
+            out = fn(out, _widen(x))
+        return out.astype(xs[0].dtype) if small else np.asarray(out).astype(np.result_type(*xs), copy=False)
 
     return run
 
@@ -103,9 +190,16 @@ kernel("Sum")(lambda node, request: _variadic(np.add))
 @kernel("Mean")
 def _mean(node, request):
     add = _variadic(np.add)
-    return lambda *xs: (add(*xs) / len(xs)).astype(xs[0].dtype, copy=False)
+
+    def mean(*xs):
+        total = add(*xs)
+        if is_small_float(total.dtype):
+            return (total.astype(np.float32) / len(xs)).astype(total.dtype)
+        return (total / len(xs)).astype(xs[0].dtype, copy=False)
+
+    return mean
 
 
 @kernel("Where", since=9)
 def _where(node, request):
-    return np.where
+    return lambda cond, a, b: np.where(cond, a, b)

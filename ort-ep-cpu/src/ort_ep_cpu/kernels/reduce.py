@@ -7,8 +7,52 @@ import numpy as np
 from ..registry import kernel
 
 
-def _reduce(fn):
-    """Build a Reduce* kernel for both forms: axes as attribute (< opset 18) or as input."""
+def _small(dtype: np.dtype) -> bool:
+    return dtype.kind == "V" and dtype.names is None  # bfloat16 and other ml_dtypes floats
+
+
+def _sum(x, axis, keepdims):
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _max(x, axis, keepdims):
+    low = -np.inf if x.dtype.kind == "f" else (False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
+    return np.max(x, axis=axis, keepdims=keepdims, initial=low)  # empty sets give the identity
+
+
+def _min(x, axis, keepdims):
+    high = np.inf if x.dtype.kind == "f" else (True if x.dtype == np.bool_ else np.iinfo(x.dtype).max)
+    return np.min(x, axis=axis, keepdims=keepdims, initial=high)
+
+
+def _log_sum_exp(x, axis, keepdims):
+    if x.size == 0:
+        return np.log(_sum(np.exp(x), axis, keepdims))
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)  # all -inf rows stay -inf, not NaN
+    y = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis=axis if axis is not None else tuple(range(x.ndim)))
+
+
+_REDUCTIONS = {
+    "ReduceSum": _sum,
+    "ReduceMean": lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+    "ReduceMax": _max,
+    "ReduceMin": _min,
+    "ReduceProd": lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
+    "ReduceL1": lambda x, axis, keepdims: _sum(np.abs(x), axis, keepdims),
+    "ReduceL2": lambda x, axis, keepdims: np.sqrt(np.sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x),
+                                                          axis=axis, keepdims=keepdims)),
+    "ReduceSumSquare": lambda x, axis, keepdims: _sum(np.square(x), axis, keepdims),
+    "ReduceLogSum": lambda x, axis, keepdims: np.log(np.sum(x, axis=axis, keepdims=keepdims)),
+    "ReduceLogSumExp": _log_sum_exp,
+}
+# first opset where ``axes`` is an input instead of an attribute
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _reduce(op_type: str, fn):
+    """A Reduce* kernel for both forms: axes as attribute or as the second input."""
 
     def build(node, request):
         keepdims = bool(node.attr("keepdims", 1))
@@ -23,42 +67,97 @@ def _reduce(fn):
                     return x
                 axes = None
             else:
-                axes = tuple(int(a) for a in np.asarray(axes).ravel())
-            return np.asarray(fn(x, axis=axes, keepdims=keepdims)).astype(x.dtype, copy=False)
+                axes = tuple(sorted({int(a) + x.ndim if int(a) < 0 else int(a) for a in np.asarray(axes).ravel()}))
+            small = _small(x.dtype)
+            w = x.astype(np.float32) if small else x
+            with np.errstate(divide="ignore", invalid="ignore"):
+                y = np.asarray(fn(w, axes, keepdims))
+            return y.astype(x.dtype, copy=False)
 
         return run
 
     return build
 
 
-for _name, _fn in {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max,
-                   "ReduceMin": np.min, "ReduceProd": np.prod}.items():
-    kernel(_name, 1)(_reduce(_fn))
+for _name, _fn in _REDUCTIONS.items():
+    kernel(_name, 1)(_reduce(_name, _fn))
 
 
-@kernel("Softmax", since=1)
-def _softmax_v1(node, request):
-    axis = int(node.attr("axis", 1))
+def _arg(op_type: str, fn):
+    def build(node, request):
+        axis = int(node.attr("axis", 0))
+        keepdims = bool(node.attr("keepdims", 1))
+        last = bool(node.attr("select_last_index", 0))
 
-    def softmax(x):
-        a = axis if axis >= 0 else axis + x.ndim
-        flat = x.reshape(int(np.prod(x.shape[:a])), -1)
-        e = np.exp(flat - flat.max(axis=1, keepdims=True))
-        return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)
+        def run(x):
+            a = axis + x.ndim if axis < 0 else axis
+            w = x.astype(np.float32) if _small(x.dtype) else x
+            if last:  # the last occurrence: search the reversed axis and map back
+                y = (w.shape[a] - 1) - fn(np.flip(w, axis=a), axis=a)
+            else:
+                y = fn(w, axis=a)
+            y = y.astype(np.int64, copy=False)
+            return np.expand_dims(y, a) if keepdims else y
 
-    return softmax
+        return run
+
+    return build
 
 
-@kernel("Softmax", since=13)
-def _softmax(node, request):
-    axis = int(node.attr("axis", -1))
+kernel("ArgMax", 1)(_arg("ArgMax", np.argmax))
+kernel("ArgMin", 1)(_arg("ArgMin", np.argmin))
 
-    def softmax(x):
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        e /= e.sum(axis=axis, keepdims=True)
-        return e
 
-    return softmax
+def _coerced(axis: int, fn):
+    """Opsets before 13: the input is seen as 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
+
+    def run(x):
+        a = axis + x.ndim if axis < 0 else axis
+        rows = int(np.prod(x.shape[:a]))
+        return fn(x.reshape(rows, -1), 1).reshape(x.shape)
+
+    return run
+
+
+def _on_axis(axis: int, fn):
+    return lambda x: fn(x, axis if axis >= 0 else axis + x.ndim)
+
+
+def _in_float(fn):
+    """Compute small floats (bfloat16, ...) in float32, float16 in float32 too (range), cast back."""
+
+    def run(x, axis):
+        if _small(x.dtype) or x.dtype == np.float16:
+            return fn(x.astype(np.float32), axis).astype(x.dtype)
+        return fn(x, axis)
+
+    return run
+
+
+@_in_float
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+@_in_float
+def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    w = x.astype(np.float32) if _small(x.dtype) else x
+    index = np.expand_dims(np.argmax(w, axis=axis), axis)  # the first maximum wins
+    y = np.zeros(x.shape, dtype=x.dtype)
+    np.put_along_axis(y, index, np.ones((), dtype=x.dtype), axis=axis)
+    return y
+
+
+for _name, _fn in {"Softmax": softmax, "LogSoftmax": log_softmax, "Hardmax": hardmax}.items():
+    kernel(_name, 1)(lambda node, request, fn=_fn: _coerced(int(node.attr("axis", 1)), fn))
+    kernel(_name, 13)(lambda node, request, fn=_fn: _on_axis(int(node.attr("axis", -1)), fn))
 
 
 @kernel("LayerNormalization", since=17)

@@ -1,0 +1,97 @@
+"""Cast and CastLike for every ONNX tensor type: bfloat16, float8 (saturating or not), float8e8m0,
+int4/uint4, int2/uint2, float4e2m1 (through ml_dtypes) and strings."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx.numpy_helper import saturate_cast, to_float8e8m0
+
+from ..registry import kernel
+
+_FLOAT8 = {
+    TensorProto.FLOAT8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ,
+    TensorProto.FLOAT8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ,
+}
+_SMALL_FLOATS = {np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
+                                       ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
+                                       ml_dtypes.float4_e2m1fn)}
+
+
+def _to_string(x: np.ndarray) -> np.ndarray:
+    if x.dtype == object or x.dtype.kind in "SU":
+        return x.astype(object)
+    if x.dtype in _SMALL_FLOATS:
+        x = x.astype(np.float32)
+    # numpy's str() of a float32 is the shortest repr that round-trips, which is what ONNX asks
+    return x.astype(np.str_).astype(object)
+
+
+def _from_string(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    # parse through float64 for floats (accepts "INF", "-inf", "NaN", "1e-5"); ints directly
+    text = x.astype(np.str_)
+    if dtype.kind in "iub" and dtype.itemsize >= 1 and dtype not in _SMALL_FLOATS and dtype.kind != "V":
+        return text.astype(dtype)
+    return text.astype(np.float64).astype(dtype)
+
+
+def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """``x`` cast to the ONNX type ``to`` as the Cast operator does."""
+    if to == TensorProto.STRING:
+        return _to_string(x)
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
+    if x.dtype == object or x.dtype.kind in "SU":
+        x = _from_string(x, dtype) if dtype.kind != "V" else _from_string(x, np.dtype(np.float32))
+        if x.dtype == dtype:
+            return x
+    if x.dtype == dtype:
+        return x
+    if to in _FLOAT8:
+        if saturate:
+            # clamp finite and infinite values into range; NaN stays NaN
+            return saturate_cast(x.astype(np.float32) if x.dtype in _SMALL_FLOATS else x, dtype)
+        if x.dtype in _SMALL_FLOATS:
+            x = x.astype(np.float32)
+        return x.astype(dtype)
+    if to == TensorProto.FLOAT8E8M0:
+        return to_float8e8m0(x, saturate, round_mode).astype(dtype)
+    if x.dtype in _SMALL_FLOATS and dtype.kind != "f":
+        x = x.astype(np.float32)  # ml_dtypes floats go to other types through float32
+    return x.astype(dtype)
+
+
+def _cast_attrs(node) -> tuple[bool, str]:
+    saturate = bool(node.attr("saturate", 1))
+    round_mode = node.attr("round_mode", "up")
+    if isinstance(round_mode, bytes):
+        round_mode = round_mode.decode()
+    if round_mode not in ("up", "down", "nearest"):
+        raise ValueError(f"{node.op_type} {node.name!r}: round_mode {round_mode!r} is not one of up, down, nearest")
+    return saturate, round_mode
+
+
+@kernel("Cast", since=1)
+def _cast(node, request):
+    to = node.attr("to")
+    if to is None:
+        raise ValueError(f"Cast {node.name!r}: attribute 'to' is required")
+    if isinstance(to, (str, bytes)):  # Cast-1 spelled the type as a string
+        to = TensorProto.DataType.Value(to.decode() if isinstance(to, bytes) else to)
+    to = int(to)
+    saturate, round_mode = _cast_attrs(node)
+    return lambda x: cast_array(x, to, saturate, round_mode)
+
+
+@kernel("CastLike", since=15)
+def _cast_like(node, request):
+    saturate, round_mode = _cast_attrs(node)
+
+    def cast_like(x, like):
+        to = onnx.helper.np_dtype_to_tensor_dtype(like.dtype) if like.dtype != object else TensorProto.STRING
+        return cast_array(x, to, saturate, round_mode)
+
+    return cast_like

@@ -1,0 +1,247 @@
+"""Quantization: QuantizeLinear / DequantizeLinear (per tensor, per axis, blocked; integer, int4,
+int2, float8, float4 types), DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger,
+QLinearConv."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx.numpy_helper import saturate_cast
+
+from ..registry import kernel, lookup
+from ._util import normalize_axis
+
+_INT_RANGES = {
+    TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
+    TensorProto.UINT16: (0, 65535), TensorProto.INT16: (-32768, 32767),
+    TensorProto.UINT4: (0, 15), TensorProto.INT4: (-8, 7),
+    TensorProto.UINT2: (0, 3), TensorProto.INT2: (-2, 1),
+}
+_FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+# types without inf/NaN: ml_dtypes' cast saturates by itself
+_SMALL_FLOATS = {TensorProto.FLOAT4E2M1} | {
+    getattr(TensorProto, n) for n in ("FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n)
+}
+
+
+def _onnx_type(dtype: np.dtype) -> int:
+    return onnx.helper.np_dtype_to_tensor_dtype(dtype)
+
+
+def broadcast_param(value: np.ndarray, shape: tuple[int, ...], axis: int, block_size: int) -> np.ndarray:
+    """A scale or zero point made broadcastable to ``shape``: scalar (per tensor), 1-D along
+    ``axis`` (per axis), or blocked (``block_size`` consecutive elements along ``axis`` share one)."""
+    if value.ndim == 0:
+        return value
+    if value.size == 1 and not block_size:
+        return value.reshape(())
+    if not block_size:
+        if value.ndim != 1:
+            raise ValueError(f"per-axis scale/zero point must be 1-D, got shape {list(value.shape)}")
+        dims = [1] * len(shape)
+        dims[axis] = value.size
+        return value.reshape(dims)
+    if value.ndim != len(shape):
+        raise ValueError(f"blocked scale/zero point must have rank {len(shape)}, got shape {list(value.shape)}")
+    value = np.repeat(value, block_size, axis=axis)
+    if value.shape[axis] != shape[axis]:  # the last block may be partial
+        value = np.take(value, np.arange(shape[axis]), axis=axis)
+    return value
+
+
+def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate: bool, precision: int = 0):
+    """x / scale, rounded half to even, plus the zero point, saturated to ``to``."""
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
+    scale = broadcast_param(scale, x.shape, axis, block_size)
+    if precision:
+        p = onnx.helper.tensor_dtype_to_np_dtype(precision)
+        q = x.astype(p) / scale.astype(p)
+    else:
+        q = x / scale
+    if to in _INT_RANGES:
+        lo, hi = _INT_RANGES[to]
+        qi = np.rint(q.astype(np.float32) if q.dtype.kind == "V" else q)
+        if zero_point is not None:
+            qi = qi + broadcast_param(zero_point, x.shape, axis, block_size).astype(np.int32)
+        return np.clip(qi, lo, hi).astype(dtype)
+    if to in _FLOAT8:  # the zero point of a float8 type is 0 by definition
+        return saturate_cast(q, dtype) if saturate else q.astype(dtype)
+    if to in _SMALL_FLOATS:
+        if zero_point is not None:
+            q = q + broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
+        return q.astype(dtype)
+    raise ValueError(f"QuantizeLinear: {TensorProto.DataType.Name(to)} is not a quantized type")
+
+
+def dequantize(x, scale, zero_point, axis: int, block_size: int, out_dtype: np.dtype | None = None):
+    """(x - zero point) * scale, in the scale's type (or ``out_dtype``)."""
+    dx = x.astype(np.float32)
+    if zero_point is not None and _onnx_type(x.dtype) not in _FLOAT8:
+        dx = dx - broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
+    elif x.dtype == np.int32:
+        dx = x.astype(np.float64)  # int32 needs more than float32's 24 bits
+    y = dx * broadcast_param(scale, x.shape, axis, block_size)
+    return y.astype(out_dtype if out_dtype is not None else scale.dtype)
+
+
+def _quant_attrs(node):
+    return int(node.attr("axis", 1)), int(node.attr("block_size", 0) or 0)
+
+
+@kernel("QuantizeLinear", since=10)
+def _quantize_linear(node, request):
+    axis_attr, block_size = _quant_attrs(node)
+    saturate = bool(node.attr("saturate", 1))
+    output_dtype = int(node.attr("output_dtype", 0) or 0)
+    precision = int(node.attr("precision", 0) or 0)
+
+    def quantize_linear(x, scale, zero_point=None):
+        to = output_dtype
+        if zero_point is not None:
+            zp_type = _onnx_type(zero_point.dtype)
+            if to and to != zp_type:
+                raise ValueError(
+                    f"QuantizeLinear {node.name!r}: output_dtype {TensorProto.DataType.Name(to)} differs "
+                    f"from the zero point's type {TensorProto.DataType.Name(zp_type)}"
+                )
+            to = zp_type
+        to = to or TensorProto.UINT8
+        axis = normalize_axis(axis_attr, x.ndim) if x.ndim else 0
+        return quantize(x, scale, zero_point, to, axis, block_size, saturate, precision)
+
+    return quantize_linear
+
+
+@kernel("DequantizeLinear", since=10)
+def _dequantize_linear(node, request):
+    axis_attr, block_size = _quant_attrs(node)
+    output_dtype = int(node.attr("output_dtype", 0) or 0)
+    out = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(output_dtype)) if output_dtype else None
+
+    def dequantize_linear(x, scale, zero_point=None):
+        axis = normalize_axis(axis_attr, x.ndim) if x.ndim else 0
+        return dequantize(x, scale, zero_point, axis, block_size, out)
+
+    return dequantize_linear
+
+
+@kernel("DynamicQuantizeLinear", since=11)
+def _dynamic_quantize_linear(node, request):
+    def dynamic_quantize_linear(x):
+        x32 = x.astype(np.float32, copy=False)
+        hi = np.float32(max(0.0, float(x32.max()))) if x.size else np.float32(0)
+        lo = np.float32(min(0.0, float(x32.min()))) if x.size else np.float32(0)
+        scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(255))
+        zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+        y = np.clip(np.rint(x32 / scale) + zp, 0, 255).astype(np.uint8)
+        return y, np.array(scale, dtype=x.dtype), np.array(zp, dtype=np.uint8)
+
+    return dynamic_quantize_linear
+
+
+def _shifted(x: np.ndarray, zero_point: np.ndarray | None, per_row_axis: int | None = None) -> np.ndarray:
+    """x - zero_point as int32 (exact for 8/16-bit inputs). A 1-D zero point of a matrix operand
+    is per row (A: ``per_row_axis=-2``) or per column (B: ``per_row_axis=-1``)."""
+    xi = x.astype(np.int32)
+    if zero_point is None:
+        return xi
+    zp = zero_point.astype(np.int32)
+    if zp.ndim == 1 and zp.size > 1 and per_row_axis == -2:
+        zp = zp.reshape(-1, 1)
+    return xi - zp
+
+
+@kernel("MatMulInteger", since=10)
+def _matmul_integer(node, request):
+    def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
+        # float64 BLAS is exact here: |products| < 2^16 * 2^8 per term, sums far below 2^53
+        a64 = _shifted(a, a_zero_point, -2).astype(np.float64)
+        b64 = _shifted(b, b_zero_point, -1).astype(np.float64)
+        return np.matmul(a64, b64).astype(np.int32)
+
+    return matmul_integer
+
+
+def _requantize(acc: np.ndarray, multiplier, y_zero_point, out_dtype: np.dtype) -> np.ndarray:
+    y = acc * multiplier
+    if out_dtype.kind in "iu":
+        if y_zero_point is not None:
+            y = np.rint(y) + y_zero_point.astype(np.float64)
+        else:
+            y = np.rint(y)
+        info = np.iinfo(out_dtype)
+        return np.clip(y, info.min, info.max).astype(out_dtype)
+    if y_zero_point is not None:
+        y = y + y_zero_point.astype(np.float32)
+    return saturate_cast(y.astype(np.float32), out_dtype)
+
+
+@kernel("QLinearMatMul", since=10)
+def _qlinear_matmul(node, request):
+    def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
+        if _onnx_type(a.dtype) in _FLOAT8:  # opset 21: float8 operands, zero points are 0
+            acc = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float64)
+        else:
+            acc = np.matmul(_shifted(a, a_zero_point, -2).astype(np.float64),
+                            _shifted(b, b_zero_point, -1).astype(np.float64))
+        a_s = a_scale.astype(np.float64)
+        b_s = b_scale.astype(np.float64)
+        if a_s.ndim == 1 and a_s.size > 1:
+            a_s = a_s.reshape(-1, 1)
+        multiplier = (a_s * b_s / y_scale.astype(np.float64)).astype(np.float32)
+        out = y_zero_point.dtype if y_zero_point is not None else a.dtype
+        return _requantize(acc, multiplier, y_zero_point, out)
+
+    return qlinear_matmul
+
+
+def _conv_of(node, request):
+    """The provider's float Conv kernel, built for this node's attributes (same names)."""
+    entry = lookup("", "Conv", 11)
+    if entry is None:
+        raise NotImplementedError(f"{node.op_type} {node.name!r}: no Conv kernel is registered to build on")
+    built = entry.build(node, request)
+    return built.run if hasattr(built, "run") else built
+
+
+def _channel_param(value, ndim: int, axis: int = 1):
+    """A per-output-channel scale or zero point broadcast along ``axis`` of a rank-``ndim``
+    array (0 for the weights [M, C/g, k...], 1 for the output [N, M, ...]); scalars stay scalars."""
+    v = np.asarray(value)
+    if v.ndim == 1 and v.size > 1:
+        dims = [1] * ndim
+        dims[axis] = -1
+        return v.reshape(dims)
+    return v.reshape(())
+
+
+@kernel("ConvInteger", since=10)
+def _conv_integer(node, request):
+    conv = _conv_of(node, request)
+
+    def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
+        xs = (x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))).astype(np.float64)
+        ws = w.astype(np.int32)
+        if w_zero_point is not None:
+            ws = ws - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)
+        return np.rint(conv(xs, ws.astype(np.float64))).astype(np.int32)
+
+    return conv_integer
+
+
+@kernel("QLinearConv", since=10)
+def _qlinear_conv(node, request):
+    conv = _conv_of(node, request)
+
+    def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None):
+        xs = (x.astype(np.int32) - x_zero_point.astype(np.int32)).astype(np.float64)
+        ws = (w.astype(np.int32) - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)).astype(np.float64)
+        acc = conv(xs, ws)
+        if bias is not None:
+            acc = acc + bias.astype(np.float64).reshape((1, -1) + (1,) * (acc.ndim - 2))
+        multiplier = (np.float64(x_scale) * _channel_param(w_scale.astype(np.float64), acc.ndim)
+                      / np.float64(y_scale)).astype(np.float32)
+        return _requantize(acc, multiplier, y_zero_point, y_zero_point.dtype)
+
+    return qlinear_conv
