@@ -11,3 +11,4 @@ from . import attention  # noqa: F401, E402  (family B: Attention, RotaryEmbeddi
 from . import cast  # noqa: F401, E402  (family A: Cast/CastLike, after tensor so it takes over its Cast)
 from . import math  # noqa: F401, E402  (family A: activations, Einsum, Det, CumSum)
 from . import quant  # noqa: F401, E402  (family A: QuantizeLinear, DequantizeLinear, QLinear*, *Integer)
+from . import signal  # noqa: F401, E402  (family B: DFT, STFT, windows, MelWeightMatrix)

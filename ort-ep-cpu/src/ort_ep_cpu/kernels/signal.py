@@ -1,0 +1,138 @@
+"""Signal processing: DFT, STFT, Hann/Hamming/Blackman windows, MelWeightMatrix (numpy.fft)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..registry import kernel
+from ._util import normalize_axis
+
+
+def _as_complex(x: np.ndarray) -> np.ndarray:
+    """Drop the trailing [re] / [re, im] axis into a complex array (single precision for float32
+    and narrower inputs, like onnxruntime; numpy.fft keeps complex64 in complex64)."""
+    ctype = np.complex128 if x.dtype == np.float64 else np.complex64
+    z = np.empty(x.shape[:-1], dtype=ctype)
+    z.real = x[..., 0]
+    z.imag = x[..., 1] if x.shape[-1] > 1 else 0
+    return z
+
+
+def _as_pairs(z: np.ndarray, dtype) -> np.ndarray:
+    return np.stack((z.real, z.imag), axis=-1).astype(dtype)
+
+
+def _dft(x, length, axis: int, inverse: bool, onesided: bool):
+    a = normalize_axis(axis, x.ndim - 1)  # the last axis is the [re, im] axis, not a signal axis
+    n = x.shape[a]
+    if length is not None and np.size(length):
+        n = int(np.asarray(length).reshape(-1)[0])
+    elif inverse and onesided:
+        n = 2 * (x.shape[a] - 1)
+    z = _as_complex(x)
+    if inverse:
+        if onesided:  # one-sided spectrum in, real signal out
+            return np.fft.irfft(z, n=n, axis=a)[..., None].astype(x.dtype)
+        return _as_pairs(np.fft.ifft(z, n=n, axis=a), x.dtype)
+    y = np.fft.fft(z, n=n, axis=a)
+    if onesided:
+        y = np.take(y, np.arange(n // 2 + 1), axis=a)
+    return _as_pairs(y, x.dtype)
+
+
+@kernel("DFT", since=17)
+def _dft_v17(node, request):
+    axis = int(node.attr("axis", 1))
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+    return lambda x, dft_length=None: _dft(x, dft_length, axis, inverse, onesided)
+
+
+@kernel("DFT", since=20)
+def _dft_v20(node, request):
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+
+    def dft(x, dft_length=None, axis=None):
+        a = -2 if axis is None else int(np.asarray(axis).reshape(-1)[0])
+        return _dft(x, dft_length, a, inverse, onesided)
+
+    return dft
+
+
+@kernel("STFT", since=17)
+def _stft(node, request):
+    onesided = bool(node.attr("onesided", 1))
+
+    def stft(signal, frame_step, window=None, frame_length=None):
+        step = int(np.asarray(frame_step).reshape(-1)[0])
+        if frame_length is not None:
+            length = int(np.asarray(frame_length).reshape(-1)[0])
+        else:
+            length = window.shape[0] if window is not None else signal.shape[1]
+        n_frames = 1 + (signal.shape[1] - length) // step
+        z = _as_complex(signal)  # (batch, samples)
+        starts = np.arange(n_frames)[:, None] * step + np.arange(length)[None, :]
+        frames = z[:, starts]  # (batch, frames, frame_length)
+        if window is not None:
+            frames = frames * window.astype(frames.real.dtype)
+        spec = np.fft.fft(frames, n=length, axis=-1)
+        if onesided:
+            spec = spec[..., : length // 2 + 1]
+        return _as_pairs(spec, signal.dtype)
+
+    return stft
+
+
+def _window_builder(kind: str):
+    def build(node, request):
+        periodic = bool(node.attr("periodic", 1))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(int(node.attr("output_datatype", onnx.TensorProto.FLOAT)))
+
+        def window(size):
+            n = int(np.asarray(size).reshape(-1)[0])
+            denom = n if periodic else n - 1
+            k = np.arange(n, dtype=np.float64)
+            if kind == "hann":
+                w = np.sin(np.pi * k / denom) ** 2
+            elif kind == "hamming":
+                alpha = 25.0 / 46.0
+                w = alpha - (1 - alpha) * np.cos(2 * np.pi * k / denom)
+            else:
+                w = 0.42 - 0.5 * np.cos(2 * np.pi * k / denom) + 0.08 * np.cos(4 * np.pi * k / denom)
+            return w.astype(dtype)
+
+        return window
+
+    return build
+
+
+kernel("HannWindow", since=17)(_window_builder("hann"))
+kernel("HammingWindow", since=17)(_window_builder("hamming"))
+kernel("BlackmanWindow", since=17)(_window_builder("blackman"))
+
+
+@kernel("MelWeightMatrix", since=17)
+def _mel_weight_matrix(node, request):
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(int(node.attr("output_datatype", onnx.TensorProto.FLOAT)))
+
+    def mel(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
+        bins, n_fft = int(num_mel_bins), int(dft_length)
+        rate, low, high = float(sample_rate), float(lower_edge_hertz), float(upper_edge_hertz)
+        n_spec = n_fft // 2 + 1
+        to_mel = lambda hz: 2595 * np.log10(1 + hz / 700)  # noqa: E731
+        low_mel, high_mel = to_mel(low), to_mel(high)
+        # bins + 2 equally spaced mel points, mapped back to Hz and then to DFT bin indices
+        mels = np.arange(bins + 2) * ((high_mel - low_mel) / (bins + 2)) + low_mel
+        hz = 700 * (10 ** (mels / 2595) - 1)
+        edges = np.floor((n_fft + 1) * hz / rate).astype(np.int64)
+        left, center, right = edges[:-2], edges[1:-1], edges[2:]
+        j = np.arange(n_spec)[:, None]
+        rise_den = np.where(center > left, center - left, 1)
+        fall_den = np.where(right > center, right - center, 1)
+        rise = np.where((j >= left) & (j <= center), (j - left) / rise_den, 0.0)
+        rise = np.where((center == left) & (j == center), 1.0, rise)
+        fall = np.where((right > center) & (j >= center) & (j < right), (right - j) / fall_den, 0.0)
+        out = np.where((right > center) & (j >= center) & (j < right), fall, rise)
+        return out.astype(dtype)
+
+    return mel
