@@ -1,0 +1,524 @@
+"""MatMul and Gemm (tiled in workgroup memory), Conv (grouped/depthwise), pooling, Softmax,
+LogSoftmax, LayerNormalization and reductions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ort_core import Kernel, KernelRequest, NodeView
+
+from . import wgsl
+from .ops_elementwise import _kind_check
+from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
+
+Shape = tuple[int, ...]
+TILE = 16
+ROW_WG = 64  # threads per row in the row kernels (Softmax, LayerNormalization)
+_FLOAT_ONLY = _kind_check({"f": ""})
+
+
+def _prod(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------------------------
+# MatMul / Gemm
+# --------------------------------------------------------------------------------------------
+
+
+def matmul_source(
+    dtypes: Sequence[np.dtype],
+    out_dtype: np.dtype,
+    m: int,
+    n: int,
+    k: int,
+    batch: Shape,
+    a_batch: Sequence[int],
+    b_batch: Sequence[int],
+    trans_a: bool = False,
+    trans_b: bool = False,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    c_strides: tuple[int, int] | None = None,
+) -> str:
+    """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias): 16x16 output tiles per workgroup, the
+    A and B tiles staged in workgroup memory, f32 accumulation."""
+    a_index = f"ak * {m}u + row" if trans_a else f"row * {k}u + ak"
+    b_index = f"col * {k}u + bk" if trans_b else f"bk * {n}u + col"
+    batch_code = wgsl.decompose("wid.z", batch, "b") if batch else ""
+    a_base = wgsl.offset("b", [s * m * k for s in a_batch]) if batch else "0u"
+    b_base = wgsl.offset("b", [s * k * n for s in b_batch]) if batch else "0u"
+    result = "acc" if alpha == 1.0 else f"{wgsl.flit(alpha)} * acc"
+    if c_strides is not None:
+        c_index = f"row * {c_strides[0]}u + col * {c_strides[1]}u"
+        bias = f"f32(in2[{c_index}])"
+        result += f" + {bias}" if beta == 1.0 else f" + {wgsl.flit(beta)} * {bias}"
+    head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(out_dtype)])
+    return f"""{head}
+var<workgroup> ta: array<array<f32, {TILE}>, {TILE}>;
+var<workgroup> tb: array<array<f32, {TILE}>, {TILE}>;
+@compute @workgroup_size({TILE}, {TILE}, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let row = wid.y * {TILE}u + lid.y;
+  let col = wid.x * {TILE}u + lid.x;
+{batch_code}
+  let a_base = {a_base};
+  let b_base = {b_base};
+  var acc = 0.0;
+  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{
+    let ak = t + lid.x;
+    if (row < {m}u && ak < {k}u) {{ ta[lid.y][lid.x] = f32(in0[a_base + {a_index}]); }} else {{ ta[lid.y][lid.x] = 0.0; }}
+    let bk = t + lid.y;
+    if (bk < {k}u && col < {n}u) {{ tb[lid.y][lid.x] = f32(in1[b_base + {b_index}]); }} else {{ tb[lid.y][lid.x] = 0.0; }}
+    workgroupBarrier();
+    for (var kk = 0u; kk < {TILE}u; kk = kk + 1u) {{ acc = acc + ta[lid.y][kk] * tb[kk][lid.x]; }}
+    workgroupBarrier();
+  }}
+  if (row < {m}u && col < {n}u) {{
+    out0[wid.z * {m * n}u + row * {n}u + col] = {wgsl.store(result, out_dtype)};
+  }}
+}}
+"""
+
+
+def _matmul_groups(m: int, n: int, batch: int) -> tuple[int, int, int]:
+    groups = (-(-n // TILE), -(-m // TILE), batch)
+    if max(groups) > wgsl.MAX_GROUPS:
+        raise ValueError(f"MatMul of {m}x{n} outputs x {batch} batches exceeds the dispatch limit")
+    return groups
+
+
+@op("MatMul", check=_FLOAT_ONLY)
+def _matmul(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    def prepare(args: Sequence) -> Prepared:
+        a, b = args
+        a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+        b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+        m, k = a_shape[-2:]
+        k2, n = b_shape[-2:]
+        if k != k2:
+            raise ValueError(f"MatMul {node.name!r}: shapes {a.shape} and {b.shape} do not match")
+        batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+        out_shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+        source = matmul_source(
+            [a.dtype, b.dtype], a.dtype, m, n, k, batch,
+            wgsl.broadcast_strides(a_shape[:-2], batch), wgsl.broadcast_strides(b_shape[:-2], batch),
+        )
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), _matmul_groups(m, n, _prod(batch)))
+        return Prepared([(out_shape, a.dtype)], [dispatch])
+
+    return shader_kernel(rt, prepare)
+
+
+@op("Gemm", check=_FLOAT_ONLY)
+def _gemm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    alpha = float(node.attr("alpha", 1.0))
+    beta = float(node.attr("beta", 1.0))
+    trans_a = bool(node.attr("transA", 0))
+    trans_b = bool(node.attr("transB", 0))
+
+    def prepare(args: Sequence) -> Prepared:
+        a, b = args[0], args[1]
+        c = args[2] if len(args) > 2 else None
+        m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+        n = b.shape[0] if trans_b else b.shape[1]
+        c_strides = None
+        inputs: tuple[int, ...] = (0, 1)
+        dtypes = [a.dtype, b.dtype]
+        if c is not None and beta != 0.0:
+            st = wgsl.broadcast_strides(c.shape, (m, n))
+            c_strides = (st[0], st[1])
+            inputs = (0, 1, 2)
+            dtypes.append(c.dtype)
+        source = matmul_source(dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides)
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), _matmul_groups(m, n, 1))
+        return Prepared([((m, n), a.dtype)], [dispatch])
+
+    return shader_kernel(rt, prepare)
+
+
+# --------------------------------------------------------------------------------------------
+# Conv and pooling
+# --------------------------------------------------------------------------------------------
+
+
+def explicit_pads(node: NodeView, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[int]:
+    """[begin..., end...] from ``pads`` or ``auto_pad`` (SAME_UPPER puts the odd pixel at the end)."""
+    nd = len(kernel)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad == "NOTSET":
+        return [int(p) for p in (node.attr("pads") or [0] * (2 * nd))]
+    if auto_pad == "VALID":
+        return [0] * (2 * nd)
+    begin, end = [], []
+    for d in range(nd):
+        out = -(-spatial[d] // strides[d])
+        total = max(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - spatial[d])
+        small, large = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else large)
+        end.append(large if auto_pad == "SAME_UPPER" else small)
+    return begin + end
+
+
+def _window_loop(nd: int, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int], body: str, x_base: str) -> str:
+    """Loop over a kernel window at output coordinates o2.. ; ``body`` sees ``xo`` (the input
+    offset) inside the bounds check."""
+    ks = _prod(kernel)
+    lines = [f"  for (var kk = 0u; kk < {ks}u; kk = kk + 1u) {{", wgsl.decompose("kk", kernel, "k")]
+    checks, terms = [], []
+    x_strides = wgsl.strides(spatial)
+    for d in range(nd):
+        lines.append(f"    let p{d} = i32(o{d + 2} * {strides[d]}u + k{d} * {dilations[d]}u) - {pads[d]};")
+        checks.append(f"p{d} >= 0 && p{d} < {spatial[d]}")
+        terms.append(f"u32(p{d}) * {x_strides[d]}u")
+    lines.append(f"    if ({' && '.join(checks)}) {{")
+    lines.append(f"      let xo = {x_base} + {' + '.join(terms)};")
+    lines.append(body)
+    lines.append("    }")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def _conv_check(node: NodeView) -> str | None:
+    return _FLOAT_ONLY(node)
+
+
+@op("Conv", check=_conv_check)
+def _conv(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    group = int(node.attr("group", 1))
+
+    def prepare(args: Sequence) -> Prepared:
+        x, w = args[0], args[1]
+        b = args[2] if len(args) > 2 else None
+        n, c = x.shape[:2]
+        m, cg = w.shape[:2]
+        kernel = [int(d) for d in (node.attr("kernel_shape") or w.shape[2:])]
+        nd = len(kernel)
+        spatial = x.shape[2:]
+        strides = [int(s) for s in (node.attr("strides") or [1] * nd)]
+        dilations = [int(s) for s in (node.attr("dilations") or [1] * nd)]
+        pads = explicit_pads(node, spatial, kernel, strides, dilations)
+        if c != cg * group or m % group:
+            raise ValueError(f"Conv {node.name!r}: {c} input channels, weight {w.shape}, group {group}")
+        out_spatial = [
+            (spatial[d] + pads[d] + pads[d + nd] - ((kernel[d] - 1) * dilations[d] + 1)) // strides[d] + 1
+            for d in range(nd)
+        ]
+        out_shape = (n, m, *out_spatial)
+        mg = m // group
+        ks = _prod(kernel)
+        ss = _prod(spatial)
+        body = f"      acc = acc + f32(in0[xo]) * f32(in1[(o1 * {cg}u + ci) * {ks}u + kk]);"
+        lines = [
+            wgsl.decompose("i", out_shape, "o"),
+            f"  let g = o1 / {mg}u;",
+            f"  var acc = {'f32(in2[o1])' if b is not None else '0.0'};",
+            f"  for (var ci = 0u; ci < {cg}u; ci = ci + 1u) {{",
+            f"  let x_base = (o0 * {c}u + g * {cg}u + ci) * {ss}u;",
+            _window_loop(nd, spatial, kernel, strides, dilations, pads, body, "x_base"),
+            "  }",
+            f"  out0[i] = {wgsl.store('acc', x.dtype)};",
+        ]
+        dtypes = [x.dtype, w.dtype] + ([b.dtype] if b is not None else [])
+        source = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(x.dtype)])
+        source += "\n" + wgsl.main_1d(_prod(out_shape), "\n".join(lines))
+        inputs = (0, 1, 2) if b is not None else (0, 1)
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), wgsl.groups_1d(_prod(out_shape)))
+        return Prepared([(out_shape, x.dtype)], [dispatch])
+
+    return shader_kernel(rt, prepare)
+
+
+def _pool_check(node: NodeView) -> str | None:
+    if node.op_type == "MaxPool" and sum(1 for o in node.outputs if o) > 1:
+        return "MaxPool with the Indices output has no WebGPU kernel"
+    return _FLOAT_ONLY(node)
+
+
+def _pool(node: NodeView, request: KernelRequest, rt: SessionRuntime, is_max: bool) -> Kernel:
+    include_pad = bool(node.attr("count_include_pad", 0))
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        kernel = [int(d) for d in node.attr("kernel_shape")]
+        nd = len(kernel)
+        spatial = x.shape[2:]
+        strides = [int(s) for s in (node.attr("strides") or [1] * nd)]
+        dilations = [int(s) for s in (node.attr("dilations") or [1] * nd)]
+        pads = explicit_pads(node, spatial, kernel, strides, dilations)
+        out_spatial = []
+        for d in range(nd):
+            span = spatial[d] + pads[d] + pads[d + nd] - ((kernel[d] - 1) * dilations[d] + 1)
+            size = (-(-span // strides[d]) if ceil_mode else span // strides[d]) + 1
+            if ceil_mode and (size - 1) * strides[d] >= spatial[d] + pads[d]:
+                size -= 1  # the last window must start inside the input or the begin padding
+            out_spatial.append(size)
+        out_shape = (*x.shape[:2], *out_spatial)
+        ss = _prod(spatial)
+        x_base = f"(o0 * {x.shape[1]}u + o1) * {ss}u"
+        if is_max:
+            init, body, result = "-3.4028234663852886e38", "      acc = max(acc, f32(in0[xo]));", "acc"
+        else:
+            init, body, result = "0.0", "      acc = acc + f32(in0[xo]);\n      cnt = cnt + 1.0;", "acc / cnt"
+        lines = [wgsl.decompose("i", out_shape, "o"), f"  var acc = {init};", "  var cnt = 0.0;",
+                 _window_loop(nd, spatial, kernel, strides, dilations, pads, body, x_base)]
+        if not is_max and include_pad:
+            # count window positions inside the explicitly padded input (not the ceil_mode extension)
+            factors = []
+            for d in range(nd):
+                lo = f"i32(o{d + 2} * {strides[d]}u) - {pads[d]}"
+                lines.append(f"  var n{d} = 0.0;")
+                lines.append(f"  for (var q = 0u; q < {kernel[d]}u; q = q + 1u) {{ let p = {lo} + i32(q * {dilations[d]}u);"
+                             f" if (p >= -{pads[d]} && p < {spatial[d] + pads[d + nd]}) {{ n{d} = n{d} + 1.0; }} }}")
+                factors.append(f"n{d}")
+            lines.append(f"  cnt = {' * '.join(factors)};")
+        lines.append(f"  out0[i] = {wgsl.store(result, x.dtype)};")
+        source = wgsl.bindings([x.wgsl], [x.wgsl]) + "\n" + wgsl.main_1d(_prod(out_shape), "\n".join(lines))
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(_prod(out_shape)))
+        return Prepared([(out_shape, x.dtype)], [dispatch])
+
+    kernel = shader_kernel(rt, prepare)
+    n_out = len(node.outputs)
+    if n_out == 1:
+        return kernel
+    return Kernel(run=lambda x: [kernel.run(x)] + [None] * (n_out - 1))
+
+
+op("MaxPool", check=_pool_check)(lambda node, request, rt: _pool(node, request, rt, True))
+op("AveragePool", check=_pool_check)(lambda node, request, rt: _pool(node, request, rt, False))
+
+
+# --------------------------------------------------------------------------------------------
+# reductions (one thread per output element)
+# --------------------------------------------------------------------------------------------
+
+# op -> (init, accumulate with v, finish with acc and count R)
+REDUCE = {
+    "ReduceSum": ("0.0", "acc = acc + v;", "acc"),
+    "ReduceMean": ("0.0", "acc = acc + v;", "acc / {R}.0"),
+    "ReduceMax": ("-3.4028234663852886e38", "acc = max(acc, v);", "acc"),
+    "ReduceMin": ("3.4028234663852886e38", "acc = min(acc, v);", "acc"),
+    "ReduceProd": ("1.0", "acc = acc * v;", "acc"),
+    "ReduceSumSquare": ("0.0", "acc = acc + v * v;", "acc"),
+    "ReduceL1": ("0.0", "acc = acc + abs(v);", "acc"),
+    "ReduceL2": ("0.0", "acc = acc + v * v;", "sqrt(acc)"),
+    "ReduceLogSum": ("0.0", "acc = acc + v;", "log(acc)"),
+    "ReduceLogSumExp": ("0.0", "acc = acc + exp(v - mx);", "mx + log(acc)"),
+    "GlobalAveragePool": ("0.0", "acc = acc + v;", "acc / {R}.0"),
+    "GlobalMaxPool": ("-3.4028234663852886e38", "acc = max(acc, v);", "acc"),
+}
+
+
+def reduce_source(op_type: str, x_shape: Shape, dtype: np.dtype, axes: Sequence[int], keepdims: bool) -> tuple[str, Shape]:
+    init, step, finish = REDUCE[op_type]
+    kept = [d for d in range(len(x_shape)) if d not in axes]
+    st = wgsl.strides(x_shape)
+    kept_shape = [x_shape[d] for d in kept]
+    red_shape = [x_shape[d] for d in axes]
+    r = _prod(red_shape)
+    out_shape = tuple(1 if d in axes else x_shape[d] for d in range(len(x_shape))) if keepdims else tuple(kept_shape)
+    base = wgsl.offset("c", [st[d] for d in kept])
+    roff = wgsl.offset("q", [st[d] for d in axes])
+    loop = [f"  for (var r = 0u; r < {r}u; r = r + 1u) {{", wgsl.decompose("r", red_shape, "q"),
+            f"    let v = f32(in0[base + {roff}]);"]
+    lines = [wgsl.decompose("i", kept_shape, "c"), f"  let base = {base};"]
+    if op_type == "ReduceLogSumExp":
+        lines += ["  var mx = -3.4028234663852886e38;", *loop, "    mx = max(mx, v);", "  }"]
+    lines += [f"  var acc = {init};", *loop, f"    {step}", "  }",
+              f"  out0[i] = {wgsl.store(finish.replace('{R}', str(r)), dtype)};"]
+    n = _prod(kept_shape)
+    return wgsl.bindings([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)]) + "\n" + wgsl.main_1d(n, "\n".join(lines)), out_shape
+
+
+def _reduce(op_type: str) -> None:
+    axes_input_since = 13 if op_type == "ReduceSum" else 18
+
+    @op(op_type, check=_FLOAT_ONLY)
+    def build(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+        keepdims = bool(node.attr("keepdims", 1))
+        noop = bool(node.attr("noop_with_empty_axes", 0))
+        axes_from_input = node.opset >= axes_input_since and not op_type.startswith("Global")
+        attr_axes = None if axes_from_input else node.attr("axes")
+
+        def prepare(args: Sequence) -> Prepared:
+            x = args[0]
+            if op_type.startswith("Global"):
+                axes = list(range(2, x.ndim))
+                keep = True
+            else:
+                given = args[1] if axes_from_input and len(args) > 1 else attr_axes
+                keep = keepdims
+                if given is None or len(given) == 0:
+                    axes = [] if noop else list(range(x.ndim))
+                else:
+                    axes = sorted({int(a) % x.ndim for a in np.asarray(given).ravel()})
+            source, out_shape = reduce_source(op_type, x.shape, x.dtype, axes, keep)
+            n = _prod(out_shape)
+            return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n))])
+
+        return shader_kernel(rt, prepare, host_inputs=frozenset({1}) if axes_from_input else frozenset())
+
+
+for _name in REDUCE:
+    _reduce(_name)
+
+
+# --------------------------------------------------------------------------------------------
+# row kernels: one workgroup per row, tree reductions in workgroup memory
+# --------------------------------------------------------------------------------------------
+
+
+def _tree(op: str) -> str:
+    return (
+        "  workgroupBarrier();\n"
+        f"  for (var s = {ROW_WG // 2}u; s > 0u; s = s >> 1u) {{\n"
+        f"    if (lid < s) {{ red[lid] = {op}; }}\n"
+        "    workgroupBarrier();\n"
+        "  }\n"
+    )
+
+
+def _row_head(inputs: Sequence[str], outputs: Sequence[str], rows: int) -> str:
+    return (
+        wgsl.bindings(inputs, outputs)
+        + f"\nvar<workgroup> red: array<f32, {ROW_WG}>;\n"
+        f"@compute @workgroup_size({ROW_WG})\n"
+        "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, "
+        "@builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        "  let row = wid.x + wid.y * nwg.x;\n"
+        f"  if (row >= {rows}u) {{ return; }}\n"
+    )
+
+
+def _row_groups(rows: int) -> tuple[int, int, int]:
+    x = min(rows, wgsl.MAX_GROUPS)
+    return (x, -(-rows // x) if rows else 0, 1)
+
+
+def softmax_source(dtype: np.dtype, outer: int, length: int, inner: int, log: bool) -> str:
+    rows = outer * inner
+    off = f"base + j * {inner}u"
+    result = "v - mx - log(total)" if log else "exp(v - mx) / total"
+    return _row_head([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)], rows) + f"""
+  let base = (row / {inner}u) * {length * inner}u + row % {inner}u;
+  var m = -3.4028234663852886e38;
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ m = max(m, f32(in0[{off}])); }}
+  red[lid] = m;
+{_tree("max(red[lid], red[lid + s])")}  let mx = red[0];
+  workgroupBarrier();
+  var sum = 0.0;
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ sum = sum + exp(f32(in0[{off}]) - mx); }}
+  red[lid] = sum;
+{_tree("red[lid] + red[lid + s]")}  let total = red[0];
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{
+    let v = f32(in0[{off}]);
+    out0[{off}] = {wgsl.store(result, dtype)};
+  }}
+}}
+"""
+
+
+def _softmax(op_type: str) -> None:
+    @op(op_type, check=_FLOAT_ONLY)
+    def build(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+        legacy = node.opset < 13  # before opset 13 the input is flattened to 2-D at axis
+        axis = int(node.attr("axis", 1 if legacy else -1))
+
+        def prepare(args: Sequence) -> Prepared:
+            x = args[0]
+            a = axis % x.ndim if x.ndim else 0
+            if legacy:
+                outer, length, inner = _prod(x.shape[:a]), _prod(x.shape[a:]), 1
+            else:
+                outer, length, inner = _prod(x.shape[:a]), x.shape[a], _prod(x.shape[a + 1 :])
+            source = softmax_source(x.dtype, outer, length, inner, op_type == "LogSoftmax")
+            dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), _row_groups(outer * inner))
+            return Prepared([(x.shape, x.dtype)], [dispatch])
+
+        return shader_kernel(rt, prepare)
+
+
+_softmax("Softmax")
+_softmax("LogSoftmax")
+
+
+def layer_norm_source(dtypes: Sequence[np.dtype], rows: int, norm_shape: Shape, scale_shape: Shape, bias_shape: Shape | None, eps: float, stats: tuple[bool, bool]) -> str:
+    length = _prod(norm_shape)
+    outputs = [wgsl.storage_type(dtypes[0])] + ["f32" for s in stats if s]
+
+    def index(shape: Shape) -> str:
+        if _prod(shape) == length and len(shape) <= len(norm_shape):
+            return "j"
+        if _prod(shape) == 1:
+            return "0u"
+        return wgsl.offset("c", wgsl.broadcast_strides(shape, norm_shape))
+
+    needs_coords = any(index(s) not in ("j", "0u") for s in (scale_shape, bias_shape) if s is not None)
+    coords = wgsl.decompose("j", norm_shape, "c") if needs_coords else ""
+    bias = f" + f32(in2[{index(bias_shape)}])" if bias_shape is not None else ""
+    stat_lines = []
+    k = 1
+    if stats[0]:
+        stat_lines.append(f"  if (lid == 0u) {{ out{k}[row] = mean; }}")
+        k += 1
+    if stats[1]:
+        stat_lines.append(f"  if (lid == 0u) {{ out{k}[row] = inv; }}")
+    return _row_head([wgsl.storage_type(d) for d in dtypes], outputs, rows) + f"""
+  let base = row * {length}u;
+  var sum = 0.0;
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ sum = sum + f32(in0[base + j]); }}
+  red[lid] = sum;
+{_tree("red[lid] + red[lid + s]")}  let mean = red[0] / {length}.0;
+  workgroupBarrier();
+  var sq = 0.0;
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ let d = f32(in0[base + j]) - mean; sq = sq + d * d; }}
+  red[lid] = sq;
+{_tree("red[lid] + red[lid + s]")}  let inv = 1.0 / sqrt(red[0] / {length}.0 + {wgsl.flit(eps)});
+{chr(10).join(stat_lines)}
+  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{
+{coords}
+    let y = (f32(in0[base + j]) - mean) * inv * f32(in1[{index(scale_shape)}]){bias};
+    out0[base + j] = {wgsl.store("y", dtypes[0])};
+  }}
+}}
+"""
+
+
+@op("LayerNormalization", since=17, check=_FLOAT_ONLY)
+def _layer_norm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    axis = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+    stats = (len(node.outputs) > 1 and bool(node.outputs[1]), len(node.outputs) > 2 and bool(node.outputs[2]))
+    n_out = len(node.outputs)
+
+    def prepare(args: Sequence) -> Prepared:
+        x, scale = args[0], args[1]
+        bias = args[2] if len(args) > 2 else None
+        a = axis % x.ndim
+        rows = _prod(x.shape[:a])
+        norm_shape = x.shape[a:]
+        source = layer_norm_source(
+            [x.dtype, scale.dtype] + ([bias.dtype] if bias is not None else []), rows, norm_shape,
+            scale.shape, bias.shape if bias is not None else None, eps, stats,
+        )
+        stat_shape = x.shape[:a] + (1,) * (x.ndim - a)
+        outputs = [(x.shape, x.dtype)] + [(stat_shape, np.dtype(np.float32)) for s in stats if s]
+        inputs = (0, 1, 2) if bias is not None else (0, 1)
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, tuple(range(len(outputs))), _row_groups(rows))
+        return Prepared(outputs, [dispatch])
+
+    kernel = shader_kernel(rt, prepare, n_outputs=1 + sum(stats))
+    if n_out == 1:
+        return kernel
+
+    def run(*args):
+        outs = kernel.run(*args)
+        outs = [outs] if not isinstance(outs, list) else outs
+        it = iter(outs[1:])
+        return [outs[0]] + [next(it) if k < len(stats) and stats[k] else None for k in range(n_out - 1)]
+
+    return Kernel(run=run)

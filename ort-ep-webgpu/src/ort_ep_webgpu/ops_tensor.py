@@ -1,0 +1,325 @@
+"""Data movement: views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) that share
+the input's buffer, and copy kernels (Transpose, Gather, Concat, Slice, Split); Shape and Size
+read only metadata and return host arrays; Constant uploads its value once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ort_core import Kernel, KernelRequest, NodeView
+
+from . import wgsl
+from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
+from .runtime import GpuTensor
+
+Shape = tuple[int, ...]
+_INT_MAX = 2**62
+
+
+def _prod(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _axis(a: int, rank: int) -> int:
+    if not -rank <= a < rank:
+        raise ValueError(f"axis {a} out of range for rank {rank}")
+    return a % rank
+
+
+# --------------------------------------------------------------------------------------------
+# views: same buffer, new shape
+# --------------------------------------------------------------------------------------------
+
+
+def reshape_target(shape: np.ndarray, in_shape: Shape, allowzero: bool) -> Shape:
+    target = [int(d) for d in np.asarray(shape).ravel()]
+    if not allowzero:
+        target = [in_shape[k] if d == 0 else d for k, d in enumerate(target)]
+    if -1 in target:
+        known = _prod([d for d in target if d != -1])
+        target[target.index(-1)] = _prod(in_shape) // known if known else 0
+    if _prod(target) != _prod(in_shape):
+        raise ValueError(f"cannot reshape {list(in_shape)} to {list(np.asarray(shape).ravel())}")
+    return tuple(target)
+
+
+@op("Reshape", since=5)
+def _reshape(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    allowzero = bool(node.attr("allowzero", 0))
+    return Kernel(
+        run=lambda x, shape: x.view(reshape_target(shape, x.shape, allowzero)),
+        single_output=True, host_inputs=frozenset({1}),
+    )
+
+
+@op("Flatten")
+def _flatten(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    axis = int(node.attr("axis", 1))
+
+    def flatten(x: GpuTensor) -> GpuTensor:
+        a = axis % (x.ndim + 1) if axis < 0 else axis
+        return x.view((_prod(x.shape[:a]), _prod(x.shape[a:])))
+
+    return Kernel(run=flatten, single_output=True)
+
+
+def _squeezed(x: GpuTensor, axes) -> GpuTensor:
+    if axes is None or len(axes) == 0:
+        return x.view(tuple(d for d in x.shape if d != 1))
+    drop = {_axis(int(a), x.ndim) for a in np.asarray(axes).ravel()}
+    for a in drop:
+        if x.shape[a] != 1:
+            raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}")
+    return x.view(tuple(d for k, d in enumerate(x.shape) if k not in drop))
+
+
+def _unsqueezed(x: GpuTensor, axes) -> GpuTensor:
+    axes = [int(a) for a in np.asarray(axes).ravel()]
+    rank = x.ndim + len(axes)
+    positions = sorted(_axis(a, rank) for a in axes)
+    shape = list(x.shape)
+    for p in positions:
+        shape.insert(p, 1)
+    return x.view(tuple(shape))
+
+
+@op("Squeeze")
+def _squeeze(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    if node.opset < 13:
+        axes = node.attr("axes")
+        return Kernel(run=lambda x: _squeezed(x, axes), single_output=True)
+    return Kernel(run=lambda x, axes=None: _squeezed(x, axes), single_output=True, host_inputs=frozenset({1}))
+
+
+@op("Unsqueeze")
+def _unsqueeze(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    if node.opset < 13:
+        axes = node.attr("axes")
+        return Kernel(run=lambda x: _unsqueezed(x, axes), single_output=True)
+    return Kernel(run=lambda x, axes: _unsqueezed(x, axes), single_output=True, host_inputs=frozenset({1}))
+
+
+@op("Identity")
+def _identity(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    return Kernel(run=lambda x: x, single_output=True)
+
+
+def _dropout_check(node: NodeView) -> str | None:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return "Dropout with the mask output has no WebGPU kernel"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        value = node.graph.value(node.inputs[2]).const_value
+        if value is None or bool(value):
+            return "Dropout in training mode has no WebGPU kernel"
+    return None
+
+
+@op("Dropout", check=_dropout_check)
+def _dropout(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    n_out = len(node.outputs)
+    positions = frozenset(k for k in (1, 2) if k < len(node.inputs))
+    if n_out == 1:
+        return Kernel(run=lambda x, *rest: x, single_output=True, host_inputs=positions)
+    return Kernel(run=lambda x, *rest: [x, None], host_inputs=positions)
+
+
+# --------------------------------------------------------------------------------------------
+# metadata and constants
+# --------------------------------------------------------------------------------------------
+
+
+@op("Shape")
+def _shape(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    start = int(node.attr("start", 0))
+    end = node.attr("end")
+    return Kernel(
+        run=lambda x: np.array(x.shape[start:end], dtype=np.int64),
+        single_output=True, host_outputs=frozenset({0}), note="reads only the shape; output in host memory",
+    )
+
+
+@op("Size")
+def _size(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    return Kernel(
+        run=lambda x: np.array(_prod(x.shape), dtype=np.int64),
+        single_output=True, host_outputs=frozenset({0}), note="reads only the shape; output in host memory",
+    )
+
+
+@op("Constant")
+def _constant(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    value = request.value(node.outputs[0]).const_value
+    if value is None:
+        raise ValueError(f"Constant {node.name!r}: no tensor value")
+    tensor = rt.stream.upload(value)  # once, at session creation
+    return Kernel(run=lambda: tensor, single_output=True)
+
+
+# --------------------------------------------------------------------------------------------
+# copy kernels
+# --------------------------------------------------------------------------------------------
+
+
+def _copy_source(dtype: np.dtype, n: int, body: str, extra_inputs: Sequence[str] = ()) -> str:
+    head = wgsl.bindings([wgsl.storage_type(dtype), *extra_inputs], [wgsl.storage_type(dtype)])
+    return head + "\n" + wgsl.main_1d(n, body)
+
+
+@op("Transpose")
+def _transpose(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    perm_attr = node.attr("perm")
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        perm = [int(p) for p in perm_attr] if perm_attr is not None else list(range(x.ndim))[::-1]
+        out_shape = tuple(x.shape[p] for p in perm)
+        st = wgsl.strides(x.shape)
+        body = f"{wgsl.decompose('i', out_shape, 'c')}\n  out0[i] = in0[{wgsl.offset('c', [st[p] for p in perm])}];"
+        n = _prod(out_shape)
+        return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(_copy_source(x.dtype, n, body)), (0,), (0,), wgsl.groups_1d(n))])
+
+    return shader_kernel(rt, prepare)
+
+
+@op("Gather")
+def _gather(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    axis_attr = int(node.attr("axis", 0))
+
+    def prepare(args: Sequence) -> Prepared:
+        data, indices = args
+        axis = _axis(axis_attr, data.ndim)
+        outer, dim, inner = _prod(data.shape[:axis]), data.shape[axis], _prod(data.shape[axis + 1 :])
+        count = indices.size
+        out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
+        body = (
+            f"  let inner = i % {inner}u;\n  let j = (i / {inner}u) % {count}u;\n  let outer = i / {inner * count}u;\n"
+            f"  var k = in1[j];\n  if (k < 0) {{ k = k + {dim}; }}\n"
+            f"  k = clamp(k, 0, {max(dim - 1, 0)});\n"
+            f"  out0[i] = in0[(outer * {dim}u + u32(k)) * {inner}u + inner];"
+        )
+        n = _prod(out_shape)
+        source = _copy_source(data.dtype, n, body, ["i32"])
+        del outer
+        return Prepared([(out_shape, data.dtype)], [Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), wgsl.groups_1d(n))])
+
+    return shader_kernel(rt, prepare)
+
+
+def _slab_copy(rt: SessionRuntime, dtype: np.dtype, outer: int, part: int, whole: int, inner: int, start: int, k_in: int) -> Dispatch:
+    """Copy input (outer, part, inner) into output (outer, whole, inner) at ``start`` (Concat),
+    or input slab [start, start+part) of (outer, whole, inner) into output (Split)."""
+    n = outer * part * inner
+    if k_in >= 0:  # concat: input k_in -> region of the output
+        body = (f"  let inner = i % {inner}u;\n  let a = (i / {inner}u) % {part}u;\n  let o = i / {part * inner}u;\n"
+                f"  out0[(o * {whole}u + a + {start}u) * {inner}u + inner] = in0[i];")
+    else:  # split: region of the input -> output
+        body = (f"  let inner = i % {inner}u;\n  let a = (i / {inner}u) % {part}u;\n  let o = i / {part * inner}u;\n"
+                f"  out0[i] = in0[(o * {whole}u + a + {start}u) * {inner}u + inner];")
+    return Dispatch(rt.gpu.pipeline(_copy_source(dtype, n, body)), (max(k_in, 0),), (0,), wgsl.groups_1d(n))
+
+
+@op("Concat")
+def _concat(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    axis_attr = int(node.attr("axis"))
+
+    def prepare(args: Sequence) -> Prepared:
+        first = args[0]
+        axis = _axis(axis_attr, first.ndim)
+        whole = sum(a.shape[axis] for a in args)
+        out_shape = first.shape[:axis] + (whole,) + first.shape[axis + 1 :]
+        outer, inner = _prod(first.shape[:axis]), _prod(first.shape[axis + 1 :])
+        dispatches, start = [], 0
+        for k, a in enumerate(args):
+            if a.shape[:axis] != first.shape[:axis] or a.shape[axis + 1 :] != first.shape[axis + 1 :]:
+                raise ValueError(f"Concat {node.name!r}: input shapes {[x.shape for x in args]} differ off axis {axis}")
+            if a.shape[axis]:
+                dispatches.append(_slab_copy(rt, first.dtype, outer, a.shape[axis], whole, inner, start, k))
+            start += a.shape[axis]
+        return Prepared([(out_shape, first.dtype)], dispatches)
+
+    return shader_kernel(rt, prepare)
+
+
+def _split_sizes(node: NodeView, dim: int, given, n_out: int) -> list[int]:
+    if given is not None and len(given):
+        return [int(s) for s in np.asarray(given).ravel()]
+    n = int(node.attr("num_outputs") or n_out)
+    chunk = -(-dim // n)
+    return [min(chunk, max(dim - chunk * k, 0)) for k in range(n)]
+
+
+@op("Split")
+def _split(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    axis_attr = int(node.attr("axis", 0))
+    n_out = len(node.outputs)
+    from_input = node.opset >= 13
+    attr_split = None if from_input else node.attr("split")
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        axis = _axis(axis_attr, x.ndim)
+        sizes = _split_sizes(node, x.shape[axis], args[1] if from_input and len(args) > 1 else attr_split, n_out)
+        outer, inner = _prod(x.shape[:axis]), _prod(x.shape[axis + 1 :])
+        outputs, dispatches, start = [], [], 0
+        for k, size in enumerate(sizes):
+            outputs.append((x.shape[:axis] + (size,) + x.shape[axis + 1 :], x.dtype))
+            d = _slab_copy(rt, x.dtype, outer, size, x.shape[axis], inner, start, -1)
+            dispatches.append(Dispatch(d.pipeline, (0,), (k,), d.groups))
+            start += size
+        return Prepared(outputs, dispatches)
+
+    kernel = shader_kernel(rt, prepare, n_outputs=n_out, host_inputs=frozenset({1}) if from_input else frozenset())
+    if n_out == 1:
+        return Kernel(run=lambda *a: kernel.run(*a), single_output=True, host_inputs=kernel.host_inputs)
+    return kernel
+
+
+def slice_params(shape: Shape, starts, ends, axes, steps) -> tuple[list[int], list[int], Shape]:
+    """Per-dimension start and step, and the output shape, with ONNX's clamping rules."""
+    rank = len(shape)
+    start = [0] * rank
+    step = [1] * rank
+    out = list(shape)
+    starts = [int(s) for s in np.asarray(starts).ravel()]
+    ends = [int(e) for e in np.asarray(ends).ravel()]
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in np.asarray(axes).ravel()]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in np.asarray(steps).ravel()]
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = _axis(a, rank)
+        dim = shape[a]
+        if st == 0:
+            raise ValueError("Slice step cannot be 0")
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+            n = max(0, -(-(e - s) // st))
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+            n = max(0, -(-(s - e) // -st))
+        start[a], step[a], out[a] = s, st, n
+    return start, step, tuple(out)
+
+
+@op("Slice", since=1)
+def _slice(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    legacy = node.opset < 10
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        if legacy:
+            starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
+        else:
+            starts, ends = args[1], args[2]
+            axes = args[3] if len(args) > 3 else None
+            steps = args[4] if len(args) > 4 else None
+        start, step, out_shape = slice_params(x.shape, starts, ends, axes, steps)
+        st = wgsl.strides(x.shape)
+        terms = " + ".join(f"({start[d]} + i32(c{d}) * {step[d]}) * {st[d]}" for d in range(x.ndim)) or "0"
+        body = f"{wgsl.decompose('i', out_shape, 'c')}\n  out0[i] = in0[u32({terms})];"
+        n = _prod(out_shape)
+        return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(_copy_source(x.dtype, n, body)), (0,), (0,), wgsl.groups_1d(n))])
+
+    return shader_kernel(rt, prepare, host_inputs=frozenset() if legacy else frozenset({1, 2, 3, 4}))
