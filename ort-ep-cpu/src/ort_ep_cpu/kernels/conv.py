@@ -240,3 +240,82 @@ def _max_unpool(node, request):
         return out
 
     return max_unpool
+
+
+@kernel("DeformConv", since=19)
+def _deform_conv(node, request):
+    group = int(node.attr("group", 1))
+    offset_group = int(node.attr("offset_group", 1))
+
+    def deform_conv(x, w, offset, b=None, mask=None):
+        if x.ndim != 4:
+            raise ValueError(f"DeformConv {node.name!r}: only 2-D images (rank-4 X) are supported, got rank {x.ndim}")
+        n, c, ih, iw = x.shape
+        kh, kw = [int(k) for k in (node.attr("kernel_shape") or w.shape[2:])]
+        sh, sw = list(node.attr("strides") or [1, 1])
+        dh, dw = list(node.attr("dilations") or [1, 1])
+        pads = list(node.attr("pads") or [0, 0, 0, 0])
+        oh, ow = offset.shape[2:]
+        k = kh * kw
+        off = offset.reshape(n, offset_group, kh, kw, 2, oh, ow).astype(np.float64)
+        msk = None if mask is None else mask.reshape(n, offset_group, kh, kw, oh, ow)
+        flat = x.reshape(n, offset_group, c // offset_group, ih * iw)
+        base_h = (np.arange(oh) * sh - pads[0])[:, None]
+        base_w = (np.arange(ow) * sw - pads[1])[None, :]
+        cols = np.empty((n, offset_group, c // offset_group, k, oh * ow), dtype=x.dtype)
+        for a in range(kh):  # one vectorised bilinear gather per kernel tap
+            for bb in range(kw):
+                hh = base_h + a * dh + off[:, :, a, bb, 0]  # (N, G, oh, ow)
+                ww = base_w + bb * dw + off[:, :, a, bb, 1]
+                h0, w0 = np.floor(hh), np.floor(ww)
+                acc = np.zeros((n, offset_group, c // offset_group, oh * ow), dtype=np.float64)
+                for dy in (0, 1):
+                    for dx in (0, 1):
+                        yy, xx = h0 + dy, w0 + dx
+                        wt = (1 - np.abs(hh - yy)) * (1 - np.abs(ww - xx))
+                        inside = (yy >= 0) & (yy < ih) & (xx >= 0) & (xx < iw)  # zero padding
+                        wt = np.where(inside, wt, 0.0)
+                        lin = (np.clip(yy, 0, ih - 1) * iw + np.clip(xx, 0, iw - 1)).astype(np.int64)
+                        vals = np.take_along_axis(flat, lin.reshape(n, offset_group, 1, -1), axis=3)
+                        acc += vals * wt.reshape(n, offset_group, 1, -1)
+                if msk is not None:
+                    acc *= msk[:, :, a, bb].reshape(n, offset_group, 1, -1)
+                cols[:, :, :, a * kw + bb] = acc
+        m = w.shape[0]
+        cg, mg = c // group, m // group
+        cols = cols.reshape(n, group, cg * k, oh * ow)
+        y = np.matmul(w.reshape(group, mg, cg * k), cols).reshape(n, m, oh, ow)
+        if b is not None:
+            y = y + b.reshape(1, -1, 1, 1)
+        return y.astype(x.dtype, copy=False)
+
+    return deform_conv
+
+
+@kernel("CausalConvWithState", since=27)
+def _causal_conv_with_state(node, request):
+    activation = node.attr("activation", "none")
+    activation = activation.decode() if isinstance(activation, bytes) else str(activation)
+    if activation not in ("none", "silu", "swish"):
+        raise ValueError(f"CausalConvWithState {node.name!r}: attribute activation={activation!r}; valid values: none, silu, swish")
+    n_out = len(node.outputs)
+
+    def causal_conv(x, w, b=None, past_state=None):
+        n, c, length = x.shape
+        k = w.shape[2]
+        past = np.zeros((n, c, k - 1), dtype=x.dtype) if past_state is None else past_state
+        padded = np.concatenate([past, x], axis=2)
+        # depthwise: one multiply-add per tap over the whole (N, C, L) block
+        acc = np.zeros((n, c, length), dtype=np.float32 if x.dtype.itemsize < 4 else x.dtype)
+        for t in range(k):
+            acc += padded[:, :, t : t + length] * w[:, 0, t].reshape(1, c, 1).astype(acc.dtype)
+        if b is not None:
+            acc += b.reshape(1, c, 1)
+        y = acc.astype(x.dtype)
+        if activation != "none":
+            yf = y.astype(np.float32)
+            y = (yf / (1.0 + np.exp(-yf))).astype(x.dtype)
+        state = padded[:, :, padded.shape[2] - (k - 1) :]
+        return y if n_out == 1 else (y, state)
+
+    return causal_conv
