@@ -121,7 +121,7 @@ def _ask_openvino(graph: GraphView, node: NodeView, device: str, hints: ShapeHin
     except Exception as exc:
         return f"OpenVINO's ONNX frontend cannot convert {node.op_type} (opset {node.opset}): {_first_line(exc)}"
     try:
-        supported = core.query_model(model, device)
+        supported = query(model, device)
     except Exception as exc:
         return f"{device} cannot take {node.op_type}: {_first_line(exc)}"
     ops = [op for op in model.get_ops() if op.get_type_name() not in _PLUMBING]
@@ -129,6 +129,15 @@ def _ask_openvino(graph: GraphView, node: NodeView, device: str, hints: ShapeHin
     if missing:
         return f"{device} does not support the OpenVINO operation(s) {node.op_type} becomes: {', '.join(missing)}"
     return None
+
+
+def query(model, device: str) -> dict[str, str]:
+    """``Core.query_model``; bare AUTO (which the AUTO plugin cannot query without a device
+    list) is asked as AUTO over every device present."""
+    core = _ov.core()
+    if device == "AUTO":
+        device = "AUTO:" + ",".join(core.available_devices)
+    return core.query_model(model, device)
 
 
 def _first_line(exc: Exception) -> str:
@@ -262,7 +271,7 @@ def _survey(graph: GraphView, indices: list[int], device: str) -> Survey:
                 hints[name] = (elem_type, dims)
     if unconverted:
         return Survey(hints, False, "some nodes did not convert")
-    supported = _ov.core().query_model(converted, device)
+    supported = query(converted, device)
     missing = [op for op in converted.get_ops() if op.get_type_name() not in _PLUMBING
                and op.get_friendly_name() not in supported]
     return Survey(hints, not missing, f"{len(missing)} operation(s) unsupported" if missing else "")

@@ -1,0 +1,72 @@
+"""Shared helpers: onnxruntime as the reference, the real models, a text-like image."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ort_core as ort
+
+OV = "OpenVINOExecutionProvider"
+CPU = "CPUExecutionProvider"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def reference(model_bytes: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def assert_parity(actual: list[np.ndarray], expected: list[np.ndarray], rel: float = 1e-4) -> None:
+    """max |a - e| <= rel * max |e| per output, shapes and dtypes equal."""
+    assert len(actual) == len(expected)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert a.shape == e.shape and a.dtype == e.dtype, (k, a.shape, e.shape, a.dtype, e.dtype)
+        scale = float(np.max(np.abs(e))) if e.size else 0.0
+        err = float(np.max(np.abs(a.astype(np.float64) - e))) if e.size else 0.0
+        assert err <= rel * max(scale, 1e-30), f"output {k}: max abs error {err:.3g} > {rel} x {scale:.3g}"
+
+
+def session(model, options: dict | None = None, sess_options=None) -> ort.InferenceSession:
+    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
+    return ort.InferenceSession(data, sess_options, providers=[(OV, options or {}), CPU])
+
+
+def ov_state(sess: ort.InferenceSession) -> dict:
+    """The provider's session state (compile settings, group kernels)."""
+    bound = next(bp for bp in sess._providers if bp.name == OV)
+    return bound.ctx.state
+
+
+def real_model(name: str) -> str:
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from real_models import fetch
+
+        return str(fetch(name))
+    except Exception as exc:  # no network and no cached copy
+        pytest.skip(f"real model {name} unavailable: {exc}")
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def text_image(batch: int, height: int = 320, width: int = 320, seed: int = 0) -> np.ndarray:
+    """Dark glyph-like blocks in rows on white, normalised as PaddleOCR does (NCHW float32):
+    gives the detector real activations (random noise gives outputs near 0, where relative
+    comparisons mean nothing)."""
+    rng = np.random.default_rng(seed)
+    img = np.ones((batch, height, width, 3), np.float32)
+    for b in range(batch):
+        for row in range(20, height - 30, 40):
+            x0 = int(rng.integers(10, 60))
+            x1 = int(rng.integers(x0 + 60, width - 10))
+            for col in range(x0, x1, 12):
+                img[b, row : row + 18, col : col + 8] = rng.uniform(0, 0.3)
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    return np.ascontiguousarray(((img - mean) / std).transpose(0, 3, 1, 2))
