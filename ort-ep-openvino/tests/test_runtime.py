@@ -1,0 +1,148 @@
+"""Dynamic shapes, the per-shape LRU, concurrent runs, devices, grouping without cycles."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from conftest import CPU, OV, assert_parity, ov_state, reference, session
+from ort_core.testing import models
+from ort_ep_openvino.capability import groups
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return models.cnn(image=32, width=8, blocks=2)
+
+
+def test_symbolic_batch_runs_at_any_batch_with_one_compilation(cnn):
+    sess = session(cnn)
+    (kernel,) = ov_state(sess)["kernels"]
+    for batch in (1, 4, 2, 7):
+        feeds = models.random_inputs(cnn, batch=batch, seed=batch)
+        assert_parity(sess.run(None, feeds), reference(cnn.SerializeToString(), feeds))
+    assert kernel.compilations == 1  # one dynamic-shape compiled model serves every batch
+
+
+def test_static_shapes_lru_is_bounded(cnn):
+    sess = session(cnn, {"disable_dynamic_shapes": "true", "shape_cache_size": "2"})
+    (kernel,) = ov_state(sess)["kernels"]
+    assert kernel.compilations == 0  # nothing compiled until a shape is seen
+    for batch in (1, 2, 1, 3, 1):
+        feeds = models.random_inputs(cnn, batch=batch, seed=batch)
+        assert_parity(sess.run(None, feeds), reference(cnn.SerializeToString(), feeds))
+    # 1, 2 compiled; 1 hit; 3 compiled (evicts 2); 1 hit (most recently used before 3)
+    assert kernel.compilations == 3
+    assert [s[0][0] for s in kernel.cached_shapes] == [3, 1]
+
+
+def test_concurrent_runs_are_correct(cnn):
+    sess = session(cnn)
+    inputs = [models.random_inputs(cnn, batch=1 + k % 3, seed=k) for k in range(16)]
+    expected = [sess.run(None, feeds)[0] for feeds in inputs]
+    errors: list[str] = []
+
+    def worker(offset: int) -> None:
+        for k in range(len(inputs)):
+            j = (k + offset) % len(inputs)
+            got = sess.run(None, inputs[j])[0]
+            if not np.array_equal(got, expected[j]):
+                errors.append(f"thread {offset}, input {j}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_devices_have_full_names():
+    import openvino as ov
+
+    core = ov.Core()
+    devices = ort.registry().devices(OV).devices
+    assert [d.metadata["ov_device"] for d in devices] == list(core.available_devices)
+    for d in devices:
+        assert d.name == core.get_property(d.metadata["ov_device"], "FULL_DEVICE_NAME")
+        assert d.memory == "Cpu"  # data stays in host memory: no copies inserted
+    assert ort.get_available_providers()[:1] == [OV]
+
+
+def _chain_with_side_path():
+    """x -> Relu(a) -> Sigmoid(b) -> Add(a, b) -> Neg: with Sigmoid declined, fusing
+    {Relu, Add, Neg} would create a cycle through Sigmoid."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Sigmoid", ["a"], ["b"], name="sigmoid"),
+        helper.make_node("Add", ["a", "b"], ["c"], name="add"),
+        helper.make_node("Neg", ["c"], ["y"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_groups_split_to_avoid_cycles():
+    import onnx_ir as ir
+
+    model = ir.serde.deserialize_model(_chain_with_side_path())
+    view = ort.GraphView(model.graph, opset_imports=dict(model.opset_imports))
+    assert groups(view, {0, 1, 2, 3}) == [(0, 1, 2, 3)]
+    assert groups(view, {0, 2, 3}) == [(0,), (2, 3)]
+    assert groups(view, {1, 2}) == [(1, 2)]
+
+
+class _VetoSigmoid:
+    """A cross-cutting plugin (as hookspecs.py describes) that vetoes Sigmoid for OpenVINO."""
+
+    @ort.hookimpl(wrapper=True)
+    def ort_get_capability(self, ep, graph, candidates):
+        capability = yield
+        if ep.name == OV and capability is not None:
+            vetoed = {i for i in candidates if graph.nodes[i].op_type == "Sigmoid"}
+            if vetoed:
+                claimed = [i for c in capability.claims for i in c.nodes if i not in vetoed]
+                capability.claims = [ort.Claim(g, fuse=True) for g in groups(graph, set(claimed))]
+                capability.declined.update({i: "vetoed by test" for i in vetoed})
+        return capability
+
+
+def test_session_with_declined_middle_node_has_no_cycle():
+    model = _chain_with_side_path()
+    veto = _VetoSigmoid()
+    assert ort.register(veto, "veto-sigmoid")
+    try:
+        sess = session(model)
+    finally:
+        ort.unregister(veto)
+    placement = {p.name: p for p in sess.get_placement().nodes}
+    assert placement["sigmoid"].provider == CPU
+    assert all(placement[n].provider == OV for n in ("relu", "add", "neg"))
+    assert not any("cycle" in r for p in placement.values() for r in p.declined.values())
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), reference(model.SerializeToString(), {"x": x}), rel=1e-6)
+
+
+def test_capability_asks_openvino_not_a_list():
+    """A node OpenVINO's frontend cannot convert is declined with OpenVINO's own message."""
+    node = helper.make_node("Einsum", ["x"], ["y"], name="bad_einsum", equation="ij->ji->k")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    import onnx_ir as ir
+
+    from ort_ep_openvino.capability import decline_reason
+
+    m = ir.serde.deserialize_model(model)
+    view = ort.GraphView(m.graph, opset_imports=dict(m.opset_imports))
+    reason = decline_reason(view, view.nodes[0], "CPU")
+    assert reason is not None and "OpenVINO" in reason and "Einsum" in reason
