@@ -652,7 +652,7 @@ class Kit:
         if not selected:
             raise _Skip(f"{self.name} claims no node of any case (source: {tally.source})")
         for case, graph, claimed in selected:
-            op = graph.nodes[min(claimed)].op_type
+            op = getattr(case, "op", "") or graph.nodes[min(claimed)].op_type
             outcome = self._run_case(case, graph)
             if outcome is None:
                 continue  # not placed on the provider after all (kernel creation declined it)
@@ -671,14 +671,50 @@ class Kit:
                     logger.info("kit: %s is listed as a known failure but passes", case.name)
             elif case.name in self.config.known_failures:
                 tally.known_failures[case.name] = f"{self.config.known_failures[case.name]} ({message})"
+            elif self._fails_on_fallback(case):
+                tally.claimed -= 1
+                per_op[1] -= 1
+                tally.fallback_failures[case.name] = message
             else:
                 tally.failures[case.name] = message
                 problems.append(f"{case.name}: {message}")
         known = f", {len(tally.known_failures)} known failure(s)" if tally.known_failures else ""
+        if tally.fallback_failures:
+            known += f"; {len(tally.fallback_failures)} not counted: they fail on {CPU_PROVIDER} alone too"
         return (
             f"{tally.passed}/{tally.claimed} claimed cases passed over {len(tally.per_op)} op(s){known}; "
             f"{len(tally.unrunnable)} unrunnable (nothing installed runs the rest); source: {tally.source}"
         )
+
+    def _fails_on_fallback(self, case: NodeCase) -> bool:
+        """Whether ``case`` fails without the provider too (then the fallback is at fault)."""
+        if self.name == CPU_PROVIDER or registry().get(CPU_PROVIDER) is None:
+            return False
+        so = SessionOptions()
+        so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            with np.errstate(all="ignore"):
+                sess = InferenceSession(case.model, so, providers=[CPU_PROVIDER])
+        except Exception:
+            return True
+        return self._compare_case(case, sess) is not None
+
+    def _compare_case(self, case: NodeCase, sess: InferenceSession) -> str | None:
+        input_names = [i.name for i in case.model.graph.input]
+        output_names = [o.name for o in case.model.graph.output]
+        random = bool(RANDOM_OPS & set(case.op_types))
+        for k, (inputs, expected) in enumerate(case.data_sets):
+            feeds = {name: value for name, value in zip(input_names, inputs)}
+            try:
+                with np.errstate(all="ignore"):
+                    actual = sess.run(output_names[: len(expected)], feeds)
+            except Exception as exc:
+                return f"data set {k}: run raised {type(exc).__name__}: {str(exc)[:300]}"
+            for name, e, a in zip(output_names, expected, actual):
+                problem = compare(e, a, case.rtol, case.atol, f"data set {k} output {name!r}", random)
+                if problem:
+                    return problem
+        return None
 
     def _run_case(self, case: NodeCase, graph: GraphView) -> tuple[str, str] | None:
         try:
@@ -690,21 +726,8 @@ class Kit:
             return "failed", f"session creation raised {type(exc).__name__}: {exc}"
         if not any(p.provider == self.name for p in sess.get_placement().nodes):
             return None
-        input_names = [i.name for i in case.model.graph.input]
-        output_names = [o.name for o in case.model.graph.output]
-        random = bool(RANDOM_OPS & set(case.op_types))
-        for k, (inputs, expected) in enumerate(case.data_sets):
-            feeds = {name: value for name, value in zip(input_names, inputs)}
-            try:
-                with np.errstate(all="ignore"):
-                    actual = sess.run(output_names[: len(expected)], feeds)
-            except Exception as exc:
-                return "failed", f"data set {k}: run raised {type(exc).__name__}: {str(exc)[:300]}"
-            for name, e, a in zip(output_names, expected, actual):
-                problem = compare(e, a, case.rtol, case.atol, f"data set {k} output {name!r}", random)
-                if problem:
-                    return "failed", problem
-        return "passed", ""
+        problem = self._compare_case(case, sess)
+        return ("failed", problem) if problem else ("passed", "")
 
     # ------------------------------------------------------------------ 8. partial placement
     def _probe(self) -> tuple[str, onnx.ModelProto]:

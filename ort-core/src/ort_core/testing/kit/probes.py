@@ -31,7 +31,7 @@ def binary_model(op_type: str, elem_type: int = TensorProto.FLOAT) -> onnx.Model
             helper.make_tensor_value_info("a", elem_type, ["n"]),
             helper.make_tensor_value_info("b", elem_type, ["m"]),
         ],
-        [helper.make_tensor_value_info("c", elem_type, None)],
+        [helper.make_tensor_value_info("c", elem_type, ["k"])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

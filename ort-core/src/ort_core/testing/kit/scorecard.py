@@ -37,6 +37,7 @@ class NodeCaseTally:
     failures: dict[str, str] = field(default_factory=dict)
     known_failures: dict[str, str] = field(default_factory=dict)
     unrunnable: dict[str, str] = field(default_factory=dict)
+    fallback_failures: dict[str, str] = field(default_factory=dict)
     per_op: dict[str, list[int]] = field(default_factory=dict)  # op -> [passed, claimed]
     source: str = ""  # where the cases came from
 
