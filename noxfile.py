@@ -16,6 +16,7 @@ nox.options.error_on_missing_interpreters = False
 PACKAGES: dict[str, list[str]] = {
     "ort-core": [],
     "ort-ep-cpu": ["ort-core"],
+    "ort-ep-openvino": ["ort-core", "ort-ep-cpu"],
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance"]
