@@ -147,7 +147,26 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--repeat", type=int, default=10)
         else:
             p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("new-provider", help="create a provider package that passes the conformance kit")
+    p.add_argument("name", help="provider name: Foo or FooExecutionProvider")
+    p.add_argument("--dir", default=".", help="folder to create the package in (default: here)")
+    p.add_argument("--package", help="distribution name (default: ort-ep-<name>)")
+    p.add_argument("--vendor", help="vendor shown in the ProviderSpec")
+    p.set_defaults(func=_new_provider)
     return parser
+
+
+def _new_provider(args: argparse.Namespace) -> int:
+    from .testing.template import generate
+
+    try:
+        root = generate(args.name, args.dir, package=args.package, vendor=args.vendor)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"created {root}: pip install -e '{root}[test]' && pytest {root}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
