@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ..registry import kernel
+from ..registry import kernel, lookup
 
 
 def is_small_float(dtype: np.dtype) -> bool:
@@ -203,3 +203,34 @@ def _mean(node, request):
 @kernel("Where", since=9)
 def _where(node, request):
     return lambda cond, a, b: np.where(cond, a, b)
+
+
+def _with_legacy_broadcast(op_type: str) -> None:
+    """Opsets before 7 broadcast only with ``broadcast=1``, and ``axis`` says where B's dims line
+    up in A (numpy aligns trailing dims). Register a wrapper for opset 1 and the plain kernel
+    again from 7 on (the registry takes the newest registration not newer than the model)."""
+    plain = lookup("", op_type, 7)
+    if plain is None:
+        return
+    build = plain.build
+
+    def legacy(node, request):
+        fn = build(node, request)
+        axis = node.attr("axis")
+        if not node.attr("broadcast", 0) or axis is None:
+            return fn
+
+        def run(a, b):
+            if 0 < b.ndim < a.ndim:
+                start = int(axis) + a.ndim if int(axis) < 0 else int(axis)
+                b = b.reshape(b.shape + (1,) * (a.ndim - start - b.ndim))
+            return fn(a, b)
+
+        return run
+
+    kernel(op_type, 1)(legacy)
+    kernel(op_type, 7)(build)
+
+
+for _op in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater"):
+    _with_legacy_broadcast(_op)

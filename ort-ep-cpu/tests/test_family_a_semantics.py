@@ -1,0 +1,247 @@
+"""Tricky semantics of family-A kernels, checked against onnx.reference.ReferenceEvaluator (or
+an exact expectation where the reference itself is inexact), on inputs the suite does not use.
+
+Tolerances: exact for integer, boolean, quantized and cast outputs; rtol 1e-5 / atol 1e-6 for
+float32; rtol 2**-6 for bfloat16 (two bfloat16 ULPs).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import ort_core as ort
+
+RNG = np.random.default_rng(7)
+
+
+def _model(op: str, inputs: list[np.ndarray | None], out_types: list[int], opset: int, **attrs) -> onnx.ModelProto:
+    names = [f"x{k}" if x is not None else "" for k, x in enumerate(inputs)]
+    node = helper.make_node(op, names, [f"y{k}" for k in range(len(out_types))], **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+         for n, x in zip(names, inputs) if x is not None],
+        [helper.make_tensor_value_info(f"y{k}", t, None) for k, t in enumerate(out_types)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    # outputs get their shapes from onnx's inference (the checker wants a shape on them)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    for out, new in zip(model.graph.output, inferred.graph.output):
+        if new.type.tensor_type.HasField("shape"):
+            out.type.CopyFrom(new.type)
+        else:
+            out.type.tensor_type.shape.SetInParent()  # rank unknown: an empty shape message
+    return model
+
+
+def run_both(op, inputs, out_types, opset, reference="onnx", **attrs):
+    """Our outputs and the reference's: onnx.reference, or onnxruntime where onnx.reference
+    does not implement the opset's semantics (it ignores Softmax's 2-D coercion before 13)."""
+    model = _model(op, inputs, out_types, opset, **attrs)
+    feeds = {f"x{k}": x for k, x in enumerate(inputs) if x is not None}
+    ours = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    if reference == "onnxruntime":
+        onnxruntime = pytest.importorskip("onnxruntime")
+        ref = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    elif reference == "onnx":
+        ref = ReferenceEvaluator(model).run(None, feeds)
+    else:
+        ref = []
+    return ours, ref
+
+
+def assert_same(ours, ref, rtol=1e-5, atol=1e-6):
+    for a, b in zip(ours, ref):
+        b = np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+        if a.dtype.kind == "V":  # ml_dtypes: compare the values in float32 (or the bits for NaN)
+            if a.dtype == ml_dtypes.bfloat16:
+                np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=2**-6, atol=atol)
+            else:
+                np.testing.assert_array_equal(a.astype(np.float32), b.astype(np.float32))
+        elif a.dtype.kind in "fc":
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+
+
+def test_round_is_half_to_even():
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.4999, -0.0], dtype=np.float32)
+    (y,), _ = run_both("Round", [x], [F], 22)
+    np.testing.assert_array_equal(y, [-2, -2, -0, 0, 2, 2, 2, -0])
+
+
+@pytest.mark.parametrize("fmod,dtype", [(0, np.int32), (0, np.int8), (1, np.int32), (1, np.int8), (1, np.float32)])
+def test_mod_signs(fmod, dtype):
+    a = np.array([-7, -7, 7, 7, 5, -5], dtype=dtype)
+    b = np.array([2, -2, 2, -2, -3, 3], dtype=dtype)
+    ours, ref = run_both("Mod", [a, b], [helper.np_dtype_to_tensor_dtype(np.dtype(dtype))], 13, fmod=fmod)
+    assert_same(ours, ref)
+    # C fmod takes the dividend's sign, Python mod the divisor's
+    expected = np.fmod(a, b) if fmod else np.mod(a, b)
+    np.testing.assert_array_equal(ours[0], expected)
+
+
+def test_integer_div_truncates_toward_zero():
+    a = np.array([-7, 7, -7, 7, 0], dtype=np.int32)
+    b = np.array([2, -2, -2, 2, 3], dtype=np.int32)
+    (y,), _ = run_both("Div", [a, b], [I32], 14)
+    np.testing.assert_array_equal(y, [-3, -3, 3, 3, 0])
+
+
+def test_pow_integer_base_float_exponent_keeps_base_type():
+    a = np.array([2, 3, 4], dtype=np.int64)
+    b = np.array([0.5, 2.0, 3.0], dtype=np.float32)
+    ours, ref = run_both("Pow", [a, b], [I64], 15)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("to", [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E4M3FNUZ])
+def test_cast_float8_saturation(saturate, to):
+    x = np.array([0.0, 1.0, -3.3, 500.0, -1e6, 70000.0, np.inf, -np.inf, np.nan, 1e-9], dtype=np.float32)
+    ours, ref = run_both("Cast", [x], [to], 21, to=to, saturate=saturate)
+    a, b = ours[0].astype(np.float32), np.asarray(ref[0]).astype(np.float32)
+    assert ours[0].dtype == np.asarray(ref[0]).dtype
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("to", [TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.FLOAT4E2M1,
+                                TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.BOOL])
+def test_cast_small_types_match_reference(to):
+    x = np.array([-9.0, -2.0, -1.5, -0.5, 0.0, 0.5, 1.5, 3.0, 7.0, 15.0], dtype=np.float32)
+    ours, ref = run_both("Cast", [x], [to], 25, to=to)
+    assert_same(ours, ref)
+
+
+def test_cast_strings_both_ways():
+    x = np.array(["1.5", "-2", "INF", "-inf", "NaN", "1e-3"], dtype=object)
+    (y,), _ = run_both("Cast", [x], [F], 21, to=F)
+    np.testing.assert_array_equal(y, np.array([1.5, -2, np.inf, -np.inf, np.nan, 1e-3], dtype=np.float32))
+    (s,), _ = run_both("Cast", [np.array([1.5, -2.0], dtype=np.float32)], [TensorProto.STRING], 21,
+                       to=TensorProto.STRING)
+    assert s.dtype == object and s.tolist() == ["1.5", "-2.0"]
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_arg_ties(op, last, keepdims):
+    x = np.array([[1, 3, 3, 0], [0, 0, 2, 2]], dtype=np.float32)
+    ours, ref = run_both(op, [x], [I64], 13, axis=1, keepdims=keepdims, select_last_index=last)
+    assert_same(ours, ref)
+
+
+def test_reduce_empty_sets_give_identities():
+    x = np.zeros((2, 0, 3), dtype=np.float32)
+    axes = np.array([1], dtype=np.int64)
+    for op, value in [("ReduceMax", -np.inf), ("ReduceMin", np.inf), ("ReduceSum", 0), ("ReduceProd", 1),
+                      ("ReduceLogSumExp", -np.inf), ("ReduceL2", 0), ("ReduceSumSquare", 0)]:
+        (y,), _ = run_both(op, [x, axes], [F], 18, keepdims=0)
+        np.testing.assert_array_equal(y, np.full((2, 3), value, dtype=np.float32), err_msg=op)
+
+
+def test_reduce_noop_with_empty_axes():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    (y,), _ = run_both("ReduceSum", [x, np.array([], dtype=np.int64)], [F], 13, noop_with_empty_axes=1)
+    np.testing.assert_array_equal(y, x)
+
+
+def test_reduce_log_sum_exp_does_not_overflow():
+    x = np.array([[1000.0, 1000.0], [-1000.0, -np.inf]], dtype=np.float32)
+    (y,), _ = run_both("ReduceLogSumExp", [x, np.array([1], dtype=np.int64)], [F], 18, keepdims=0)
+    np.testing.assert_allclose(y, [1000 + np.log(2), -1000], rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, 2), (13, 1), (13, -1)])
+def test_softmax_family_opsets(op, opset, axis):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    x[0, 0, :2] = 5.0  # a tie for Hardmax: the first index wins
+    ours, ref = run_both(op, [x], [F], opset, reference="onnxruntime" if opset < 13 else "onnx", axis=axis)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumsum(exclusive, reverse):
+    x = RNG.integers(-5, 5, (3, 4)).astype(np.int32)
+    ours, ref = run_both("CumSum", [x, np.array(1, dtype=np.int64)], [I32], 14, exclusive=exclusive, reverse=reverse)
+    assert_same(ours, ref)
+
+
+def test_blocked_quantize_and_dequantize_int4():
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    scale = np.abs(RNG.standard_normal((4, 3))).astype(np.float32) + 0.1
+    zp = np.array([[1, -2, 0]] * 4, dtype=ml_dtypes.int4)
+    ours, ref = run_both("QuantizeLinear", [x, scale, zp], [TensorProto.INT4], 21, axis=1, block_size=2)
+    assert_same(ours, ref)
+    ours, ref = run_both("DequantizeLinear", [ours[0], scale, zp], [F], 21, axis=1, block_size=2)
+    assert_same(ours, ref)
+
+
+def test_per_axis_quantize_rounds_half_to_even():
+    x = np.array([[0.5, 1.5, 2.5, -0.5], [1.0, 3.0, 5.0, 300.0]], dtype=np.float32)
+    scale = np.array([1.0, 2.0], dtype=np.float32)
+    zp = np.array([0, 10], dtype=np.uint8)
+    (y,), _ = run_both("QuantizeLinear", [x, scale, zp], [TensorProto.UINT8], 19, axis=0)
+    np.testing.assert_array_equal(y, [[0, 2, 2, 0], [10, 12, 12, 160]])
+
+
+def test_qlinear_matmul_matches_reference():
+    a = RNG.integers(0, 255, (3, 5)).astype(np.uint8)
+    b = RNG.integers(0, 255, (5, 4)).astype(np.uint8)
+    args = [a, np.array(0.02, np.float32), np.array(120, np.uint8), b, np.array(0.03, np.float32),
+            np.array(130, np.uint8), np.array(0.5, np.float32), np.array(100, np.uint8)]
+    ours, ref = run_both("QLinearMatMul", args, [TensorProto.UINT8], 10)
+    assert_same(ours, ref)
+
+
+def test_matmul_integer_per_row_zero_point():
+    a = RNG.integers(-128, 127, (3, 5)).astype(np.int8)
+    b = RNG.integers(-128, 127, (5, 4)).astype(np.int8)
+    a_zp = np.array([1, -3, 7], dtype=np.int8)
+    b_zp = np.array([0, 2, -1, 5], dtype=np.int8)
+    # onnx.reference takes only scalar zero points here, so the expectation is computed directly
+    (y,), _ = run_both("MatMulInteger", [a, b, a_zp, b_zp], [I32], 10, reference=None)
+    expected = (a.astype(np.int32) - a_zp[:, None]) @ (b.astype(np.int32) - b_zp)
+    np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Exp", "Tanh", "HardSigmoid", "Softplus", "Elu"])
+def test_bfloat16_activations(op):
+    x = RNG.standard_normal((3, 4)).astype(ml_dtypes.bfloat16)
+    ours, ref = run_both(op, [x], [TensorProto.BFLOAT16], 22 if op not in ("Sigmoid", "Exp", "Tanh") else 13)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    x = RNG.standard_normal((5, 7)).astype(np.float32) * 3
+    ours, ref = run_both("Gelu", [x], [F], 20, approximate=approximate)
+    assert_same(ours, ref)
+
+
+def test_legacy_broadcast_with_axis():
+    a = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = RNG.standard_normal((3, 4)).astype(np.float32)
+    model = _model("Add", [a, b], [F], 6, broadcast=1, axis=1)
+    model.graph.output[0].type.tensor_type.shape.CopyFrom(helper.make_tensor_type_proto(F, a.shape).tensor_type.shape)
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x0": a, "x1": b})
+    np.testing.assert_allclose(y, a + b[None, :, :, None], rtol=1e-6)
+
+
+def test_bitshift_out_of_range_is_defined():
+    a = np.array([-8, 8, 1], dtype=np.int8)
+    b = np.array([9, 9, -1], dtype=np.int8)
+    ours, ref = run_both("BitShift", [a, b], [TensorProto.INT8], 28, direction="RIGHT")
+    assert_same(ours, ref)
