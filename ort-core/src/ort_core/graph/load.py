@@ -118,7 +118,33 @@ def load_model(source: ModelSource) -> ir.Model:
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     proto = infer_shapes(proto)
+    _untype_maps(proto.graph)
     try:
         return ir.serde.deserialize_model(proto)
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {exc}") from None
+
+
+def _has_map(t: onnx.TypeProto) -> bool:
+    kind = t.WhichOneof("value")
+    if kind == "map_type":
+        return True
+    if kind == "sequence_type":
+        return _has_map(t.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _has_map(t.optional_type.elem_type)
+    return False
+
+
+def _untype_maps(graph: onnx.GraphProto) -> None:
+    """onnx-ir cannot represent map types (ZipMap's and DictVectorizer's values): such values
+    keep no type in the IR, and the runtime passes them as Python dicts (lists of dicts)."""
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        if _has_map(info.type):
+            info.ClearField("type")
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _untype_maps(attr.g)
+            for sub in attr.graphs:
+                _untype_maps(sub)

@@ -106,7 +106,13 @@ def expand(node: NodeView, request: KernelRequest) -> GraphView:
     )
     opsets = dict(request.graph.opset_imports)
     for imp in function.opset_import:
-        opsets.setdefault(imp.domain, imp.version)
+        # The body is written against the op's first version; the inliner refuses a body
+        # whose imports differ from the model's, and the body's ops mean the same at the
+        # model's opset (as onnxruntime assumes when it expands function ops).
+        if imp.domain in opsets:
+            imp.version = opsets[imp.domain]
+        else:
+            opsets[imp.domain] = imp.version
     opsets[_LOCAL_DOMAIN] = 1
     model = onnx.helper.make_model(
         graph,
@@ -115,6 +121,8 @@ def expand(node: NodeView, request: KernelRequest) -> GraphView:
     )
     model.ir_version = max(request.graph.ir_version, 8)
     model = onnx.inliner.inline_local_functions(model)
+    if any(n.domain == _LOCAL_DOMAIN for n in model.graph.node):
+        raise ValueError(f"{node.name!r}: the function body of {node.qualified_op} could not be inlined")
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # types help kernels but are not required to run

@@ -76,7 +76,8 @@ def _string_split(node, request):
 
     def split(x):
         x = _strings(x)
-        parts = [s.split(delimiter, limit) for s in x.reshape(-1).tolist()]
+        # an empty string has no substrings (onnxruntime), not one empty one (str.split)
+        parts = [s.split(delimiter, limit) if s else [] for s in x.reshape(-1).tolist()]
         counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(x.shape)
         width = int(counts.max(initial=0))
         out = np.full((len(parts), width), "", dtype=object)

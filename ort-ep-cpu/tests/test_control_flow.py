@@ -1,0 +1,207 @@
+"""If, Loop and Scan: outputs against onnxruntime, outer-scope values, body placement."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+F = TensorProto.FLOAT
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=OPSET)
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _both(model, feeds):
+    """Our outputs and onnxruntime's for the same model and feeds."""
+    ours = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    return ours, theirs
+
+
+def _if_model():
+    # then: Relu(x) + w (x and w from the outer scope); else: x * w
+    w = helper.make_tensor("w", F, [3], [0.5, -1.0, 2.0])
+    then_g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "w"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", F, [3])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [3])]
+    )
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="if0")
+    return _model(
+        [node],
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", F, [3])],
+        [helper.make_tensor_value_info("y", F, [3])],
+        [w],
+    )
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_reads_outer_scope_values(cond):
+    x = np.array([-1.0, 2.0, -3.0], dtype=np.float32)
+    ours, theirs = _both(_if_model(), {"c": np.array(cond), "x": x})
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+
+
+def test_if_branch_nodes_are_placed_and_reported_with_their_graph_path():
+    session = ort.InferenceSession(_if_model().SerializeToString())
+    by_graph = {(p.graph, p.op_type): p.provider for p in session.get_placement().nodes}
+    assert by_graph[("", "If")] == "CPUExecutionProvider"
+    assert by_graph[("if0/then_branch", "Relu")] == "CPUExecutionProvider"
+    assert by_graph[("if0/then_branch", "Add")] == "CPUExecutionProvider"
+    assert by_graph[("if0/else_branch", "Mul")] == "CPUExecutionProvider"
+
+
+class _ReluDevice:
+    """A provider on its own memory ("Relu:0") that takes only Relu: checks that body nodes
+    are offered to every provider and that copies are inserted inside the body."""
+
+    name = "ReluDeviceExecutionProvider"
+
+    class Tensor:
+        def __init__(self, a):
+            self.a, self.shape, self.dtype, self.nbytes = a, a.shape, a.dtype, a.nbytes
+
+    @ort.hookimpl
+    def ort_register_providers(self):
+        return [ort.ProviderSpec(self.name, "0", "tests", "kernel")]
+
+    @ort.hookimpl
+    def ort_ep_devices(self, provider):
+        if provider == self.name:
+            return ort.EpDevices((ort.EpDevice(self.name, "tests", "GPU", "relu", memory="Relu:0"),))
+        return None
+
+    @ort.hookimpl
+    def ort_get_capability(self, ep, graph, candidates):
+        if ep.name != self.name:
+            return None
+        cap = ort.Capability()
+        for i in sorted(candidates):
+            if graph.nodes[i].op_type == "Relu":
+                cap.claims.append(ort.Claim((i,)))
+            else:
+                cap.declined[i] = f"{graph.nodes[i].op_type}: only Relu here"
+        return cap
+
+    @ort.hookimpl
+    def ort_create_data_transfer(self, ep):
+        if ep.name == self.name:
+            return ort.DataTransfer(to_device=lambda a: self.Tensor(np.array(a)), to_host=lambda t: np.array(t.a))
+        return None
+
+    @ort.hookimpl
+    def ort_create_kernel(self, ep, request):
+        if ep.name != self.name:
+            return None
+        return ort.Kernel(run=lambda x: self.Tensor(np.maximum(x.a, 0)), single_output=True)
+
+
+def test_body_nodes_can_go_to_another_provider():
+    plugin = _ReluDevice()
+    assert ort.register(plugin, "relu-device")
+    try:
+        session = ort.InferenceSession(_if_model().SerializeToString(), providers=[plugin.name, "CPUExecutionProvider"])
+        placement = session.get_placement()
+        relu = next(p for p in placement.nodes if p.op_type == "Relu")
+        assert (relu.graph, relu.provider) == ("if0/then_branch", plugin.name)
+        assert any(c.graph == "if0/then_branch" for c in placement.copies)
+        x = np.array([-1.0, 2.0, -3.0], dtype=np.float32)
+        y = session.run(None, {"c": np.array(True), "x": x})[0]
+        np.testing.assert_allclose(y, np.maximum(x, 0) + np.array([0.5, -1.0, 2.0], dtype=np.float32))
+    finally:
+        ort.unregister(plugin)
+
+
+def _loop_model():
+    # carried: s <- s + x * i (x from the outer scope); scan output: s at each step; stops when s > 20
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], to=F),
+            helper.make_node("Mul", ["x", "fi"], ["xi"]),
+            helper.make_node("Add", ["s_in", "xi"], ["s_out"]),
+            helper.make_node("ReduceSum", ["s_out"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "limit"], ["cond_out"]),
+            helper.make_node("Identity", ["s_out"], ["scan"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_in", F, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_out", F, [2]),
+            helper.make_tensor_value_info("scan", F, [2]),
+        ],
+    )
+    node = helper.make_node("Loop", ["M", "cond", "s0"], ["s_final", "scans"], body=body, name="loop0")
+    return _model(
+        [node],
+        [
+            helper.make_tensor_value_info("M", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s0", F, [2]),
+            helper.make_tensor_value_info("x", F, [2]),
+        ],
+        [helper.make_tensor_value_info("s_final", F, [2]), helper.make_tensor_value_info("scans", F, [None, 2])],
+        [helper.make_tensor("limit", F, [], [20.0])],
+    )
+
+
+@pytest.mark.parametrize("trips", [0, 1, 3, 50])
+def test_loop_matches_onnxruntime(trips):
+    feeds = {
+        "M": np.array(trips, dtype=np.int64),
+        "cond": np.array(True),
+        "s0": np.array([1.0, 0.5], dtype=np.float32),
+        "x": np.array([0.5, 1.0], dtype=np.float32),
+    }
+    ours, theirs = _both(_loop_model(), feeds)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    placement = ort.InferenceSession(_loop_model().SerializeToString()).get_placement()
+    # (the optimizer may drop the body's Identity)
+    assert {p.op_type for p in placement.nodes if p.graph == "loop0/body"} >= {"Cast", "Mul", "Add", "ReduceSum", "Less"}
+
+
+@pytest.mark.parametrize("directions", [(0, 0), (1, 0), (0, 1)])
+def test_scan_matches_onnxruntime(directions):
+    in_dir, out_dir = directions
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "row"], ["acc_out"]), helper.make_node("Mul", ["acc_out", "k"], ["out"])],
+        "body",
+        [helper.make_tensor_value_info("acc_in", F, [3]), helper.make_tensor_value_info("row", F, [3])],
+        [helper.make_tensor_value_info("acc_out", F, [3]), helper.make_tensor_value_info("out", F, [3])],
+    )
+    node = helper.make_node(
+        "Scan", ["init", "xs"], ["final", "ys"], body=body, num_scan_inputs=1,
+        scan_input_axes=[1], scan_input_directions=[in_dir], scan_output_directions=[out_dir], scan_output_axes=[-1],
+    )
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("init", F, [3]), helper.make_tensor_value_info("xs", F, [3, 4]),
+         helper.make_tensor_value_info("k", F, [])],
+        [helper.make_tensor_value_info("final", F, [3]), helper.make_tensor_value_info("ys", F, [3, 4])],
+    )
+    rng = np.random.default_rng(0)
+    feeds = {"init": rng.random(3, dtype=np.float32), "xs": rng.random((3, 4), dtype=np.float32),
+             "k": np.array(2.0, dtype=np.float32)}
+    ours, theirs = _both(model, feeds)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-6)

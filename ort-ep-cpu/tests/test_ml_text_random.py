@@ -1,0 +1,218 @@
+"""ai.onnx.ml, string and random kernels: against onnxruntime (rtol 1e-5), or statistically."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+F, I64, S = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
+ML = "ai.onnx.ml"
+
+
+def _model(node, inputs, outputs, opset=21, ml_opset=5):
+    graph = helper.make_graph([node], "g", inputs, outputs)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(ML, ml_opset)]
+    )
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _compare(model, feeds):
+    ours = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        if isinstance(b, list):  # ZipMap: list of dicts
+            assert a == pytest.approx(b)
+            continue
+        assert a.shape == b.shape, (a.shape, b.shape)
+        if b.dtype == object:
+            assert a.tolist() == b.tolist()
+        else:
+            assert a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+X = np.array([[0.5, -1.0, 3.0, 0.0], [2.0, 0.25, -0.5, 1.5], [-3.0, 4.0, 1.0, np.nan]], dtype=np.float32)
+
+
+def _tree_ensemble():
+    # two trees over 4 features, 2 targets; tree 1 uses set membership
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain=ML,
+        nodes_featureids=[0, 1, 2, 3], nodes_splits=helper.make_tensor("s", F, [4], [0.4, 0.0, 0.5, 0.0]),
+        nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [4], [0, 3, 6, 1]),
+        nodes_truenodeids=[1, 0, 3, 2], nodes_trueleafs=[0, 1, 0, 1],
+        nodes_falsenodeids=[2, 1, 4, 3], nodes_falseleafs=[1, 1, 1, 1],
+        leaf_targetids=[0, 1, 0, 1, 0], leaf_weights=helper.make_tensor("w", F, [5], [1.0, 2.0, 3.0, 4.0, 5.0]),
+        membership_values=helper.make_tensor("mv", F, [3], [1.0, 3.0, np.nan]),
+        tree_roots=[0, 2], n_targets=2, aggregate_function=1, post_transform=0,
+    )
+    return _model(node, [_vi("x", F, [None, 4])], [_vi("y", F, [None, 2])]), {"x": np.nan_to_num(X)}
+
+
+CASES = {
+    "label_encoder_str_to_int": (
+        lambda: _model(
+            helper.make_node("LabelEncoder", ["x"], ["y"], domain=ML, keys_strings=["a", "b", "c"],
+                             values_int64s=[7, 8, 9], default_int64=-5),
+            [_vi("x", S, [None])], [_vi("y", I64, [None])]),
+        {"x": np.array(["a", "z", "c", "b"], dtype=object)},
+    ),
+    "label_encoder_float_to_str": (
+        lambda: _model(
+            helper.make_node("LabelEncoder", ["x"], ["y"], domain=ML, keys_floats=[0.5, 2.0, -1.0],
+                             values_strings=["half", "two", "minus"]),
+            [_vi("x", F, [None])], [_vi("y", S, [None])]),
+        {"x": np.array([2.0, 0.5, 3.0, -1.0], dtype=np.float32)},
+    ),
+    "tree_ensemble": (_tree_ensemble, None),
+    "binarizer": (
+        lambda: _model(helper.make_node("Binarizer", ["x"], ["y"], domain=ML, threshold=0.3),
+                       [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
+        {"x": np.nan_to_num(X)},
+    ),
+    "normalizer_l2": (
+        lambda: _model(helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="L2"),
+                       [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
+        {"x": np.nan_to_num(X)},
+    ),
+    "scaler": (
+        lambda: _model(helper.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0, 2.0, 3.0, 4.0], scale=[2.0, 1.0, 0.5, -1.0]),
+                       [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
+        {"x": np.nan_to_num(X)},
+    ),
+    "imputer_nan": (
+        lambda: _model(helper.make_node("Imputer", ["x"], ["y"], domain=ML, imputed_value_floats=[9.0, 8.0, 7.0, 6.0],
+                                        replaced_value_float=float("nan")),
+                       [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
+        {"x": X},
+    ),
+    "linear_regressor": (
+        lambda: _model(helper.make_node("LinearRegressor", ["x"], ["y"], domain=ML, targets=2,
+                                        coefficients=[1.0, 2.0, 3.0, 4.0, -1.0, 0.5, 0.0, 2.0], intercepts=[0.5, -0.5]),
+                       [_vi("x", F, [None, 4])], [_vi("y", F, [None, 2])]),
+        {"x": np.nan_to_num(X)},
+    ),
+    "array_feature_extractor": (
+        lambda: _model(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML),
+                       [_vi("x", F, [None, 4]), _vi("i", I64, [2])], [_vi("y", F, [None, 2])]),
+        {"x": np.nan_to_num(X), "i": np.array([3, 1], dtype=np.int64)},
+    ),
+    "category_mapper": (
+        lambda: _model(helper.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["x", "y"],
+                                        cats_int64s=[4, 2]),
+                       [_vi("x", S, [None])], [_vi("y", I64, [None])]),
+        {"x": np.array(["y", "q", "x"], dtype=object)},
+    ),
+    "one_hot_encoder": (
+        lambda: _model(helper.make_node("OneHotEncoder", ["x"], ["y"], domain=ML, cats_int64s=[3, 1, 4]),
+                       [_vi("x", I64, [None, 2])], [_vi("y", F, [None, 2, 3])]),
+        {"x": np.array([[1, 4], [9, 3]], dtype=np.int64)},
+    ),
+    "feature_vectorizer": (
+        lambda: _model(helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[2, 3]),
+                       [_vi("a", F, [None, 2]), _vi("b", F, [None, 3])], [_vi("y", F, [None, 5])]),
+        {"a": np.ones((2, 2), np.float32), "b": np.arange(6, dtype=np.float32).reshape(2, 3)},
+    ),
+    "string_normalizer": (
+        lambda: _model(helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER",
+                                        is_case_sensitive=0, stopwords=["the", "A"], locale="C"),
+                       [_vi("x", S, [None])], [_vi("y", S, [None])]),
+        {"x": np.array(["The", "cat", "a", "sat"], dtype=object)},
+    ),
+    "string_concat": (
+        lambda: _model(helper.make_node("StringConcat", ["a", "b"], ["y"]),
+                       [_vi("a", S, [2, 1]), _vi("b", S, [3])], [_vi("y", S, [2, 3])]),
+        {"a": np.array([["x"], ["yy"]], dtype=object), "b": np.array(["1", "", "3"], dtype=object)},
+    ),
+    "string_split": (
+        lambda: _model(helper.make_node("StringSplit", ["x"], ["y", "n"], delimiter="-", maxsplit=2),
+                       [_vi("x", S, [3])], [_vi("y", S, [3, None]), _vi("n", I64, [3])]),
+        {"x": np.array(["a-b-c-d", "", "e--f"], dtype=object)},
+    ),
+    "regex_full_match": (
+        lambda: _model(helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=r"[a-z]+\d*"),
+                       [_vi("x", S, [4])], [_vi("y", TensorProto.BOOL, [4])]),
+        {"x": np.array(["abc12", "ABC", "x", "a1b"], dtype=object)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_onnxruntime(name):
+    build, feeds = CASES[name]
+    built = build()
+    model, feeds = built if feeds is None else (built, feeds)
+    _compare(model, feeds)
+
+
+def test_zip_map_returns_a_list_of_dicts():
+    node = helper.make_node("ZipMap", ["x"], ["y"], domain=ML, classlabels_strings=["no", "yes"])
+    out_type = helper.make_sequence_type_proto(helper.make_map_type_proto(S, helper.make_tensor_type_proto(F, [])))
+    model = _model(node, [_vi("x", F, [None, 2])], [helper.make_value_info("y", out_type)], ml_opset=1)
+    x = np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)
+    (y,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert y == [{"no": 0.25, "yes": 0.75}, {"no": 1.0, "yes": 0.0}]
+
+
+# ------------------------------------------------------------------------------ random
+
+
+def _random_model(node, inputs=(), out_shape=(200_000,), out_type=F):
+    return _model(node, list(inputs), [_vi("y", out_type, list(out_shape))])
+
+
+def _run(model, feeds=None, session=None):
+    session = session or ort.InferenceSession(model.SerializeToString())
+    return session.run(None, feeds or {})[0], session
+
+
+def test_random_normal_statistics_and_seed():
+    model = _random_model(helper.make_node("RandomNormal", [], ["y"], shape=[200_000], mean=2.0, scale=3.0, seed=7.0))
+    a, session = _run(model)
+    b, _ = _run(model, session=session)
+    c, _ = _run(model)  # a new session with the same seed draws the same numbers
+    assert a.dtype == np.float32 and a.shape == (200_000,)
+    assert not np.array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    # 200k samples: the mean's standard error is 3/sqrt(2e5) ~ 0.0067
+    assert abs(a.mean() - 2.0) < 0.05 and abs(a.std() - 3.0) < 0.05
+
+
+def test_random_uniform_like_takes_dtype_and_range_from_attributes():
+    node = helper.make_node("RandomUniformLike", ["x"], ["y"], low=-1.0, high=3.0, dtype=TensorProto.DOUBLE)
+    model = _random_model(node, [_vi("x", F, [1000, 200])], (1000, 200), TensorProto.DOUBLE)
+    y, _ = _run(model, {"x": np.zeros((1000, 200), np.float32)})
+    assert y.dtype == np.float64 and y.shape == (1000, 200)
+    assert y.min() >= -1.0 and y.max() < 3.0 and abs(y.mean() - 1.0) < 0.02
+
+
+def test_bernoulli_frequency():
+    p = np.array([0.1, 0.5, 0.9], dtype=np.float32)
+    node = helper.make_node("Bernoulli", ["p"], ["y"], seed=1.0)
+    model = _random_model(node, [_vi("p", F, [100_000, 3])], (100_000, 3))
+    y, _ = _run(model, {"p": np.broadcast_to(p, (100_000, 3)).copy()})
+    assert set(np.unique(y)) <= {0.0, 1.0}
+    np.testing.assert_allclose(y.mean(axis=0), p, atol=0.01)
+
+
+def test_multinomial_frequency():
+    logits = np.log(np.array([[0.2, 0.5, 0.3]], dtype=np.float32))
+    node = helper.make_node("Multinomial", ["x"], ["y"], sample_size=100_000, seed=3.0)
+    model = _random_model(node, [_vi("x", F, [1, 3])], (1, 100_000), TensorProto.INT32)
+    y, _ = _run(model, {"x": logits})
+    assert y.dtype == np.int32
+    freq = np.bincount(y.ravel(), minlength=3) / y.size
+    np.testing.assert_allclose(freq, [0.2, 0.5, 0.3], atol=0.01)

@@ -1,0 +1,126 @@
+"""Sequences and optionals end to end: as session inputs and outputs, and through the ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+F = TensorProto.FLOAT
+SEQ_F = helper.make_tensor_sequence_value_info
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _seq_model():
+    # in: a sequence; out: it with x inserted at 1, the element 0 removed, its length, and
+    # the concatenation of the result along a new axis
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor("c1", TensorProto.INT64, [], [1])),
+        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("c0", TensorProto.INT64, [], [0])),
+        helper.make_node("SequenceInsert", ["seq", "x", "one"], ["s1"]),
+        helper.make_node("SequenceErase", ["s1", "zero"], ["s2"]),
+        helper.make_node("SequenceLength", ["s2"], ["n"]),
+        helper.make_node("ConcatFromSequence", ["s2"], ["stacked"], axis=0, new_axis=1),
+    ]
+    return _model(
+        nodes,
+        [SEQ_F("seq", F, [2]), helper.make_tensor_value_info("x", F, [2])],
+        [SEQ_F("s2", F, [2]), helper.make_tensor_value_info("n", TensorProto.INT64, []),
+         helper.make_tensor_value_info("stacked", F, [None, 2])],
+    )
+
+
+def test_sequence_inputs_and_outputs_are_lists_of_arrays():
+    model = _seq_model()
+    seq = [np.array([1, 2], dtype=np.float32), np.array([3, 4], dtype=np.float32)]
+    feeds = {"seq": seq, "x": np.array([9, 9], dtype=np.float32)}
+    ours = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert isinstance(ours[0], list) and len(ours[0]) == len(theirs[0]) == 2
+    for a, b in zip(ours[0], theirs[0]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    np.testing.assert_array_equal(ours[2], theirs[2])
+    assert seq[0].tolist() == [1, 2] and len(seq) == 2  # the caller's list is not mutated
+
+
+def test_sequence_input_is_checked():
+    session = ort.InferenceSession(_seq_model().SerializeToString())
+    x = np.zeros(2, dtype=np.float32)
+    with pytest.raises(ort.InvalidArgument, match="'seq'.*list of arrays"):
+        session.run(None, {"seq": np.zeros(2, dtype=np.float32), "x": x})
+    with pytest.raises(ort.InvalidArgument, match=r"seq\[1\].*int64"):
+        session.run(None, {"seq": [x, np.zeros(2, dtype=np.int64)], "x": x})
+
+
+def test_split_to_sequence_and_sequence_map():
+    body = helper.make_graph(
+        [helper.make_node("ReduceSum", ["t"], ["s"], keepdims=0)],
+        "body", [helper.make_tensor_value_info("t", F, None)], [helper.make_tensor_value_info("s", F, None)],
+    )
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "sizes"], ["parts"], axis=1),
+        helper.make_node("SequenceMap", ["parts"], ["sums"], body=body),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [2, 5]), helper.make_tensor_value_info("sizes", TensorProto.INT64, [3])],
+        [SEQ_F("parts", F, None), SEQ_F("sums", F, None)],
+    )
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    feeds = {"x": x, "sizes": np.array([1, 3, 1], dtype=np.int64)}
+    ours = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for mine, ref in zip(ours, theirs):
+        assert len(mine) == len(ref)
+        for a, b in zip(mine, ref):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b)
+
+
+def _optional_model():
+    opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2]))
+    nodes = [
+        helper.make_node("OptionalHasElement", ["o"], ["has"]),
+        helper.make_node("Identity", ["o"], ["o_out"]),
+    ]
+    return _model(
+        nodes,
+        [helper.make_value_info("o", opt_type)],
+        [helper.make_tensor_value_info("has", TensorProto.BOOL, []), helper.make_value_info("o_out", opt_type)],
+    )
+
+
+def test_optional_input_none_and_value():
+    session = ort.InferenceSession(_optional_model().SerializeToString())
+    has, out = session.run(None, {"o": None})
+    assert not has and out is None
+    value = np.array([1.0, 2.0], dtype=np.float32)
+    has, out = session.run(None, {"o": value})
+    assert has
+    np.testing.assert_array_equal(out, value)
+    with pytest.raises(ort.InvalidArgument, match="'o'.*float"):
+        session.run(None, {"o": np.array([1, 2], dtype=np.int64)})
+
+
+def test_optional_get_element_of_empty_names_the_node():
+    opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2]))
+    model = _model(
+        [helper.make_node("OptionalGetElement", ["o"], ["y"], name="get")],
+        [helper.make_value_info("o", opt_type)],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    session = ort.InferenceSession(model.SerializeToString())
+    with pytest.raises(ort.Fail, match="get.*empty"):
+        session.run(None, {"o": None})
