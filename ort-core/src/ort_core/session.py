@@ -292,11 +292,15 @@ class InferenceSession:
 
         requested = _normalise_providers(providers, provider_options)
         self._model: ir.Model = load_model(path_or_bytes)
-        optimizer.optimize(self._model, self._options.graph_optimization_level)
-        if self._options.optimized_model_filepath:
-            ir.save(self._model, self._options.optimized_model_filepath)
-
         self._providers = self._bind_providers(requested)
+        try:  # after binding: fusions ask the first provider whether it claims the fused op
+            supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
+            optimizer.optimize(self._model, self._options.graph_optimization_level, supports)
+            if self._options.optimized_model_filepath:
+                ir.save(self._model, self._options.optimized_model_filepath)
+        except BaseException:
+            self._end_providers()
+            raise
         self._graph = GraphView(
             self._model.graph,
             opset_imports=dict(self._model.opset_imports),

@@ -1,34 +1,99 @@
 """Graph passes by optimization level, with onnxruntime's meaning of the levels.
 
-ORT_DISABLE_ALL runs nothing. ORT_ENABLE_BASIC removes what cannot change results (unused
-nodes, Identity). EXTENDED and ALL add the fusions; each level includes the ones below it.
-Passes mutate the onnx-ir model in place.
+``ORT_DISABLE_ALL`` (0) runs nothing.
+
+``ORT_ENABLE_BASIC`` (1): rewrites within the ONNX standard that any provider can run:
+Constant nodes lifted to initializers, Identity and inference-Dropout removed, unused nodes
+removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
+constant folding (``onnx.reference`` evaluates nodes whose inputs are all constants),
+Conv+BatchNormalization and Conv+Add(per-channel constant) folded into the Conv's weights and
+bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
+
+``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
+(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul). Each fusion is applied only where
+the session's first provider claims the fused node (``gate.provider_gate``), since core knows
+no provider's kernels.
+
+``ORT_ENABLE_ALL`` (99): the same as EXTENDED; onnxruntime adds layout transformations (NCHWc)
+at this level, which this runtime does not have.
+
+Each level includes the ones below it. Passes mutate the onnx-ir model in place.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
+
+from .basic import (
+    ConstantFoldingPass,
+    ConvAddFoldPass,
+    ConvBatchNormFoldPass,
+    DropoutEliminationPass,
+    MatMulAddToGemmPass,
+    ShapeFoldingPass,
+    ShapeInferenceQuietPass,
+)
+from .fusion import (
+    ConvActivationFusionPass,
+    GeluFusionPass,
+    GemmActivationFusionPass,
+    MatMulScaleFusionPass,
+    Supports,
+)
+from .gate import provider_gate
+
+__all__ = ["optimize", "passes_for_level", "provider_gate", "Supports"]
 
 
 def _basic() -> list[ir.passes.PassBase]:
     return [
-        common_passes.RemoveUnusedNodesPass(),
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        DropoutEliminationPass(),
         common_passes.IdentityEliminationPass(),
+        common_passes.RemoveUnusedNodesPass(),
+        ShapeInferenceQuietPass(),
+        ShapeFoldingPass(),
+        ConstantFoldingPass(),
+        common_passes.RemoveUnusedNodesPass(),
+        ConvBatchNormFoldPass(),
+        ConvAddFoldPass(),
+        MatMulAddToGemmPass(),
         common_passes.RemoveUnusedNodesPass(),
     ]
 
 
-def passes_for_level(level: int) -> list[ir.passes.PassBase]:
-    """The passes a level runs, in order."""
+def _extended(supports: Supports) -> list[ir.passes.PassBase]:
+    return [
+        ConvActivationFusionPass(supports),
+        GemmActivationFusionPass(supports),
+        GeluFusionPass(supports),
+        MatMulScaleFusionPass(supports),
+        common_passes.RemoveUnusedNodesPass(),
+    ]
+
+
+def passes_for_level(level: int, supports: Supports | None = None) -> list[ir.passes.PassBase]:
+    """The passes a level runs, in order. Without ``supports`` no fusion into non-standard ops
+    is run (nothing is known to claim them)."""
+    level = int(level)
     if level <= 0:
         return []
-    return _basic()
+    passes = _basic()
+    if level >= 2 and supports is not None:
+        passes += _extended(supports)
+    return passes
 
 
-def optimize(model: ir.Model, level: int) -> ir.Model:
-    """Run the passes of ``level`` over ``model`` (in place) and return it."""
-    passes = passes_for_level(int(level))
+def optimize(model: ir.Model, level: int, supports: Callable[[ir.Node], bool] | None = None) -> ir.Model:
+    """Run the passes of ``level`` over ``model`` (in place) and return it.
+
+    ``supports(node)`` says whether the session's provider claims a fused node (see
+    ``provider_gate``); fusions ask it before rewriting.
+    """
+    passes = passes_for_level(level, supports)
     if passes:
         ir.passes.Sequential(*passes)(model)
     return model

@@ -12,3 +12,4 @@ from . import cast  # noqa: F401, E402  (family A: Cast/CastLike, after tensor s
 from . import math  # noqa: F401, E402  (family A: activations, Einsum, Det, CumSum)
 from . import quant  # noqa: F401, E402  (family A: QuantizeLinear, DequantizeLinear, QLinear*, *Integer)
 from . import signal  # noqa: F401, E402  (family B: DFT, STFT, windows, MelWeightMatrix)
+from . import fused  # noqa: F401, E402  (performance: com.microsoft fused ops the optimizer emits)

@@ -1,0 +1,242 @@
+"""Level-2 (ORT_ENABLE_EXTENDED) passes: fusions into onnxruntime's contrib ops
+(domain ``com.microsoft``), so that an optimized model written by ``optimized_model_filepath``
+also loads in onnxruntime.
+
+A fused op runs only if a provider has a kernel for it, and core knows no provider: every fusion
+asks ``supports(node)`` (see ``gate.py``) before it rewrites; a fusion whose op the session's
+provider does not claim is not applied.
+
+    FusedConv   Conv + Relu/Tanh/Sigmoid/LeakyRelu/Clip/HardSigmoid (attribute ``activation``)
+    FusedGemm   Gemm + the same activations
+    Gelu        x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it
+    FusedMatMul MatMul(a, Transpose(b) swapping the last two axes) scaled by a constant
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import onnx_ir as ir
+
+from ._ir import attr, graphs, is_op, only_use, replace, scalar
+
+MS_DOMAIN = "com.microsoft"
+
+#: ``supports(node) -> bool``: whether the session's provider claims this (fused) node
+Supports = Callable[[ir.Node], bool]
+
+_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
+
+
+def _activation_params(node: ir.Node) -> list[float] | None:
+    """The activation's parameters as FusedConv's ``activation_params``; None if not fusable."""
+    op = node.op_type
+    if op in ("Relu", "Tanh", "Sigmoid"):
+        return []
+    if op == "LeakyRelu":
+        return [float(attr(node, "alpha", 0.01))]
+    if op == "HardSigmoid":
+        return [float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))]
+    if op == "Clip":
+        if "min" in node.attributes or "max" in node.attributes:  # opset < 11
+            return [float(attr(node, "min", -3.4028234663852886e38)), float(attr(node, "max", 3.4028234663852886e38))]
+        bounds = []
+        for k, default in ((1, -3.4028234663852886e38), (2, 3.4028234663852886e38)):
+            if len(node.inputs) > k and node.inputs[k] is not None:
+                v = scalar(node.inputs[k])
+                if v is None:
+                    return None
+                bounds.append(v)
+            else:
+                bounds.append(default)
+        return bounds
+    return None
+
+
+def _follow_activation(value: ir.Value) -> tuple[ir.Node, list[float]] | None:
+    act = only_use(value)
+    if act is None or act.domain not in ("", "ai.onnx") or act.op_type not in _ACTIVATIONS:
+        return None
+    if act.inputs[0] is not value:
+        return None
+    params = _activation_params(act)
+    return None if params is None else (act, params)
+
+
+class _FusionPass(ir.passes.InPlacePass):
+    def __init__(self, supports: Supports):
+        super().__init__()
+        self.supports = supports
+
+
+class ConvActivationFusionPass(_FusionPass):
+    """Conv + activation -> com.microsoft FusedConv."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for conv in list(graph):
+                if not is_op(conv, "Conv"):
+                    continue
+                found = _follow_activation(conv.outputs[0])
+                if found is None:
+                    continue
+                act, params = found
+                attributes = [a for a in conv.attributes.values()]
+                attributes.append(ir.AttrString("activation", act.op_type))
+                if params:
+                    attributes.append(ir.AttrFloat32s("activation_params", params))
+                fused = ir.Node(MS_DOMAIN, "FusedConv", list(conv.inputs), attributes, num_outputs=1,
+                                name=conv.name, version=1)
+                if not self.supports(fused):
+                    continue
+                replace(graph, [conv, act], [fused], [act.outputs[0]], [fused.outputs[0]])
+                modified = True
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+
+class GemmActivationFusionPass(_FusionPass):
+    """Gemm + activation -> com.microsoft FusedGemm."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for gemm in list(graph):
+                if not is_op(gemm, "Gemm"):
+                    continue
+                found = _follow_activation(gemm.outputs[0])
+                if found is None:
+                    continue
+                act, params = found
+                attributes = [a for a in gemm.attributes.values()]
+                attributes.append(ir.AttrString("activation", act.op_type))
+                for name, v in zip(("activation_alpha", "activation_beta"), params):
+                    attributes.append(ir.AttrFloat32(name, v))
+                fused = ir.Node(MS_DOMAIN, "FusedGemm", list(gemm.inputs), attributes, num_outputs=1,
+                                name=gemm.name, version=1)
+                if not self.supports(fused):
+                    continue
+                replace(graph, [gemm, act], [fused], [act.outputs[0]], [fused.outputs[0]])
+                modified = True
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+
+def _near(value: ir.Value | None, target: float, tol: float = 1e-4) -> bool:
+    v = scalar(value)
+    return v is not None and abs(v - target) <= tol * max(1.0, abs(target))
+
+
+def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    """The input of a binary node that is not ``value``."""
+    a, b = node.inputs[0], node.inputs[1]
+    return b if a is value else a if b is value else None
+
+
+class GeluFusionPass(_FusionPass):
+    """0.5 * x * (1 + Erf(x / sqrt(2))) -> com.microsoft Gelu. Accepts x/sqrt(2) or
+    x*(1/sqrt(2)), and the products in any order: (x * (1+erf)) * 0.5, x * ((1+erf) * 0.5),
+    (x * 0.5) * (1+erf)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for erf in list(graph):
+                if not is_op(erf, "Erf"):
+                    continue
+                match = self._match(erf)
+                if match is None:
+                    continue
+                x, nodes, out = match
+                fused = ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1)
+                if not self.supports(fused):
+                    continue
+                replace(graph, nodes, [fused], [out], [fused.outputs[0]])
+                modified = True
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _match(erf: ir.Node):
+        scale = erf.inputs[0].producer()
+        if scale is None or erf.inputs[0].is_graph_output() or len(list(erf.inputs[0].uses())) != 1:
+            return None
+        if is_op(scale, "Div") and _near(scale.inputs[1], math.sqrt(2.0)):
+            x = scale.inputs[0]
+        elif is_op(scale, "Mul") and _near(scale.inputs[1], 1 / math.sqrt(2.0)):
+            x = scale.inputs[0]
+        elif is_op(scale, "Mul") and _near(scale.inputs[0], 1 / math.sqrt(2.0)):
+            x = scale.inputs[1]
+        else:
+            return None
+        add = only_use(erf.outputs[0])
+        if not is_op(add, "Add") or not _near(_other(add, erf.outputs[0]), 1.0):
+            return None
+        mul1 = only_use(add.outputs[0])
+        if not is_op(mul1, "Mul"):
+            return None
+        partner = _other(mul1, add.outputs[0])
+        if partner is x:  # (x * (1 + erf)) * 0.5
+            mul2 = only_use(mul1.outputs[0])
+            if is_op(mul2, "Mul") and _near(_other(mul2, mul1.outputs[0]), 0.5):
+                return x, [scale, erf, add, mul1, mul2], mul2.outputs[0]
+            return None
+        if _near(partner, 0.5):  # x * ((1 + erf) * 0.5)
+            mul2 = only_use(mul1.outputs[0])
+            if is_op(mul2, "Mul") and _other(mul2, mul1.outputs[0]) is x:
+                return x, [scale, erf, add, mul1, mul2], mul2.outputs[0]
+            return None
+        half = partner.producer() if partner is not None else None  # (x * 0.5) * (1 + erf)
+        if (is_op(half, "Mul") and only_use(partner) is mul1 and _other(half, x) is not None
+                and _near(_other(half, x), 0.5)):
+            return x, [scale, erf, half, add, mul1], mul1.outputs[0]
+        return None
+
+
+class MatMulScaleFusionPass(_FusionPass):
+    """MatMul(a, Transpose(b, last two axes swapped)) followed by Mul/Div by a constant scalar
+    -> com.microsoft FusedMatMul(a, b, transB=1, alpha=scale). The transpose is folded into the
+    BLAS call and the scaling into its alpha."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for mm in list(graph):
+                if not is_op(mm, "MatMul"):
+                    continue
+                scale_node = only_use(mm.outputs[0])
+                alpha = None
+                if is_op(scale_node, "Mul"):
+                    alpha = scalar(_other(scale_node, mm.outputs[0]))
+                elif is_op(scale_node, "Div") and scale_node.inputs[0] is mm.outputs[0]:
+                    d = scalar(scale_node.inputs[1])
+                    alpha = None if not d else 1.0 / d
+                if alpha is None:
+                    continue
+                a, b = mm.inputs
+                nodes = [mm, scale_node]
+                trans_b = 0
+                tr = b.producer()
+                if is_op(tr, "Transpose") and only_use(b) is mm:
+                    perm = attr(tr, "perm")
+                    rank = len(perm) if perm is not None else None
+                    if rank and rank >= 2 and list(perm) == list(range(rank - 2)) + [rank - 1, rank - 2]:
+                        b, trans_b = tr.inputs[0], 1
+                        nodes.insert(0, tr)
+                fused = ir.Node(MS_DOMAIN, "FusedMatMul", [a, b],
+                                [ir.AttrFloat32("alpha", alpha), ir.AttrInt64("transA", 0), ir.AttrInt64("transB", trans_b)],
+                                num_outputs=1, name=mm.name, version=1)
+                if not self.supports(fused):
+                    continue
+                replace(graph, nodes, [fused], [scale_node.outputs[0]], [fused.outputs[0]])
+                modified = True
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+

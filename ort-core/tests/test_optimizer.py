@@ -1,0 +1,366 @@
+"""Graph optimizer: each pass fires on the pattern it targets, and the model computes the same
+before and after (onnxruntime, with its own optimizations off, runs both; it also knows the
+com.microsoft ops the fusions emit). Tolerance: rtol 1e-4, atol 1e-5 (folded weights and
+fused ops round differently in float32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
+from conftest import make_model
+from fake_providers import HostProvider
+from ort_core import Capability, Claim, Kernel, hookimpl, optimizer
+from ort_core.optimizer import basic, fusion
+
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _ort_run(model: onnx.ModelProto, feeds):
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _apply(model: onnx.ModelProto, *passes) -> onnx.ModelProto:
+    m = ir.serde.deserialize_model(model)
+    for p in passes:
+        p(m)
+    ir.passes.common.RemoveUnusedNodesPass()(m)
+    return ir.serde.serialize_model(m)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def _check(model, optimized, feeds):
+    onnx.checker.check_model(optimized)
+    for got, want in zip(_ort_run(optimized, feeds), _ort_run(model, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _everything(node) -> bool:
+    return True
+
+
+# --------------------------------------------------------------------------------- basic
+
+
+def test_dropout_elimination():
+    model = make_model(
+        [helper.make_node("Dropout", ["x"], ["d"], name="drop"), helper.make_node("Relu", ["d"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+    )
+    out = _apply(model, basic.DropoutEliminationPass())
+    assert _ops(out) == ["Relu"]
+    _check(model, out, {"x": _f32(2, 3)})
+
+
+def test_dropout_in_training_mode_stays():
+    model = make_model(
+        [helper.make_node("Dropout", ["x", "r", "t"], ["d"], name="drop", seed=1), helper.make_node("Relu", ["d"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+        [_init("r", np.array(0.5, np.float32)), _init("t", np.array(True))],
+    )
+    assert "Dropout" in _ops(_apply(model, basic.DropoutEliminationPass()))
+
+
+def test_constant_folding():
+    model = make_model(
+        [
+            helper.make_node("Mul", ["a", "b"], ["ab"]),
+            helper.make_node("Transpose", ["ab"], ["abt"], perm=[1, 0]),
+            helper.make_node("MatMul", ["x", "abt"], ["y"]),
+        ],
+        [_vi("x", [2, 3])], [_vi("y", [2, 4])],
+        [_init("a", _f32(4, 3)), _init("b", _f32(4, 3))],
+    )
+    out = _apply(model, basic.ConstantFoldingPass())
+    assert _ops(out) == ["MatMul"]
+    _check(model, out, {"x": _f32(2, 3)})
+
+
+def test_constant_folding_leaves_random_and_runtime_inputs():
+    model = make_model(
+        [
+            helper.make_node("RandomNormal", [], ["r"], shape=[2, 3], seed=1.0),
+            helper.make_node("Add", ["x", "r"], ["y"]),
+        ],
+        [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+    )
+    assert _ops(_apply(model, basic.ConstantFoldingPass())) == ["RandomNormal", "Add"]
+
+
+def test_shape_folding_then_constant_folding():
+    model = make_model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one"], ["d1"], axis=0),
+            helper.make_node("Unsqueeze", ["d1", "zero"], ["d1u"]),
+            helper.make_node("Concat", ["minus1", "d1u"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["x", "shape"], ["y"]),
+        ],
+        [_vi("x", ["N", 6])], [_vi("y", [None, 6])],
+        [_init("one", np.array(1, np.int64)), _init("zero", np.array([0], np.int64)),
+         _init("minus1", np.array([-1], np.int64))],
+    )
+    out = _apply(model, basic.ShapeInferenceQuietPass(), basic.ShapeFoldingPass(), basic.ConstantFoldingPass())
+    assert _ops(out) == ["Reshape"]
+    _check(model, out, {"x": _f32(3, 6)})
+
+
+def test_shape_folding_keeps_dynamic_dimensions():
+    model = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["y"], axis=0)],
+        [_vi("x", ["N", 6])], [_vi("y", [], TensorProto.INT64)],
+        [_init("zero", np.array(0, np.int64))],
+    )
+    out = _apply(model, basic.ShapeInferenceQuietPass(), basic.ShapeFoldingPass())
+    assert _ops(out) == ["Shape", "Gather"]
+
+
+def _conv_bn_model(with_bias: bool):
+    inits = [_init("w", _f32(4, 3, 3, 3)), _init("s", 1 + _f32(4, scale=0.1)), _init("b", _f32(4, scale=0.1)),
+             _init("m", _f32(4, scale=0.1)), _init("v", np.abs(1 + _f32(4, scale=0.1)))]
+    conv_in = ["x", "w"]
+    if with_bias:
+        inits.append(_init("cb", _f32(4)))
+        conv_in.append("cb")
+    return make_model(
+        [
+            helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], epsilon=1e-3),
+        ],
+        [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])], inits,
+    )
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_conv_batchnorm_fold(with_bias):
+    model = _conv_bn_model(with_bias)
+    out = _apply(model, basic.ConvBatchNormFoldPass())
+    assert _ops(out) == ["Conv"]
+    assert out.graph.output[0].name == "y"
+    _check(model, out, {"x": _f32(1, 3, 8, 8)})
+
+
+def test_conv_add_fold():
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "cb"], ["c"], name="conv"), helper.make_node("Add", ["c", "k"], ["y"])],
+        [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("cb", _f32(4)), _init("k", _f32(4, 1, 1))],
+    )
+    out = _apply(model, basic.ConvAddFoldPass())
+    assert _ops(out) == ["Conv"]
+    _check(model, out, {"x": _f32(1, 3, 5, 5)})
+
+
+def test_conv_add_fold_leaves_full_tensor_add():
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "k"], ["y"])],
+        [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("k", _f32(4, 3, 3))],
+    )
+    assert _ops(_apply(model, basic.ConvAddFoldPass())) == ["Conv", "Add"]
+
+
+def test_matmul_add_to_gemm():
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 5])],
+        [_init("w", _f32(3, 5)), _init("b", _f32(5))],
+    )
+    out = _apply(model, basic.ShapeInferenceQuietPass(), basic.MatMulAddToGemmPass())
+    assert _ops(out) == ["Gemm"]
+    _check(model, out, {"x": _f32(2, 3)})
+
+
+def test_matmul_add_rank3_stays():
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        [_vi("x", [2, 4, 3])], [_vi("y", [2, 4, 5])],
+        [_init("w", _f32(3, 5)), _init("b", _f32(5))],
+    )
+    out = _apply(model, basic.ShapeInferenceQuietPass(), basic.MatMulAddToGemmPass())
+    assert _ops(out) == ["MatMul", "Add"]
+
+
+# --------------------------------------------------------------------------------- fusions
+
+
+@pytest.mark.parametrize("activation,attrs,extra", [
+    ("Relu", {}, []), ("Sigmoid", {}, []), ("Tanh", {}, []), ("LeakyRelu", {"alpha": 0.2}, []),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []), ("Clip", {}, ["lo", "hi"]),
+])
+def test_conv_activation_fusion(activation, attrs, extra):
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node(activation, ["c", *extra], ["y"], **attrs)],
+        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 6, 6])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("b", _f32(4)), _init("lo", np.array(-0.5, np.float32)),
+         _init("hi", np.array(0.7, np.float32))],
+    )
+    out = _apply(model, fusion.ConvActivationFusionPass(_everything))
+    assert _ops(out) == ["FusedConv"]
+    assert out.graph.node[0].domain == "com.microsoft"
+    _check(model, out, {"x": _f32(1, 3, 6, 6)})
+
+
+def test_fusion_not_applied_when_unsupported():
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 4, 4])], [_init("w", _f32(4, 3, 3, 3))],
+    )
+    assert _ops(_apply(model, fusion.ConvActivationFusionPass(lambda node: False))) == ["Conv", "Relu"]
+
+
+def test_conv_activation_not_fused_when_conv_output_is_read_elsewhere():
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Add", ["c", "r"], ["y"])],
+        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 4, 4])], [_init("w", _f32(4, 3, 3, 3))],
+    )
+    assert _ops(_apply(model, fusion.ConvActivationFusionPass(_everything))) == ["Conv", "Relu", "Add"]
+
+
+def test_gemm_activation_fusion():
+    model = make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("LeakyRelu", ["g"], ["y"], alpha=0.1)],
+        [_vi("x", [2, 3])], [_vi("y", [2, 4])], [_init("w", _f32(4, 3)), _init("b", _f32(4))],
+    )
+    out = _apply(model, fusion.GemmActivationFusionPass(_everything))
+    assert _ops(out) == ["FusedGemm"]
+    _check(model, out, {"x": _f32(2, 3)})
+
+
+def _gelu_nodes(order: str):
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"])]
+    if order == "x_first":
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    elif order == "half_inside":
+        nodes += [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["x", "m"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "a"], ["y"])]
+    return nodes
+
+
+@pytest.mark.parametrize("order", ["x_first", "half_inside", "half_first"])
+def test_gelu_fusion(order):
+    model = make_model(
+        _gelu_nodes(order), [_vi("x", [2, 16])], [_vi("y", [2, 16])],
+        [_init("sqrt2", np.array(np.sqrt(2), np.float32)), _init("one", np.array(1, np.float32)),
+         _init("half", np.array(0.5, np.float32))],
+    )
+    out = _apply(model, fusion.GeluFusionPass(_everything))
+    assert _ops(out) == ["Gelu"]
+    _check(model, out, {"x": _f32(2, 16, scale=3)})
+
+
+def test_gelu_with_wrong_constant_is_not_fused():
+    model = make_model(
+        _gelu_nodes("x_first"), [_vi("x", [2, 16])], [_vi("y", [2, 16])],
+        [_init("sqrt2", np.array(1.5, np.float32)), _init("one", np.array(1, np.float32)),
+         _init("half", np.array(0.5, np.float32))],
+    )
+    assert "Gelu" not in _ops(_apply(model, fusion.GeluFusionPass(_everything)))
+
+
+def test_matmul_scale_fusion_with_transpose():
+    model = make_model(
+        [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Div", ["s", "c"], ["y"])],
+        [_vi("q", [2, 3, 5, 8]), _vi("k", [2, 3, 7, 8])], [_vi("y", [2, 3, 5, 7])],
+        [_init("c", np.array(np.sqrt(8), np.float32))],
+    )
+    out = _apply(model, fusion.MatMulScaleFusionPass(_everything))
+    assert _ops(out) == ["FusedMatMul"]
+    _check(model, out, {"q": _f32(2, 3, 5, 8), "k": _f32(2, 3, 7, 8)})
+
+
+# --------------------------------------------------------------------------------- levels and gate
+
+
+def test_levels():
+    assert optimizer.passes_for_level(0) == []
+    basic_names = [type(p).__name__ for p in optimizer.passes_for_level(1, _everything)]
+    assert "ConvBatchNormFoldPass" in basic_names and "GeluFusionPass" not in basic_names
+    extended = [type(p).__name__ for p in optimizer.passes_for_level(2, _everything)]
+    assert "GeluFusionPass" in extended
+    assert [type(p).__name__ for p in optimizer.passes_for_level(99, _everything)] == extended
+    assert "GeluFusionPass" not in [type(p).__name__ for p in optimizer.passes_for_level(99, None)]
+
+
+def _matmul_scale_model():
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "c"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 4])], [_init("w", _f32(3, 4)), _init("c", np.array(0.5, np.float32))],
+    )
+
+
+def test_gate_refuses_a_fused_op_the_provider_declines(host):
+    """The host test provider claims only standard ops: FusedMatMul is refused, and the
+    session keeps MatMul + Mul even at ORT_ENABLE_ALL."""
+    sess = ort_core.InferenceSession(_matmul_scale_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [p.op_type for p in sess.get_placement().nodes] == ["MatMul", "Mul"]
+
+
+class _FusingHost(HostProvider):
+    """Claims com.microsoft FusedMatMul as well (a numpy kernel), like a provider with fused kernels."""
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates):
+        cap = Capability()
+        for i in sorted(candidates):
+            node = graph.nodes[i]
+            if (node.domain, node.op_type) in (("", "MatMul"), ("", "Mul"), ("com.microsoft", "FusedMatMul")):
+                cap.claims.append(Claim((i,)))
+            else:
+                cap.declined[i] = "not here"
+        return cap
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request):
+        node = request.node
+        if node.op_type == "FusedMatMul":
+            alpha = node.attr("alpha", 1.0)
+            return Kernel(run=lambda a, b: np.matmul(a, b) * np.float32(alpha), single_output=True)
+        fn = {"MatMul": np.matmul, "Mul": np.multiply}[node.op_type]
+        return Kernel(run=fn, single_output=True)
+
+
+def test_gate_applies_a_fused_op_the_provider_claims(registry, tmp_path):
+    assert ort_core.register(_FusingHost(), "fusing")
+    model = _matmul_scale_model()
+    so = ort_core.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert [p.op_type for p in sess.get_placement().nodes] == ["FusedMatMul"]
+    x = _f32(2, 3)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _ort_run(model, {"x": x})[0], rtol=1e-5)
+    written = onnx.load(so.optimized_model_filepath)
+    assert [n.op_type for n in written.graph.node] == ["FusedMatMul"]
+    # the written model is loadable by onnxruntime (contrib op, same attributes)
+    np.testing.assert_allclose(_ort_run(written, {"x": x})[0], _ort_run(model, {"x": x})[0], rtol=1e-5)
+
+    so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert [p.op_type for p in sess.get_placement().nodes] == ["MatMul", "Mul"]

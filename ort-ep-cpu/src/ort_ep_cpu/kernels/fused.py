@@ -1,0 +1,135 @@
+"""Kernels for the fused ops ort-core's optimizer produces (onnxruntime's ``com.microsoft``
+contrib ops, same inputs and attributes): FusedConv, FusedGemm, Gelu, BiasGelu, FusedMatMul.
+
+They save whole passes over the data: the activation runs in place on the Conv/Gemm output,
+the scaling of FusedMatMul rides on the product, and Gelu uses a float32 erf that is a few
+numpy passes instead of scipy's scalar loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from ..registry import kernel
+from .nn import build_conv, make_activation
+
+MS = "com.microsoft"
+
+
+@kernel("FusedConv", domain=MS)
+def _fused_conv(node, request):
+    activation = make_activation(str(node.attr("activation", "") or ""), list(node.attr("activation_params") or []))
+    has_z = len(node.inputs) > 3 and bool(node.inputs[3])
+    if not has_z:
+        return build_conv(node, request, activation)
+    plain = build_conv(node, request)
+
+    def fused_conv_sum(x, w, b=None, z=None):  # Y = activation(conv + Z)
+        y = plain(x, w, b)
+        if z is not None:
+            y += z
+        if activation is not None:
+            activation(y)
+        return y
+
+    return fused_conv_sum
+
+
+@kernel("FusedGemm", domain=MS)
+def _fused_gemm(node, request):
+    name = str(node.attr("activation", "") or "")
+    params = [float(node.attr("activation_alpha", 0.01 if name == "LeakyRelu" else 0.2))]
+    if node.attr("activation_beta") is not None:
+        params.append(float(node.attr("activation_beta")))
+    elif name == "HardSigmoid":
+        params.append(0.5)
+    if name == "Clip":
+        params = [float(node.attr("activation_alpha", -np.inf)), float(node.attr("activation_beta", np.inf))]
+    activation = make_activation(name, params if name in ("LeakyRelu", "HardSigmoid", "Clip") else [])
+    alpha = float(node.attr("alpha", 1.0))
+    beta = float(node.attr("beta", 1.0))
+    trans_a = bool(node.attr("transA", 0))
+    trans_b = bool(node.attr("transB", 0))
+
+    def fused_gemm(a, b, c=None):
+        y = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+        if alpha != 1.0:
+            y *= y.dtype.type(alpha)
+        if c is not None:
+            y += c if beta == 1.0 else c * c.dtype.type(beta)
+        if activation is not None:
+            activation(y)
+        return y
+
+    return fused_gemm
+
+
+# Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 over the reals, below float32's resolution
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erf of a float32 array in a dozen vectorised passes (scipy's erf is a scalar loop)."""
+    a = np.abs(x)
+    t = a * np.float32(_P)
+    t += np.float32(1)
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(_A[4])
+    for coeff in (_A[3], _A[2], _A[1], _A[0]):
+        poly += np.float32(coeff)
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # poly * exp(-x^2)
+    result = out if out is not None else poly
+    np.subtract(np.float32(1), poly, out=result)
+    np.copysign(result, x, out=result)
+    return result
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """0.5 * x * (1 + erf(x / sqrt(2)))."""
+    if x.dtype == np.float32:
+        y = erf_f32(x * np.float32(1 / np.sqrt(2)))
+    else:
+        y = special.erf(x / np.sqrt(2)).astype(x.dtype, copy=False)
+    y += 1
+    y *= x
+    y *= x.dtype.type(0.5)
+    return y
+
+
+@kernel("Gelu", domain=MS)
+def _gelu(node, request):
+    return gelu
+
+
+@kernel("BiasGelu", domain=MS)
+def _bias_gelu(node, request):
+    return lambda a, b: gelu(a + b)
+
+
+@kernel("FusedMatMul", domain=MS)
+def _fused_matmul(node, request):
+    alpha = float(node.attr("alpha", 1.0))
+    trans_a = bool(node.attr("transA", 0))
+    trans_b = bool(node.attr("transB", 0))
+    if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
+        raise NotImplementedError(f"{node.name}: FusedMatMul with transBatchA/transBatchB is not supported")
+
+    def fused_matmul(a, b):
+        if trans_a:
+            a = a.T if a.ndim == 2 else np.swapaxes(a, -1, -2)
+        if trans_b:
+            b = b.T if b.ndim == 2 else np.swapaxes(b, -1, -2)
+        y = np.matmul(a, b)
+        if alpha != 1.0:
+            if y.ndim == 0:
+                return y * y.dtype.type(alpha)
+            y *= y.dtype.type(alpha)
+        return y
+
+    return fused_matmul
