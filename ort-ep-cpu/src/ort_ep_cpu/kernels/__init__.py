@@ -13,3 +13,4 @@ from . import math  # noqa: F401, E402  (family A: activations, Einsum, Det, Cum
 from . import quant  # noqa: F401, E402  (family A: QuantizeLinear, DequantizeLinear, QLinear*, *Integer)
 from . import signal  # noqa: F401, E402  (family B: DFT, STFT, windows, MelWeightMatrix)
 from . import fused  # noqa: F401, E402  (performance: com.microsoft fused ops the optimizer emits)
+from . import training  # noqa: F401, E402  (family A: ai.onnx.preview.training optimizers, Gradient)
