@@ -18,7 +18,7 @@ from ort_core import (
     hookimpl,
 )
 
-from . import PROVIDER_NAME, kernels  # noqa: F401  (importing kernels registers them)
+from . import PROVIDER_NAME, kernels, threads  # noqa: F401  (importing kernels registers them)
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -61,6 +61,18 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
     if provider != PROVIDER_NAME:
         return None
     return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine()),))
+
+
+@hookimpl
+def ort_session_start(ep: ProviderContext) -> None:
+    if ep.name == PROVIDER_NAME:  # BLAS pools are per process: see threads.py
+        ep.state["blas_threads"] = threads.limit(int(ep.intra_op_num_threads or 0))
+
+
+@hookimpl
+def ort_session_end(ep: ProviderContext) -> None:
+    if ep.name == PROVIDER_NAME:
+        threads.restore(ep.state.pop("blas_threads", None))
 
 
 @hookimpl

@@ -1,0 +1,164 @@
+"""The fused kernels (com.microsoft ops the optimizer emits) against onnxruntime's own
+implementation of the same contrib ops, the generated models at every optimization level, and
+intra_op_num_threads. Tolerances: rtol 1e-4 / atol 1e-5 on single ops, 1e-3 / 1e-4 on models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+from ort_core.testing import models
+
+RNG = np.random.default_rng(0)
+LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _ms_model(node, inputs, inits=()):
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _session(data, level="disable", threads=0):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = LEVELS[level]
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _same_as_onnxruntime(data, feeds, rtol=1e-4, atol=1e-5):
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = _session(data).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("activation,params", [
+    ("Relu", []), ("Sigmoid", []), ("Tanh", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 0.6]),
+    ("HardSigmoid", [0.3, 0.4]),
+])
+def test_fused_conv(activation, params):
+    attrs = {"activation": activation, "pads": [1, 1, 1, 1], "strides": [2, 2]}
+    if params:
+        attrs["activation_params"] = params
+    node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="com.microsoft", **attrs)
+    data = _ms_model(node, [("x", [2, 3, 9, 9])], [("w", _f32(4, 3, 3, 3)), ("b", _f32(4))])
+    _same_as_onnxruntime(data, {"x": _f32(2, 3, 9, 9)})
+
+
+@pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Sigmoid"])
+def test_fused_gemm(activation):
+    attrs = {"activation": activation, "transB": 1, "alpha": 0.5}
+    if activation == "LeakyRelu":
+        attrs["activation_alpha"] = 0.1
+    node = helper.make_node("FusedGemm", ["a", "b", "c"], ["y"], domain="com.microsoft", **attrs)
+    data = _ms_model(node, [("a", [3, 5])], [("b", _f32(4, 5)), ("c", _f32(4))])
+    _same_as_onnxruntime(data, {"a": _f32(3, 5)})
+
+
+def test_gelu_and_bias_gelu():
+    x = (_f32(4, 1000) * 4).astype(np.float32)
+    x[0, :5] = [0.0, -0.0, 10.0, -10.0, 1e-8]
+    _same_as_onnxruntime(_ms_model(helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft"), [("x", [4, 1000])]), {"x": x})
+    node = helper.make_node("BiasGelu", ["x", "b"], ["y"], domain="com.microsoft")
+    _same_as_onnxruntime(_ms_model(node, [("x", [4, 1000])], [("b", _f32(1000))]), {"x": x})
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_fused_matmul(trans_a, trans_b):
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=0.25,
+                            transA=trans_a, transB=trans_b)
+    a_shape = [2, 3, 6, 5] if trans_a else [2, 3, 5, 6]
+    b_shape = [2, 3, 7, 6] if trans_b else [2, 3, 6, 7]
+    data = _ms_model(node, [("a", a_shape), ("b", b_shape)])
+    _same_as_onnxruntime(data, {"a": _f32(*a_shape), "b": _f32(*b_shape)})
+
+
+@pytest.mark.parametrize("name,fused_ops", [
+    ("mlp", {"FusedGemm"}), ("cnn", {"FusedConv"}), ("transformer", {"Gelu", "FusedMatMul"}),
+])
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_generated_models_at_every_level(name, fused_ops, level):
+    model = models.MODELS[name]()
+    data = model.SerializeToString()
+    feeds = models.random_inputs(model, batch=2)
+    sess = _session(data, level)
+    placed = {p.op_type for p in sess.get_placement().nodes}
+    if level in ("extended", "all"):
+        assert fused_ops <= placed, placed
+    else:
+        assert not fused_ops & placed
+    if level != "disable" and name == "cnn":
+        assert "BatchNormalization" not in placed  # folded into the Conv weights
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for got, w in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4)
+
+
+def test_optimized_model_file_runs_in_onnxruntime(tmp_path):
+    model = models.cnn()
+    feeds = models.random_inputs(model, batch=1)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "cnn.opt.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    written = onnx.load(so.optimized_model_filepath)
+    assert "FusedConv" in {n.op_type for n in written.graph.node}
+    got = onnxruntime.InferenceSession(so.optimized_model_filepath, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=1e-4)
+
+
+def test_intra_op_num_threads_sets_blas_threads_for_the_session():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas_threads()
+    sess = _session(models.mlp().SerializeToString(), threads=1)
+    assert blas_threads() == {1}
+    del sess
+    import gc
+
+    gc.collect()
+    assert blas_threads() == before
+
+
+def test_memory_stats_come_from_the_first_run_of_each_shape():
+    model = models.mlp()
+    sess = _session(model.SerializeToString(), "all")
+    sess.run(None, models.random_inputs(model, batch=1))
+    small = sess.get_memory_stats()["Cpu"]["peak_bytes"]
+    assert small > 0
+    sess.run(None, models.random_inputs(model, batch=64))
+    big = sess.get_memory_stats()["Cpu"]["peak_bytes"]
+    assert big > small  # a new shape signature is tracked
+    sess.run(None, models.random_inputs(model, batch=1))
+    assert sess.get_memory_stats()["Cpu"]["peak_bytes"] == big
+
+
+def test_error_in_a_step_names_the_node():
+    model = models.mlp()
+    sess = _session(model.SerializeToString(), "all")
+    feeds = models.random_inputs(model, batch=2)
+    sess.run(None, feeds)  # the first run is instrumented; the second takes the generated path
+    with pytest.raises(ort.Fail, match="Name:"):
+        sess._plan.run([np.ones((2, 3), np.float32)], track_memory=False)
