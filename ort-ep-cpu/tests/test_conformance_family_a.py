@@ -25,6 +25,8 @@ FAMILY_A = {
     # casts and quantization
     "Cast", "CastLike", "ConvInteger", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
     "QLinearConv", "QLinearMatMul", "QuantizeLinear",
+    # training (preview domain)
+    "ai.onnx.preview.training::Adagrad", "ai.onnx.preview.training::Adam", "ai.onnx.preview.training::Momentum",
 }
 
 

@@ -245,3 +245,44 @@ def test_bitshift_out_of_range_is_defined():
     b = np.array([9, 9, -1], dtype=np.int8)
     ours, ref = run_both("BitShift", [a, b], [TensorProto.INT8], 28, direction="RIGHT")
     assert_same(ours, ref)
+
+
+def test_gradient_matches_finite_differences():
+    # y = Sigmoid(a @ w + b) with b broadcast over rows: dy/da, dy/dw, dy/db summed over y
+    T = "ai.onnx.preview.training"
+    a = RNG.standard_normal((3, 4))
+    w = RNG.standard_normal((4, 2))
+    b = RNG.standard_normal((2,))
+    nodes = [
+        helper.make_node("MatMul", ["a", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["s"]),
+        helper.make_node("Sigmoid", ["s"], ["y"]),
+        helper.make_node("Gradient", ["a", "w", "b"], ["da", "dw", "db"], domain=T, xs=["a", "w", "b"], y="y"),
+    ]
+    D = TensorProto.DOUBLE
+    graph = helper.make_graph(
+        nodes, "grad",
+        [helper.make_tensor_value_info(n, D, v.shape) for n, v in (("a", a), ("w", w), ("b", b))],
+        # y is an output too: the optimizer drops nodes nothing reads, and Gradient names y only
+        # in an attribute
+        [helper.make_tensor_value_info(n, D, v.shape) for n, v in (("da", a), ("dw", w), ("db", b))]
+        + [helper.make_tensor_value_info("y", D, (3, 2))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(T, 1)])
+    da, dw, db, _ = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "w": w, "b": b})
+
+    def total(a_, w_, b_):
+        return float((1 / (1 + np.exp(-(a_ @ w_ + b_)))).sum())
+
+    eps = 1e-6
+    for got, k in ((da, 0), (dw, 1), (db, 2)):
+        args = [a, w, b]
+        numeric = np.zeros_like(args[k])
+        for idx in np.ndindex(args[k].shape):
+            plus = [x.copy() for x in args]
+            minus = [x.copy() for x in args]
+            plus[k][idx] += eps
+            minus[k][idx] -= eps
+            numeric[idx] = (total(*plus) - total(*minus)) / (2 * eps)
+        np.testing.assert_allclose(got, numeric, rtol=1e-5, atol=1e-7)
