@@ -29,8 +29,6 @@ KNOWN_FAILURES = {
     "test_bernoulli_expanded": _RANDOM,
     "test_bernoulli_double_expanded": _RANDOM,
     "test_bernoulli_seed_expanded": _RANDOM,
-    "test_if_opt": "core constant folding turns the else branch's SequenceConstruct (a list) into a "
-                   "tensor initializer (ort_core.optimizer.basic.ConstantFoldingPass)",
 }
 
 

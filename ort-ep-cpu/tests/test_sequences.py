@@ -124,3 +124,17 @@ def test_optional_get_element_of_empty_names_the_node():
     session = ort.InferenceSession(model.SerializeToString())
     with pytest.raises(ort.Fail, match="get.*empty"):
         session.run(None, {"o": None})
+
+
+def test_constant_sequences_are_not_folded_into_tensors():
+    # every input of SequenceConstruct is constant: constant folding must leave the list alone
+    seq_type = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2]))
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", F, [2], [1.0, 2.0])),
+        helper.make_node("SequenceConstruct", ["c", "c"], ["s"]),
+        helper.make_node("Optional", ["s"], ["o"]),
+    ]
+    model = _model(nodes, [], [helper.make_value_info("o", helper.make_optional_type_proto(seq_type))])
+    (out,) = ort.InferenceSession(model.SerializeToString()).run(None, {})
+    assert isinstance(out, list) and len(out) == 2
+    np.testing.assert_array_equal(out[1], [1.0, 2.0])

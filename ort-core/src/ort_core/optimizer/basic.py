@@ -98,6 +98,8 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
                 except Exception as exc:  # unsupported by the evaluator: keep the node
                     logger.debug("constant folding skipped %s (%s): %s", node.name, node.op_type, exc)
                     continue
+                if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
+                    continue  # a sequence (list) or an optional (None) is no tensor initializer
                 if any(np.asarray(r).size > FOLD_LIMIT for r in results):
                     continue
                 namer = namer or Namer(graph)
