@@ -289,3 +289,45 @@ def test_ocr_det_model_matches_onnxruntime():
     for a, b in zip(ours, ref):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# legacy opsets (onnxruntime no longer loads them): expected values written out with numpy
+# --------------------------------------------------------------------------------------------
+
+
+def _run_ours(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _legacy_model(node, inputs, output, opset, out_shape):
+    graph = helper.make_graph(
+        [node], "legacy", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs], [helper.make_tensor_value_info(output, F, out_shape)]
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=3)
+
+
+def test_pad_1_uses_paddings_attribute():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    node = helper.make_node("Pad", ["x"], ["y"], paddings=[1, 0, 0, 2], mode="edge")
+    (y,) = _run_ours(_legacy_model(node, [("x", F, [2, 3])], "y", 1, [3, 5]), {"x": x})
+    np.testing.assert_array_equal(y, np.pad(x, [(1, 0), (0, 2)], mode="edge"))
+
+
+def test_tile_1_repeats_one_axis():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    node = helper.make_node("Tile", ["x", "tiles", "axis"], ["y"])
+    inputs = [("x", F, [2, 3]), ("tiles", F, []), ("axis", F, [])]  # Tile-1 types both like the input
+    feeds = {"x": x, "tiles": np.array(3, np.float32), "axis": np.array(1, np.float32)}
+    (y,) = _run_ours(_legacy_model(node, inputs, "y", 1, [2, 9]), feeds)
+    np.testing.assert_array_equal(y, np.tile(x, (1, 3)))
+
+
+def test_upsample_1_nearest_and_concat_1_default_axis():
+    x = RNG.standard_normal((1, 2, 2, 3)).astype(np.float32)
+    node = helper.make_node("Upsample", ["x"], ["y"], height_scale=2.0, width_scale=3.0, mode="nearest")
+    (y,) = _run_ours(_legacy_model(node, [("x", F, [1, 2, 2, 3])], "y", 1, [1, 2, 4, 9]), {"x": x})
+    np.testing.assert_array_equal(y, x.repeat(2, axis=2).repeat(3, axis=3))
+    node = helper.make_node("Concat", ["a", "b"], ["y"])  # Concat-1: axis defaults to 1
+    (y,) = _run_ours(_legacy_model(node, [("a", F, [1, 2, 2, 3]), ("b", F, [1, 2, 2, 3])], "y", 1, [1, 4, 2, 3]), {"a": x, "b": x})
+    np.testing.assert_array_equal(y, np.concatenate([x, x], axis=1))

@@ -206,7 +206,7 @@ for _since in (1, 2, 11, 18):
     kernel("LpPool", since=_since)(_lp_pool_builder)
 
 
-@kernel("GlobalLpPool", since=2)
+@kernel("GlobalLpPool", since=1)
 def _global_lp_pool(node, request):
     p = float(node.attr("p", 2))
 

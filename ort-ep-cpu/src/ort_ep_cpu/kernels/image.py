@@ -111,7 +111,10 @@ def _taps(x: np.ndarray, mode: str, scale: float, antialias: bool, cubic_a: floa
 class _ResizeSpec:
     def __init__(self, node, opset_resize: int):
         self.node = node
-        self.mode = _choice(node, "mode", "nearest", ("nearest", "linear", "cubic"))
+        mode = _text(node.attr("mode"), "nearest")
+        self.mode = "linear" if mode == "bilinear" and opset_resize < 11 else mode  # Upsample-1 says "bilinear"
+        if self.mode not in ("nearest", "linear", "cubic"):
+            raise ValueError(f"{node.op_type} {node.name!r}: attribute mode={mode!r}; valid values: ['nearest', 'linear', 'cubic']")
         if opset_resize >= 11:
             self.coord = _choice(node, "coordinate_transformation_mode", "half_pixel", _COORD_MODES)
             self.nearest_mode = _choice(node, "nearest_mode", "round_prefer_floor", _NEAREST_MODES[:4])
@@ -216,6 +219,14 @@ def _resize_v10(node, request):
 def _resize_v11(node, request):
     spec = _ResizeSpec(node, 11)
     return lambda x, roi=None, scales=None, sizes=None: spec.run(x, roi, scales, sizes)
+
+
+@kernel("Upsample", since=1)
+def _upsample_v1(node, request):
+    # Upsample-1: 4-D input, scales only for H and W, as attributes height_scale/width_scale
+    spec = _ResizeSpec(node, 10)
+    scales = np.array([1.0, 1.0, float(node.attr("height_scale")), float(node.attr("width_scale"))], dtype=np.float32)
+    return lambda x: spec.run(x, scales=scales)
 
 
 @kernel("Upsample", since=7)

@@ -131,6 +131,14 @@ def _pad(x: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     return np.pad(x, width, mode=_PAD_MODES[mode])
 
 
+@kernel("Pad", since=1)
+def _pad_v1(node, request):
+    mode = _text(node, "mode", "constant", tuple(_PAD_MODES))
+    pads = node.attr("paddings")  # Pad-1 named the attribute "paddings"
+    value = float(node.attr("value", 0.0))
+    return lambda x: _pad(x, pads, mode, np.asarray(value, dtype=x.dtype))
+
+
 @kernel("Pad", since=2)
 def _pad_v2(node, request):
     mode = _text(node, "mode", "constant", tuple(_PAD_MODES))

@@ -16,18 +16,6 @@ def _identity(node, request):
     return lambda x: x
 
 
-@kernel("Dropout")
-def _dropout(node, request):
-    n_out = len(node.outputs)
-
-    def dropout(x, ratio=None, training_mode=None):
-        if n_out == 1:
-            return x
-        return x, np.ones(x.shape, dtype=bool)
-
-    return dropout
-
-
 @kernel("Constant")
 def _constant(node, request):
     attrs = node.attributes
@@ -142,7 +130,8 @@ def _gather(node, request):
 
 @kernel("Concat")
 def _concat(node, request):
-    axis = int(node.attr("axis", 0))
+    # axis is required from opset 4 on; Concat-1 defaulted it to 1
+    axis = int(node.attr("axis", 1 if node.opset < 4 else 0))
     return lambda *xs: np.concatenate(xs, axis=axis)
 
 
@@ -206,6 +195,17 @@ def _expand(node, request):
         return np.array(np.broadcast_to(x, target))
 
     return expand
+
+
+@kernel("Tile", since=1)
+def _tile_v1(node, request):
+    # Tile-1: repeat ``tiles`` times along the single axis ``axis`` (both scalar inputs)
+    def tile(x, tiles, axis):
+        reps = [1] * x.ndim
+        reps[int(np.asarray(axis).reshape(-1)[0])] = int(np.asarray(tiles).reshape(-1)[0])
+        return np.tile(x, reps)
+
+    return tile
 
 
 @kernel("Tile", since=6)
