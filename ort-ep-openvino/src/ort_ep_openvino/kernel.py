@@ -21,6 +21,43 @@ import numpy as np
 from . import _ov
 from .options import CompileSettings
 
+#: what a group input is: its value name, numpy dtype (None if unknown), rank (None if unknown)
+InputSpec = tuple[str, "np.dtype | None", "int | None"]
+
+
+def _match_inputs(ports: Sequence[Any], inputs: Sequence[InputSpec], label: str) -> list[int]:
+    """For each OpenVINO parameter, the position of the group input it reads.
+
+    By tensor or friendly name first. The frontend may drop inputs a node ignores and rename a
+    parameter that passes straight to an output (Dropout in inference: x is renamed y); such a
+    parameter takes the first unmatched input of its element type and rank, in order.
+    """
+    names = [name for name, _, _ in inputs]
+    positions: list[int | None] = []
+    for port in ports:
+        found = [n for n in (*port.get_names(), port.get_node().get_friendly_name()) if n in names]
+        positions.append(names.index(found[0]) if found else None)
+    for k, port in enumerate(ports):
+        if positions[k] is not None:
+            continue
+        shape = port.get_partial_shape()
+        rank = None if shape.rank.is_dynamic else shape.rank.get_length()
+        try:
+            dtype = np.dtype(port.get_element_type().to_dtype())
+        except Exception:
+            dtype = None
+        for j, (_, want_dtype, want_rank) in enumerate(inputs):
+            if j in positions:
+                continue
+            if (dtype is None or want_dtype is None or dtype == want_dtype) and (
+                rank is None or want_rank is None or rank == want_rank
+            ):
+                positions[k] = j
+                break
+        else:
+            raise ValueError(f"OpenVINO input {port.get_any_name()!r} of {label} matches none of its inputs {names}")
+    return [p for p in positions if p is not None]
+
 
 class _Compiled:
     """A compiled model and its pool of idle infer requests."""
@@ -48,12 +85,20 @@ class _Compiled:
 class GroupKernel:
     """Runs one claimed group: ``__call__(*inputs)`` returns the outputs in order."""
 
-    def __init__(self, model_bytes: bytes, settings: CompileSettings, output_dtypes: Sequence[np.dtype | None],
-                 label: str):
+    def __init__(self, model_bytes: bytes, settings: CompileSettings, inputs: Sequence[InputSpec],
+                 output_names: Sequence[str], output_dtypes: Sequence[np.dtype | None], label: str):
         self.label = label
         self.settings = settings
         core = _ov.core()
         self.model = core.read_model(model_bytes)
+        # OpenVINO's parameters and results are matched to ours by tensor name, not position:
+        # the frontend may drop inputs it does not read (or that were embedded as constants)
+        self._feed = _match_inputs(self.model.inputs, inputs, label)
+        results = {name: k for k, r in enumerate(self.model.outputs) for name in r.get_names()}
+        missing = [n for n in output_names if n not in results]
+        if missing:
+            raise ValueError(f"OpenVINO's model of {label} has no output named {', '.join(map(repr, missing))}")
+        self._take = [results[n] for n in output_names]
         self._output_dtypes = tuple(output_dtypes)
         self._static_model = all(not p.get_partial_shape().is_dynamic for p in self.model.inputs)
         self._lock = threading.Lock()
@@ -92,11 +137,15 @@ class GroupKernel:
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         # OpenVINO reads C-contiguous buffers in place; np.ascontiguousarray would turn a
         # 0-d array into 1-d, so only non-contiguous inputs are copied
-        arrays = [x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C") for x in inputs]
+        arrays = [
+            x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C")
+            for x in (inputs[k] for k in self._feed)
+        ]
         compiled = self._single if self._single is not None else self._for_shapes(arrays)
         outputs = compiled.infer(arrays)
         result = []
-        for out, dtype in zip(outputs, self._output_dtypes):
+        for k, dtype in zip(self._take, self._output_dtypes):
+            out = outputs[k]
             # OpenVINO may hand back another element type than the ONNX graph declares
             # (e.g. f64 computed as f32); deliver the declared one
             if dtype is not None and out.dtype != dtype:

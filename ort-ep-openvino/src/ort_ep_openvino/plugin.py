@@ -24,7 +24,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, _ov
-from .capability import decline_reason, groups, node_model, survey, type_reason
+from .capability import decline_reason, divergence_reason, groups, node_model, survey, type_reason
 from .kernel import GroupKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
@@ -140,7 +140,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     ep.state.setdefault("surveys", {})[id(graph)] = (graph, found)
     for i in sorted(candidates):
         node = graph.nodes[i]
-        reason = type_reason(graph, node)
+        reason = type_reason(graph, node) or divergence_reason(graph, node)
         if reason is None and not found.all_supported:
             reason = decline_reason(graph, node, settings.device_type, found.hints)
         if reason is None:
@@ -161,18 +161,17 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     known = ep.state.get("surveys", {}).get(id(request.graph))
     hints = known[1].hints if known is not None and known[0] is request.graph else None
     model = node_model(request.graph, indices, hints)
-    # node_model embeds Constant-node outputs the group reads; the kernel then takes fewer inputs
-    embedded = {init.name for init in model.graph.initializer}
-    keep = [k for k, name in enumerate(request.inputs) if name not in embedded]
     first = request.nodes[0]
     label = first.name if len(request.nodes) == 1 else f"{first.name} (+{len(request.nodes) - 1})"
     dtypes = [request.value(name).dtype for name in request.outputs]
+    specs = []
+    for name in request.inputs:
+        value = request.value(name)
+        shape = value.shape if value.shape is not None else (hints or {}).get(name, (0, None))[1]
+        specs.append((name, value.dtype, None if shape is None else len(shape)))
     try:
-        group = GroupKernel(model.SerializeToString(), settings, dtypes, label)
+        group = GroupKernel(model.SerializeToString(), settings, specs, request.outputs, dtypes, label)
     except Exception as exc:
         raise EPFail(f"OpenVINO cannot compile group {label} for {settings.device_type}: {exc}") from exc
     ep.state.setdefault("kernels", []).append(group)
-    note = f"OpenVINO {settings.device_type} {settings.precision}"
-    if len(keep) == len(request.inputs):
-        return Kernel(run=group, note=note)
-    return Kernel(run=lambda *xs: group(*(xs[k] for k in keep)), note=note)
+    return Kernel(run=group, note=f"OpenVINO {settings.device_type} {settings.precision}")

@@ -1,0 +1,144 @@
+"""Latency of ort-core with the OpenVINO provider against onnxruntime's CPU provider.
+
+A measurement script, not a test. For each model: both sessions are created with the same
+thread count, outputs are checked against onnxruntime (max |a - e| <= 1e-4 x max |e|) before
+any time is reported, then the engines run alternately (A, B, A, B, ...) so machine noise hits
+both alike, and the median latencies and their ratio are printed. Also measures how much a
+compiled-model cache (``cache_dir``) shortens session creation.
+
+    python ort-ep-openvino/scripts/bench_openvino.py --threads 2 --batch 8 --runs 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "ort-ep-openvino" / "tests"))
+
+OV = "OpenVINOExecutionProvider"
+
+
+def load(name: str, batch: int, size: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    from ort_core.testing import models
+
+    if name == "cnn":
+        proto = models.cnn()
+        return proto.SerializeToString(), models.random_inputs(proto, batch=batch)
+    from real_models import fetch
+
+    from conftest import text_image  # the text-like image the parity tests use
+
+    return fetch(name).read_bytes(), {"x": text_image(batch, size, size)}
+
+
+def engines(data: bytes, threads: int, options: dict):
+    import onnxruntime
+
+    import ort_core
+
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = threads
+    ref = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    cso = ort_core.SessionOptions()
+    cso.intra_op_num_threads = threads
+    start = time.perf_counter()
+    ours = ort_core.InferenceSession(data, cso, providers=[(OV, options), "CPUExecutionProvider"])
+    created = time.perf_counter() - start
+    counts = ours.get_placement().counts()
+    return ref, ours, created, counts
+
+
+def measure(name: str, batch: int, size: int, threads: int, runs: int, options: dict) -> dict:
+    data, feeds = load(name, batch, size)
+    ref, ours, created, counts = engines(data, threads, options)
+    expected = ref.run(None, feeds)
+    actual = ours.run(None, feeds)
+    worst = max(
+        float(np.max(np.abs(a.astype(np.float64) - e)) / max(float(np.max(np.abs(e))), 1e-30))
+        for a, e in zip(actual, expected)
+    )
+    if worst > 1e-4:
+        raise SystemExit(f"{name}: outputs differ from onnxruntime (relative {worst:.2e}); no timing reported")
+    for _ in range(3):  # warm-up
+        ref.run(None, feeds)
+        ours.run(None, feeds)
+    t_ref, t_ours = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        ref.run(None, feeds)
+        t_ref.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ours.run(None, feeds)
+        t_ours.append(time.perf_counter() - start)
+    m_ref, m_ours = statistics.median(t_ref), statistics.median(t_ours)
+    return {
+        "model": name, "batch": batch, "options": options, "threads": threads, "runs": runs,
+        "placement": dict(counts), "max_relative_error": worst, "session_created_s": round(created, 3),
+        "onnxruntime_ms": round(m_ref * 1e3, 2), "ort_core_openvino_ms": round(m_ours * 1e3, 2),
+        "ratio": round(m_ours / m_ref, 3),
+    }
+
+
+def cache_effect(name: str, batch: int, size: int, threads: int) -> dict:
+    """Session creation time without a cache, with an empty cache, and with a filled one."""
+    import ort_core
+
+    data, _ = load(name, batch, size)
+    so = ort_core.SessionOptions()
+    so.intra_op_num_threads = threads
+
+    def create(options: dict) -> float:
+        start = time.perf_counter()
+        ort_core.InferenceSession(data, so, providers=[(OV, options), "CPUExecutionProvider"])
+        return time.perf_counter() - start
+
+    create({})  # load the plugin and warm the process first
+    no_cache = statistics.median(create({}) for _ in range(3))
+    with tempfile.TemporaryDirectory() as cache:
+        first = create({"cache_dir": cache})
+        again = statistics.median(create({"cache_dir": cache}) for _ in range(3))
+    return {"model": name, "no_cache_s": round(no_cache, 3), "cache_empty_s": round(first, 3),
+            "cache_filled_s": round(again, 3)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="cnn,ocr-det")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=320, help="OCR image height and width")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--static", action="store_true", help="also measure disable_dynamic_shapes=True")
+    parser.add_argument("--json", default=None, help="write the results here")
+    args = parser.parse_args()
+
+    results = []
+    variants = [{}] + ([{"disable_dynamic_shapes": "True"}] if args.static else [])
+    for name in args.models.split(","):
+        for options in variants:
+            r = measure(name, args.batch, args.size, args.threads, args.runs, options)
+            results.append(r)
+            print(f"{name} b{args.batch} {options or 'defaults'}: onnxruntime {r['onnxruntime_ms']} ms, "
+                  f"ort-core+OpenVINO {r['ort_core_openvino_ms']} ms, ratio {r['ratio']} "
+                  f"(placement {r['placement']}, max rel err {r['max_relative_error']:.1e})", flush=True)
+        c = cache_effect(name, args.batch, args.size, args.threads)
+        results.append(c)
+        print(f"{name} session creation: no cache {c['no_cache_s']} s, empty cache {c['cache_empty_s']} s, "
+              f"filled cache {c['cache_filled_s']} s", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
