@@ -303,3 +303,13 @@ def _expand(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
     return elementwise_kernel(
         rt, lambda dtypes: ("x0", dtypes[0]), out_shape_of=out_shape_of, host_inputs=frozenset({1})
     )
+
+
+@op("CastLike", since=15)
+def _cast_like(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    to = request.value(node.inputs[1]).dtype
+    if to not in rt.supported_dtypes():
+        raise ValueError(f"CastLike to {to} has no WebGPU kernel")
+    inner = elementwise_kernel(rt, lambda dtypes: (wgsl.cast("x0", wgsl.kind(dtypes[0]), wgsl.kind(to)), to))
+    # the second input only names the type; it is not read
+    return Kernel(run=lambda x, like: inner.run(x), single_output=True)

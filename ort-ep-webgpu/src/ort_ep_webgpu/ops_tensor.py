@@ -59,7 +59,7 @@ def _flatten(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kern
     axis = int(node.attr("axis", 1))
 
     def flatten(x: GpuTensor) -> GpuTensor:
-        a = axis % (x.ndim + 1) if axis < 0 else axis
+        a = axis + x.ndim if axis < 0 else axis
         return x.view((_prod(x.shape[:a]), _prod(x.shape[a:])))
 
     return Kernel(run=flatten, single_output=True)
