@@ -1,4 +1,5 @@
 """CPU kernels, one module per family; importing this package registers them all."""
+# ruff: noqa: I001  (the order is the registration order: a later module supersedes an earlier one)
 
 from . import elementwise, nn, reduce, tensor  # noqa: F401
 from . import image  # noqa: F401, E402  (family B: Resize, Upsample, ...)
