@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime
 from onnx import TensorProto, helper
 
 import ort_core as ort
@@ -35,18 +36,22 @@ def test_only_the_delegate_module_runs_onnx_reference():
 
 def test_delegated_kernel_says_so_in_the_placement():
     node = helper.make_node(
-        "TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1, max_skip_count=0,
-        ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[2, 3],
+        "LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+        coefficients=[1.0, -1.0, 0.5, 2.0, 0.0, -0.5], intercepts=[0.1, -0.2], classlabels_ints=[3, 7],
     )
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 2])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 1)])
     model.ir_version = 8
     onnx.checker.check_model(model)
+    x = np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]], dtype=np.float32)
     session = ort.InferenceSession(model.SerializeToString())
-    (y,) = session.run(None, {"x": np.array([2, 3, 3, 1, 2], dtype=np.int64)})
-    np.testing.assert_array_equal(y, np.array([2.0, 2.0], dtype=np.float32))
+    ours = session.run(None, {"x": x})
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5)
     (placed,) = session.get_placement().nodes
     assert placed.note == _delegate.NOTE

@@ -150,6 +150,29 @@ CASES = {
 }
 
 
+def _tfidf(pool, mode, skip, weights=None, strings=False):
+    attrs = dict(mode=mode, min_gram_length=1, max_gram_length=3, max_skip_count=skip,
+                 ngram_counts=[0, 4, 8], ngram_indexes=[6, 5, 4, 3, 2, 1, 0])
+    attrs["pool_strings" if strings else "pool_int64s"] = pool
+    if weights:
+        attrs["weights"] = weights
+    elem = S if strings else I64
+    return lambda: _model(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs),
+                          [_vi("x", elem, [None, 12])], [_vi("y", F, [None, 7])], opset=9)
+
+
+_INTS = np.random.default_rng(0).integers(0, 6, size=(3, 12)).astype(np.int64)
+_POOL = [1, 2, 3, 4, 1, 2, 2, 3, 1, 2, 3]  # 4 unigrams, 2 bigrams, 1 trigram
+CASES.update({
+    "tfidf_tf_skip2": (_tfidf(_POOL, "TF", 2), {"x": _INTS}),
+    "tfidf_idf_weights": (_tfidf(_POOL, "IDF", 1, weights=[0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), {"x": _INTS}),
+    "tfidf_tfidf_strings": (
+        _tfidf([str(v) for v in _POOL], "TFIDF", 3, weights=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], strings=True),
+        {"x": _INTS.astype(str).astype(object)},
+    ),
+})
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_onnxruntime(name):
     build, feeds = CASES[name]

@@ -5,7 +5,7 @@ from . import elementwise, nn, reduce, tensor  # noqa: F401
 from . import image  # noqa: F401, E402  (family B: Resize, Upsample, ...)
 from . import conv  # noqa: F401, E402  (family B: ConvTranspose, Col2Im)
 from . import shape  # noqa: F401, E402  (family B: indexing/layout ops)
-from . import bitwise, control_flow, ml, random, sequence, text  # noqa: F401, E402  (family C)
+from . import bitwise, control_flow, image_decoder, ml, random, sequence, text  # noqa: F401, E402  (family C)
 from . import norm  # noqa: F401, E402  (family B: normalisation, Dropout; after reduce/tensor to supersede)
 from . import rnn  # noqa: F401, E402  (family B: RNN, GRU, LSTM)
 from . import attention  # noqa: F401, E402  (family B: Attention, RotaryEmbedding)

@@ -411,5 +411,3 @@ def _zip_map(node, request):
 for _op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "SVMClassifier", "SVMRegressor",
             "LinearClassifier", "DictVectorizer"):
     delegate(_op, since=1, domain=ML)
-delegate("TfIdfVectorizer", since=9)
-delegate("ImageDecoder", since=20)

@@ -1,7 +1,6 @@
-"""String ops: StringNormalizer, StringConcat, StringSplit, RegexFullMatch.
+"""String ops: StringNormalizer, StringConcat, StringSplit, RegexFullMatch, TfIdfVectorizer.
 
 Strings are numpy object arrays of Python ``str`` (as onnxruntime's Python API gives them).
-TfIdfVectorizer lives in ``ml.py`` next to the other feature extractors.
 """
 
 from __future__ import annotations
@@ -104,3 +103,106 @@ def _regex_full_match(node, request):
         return match(x) if x.size else np.zeros(x.shape, dtype=bool)
 
     return run
+
+
+# ------------------------------------------------------------------------------ TfIdfVectorizer
+
+_TFIDF_MODES = ("TF", "IDF", "TFIDF")
+
+
+def _check_tfidf(node) -> str | None:
+    mode = node.attr("mode")
+    if mode not in _TFIDF_MODES:
+        return f"TfIdfVectorizer: mode {mode!r} is not one of {', '.join(_TFIDF_MODES)}"
+    if not node.attr("pool_int64s") and not node.attr("pool_strings"):
+        return "TfIdfVectorizer: needs pool_int64s or pool_strings"
+    return None
+
+
+@kernel("TfIdfVectorizer", since=9, check=_check_tfidf)
+def _tfidf_vectorizer(node, request):
+    mode = node.attr("mode")
+    min_n, max_n = int(node.attr("min_gram_length")), int(node.attr("max_gram_length"))
+    max_skip = int(node.attr("max_skip_count", 0))
+    counts = [int(c) for c in node.attr("ngram_counts")]
+    indexes = np.asarray(node.attr("ngram_indexes"), dtype=np.int64)
+    weights = node.attr("weights")
+    if weights:
+        # weights[j] belongs to the j-th n-gram of the pool, which counts into column indexes[j]
+        if len(weights) != len(indexes):
+            raise ValueError(
+                f"TfIdfVectorizer {node.name!r}: {len(weights)} weights for {len(indexes)} ngram_indexes"
+            )
+        column_weights = np.zeros(int(indexes.max()) + 1, dtype=np.float32)
+        column_weights[indexes] = np.asarray(weights, dtype=np.float32)
+        weights = column_weights
+    else:
+        weights = None
+    strings = bool(node.attr("pool_strings"))
+    pool = list(node.attr("pool_strings") if strings else [int(v) for v in node.attr("pool_int64s")])
+    n_out = int(indexes.max()) + 1
+
+    # Tokens become ids in the pool's vocabulary (unknown: -1); an n-gram of ids becomes one
+    # integer key (base vocabulary size + 1), so matching is a sorted search over all windows.
+    vocab = sorted(set(pool))
+    token_id = {t: k for k, t in enumerate(vocab)}
+    base = len(vocab) + 1
+    if base ** max_n >= 2**62:
+        raise ValueError(f"TfIdfVectorizer {node.name!r}: vocabulary {len(vocab)} too large for {max_n}-grams")
+    keys: dict[int, list[tuple[int, int]]] = {}  # n -> [(key, output index)]
+    position = 0
+    for k, start in enumerate(counts):
+        n = k + 1
+        end = counts[k + 1] if k + 1 < len(counts) else len(pool)
+        for j in range(start, end, n):
+            if min_n <= n <= max_n:
+                key = 0
+                for t in pool[j:j + n]:
+                    key = key * base + token_id[t] + 1
+                keys.setdefault(n, []).append((key, int(indexes[position])))
+            position += 1
+    tables = {
+        n: (np.array([k for k, _ in pairs], dtype=np.int64), np.array([i for _, i in pairs], dtype=np.int64))
+        for n, pairs in keys.items()
+    }
+    tables = {n: (k[np.argsort(k)], i[np.argsort(k)]) for n, (k, i) in tables.items()}
+    vocab_keys = np.array(vocab, dtype=object if strings else np.int64)
+
+    def ids_of(x: np.ndarray) -> np.ndarray:
+        if strings:
+            flat = [token_id.get(t, -1) for t in _strings(x).reshape(-1).tolist()]
+            return np.array(flat, dtype=np.int64).reshape(x.shape)
+        pos = np.clip(np.searchsorted(vocab_keys, x), 0, len(vocab_keys) - 1)
+        return np.where(vocab_keys[pos] == x, pos, -1)
+
+    def vectorize(x):
+        x = np.asarray(x)
+        if x.ndim > 2:
+            raise ValueError(f"TfIdfVectorizer {node.name!r}: input must be [C] or [N, C], got rank {x.ndim}")
+        rows = x.reshape(1, -1) if x.ndim < 2 else x
+        ids = ids_of(rows)
+        n_rows, width = ids.shape
+        freq = np.zeros((n_rows, n_out), dtype=np.float32)
+        for n, (table_keys, table_out) in tables.items():
+            for skip in range(max_skip + 1 if n > 1 else 1):  # unigrams are counted once
+                step = skip + 1
+                count = width - (n - 1) * step
+                if count <= 0:
+                    continue
+                key = np.zeros((n_rows, count), dtype=np.int64)
+                valid = np.ones((n_rows, count), dtype=bool)
+                for k in range(n):
+                    part = ids[:, k * step:k * step + count]
+                    valid &= part >= 0
+                    key = key * base + part + 1
+                pos = np.clip(np.searchsorted(table_keys, key), 0, len(table_keys) - 1)
+                hit = valid & (table_keys[pos] == key)
+                r, _ = np.nonzero(hit)
+                np.add.at(freq, (r, table_out[pos[hit]]), 1.0)
+        if mode == "IDF":
+            freq = (freq > 0).astype(np.float32) * (weights if weights is not None else 1.0)
+        elif mode == "TFIDF" and weights is not None:
+            freq = freq * weights
+        return freq.reshape(-1) if x.ndim < 2 else freq
+
+    return vectorize
