@@ -18,7 +18,7 @@ import pluggy
 
 from . import hookspecs
 from .types import EpDevices, ProviderSpec
-from .version import CONTRACT_VERSION
+from .version import CONTRACT_VERSION, __version__
 
 if sys.version_info >= (3, 12):
     from importlib.metadata import entry_points
@@ -49,10 +49,10 @@ class RegisteredProvider:
 
 def contract_compatible(provider_version: str, core_version: str = CONTRACT_VERSION) -> bool:
     """Same major version, and the provider's minor version is not newer than core's."""
-    try:
-        p_major, p_minor = (int(x) for x in provider_version.split(".")[:2])
-        c_major, c_minor = (int(x) for x in core_version.split(".")[:2])
-    except ValueError:
+    try:  # a malformed version (not "MAJOR.MINOR", not a string) is incompatible, never a crash
+        p_major, p_minor = (int(x) for x in str(provider_version).split(".")[:2])
+        c_major, c_minor = (int(x) for x in str(core_version).split(".")[:2])
+    except (ValueError, TypeError):
         return False
     return p_major == c_major and p_minor <= c_minor
 
@@ -134,13 +134,19 @@ class PluginRegistry:
             self._fail(name, package, f"ort_register_providers raised {type(exc).__name__}: {exc}")
             return False
         for spec in specs:
+            if not isinstance(spec, ProviderSpec):  # checked first: the lines below read its fields
+                self.pm.unregister(plugin)
+                self._fail(name, package, f"ort_register_providers returned {spec!r}, not a ProviderSpec")
+                return False
             if not contract_compatible(spec.contract_version):
                 self.pm.unregister(plugin)
                 self._fail(
                     name,
                     package,
-                    f"{spec.name} was written for provider contract {spec.contract_version}; "
-                    f"this ort-core implements contract {CONTRACT_VERSION}",
+                    f"plugin {name!r} ({package or 'in-process'}): {spec.name} was written for provider "
+                    f"contract {spec.contract_version!s}; this ort-core {__version__} implements contract "
+                    f"{CONTRACT_VERSION} (it loads contracts {CONTRACT_VERSION.split('.')[0]}.0 to "
+                    f"{CONTRACT_VERSION}): install a {spec.name} release built for it",
                 )
                 return False
             if spec.name in self._providers:

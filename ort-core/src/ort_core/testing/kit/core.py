@@ -138,8 +138,10 @@ class Kit:
             try:
                 message = method(details)
                 result = CheckResult(check, "failed" if details else "passed", message, details)
-                if details and not message:
-                    result.message = details[0]
+                if details:  # lead with what is wrong; what was checked goes last
+                    result.message = details[0] if len(details) == 1 else f"{details[0]} (and {len(details) - 1} more)"
+                    if message:
+                        details.append(f"checked: {message}")
             except _Skip as skip:
                 result = CheckResult(check, "skipped", str(skip), details)
             except Exception as exc:  # a check that crashes is a failure, with the cause
@@ -735,12 +737,15 @@ class Kit:
         if self._probe_model is None:
             self._device()
             for label, model in probes.generated_models().items():
-                sess = self._session(model)
+                try:
+                    sess = self._session(model)
+                except OrtNotImplemented:  # the fallback cannot run the rest: try the next model
+                    continue
                 if sess.get_placement().counts().get(self.name):
                     self._probe_model = (label, model)
                     break
             else:
-                raise _Skip(f"{self.name} claims no node of the generated mlp, cnn or transformer models")
+                raise _Skip(f"no runnable probe model ({', '.join(probes.generated_models())}) has a node on {self.name}")
         return self._probe_model
 
     def _check_partial_placement(self, problems: list[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .. import models
 
@@ -38,12 +38,36 @@ def binary_model(op_type: str, elem_type: int = TensorProto.FLOAT) -> onnx.Model
     return model
 
 
+def chain_model() -> onnx.ModelProto:
+    """x -> Add(w) -> Relu -> Mul(w) -> Sigmoid -> Sub(x) -> Neg: common elementwise ops only,
+    for providers (and fallbacks) that run none of the bigger models."""
+    w = numpy_helper.from_array(np.array([0.5, -1.5, 2.0, -0.25], np.float32), "w")
+    ops = [("Add", ["x", "w"]), ("Relu", None), ("Mul", [None, "w"]), ("Sigmoid", None), ("Sub", [None, "x"]), ("Neg", None)]
+    nodes, previous = [], "x"
+    for k, (op, inputs) in enumerate(ops):
+        names = [previous] if inputs is None else [previous if n is None else n for n in inputs]
+        out = "y" if k == len(ops) - 1 else f"t{k}"
+        nodes.append(helper.make_node(op, names, [out], name=f"{op.lower()}_{k}"))
+        previous = out
+    graph = helper.make_graph(
+        nodes, "kit_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def generated_models() -> dict[str, onnx.ModelProto]:
-    """The project's MLP / CNN / transformer, small enough for the reference evaluator."""
+    """The project's MLP / CNN / transformer, small enough for the reference evaluator, and
+    the elementwise chain."""
     return {
         "mlp": models.mlp(in_features=32, hidden=48, layers=2, classes=10),
         "cnn": models.cnn(image=16, width=8, blocks=2, classes=10),
         "transformer": models.transformer(vocab=64, seq=8, dim=32, heads=2, layers=1),
+        "chain": chain_model(),
     }
 
 
