@@ -205,3 +205,40 @@ def test_scan_matches_onnxruntime(directions):
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_nested_bodies_read_values_two_scopes_out():
+    # main: w; Loop body: If whose branches read w (two scopes out) and the body's carried s
+    then_g = helper.make_graph([helper.make_node("Add", ["s_in", "w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", F, [2])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["s_in", "w"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", F, [2])])
+    body = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.INT64, [], [2])),
+            helper.make_node("Mod", ["i", "two"], ["parity"]),
+            helper.make_node("Equal", ["parity", "zero"], ["even"]),
+            helper.make_node("If", ["even"], ["s_out"], then_branch=then_g, else_branch=else_g, name="inner_if"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_in", F, [2])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", F, [2])],
+    )
+    node = helper.make_node("Loop", ["M", "", "s0"], ["s"], body=body, name="outer_loop")
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("M", TensorProto.INT64, []), helper.make_tensor_value_info("s0", F, [2]),
+         helper.make_tensor_value_info("w", F, [2])],
+        [helper.make_tensor_value_info("s", F, [2])],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0])],
+    )
+    feeds = {"M": np.array(5, dtype=np.int64), "s0": np.array([1.0, 2.0], np.float32),
+             "w": np.array([0.5, -1.0], np.float32)}
+    ours, theirs = _both(model, feeds)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+    graphs = {p.graph for p in ort.InferenceSession(model.SerializeToString()).get_placement().nodes}
+    assert {"", "outer_loop/body", "outer_loop/body/inner_if/then_branch", "outer_loop/body/inner_if/else_branch"} <= graphs
