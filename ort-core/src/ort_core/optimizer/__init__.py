@@ -32,6 +32,7 @@ from .basic import (
     ConvAddFoldPass,
     ConvBatchNormFoldPass,
     DropoutEliminationPass,
+    IdentityEliminationPass,
     MatMulAddToGemmPass,
     ShapeFoldingPass,
     ShapeInferenceQuietPass,
@@ -52,7 +53,7 @@ def _basic() -> list[ir.passes.PassBase]:
     return [
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         DropoutEliminationPass(),
-        common_passes.IdentityEliminationPass(),
+        IdentityEliminationPass(),
         common_passes.RemoveUnusedNodesPass(),
         ShapeInferenceQuietPass(),
         ShapeFoldingPass(),

@@ -51,6 +51,23 @@ class DropoutEliminationPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class IdentityEliminationPass(ir.passes.InPlacePass):
+    """Identity nodes are removed, their readers read the input directly. An Identity whose
+    output is a graph output stays (the output keeps its name; in a control-flow body the input
+    may be an outer-scope value, which cannot be a body output)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                if not is_op(node, "Identity") or node.outputs[0].is_graph_output():
+                    continue
+                ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
+                graph.remove(node, safe=True)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 def _evaluate(node: ir.Node, inputs: list[np.ndarray | None], opsets: dict[str, int]) -> list[np.ndarray]:
     """Run one node with onnx's reference evaluator."""
     from onnx.reference import ReferenceEvaluator
