@@ -21,7 +21,12 @@ from ..registry import kernel
 
 @kernel("MatMul")
 def _matmul(node, request):
-    return np.matmul
+    def matmul(a, b):
+        y = np.matmul(a, b)
+        # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
+        return y if y.dtype == a.dtype else y.astype(a.dtype)
+
+    return matmul
 
 
 @kernel("Gemm")
@@ -248,6 +253,10 @@ def build_conv(node, request, activation: Activation | None = None):
     attr_kernel = node.attr("kernel_shape")
 
     def conv_kernel(x, w, b=None):
+        if x.dtype.itemsize < 4 and x.dtype.kind in "fV":
+            # float16/bfloat16: accumulate in float32 (numpy has no BLAS for them), round once
+            b32 = None if b is None else b.astype(np.float32)
+            return conv_kernel(x.astype(np.float32), w.astype(np.float32), b32).astype(x.dtype)
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
         return conv(x, w, b, group, g, kernel_shape, activation)
