@@ -331,3 +331,19 @@ def test_upsample_1_nearest_and_concat_1_default_axis():
     node = helper.make_node("Concat", ["a", "b"], ["y"])  # Concat-1: axis defaults to 1
     (y,) = _run_ours(_legacy_model(node, [("a", F, [1, 2, 2, 3]), ("b", F, [1, 2, 2, 3])], "y", 1, [1, 4, 2, 3]), {"a": x, "b": x})
     np.testing.assert_array_equal(y, np.concatenate([x, x], axis=1))
+
+
+def test_dft_negative_axis_counts_the_complex_axis():
+    # DFT-20's axis range is [-r, -2]: -2 on (batch, n, 2) is the signal axis, not the batch
+    x = RNG.standard_normal((2, 16, 2)).astype(np.float32)
+    model = _model("DFT", [("x", F, x.shape)], [("y", F, None)], {"inverse": 1}, [("len", np.array(16)), ("axis", np.array(-2))], opset=20)
+    model.graph.node[0].input[1] = ""  # no dft_length
+    model.graph.initializer.pop(0)
+    _check(model, {"x": x})
+
+
+def test_max_roi_pool_rounds_halves_away_from_zero():
+    x = RNG.standard_normal((1, 2, 12, 10)).astype(np.float32)
+    rois = np.array([[0, 1, 1, 15, 19], [0, 3, 2, 9, 7]], np.float32)  # *0.5 gives .5 corners
+    model = _model("MaxRoiPool", [("x", F, x.shape)], [("y", F, None)], {"pooled_shape": [3, 2], "spatial_scale": 0.5}, [("rois", rois)], opset=13)
+    _check(model, {"x": x}, rtol=0, atol=0)

@@ -415,7 +415,8 @@ def _max_roi_pool(node, request):
         out = np.zeros((rois.shape[0], c, ph_n, pw_n), dtype=x.dtype)
         for k in range(rois.shape[0]):
             b = int(rois[k, 0])
-            x1, y1, x2, y2 = (int(np.round(float(v) * scale)) for v in rois[k, 1:5])
+            # C's round(): halves away from zero (numpy's round goes to even)
+            x1, y1, x2, y2 = (int(math.copysign(math.floor(abs(float(v) * scale) + 0.5), float(v))) for v in rois[k, 1:5])
             bin_h = max(y2 - y1 + 1, 1) / ph_n
             bin_w = max(x2 - x1 + 1, 1) / pw_n
             for i in range(ph_n):  # loops over the pooled bins; each bin is one vectorised max

@@ -24,7 +24,8 @@ def _as_pairs(z: np.ndarray, dtype) -> np.ndarray:
 
 
 def _dft(x, length, axis: int, inverse: bool, onesided: bool):
-    a = normalize_axis(axis, x.ndim - 1)  # the last axis is the [re, im] axis, not a signal axis
+    # negative axes count from the back of the whole input, [re, im] axis included ([-r, -2])
+    a = normalize_axis(axis, x.ndim)
     n = x.shape[a]
     if length is not None and np.size(length):
         n = int(np.asarray(length).reshape(-1)[0])
