@@ -239,3 +239,12 @@ def test_multinomial_frequency():
     assert y.dtype == np.int32
     freq = np.bincount(y.ravel(), minlength=3) / y.size
     np.testing.assert_allclose(freq, [0.2, 0.5, 0.3], atol=0.01)
+
+
+def test_dict_vectorizer_takes_a_map_input():
+    # a map-typed graph input: onnx-ir has no map type, so core keeps it untyped end to end
+    node = helper.make_node("DictVectorizer", ["x"], ["y"], domain=ML, string_vocabulary=["a", "b", "c"])
+    map_type = helper.make_map_type_proto(S, helper.make_tensor_type_proto(F, []))
+    model = _model(node, [helper.make_value_info("x", map_type)], [_vi("y", F, [None, 3])], ml_opset=1)
+    feeds = {"x": {"a": 1.5, "c": -2.0, "zzz": 9.0}}
+    _compare(model, feeds)

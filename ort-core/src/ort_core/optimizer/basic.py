@@ -296,6 +296,10 @@ class ShapeInferenceQuietPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnx_ir.passes.common import ShapeInferencePass
 
+        if any(v.type is None for v in model.graph.inputs):
+            # onnx's C++ inference can crash (not raise) on an untyped input, e.g. a map-typed
+            # one, which onnx-ir cannot represent (DictVectorizer's input)
+            return ir.passes.PassResult(model, False)
         try:
             return ShapeInferencePass(strict_mode=False)(model)
         except Exception as exc:

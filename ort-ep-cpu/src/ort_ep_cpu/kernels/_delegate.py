@@ -36,10 +36,17 @@ def delegate(op_type: str, since: int = 1, domain: str = "") -> None:
 
         evaluator = ReferenceEvaluator(request.to_model())
         names = list(request.inputs)
+        # the evaluator may compute in another precision (float64 from Python floats): give
+        # tensors the dtype the graph declares for them
+        declared = [request.value(n).dtype if n else None for n in request.outputs]
 
         def run(*args):
             feeds = {n: v for n, v in zip(names, args) if n}
-            return [_to_runtime(v) for v in evaluator.run(None, feeds)]
+            outputs = [_to_runtime(v) for v in evaluator.run(None, feeds)]
+            return [
+                v.astype(d) if d is not None and isinstance(v, np.ndarray) and v.dtype != d else v
+                for v, d in zip(outputs, declared)
+            ]
 
         if len(request.outputs) == 1:
             return Kernel(run=lambda *args: run(*args)[0], single_output=True, note=NOTE)

@@ -406,8 +406,34 @@ def _zip_map(node, request):
     return Kernel(run=zip_map, single_output=True)
 
 
-# Legacy tree/SVM/linear classifiers and the map-typed DictVectorizer: rarely met in current
-# models, so they run on onnx.reference for now.
+@kernel("DictVectorizer", domain=ML)
+def _dict_vectorizer(node, request):
+    vocabulary = node.attr("string_vocabulary") or [int(v) for v in node.attr("int64_vocabulary") or []]
+    if not vocabulary:
+        raise ValueError(f"DictVectorizer {node.name!r}: string_vocabulary or int64_vocabulary is required")
+    column = {key: k for k, key in enumerate(vocabulary)}
+    declared = request.value(node.outputs[0]).dtype
+
+    def vectorize(maps):
+        # one map gives one row, as onnxruntime does; a list of maps gives one row each
+        rows = maps if isinstance(maps, list) else [maps]
+        if not all(isinstance(m, dict) for m in rows):
+            raise TypeError(f"DictVectorizer {node.name!r}: expected a dict (map), got {type(maps).__name__}")
+        values = [v for m in rows for v in m.values()]
+        dtype = declared if declared is not None else np.asarray(values or [0.0]).dtype
+        out = np.zeros((len(rows), len(vocabulary)), dtype=dtype)
+        for r, m in enumerate(rows):
+            for key, value in m.items():
+                k = column.get(key)
+                if k is not None:
+                    out[r, k] = value
+        return out
+
+    return vectorize
+
+
+# Legacy tree/SVM/linear classifiers: rarely met in current models, so they run on
+# onnx.reference for now.
 for _op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "SVMClassifier", "SVMRegressor",
-            "LinearClassifier", "DictVectorizer"):
+            "LinearClassifier"):
     delegate(_op, since=1, domain=ML)
