@@ -20,7 +20,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-webgpu": ["ort-core", "ort-ep-cpu"],
 }
 
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]
 nox.options.sessions = DEFAULT
 
 
@@ -70,6 +70,27 @@ def conformance(session: nox.Session) -> None:
         "--min-score", score_file,
         *session.posargs,
     )
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The third-party example (examples/ort-ep-numexpr) pip-installed into a fresh venv, found
+    through its entry point, passing the conformance kit and its own tests."""
+    _install(session, "ort-core", "ort-ep-cpu", "examples/ort-ep-numexpr", extra="test")
+    session.run("ort-core", "providers")
+    card = f"{session.create_tmp()}/scorecard-numexpr.json"
+    session.run("pytest", "examples/ort-ep-numexpr/tests", "-q", "--ort-scorecard", card, *session.posargs)
+
+
+@nox.session
+def template(session: nox.Session) -> None:
+    """`ort-core new-provider`: the generated package installs with pip and passes the kit."""
+    _install(session, "ort-core", "ort-ep-cpu")
+    tmp = session.create_tmp()
+    session.run("rm", "-rf", f"{tmp}/ort-ep-demo", external=True)
+    session.run("ort-core", "new-provider", "Demo", "--dir", tmp)
+    session.install(f"{tmp}/ort-ep-demo[test]")
+    session.run("pytest", f"{tmp}/ort-ep-demo/tests", "-q", "--ort-scorecard", f"{tmp}/scorecard-demo.json")
 
 
 @nox.session
