@@ -12,7 +12,7 @@ import numpy as np
 from scipy import special
 
 from ..registry import kernel
-from .nn import build_conv, make_activation
+from .nn import build_conv, make_activation, matmul
 
 MS = "com.microsoft"
 
@@ -125,7 +125,7 @@ def _fused_matmul(node, request):
             a = a.T if a.ndim == 2 else np.swapaxes(a, -1, -2)
         if trans_b:
             b = b.T if b.ndim == 2 else np.swapaxes(b, -1, -2)
-        y = np.matmul(a, b)
+        y = matmul(a, b)
         if alpha != 1.0:
             if y.ndim == 0:
                 return y * y.dtype.type(alpha)
