@@ -248,3 +248,45 @@ def test_dict_vectorizer_takes_a_map_input():
     model = _model(node, [helper.make_value_info("x", map_type)], [_vi("y", F, [None, 3])], ml_opset=1)
     feeds = {"x": {"a": 1.5, "c": -2.0, "zzz": 9.0}}
     _compare(model, feeds)
+
+
+def _random_regressor(rng, n_trees, depth, n_features, n_targets, aggregate, post):
+    """A legacy TreeEnsembleRegressor with complete trees of random splits (node ids shuffled)."""
+    modes = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+                             "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true",
+                             "target_treeids", "target_nodeids", "target_ids", "target_weights")}
+    for t in range(n_trees):
+        n_nodes = 2 ** (depth + 1) - 1
+        ids = rng.permutation(n_nodes) + 10  # node ids need not be positions
+        for k in range(n_nodes):
+            leaf = k >= 2 ** depth - 1
+            attrs["nodes_treeids"].append(t)
+            attrs["nodes_nodeids"].append(int(ids[k]))
+            attrs["nodes_featureids"].append(int(rng.integers(n_features)))
+            attrs["nodes_modes"].append("LEAF" if leaf else modes[int(rng.integers(len(modes)))])
+            attrs["nodes_values"].append(float(np.round(rng.standard_normal(), 1)))
+            attrs["nodes_truenodeids"].append(0 if leaf else int(ids[2 * k + 1]))
+            attrs["nodes_falsenodeids"].append(0 if leaf else int(ids[2 * k + 2]))
+            attrs["nodes_missing_value_tracks_true"].append(int(rng.integers(2)))
+            if leaf:
+                # every leaf votes for every target, as trained models do (where no leaf votes
+                # for a target, onnxruntime drops its base value and onnx.reference keeps it)
+                for target in rng.permutation(n_targets):
+                    attrs["target_treeids"].append(t)
+                    attrs["target_nodeids"].append(int(ids[k]))
+                    attrs["target_ids"].append(int(target))
+                    attrs["target_weights"].append(float(rng.standard_normal()))
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=n_targets,
+                            aggregate_function=aggregate, post_transform=post, base_values=[0.5] * n_targets, **attrs)
+    return _model(node, [_vi("x", F, [None, n_features])], [_vi("y", F, [None, n_targets])], ml_opset=3)
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
+def test_tree_ensemble_regressor_matches_onnxruntime(aggregate, post):
+    rng = np.random.default_rng(42)
+    model = _random_regressor(rng, n_trees=7, depth=4, n_features=5, n_targets=3, aggregate=aggregate, post=post)
+    x = np.round(rng.standard_normal((200, 5)), 1).astype(np.float32)  # ties hit the EQ/NEQ/LEQ edges
+    x[rng.random(x.shape) < 0.1] = np.nan
+    _compare(model, {"x": x})

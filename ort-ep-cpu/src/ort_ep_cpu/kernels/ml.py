@@ -160,6 +160,39 @@ def _label_encoder(node, request):
 _MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5, "BRANCH_MEMBER": 6}
 
 
+def _walk(xf, start, start_done, features, modes, splits, true_next, false_next, true_done, false_done,
+          missing_true, members) -> np.ndarray:
+    """Walk every sample (rows of ``xf``) down every tree at once, one level per step.
+
+    ``start``/``start_done``: per tree, the first index and whether it is already final.
+    Returns the final index per (sample, tree). Modes: 0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ,
+    6 MEMBER (``members`` maps node index -> set values); NaN goes the true way where
+    ``missing_true``.
+    """
+    n, n_trees = xf.shape[0], len(start)
+    cur = np.broadcast_to(start, (n, n_trees)).copy()
+    done = np.broadcast_to(start_done, (n, n_trees)).copy()
+    sample = np.broadcast_to(np.arange(n)[:, None], (n, n_trees))
+    while not done.all():
+        active = ~done
+        nodes = cur[active]
+        v = xf[sample[active], features[nodes]]
+        s = splits[nodes]
+        m = modes[nodes]
+        with np.errstate(invalid="ignore"):
+            go = np.select(
+                [m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+                [v <= s, v < s, v >= s, v > s, v == s, v != s],
+                default=False,
+            )
+        for k in np.flatnonzero(m == 6):
+            go[k] = bool(np.isin(v[k], members[int(nodes[k])]))
+        go |= missing_true[nodes] & np.isnan(v)
+        cur[active] = np.where(go, true_next[nodes], false_next[nodes])
+        done[active] = np.where(go, true_done[nodes], false_done[nodes])
+    return cur
+
+
 @kernel("TreeEnsemble", since=5, domain=ML)
 def _tree_ensemble(node, request):
     a = node.attributes
@@ -205,26 +238,8 @@ def _tree_ensemble(node, request):
         rows = x.reshape(x.shape[0], -1) if x.ndim != 1 else x.reshape(1, -1)
         n = rows.shape[0]
         xf = rows.astype(np.float64)
-        cur = np.broadcast_to(np.where(root_is_leaf, true_ids[roots], roots), (n, n_trees)).copy()
-        done = np.broadcast_to(root_is_leaf, (n, n_trees)).copy()
-        sample = np.broadcast_to(np.arange(n)[:, None], (n, n_trees))
-        while not done.all():
-            active = ~done
-            nodes = cur[active]
-            v = xf[sample[active], features[nodes]]
-            s = splits[nodes]
-            m = modes[nodes]
-            with np.errstate(invalid="ignore"):
-                go = np.select(
-                    [m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
-                    [v <= s, v < s, v >= s, v > s, v == s, v != s],
-                    default=False,
-                )
-            for k in np.flatnonzero(m == 6):
-                go[k] = bool(np.isin(v[k], members[int(nodes[k])]))
-            go |= missing_true[nodes] & np.isnan(v)
-            cur[active] = np.where(go, true_ids[nodes], false_ids[nodes])
-            done[active] = np.where(go, true_leaf[nodes], false_leaf[nodes])
+        cur = _walk(xf, np.where(root_is_leaf, true_ids[roots], roots), root_is_leaf, features, modes, splits,
+                    true_ids, false_ids, true_leaf, false_leaf, missing_true, members)
         weights = leaf_weights[cur]
         targets = leaf_targets[cur]
         row_index = np.broadcast_to(np.arange(n)[:, None], targets.shape)
@@ -432,8 +447,101 @@ def _dict_vectorizer(node, request):
     return vectorize
 
 
-# Legacy tree/SVM/linear classifiers: rarely met in current models, so they run on
-# onnx.reference for now.
-for _op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "SVMClassifier", "SVMRegressor",
-            "LinearClassifier"):
+_LEGACY_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+
+
+@kernel("TreeEnsembleRegressor", domain=ML)
+def _tree_ensemble_regressor(node, request):
+    # The legacy encoding: nodes addressed by (tree id, node id), leaves are nodes with mode
+    # LEAF, and each leaf may carry several (target, weight) pairs.
+    a = node.attributes
+    name = f"TreeEnsembleRegressor {node.name!r}"
+
+    def arr(key, dtype, default=None):
+        for k in (f"{key}_as_tensor", key):
+            if k in a:
+                return np.asarray(a[k], dtype=dtype).reshape(-1)
+        if default is None:
+            raise ValueError(f"{name}: attribute {key!r} is required")
+        return default
+
+    tree_ids, node_ids = arr("nodes_treeids", np.int64), arr("nodes_nodeids", np.int64)
+    mode_names = list(a.get("nodes_modes") or [])
+    unknown = sorted({m for m in mode_names if m not in _MODES and m != "LEAF"})
+    if unknown:
+        raise ValueError(f"{name}: unknown nodes_modes {unknown}; valid: {', '.join([*_MODES, 'LEAF'])}")
+    modes = np.array([_MODES.get(m, -1) for m in mode_names], dtype=np.int64)
+    is_leaf = modes < 0
+    features = arr("nodes_featureids", np.int64)
+    splits = arr("nodes_values", np.float64)
+    position = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(tree_ids, node_ids))}
+
+    def locate(tree: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
+        out = np.empty(len(ids), dtype=np.int64)
+        for k, (t, i) in enumerate(zip(tree.tolist(), ids.tolist())):
+            found = position.get((t, i))
+            if found is None:
+                raise ValueError(f"{name}: {what} refers to node {i} of tree {t}, which does not exist")
+            out[k] = found
+        return out
+
+    true_next = arr("nodes_truenodeids", np.int64)
+    false_next = arr("nodes_falsenodeids", np.int64)
+    true_next = np.where(is_leaf, np.arange(len(modes)), locate(tree_ids, np.where(is_leaf, node_ids, true_next), "nodes_truenodeids"))
+    false_next = np.where(is_leaf, np.arange(len(modes)), locate(tree_ids, np.where(is_leaf, node_ids, false_next), "nodes_falsenodeids"))
+    missing_true = arr("nodes_missing_value_tracks_true", np.int64, np.zeros(len(modes), np.int64)).astype(bool)
+    # a tree's root is its node that no other node points to
+    children = set(true_next[~is_leaf].tolist()) | set(false_next[~is_leaf].tolist())
+    roots_by_tree: dict[int, int] = {}
+    for k, t in enumerate(tree_ids.tolist()):
+        if k not in children and t not in roots_by_tree:
+            roots_by_tree[t] = k
+    roots = np.array(list(roots_by_tree.values()), dtype=np.int64)
+    n_trees = len(roots)
+    # leaf -> its (target, weight) pairs, as CSR over node positions
+    leaf_of = locate(arr("target_treeids", np.int64), arr("target_nodeids", np.int64), "target_nodeids")
+    target_ids = arr("target_ids", np.int64)
+    target_weights = arr("target_weights", np.float64)
+    order = np.argsort(leaf_of, kind="stable")
+    starts = np.searchsorted(leaf_of[order], np.arange(len(modes) + 1))
+    entry_target, entry_weight = target_ids[order], target_weights[order]
+    n_targets = int(a.get("n_targets", int(target_ids.max(initial=0)) + 1))
+    base = arr("base_values", np.float64, np.zeros(0))
+    aggregate = a.get("aggregate_function", "SUM")
+    if aggregate not in _LEGACY_AGGREGATES:
+        raise ValueError(f"{name}: aggregate_function {aggregate!r} not one of {', '.join(_LEGACY_AGGREGATES)}")
+    post = _post_transform(a.get("post_transform", "NONE"), node)
+
+    def predict(x):
+        x = np.asarray(x)
+        xf = (x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)).astype(np.float64)
+        n = xf.shape[0]
+        leaves = _walk(xf, roots, is_leaf[roots], features, modes, splits, true_next, false_next,
+                       is_leaf[true_next], is_leaf[false_next], missing_true, {})
+        # expand every reached leaf into its (target, weight) entries
+        lo, hi = starts[leaves].ravel(), starts[leaves + 1].ravel()
+        counts = hi - lo
+        rows = np.repeat(np.repeat(np.arange(n), n_trees), counts)
+        entries = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        targets, weights = entry_target[entries], entry_weight[entries]
+        if aggregate in ("SUM", "AVERAGE"):
+            out = np.zeros((n, n_targets))
+            np.add.at(out, (rows, targets), weights)
+            if aggregate == "AVERAGE":
+                out /= n_trees
+        else:
+            fill = np.inf if aggregate == "MIN" else -np.inf
+            out = np.full((n, n_targets), fill)
+            (np.minimum if aggregate == "MIN" else np.maximum).at(out, (rows, targets), weights)
+            out[np.isinf(out) & (np.sign(out) == np.sign(fill))] = 0.0  # no tree voted: base only
+        if base.size:
+            out += base
+        return post(out).astype(np.float32)
+
+    return predict
+
+
+# Legacy tree/SVM/linear classifiers: their binary-class conventions are intricate and they
+# are rarely met in new models, so they run on onnx.reference for now.
+for _op in ("TreeEnsembleClassifier", "SVMClassifier", "SVMRegressor", "LinearClassifier"):
     delegate(_op, since=1, domain=ML)
