@@ -90,8 +90,14 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
         if value is not None and value.shape and any(d == 0 for d in value.shape) and value.const_value is None:
             return f"input {name!r} is empty (shape {list(value.shape)}); OpenVINO mishandles empty tensors"
     dtypes = [graph.value(n).dtype for n in (*node.inputs, *node.outputs) if n]
-    if op in ("Cast", "CastLike") and any(d is not None and d == np.float64 for d in dtypes):
-        return "OpenVINO's CPU casts to and from double through float, saturating infinities"
+    if any(d is not None and d == np.float64 for d in dtypes):
+        return "OpenVINO computes double as float, losing precision and saturating infinities"
+    if op in ("ReduceMax", "ReduceMin") and any(d is not None and d.kind == "f" for d in dtypes):
+        return f"OpenVINO's {op} gives the largest finite float where ONNX gives an infinity (all-masked rows)"
+    if op in ("Cast", "CastLike") and node.inputs and graph.value(node.inputs[0]).const_value is not None:
+        const = graph.value(node.inputs[0]).const_value
+        if const.dtype.kind == "f" and not np.all(np.isfinite(const)):
+            return "OpenVINO's Convert saturates infinities (the ONNX result keeps them)"
     if op in ("RNN", "GRU", "LSTM"):
         if node.attr("layout", 0) == 1:
             return f"OpenVINO's {op} with layout=1 (batch first) differs from ONNX"
