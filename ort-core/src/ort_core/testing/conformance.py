@@ -198,8 +198,8 @@ class Mismatch(AssertionError):
 
 
 def _is_ml_dtype(dtype: np.dtype) -> bool:
-    # ml_dtypes types (bfloat16, float8*, int4, ...) are numpy "V"-kind extension types
-    return dtype.kind == "V" and dtype.names is None
+    # ml_dtypes types (bfloat16, float8*, int4, ...): numpy kind "V" except float8_e5m2 ("f")
+    return dtype.type.__module__ == "ml_dtypes"
 
 
 def compare_value(expected: Any, actual: Any, rtol: float, atol: float, where: str = "output") -> None:

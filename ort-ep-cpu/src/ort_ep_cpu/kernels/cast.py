@@ -22,11 +22,21 @@ _SMALL_FLOATS = {np.dtype(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3
                                        ml_dtypes.float4_e2m1fn)}
 
 
+def _is_ml(dtype: np.dtype) -> bool:
+    """An ml_dtypes type: the small floats above and int4/uint4/int2/uint2."""
+    return dtype.type.__module__ == "ml_dtypes"  # (float8_e5m2 has numpy kind "f", the rest "V")
+
+
+def _standard(x: np.ndarray) -> np.ndarray:
+    """An ml_dtypes array as the standard numpy type holding all its values."""
+    return x.astype(np.float32 if x.dtype in _SMALL_FLOATS else np.int32)
+
+
 def _to_string(x: np.ndarray) -> np.ndarray:
     if x.dtype == object or x.dtype.kind in "SU":
         return x.astype(object)
-    if x.dtype in _SMALL_FLOATS:
-        x = x.astype(np.float32)
+    if _is_ml(x.dtype):
+        x = _standard(x)
     # numpy's str() of a float32 is the shortest repr that round-trips, which is what ONNX asks
     return x.astype(np.str_).astype(object)
 
@@ -34,8 +44,13 @@ def _to_string(x: np.ndarray) -> np.ndarray:
 def _from_string(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     # parse through float64 for floats (accepts "INF", "-inf", "NaN", "1e-5"); ints directly
     text = x.astype(np.str_)
-    if dtype.kind in "iub" and dtype.itemsize >= 1 and dtype not in _SMALL_FLOATS and dtype.kind != "V":
-        return text.astype(dtype)
+    if dtype.kind in "iu":
+        try:  # exact for integers beyond float64's 53 bits
+            return text.astype(dtype)
+        except ValueError:  # "1e3", "-2.5": through float64, truncated toward zero as C does
+            return np.trunc(text.astype(np.float64)).astype(dtype)
+    if dtype == np.bool_:
+        return text.astype(np.float64).astype(dtype)
     return text.astype(np.float64).astype(dtype)
 
 
@@ -45,7 +60,7 @@ def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = 
         return _to_string(x)
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
     if x.dtype == object or x.dtype.kind in "SU":
-        x = _from_string(x, dtype) if dtype.kind != "V" else _from_string(x, np.dtype(np.float32))
+        x = _from_string(x, dtype) if not _is_ml(dtype) else _from_string(x, np.dtype(np.float32))
         if x.dtype == dtype:
             return x
     if x.dtype == dtype:
@@ -59,8 +74,11 @@ def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = 
         return x.astype(dtype)
     if to == TensorProto.FLOAT8E8M0:
         return to_float8e8m0(x, saturate, round_mode).astype(dtype)
-    if x.dtype in _SMALL_FLOATS and dtype.kind != "f":
-        x = x.astype(np.float32)  # ml_dtypes floats go to other types through float32
+    if _is_ml(x.dtype) or _is_ml(dtype):
+        try:  # ml_dtypes' own conversion (NaN and out-of-range give 0, as onnx.reference has it)
+            return x.astype(dtype)
+        except TypeError:  # a pair ml_dtypes does not convert directly: through float32/int32
+            return (_standard(x) if _is_ml(x.dtype) else x).astype(dtype)
     return x.astype(dtype)
 
 

@@ -14,19 +14,23 @@ from ..registry import kernel, lookup
 
 
 def is_small_float(dtype: np.dtype) -> bool:
-    """bfloat16, float8*, float4 (ml_dtypes extension types, numpy kind 'V')."""
-    return dtype.kind == "V" and dtype.names is None
+    """An ml_dtypes type (bfloat16, float8*, float4, int4, ...): numpy kind "V", except
+    float8_e5m2 which says "f", so the test is the module that defines the type."""
+    return dtype.type.__module__ == "ml_dtypes"
 
 
 def _widen(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if is_small_float(x.dtype) else x
 
 
-def unary(fn):
-    """A kernel computing ``fn(x)`` with the output in x's dtype."""
+def unary(fn, float32_for=()):
+    """A kernel computing ``fn(x)`` with the output in x's dtype. Small floats, and the dtypes
+    in ``float32_for`` (float16 for multi-step activations, integers for Erf), are computed in
+    float32 and cast back: one rounding at the end instead of one per step."""
+    widen = {np.dtype(t) for t in float32_for}
 
     def run(x):
-        if is_small_float(x.dtype):
+        if is_small_float(x.dtype) or x.dtype in widen:
             return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)
         return np.asarray(fn(x)).astype(x.dtype, copy=False)
 
@@ -66,9 +70,13 @@ for _op, _fn in {
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh,
     "Round": np.round,  # numpy rounds half to even, as ONNX asks
-    "Erf": special.erf, "Sigmoid": special.expit,
+    "Sigmoid": special.expit,
 }.items():
     _register(_op, unary(_fn) if _op not in ("Add", "Sub", "Mul") else binary(_fn))
+
+# Erf takes integer types too: computed in float32 and truncated, as onnx.reference does
+_register("Erf", unary(special.erf, float32_for=(np.int8, np.int16, np.int32, np.int64,
+                                                 np.uint8, np.uint16, np.uint32, np.uint64)))
 
 for _op, _fn in {
     "Equal": np.equal, "Less": np.less, "Greater": np.greater,

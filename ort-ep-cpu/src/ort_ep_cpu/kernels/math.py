@@ -10,6 +10,9 @@ from ..registry import kernel
 from ._util import normalize_axis
 from .elementwise import binary, is_small_float, unary
 
+# float16 inputs of multi-step activations are computed in float32: one rounding at the end
+_HALF = (np.float16,)
+
 
 def _float_attr(node, name: str, default: float) -> float:
     return float(node.attr(name, default))
@@ -40,7 +43,7 @@ def _prelu(node, request):
 @kernel("Elu")
 def _elu(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
-    return unary(lambda x: np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0))))
+    return unary(lambda x: np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0))), _HALF)
 
 
 @kernel("Selu")
@@ -52,7 +55,7 @@ def _selu(node, request):
         t = x.dtype.type
         return t(gamma) * np.where(x > 0, x, t(alpha) * np.expm1(np.minimum(x, 0)))
 
-    return unary(selu)
+    return unary(selu, _HALF)
 
 
 @kernel("Celu", since=12)
@@ -63,7 +66,7 @@ def _celu(node, request):
         t = x.dtype.type
         return np.maximum(x, 0) + np.minimum(0, t(alpha) * np.expm1(x / t(alpha)))
 
-    return unary(celu)
+    return unary(celu, _HALF)
 
 
 @kernel("HardSigmoid")
@@ -77,7 +80,7 @@ def _hard_sigmoid(node, request):
         y += t(beta)
         return np.clip(y, t(0), t(1), out=y)
 
-    return unary(hard_sigmoid)
+    return unary(hard_sigmoid, _HALF)
 
 
 @kernel("HardSwish", since=14)
@@ -86,22 +89,22 @@ def _hard_swish(node, request):
         t = x.dtype.type
         return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
 
-    return unary(hard_swish)
+    return unary(hard_swish, _HALF)
 
 
 @kernel("Softplus")
 def _softplus(node, request):
-    return unary(lambda x: np.logaddexp(x.dtype.type(0), x))  # log(1 + e^x) without overflow
+    return unary(lambda x: np.logaddexp(x.dtype.type(0), x), _HALF)  # log(1 + e^x) without overflow
 
 
 @kernel("Softsign")
 def _softsign(node, request):
-    return unary(lambda x: x / (x.dtype.type(1) + np.abs(x)))
+    return unary(lambda x: x / (x.dtype.type(1) + np.abs(x)), _HALF)
 
 
 @kernel("Mish", since=18)
 def _mish(node, request):
-    return unary(lambda x: x * np.tanh(np.logaddexp(x.dtype.type(0), x)))
+    return unary(lambda x: x * np.tanh(np.logaddexp(x.dtype.type(0), x)), _HALF)
 
 
 @kernel("ThresholdedRelu", since=10)
@@ -121,13 +124,13 @@ def _shrink(node, request):
         t = w.dtype.type
         return np.where(w < -lambd, w + t(bias), np.where(w > lambd, w - t(bias), t(0)))
 
-    return unary(shrink)
+    return unary(shrink, _HALF)
 
 
 @kernel("Swish", since=24)
 def _swish(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
-    return unary(lambda x: x * special.expit(x * x.dtype.type(alpha)))
+    return unary(lambda x: x * special.expit(x * x.dtype.type(alpha)), _HALF)
 
 
 @kernel("Gelu", since=20)
@@ -145,7 +148,7 @@ def _gelu(node, request):
             return t(0.5) * x * (t(1) + np.tanh(inner))
         return t(0.5) * x * (t(1) + special.erf(x * t(1 / np.sqrt(2))))
 
-    return unary(gelu)
+    return unary(gelu, _HALF)
 
 
 @kernel("Einsum", since=12)

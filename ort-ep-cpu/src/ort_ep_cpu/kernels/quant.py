@@ -61,7 +61,7 @@ def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate
         q = x / scale
     if to in _INT_RANGES:
         lo, hi = _INT_RANGES[to]
-        qi = np.rint(q.astype(np.float32) if q.dtype.kind == "V" else q)
+        qi = np.rint(q.astype(np.float32) if q.dtype.type.__module__ == "ml_dtypes" else q)
         if zero_point is not None:
             qi = qi + broadcast_param(zero_point, x.shape, axis, block_size).astype(np.int32)
         return np.clip(qi, lo, hi).astype(dtype)

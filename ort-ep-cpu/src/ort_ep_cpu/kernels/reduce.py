@@ -8,7 +8,7 @@ from ..registry import kernel
 
 
 def _small(dtype: np.dtype) -> bool:
-    return dtype.kind == "V" and dtype.names is None  # bfloat16 and other ml_dtypes floats
+    return dtype.type.__module__ == "ml_dtypes"  # bfloat16 and the other ml_dtypes types
 
 
 def _sum(x, axis, keepdims):
