@@ -73,6 +73,7 @@ CHECKS: tuple[str, ...] = (
 # hooks a provider plugin must implement (the others are optional)
 REQUIRED_HOOKS = ("ort_register_providers", "ort_ep_devices", "ort_get_capability", "ort_create_kernel")
 _LIMIT_OPTION = re.compile(r"(mem(ory)?_?limit|limit_bytes|arena_limit)", re.IGNORECASE)
+_LIMIT_UNITS = {"_gb": 1 << 30, "_gib": 1 << 30, "_mb": 1 << 20, "_mib": 1 << 20, "_kb": 1 << 10, "_kib": 1 << 10}
 # tolerances for whole-model comparisons (float32, errors accumulate over layers)
 MODEL_RTOL, MODEL_ATOL = 1e-3, 1e-4
 # concurrent runs against serial runs of the same session: same kernels, same inputs
@@ -87,8 +88,10 @@ class KitConfig:
     cases containing one of these op types; ``max_cases`` caps their number (both for quick
     runs; a full run uses neither). ``known_failures`` maps node-case names the author knows
     fail to the reason: they are reported, not counted as failures. ``memory_limit_option``
-    names the option that limits the allocator (found by name when not given).
-    ``require_entry_point`` is False only for in-process plugins (the kit's own tests).
+    names the option that limits the allocator (found by name when not given; a ``_mb``/``_kb``/
+    ``_gb`` suffix gives its unit). ``transfer_dtypes`` replaces the dtypes the data-transfer
+    check copies (by default every dtype the provider's claims touch); the scorecard lists
+    them. ``require_entry_point`` is False only for in-process plugins (the kit's own tests).
     """
 
     provider: str
@@ -97,6 +100,7 @@ class KitConfig:
     max_cases: int | None = None
     known_failures: Mapping[str, str] = field(default_factory=dict)
     memory_limit_option: str | None = None
+    transfer_dtypes: tuple[str, ...] | None = None
     require_entry_point: bool = True
     threads: int = 4
     runs_per_thread: int = 4
@@ -569,8 +573,10 @@ class Kit:
         if spec.option(key) is None:
             problems.append(f"memory_limit_option {key!r} is not one of the provider's options")
             return ""
-        limit = 1 << 20
-        ctx = self._context({**self.config.options, key: str(limit)})
+        # the option's unit from its name: memory_limit_mb=1 is 1 MiB; no suffix means bytes
+        unit = next((u for suffix, u in _LIMIT_UNITS.items() if key.lower().endswith(suffix)), 1)
+        limit = max(1 << 20, unit)
+        ctx = self._context({**self.config.options, key: str(limit // unit)})
         try:
             limited = self._provider().hooks.ort_create_allocator(ep=ctx)
             if limited is None:
@@ -578,7 +584,7 @@ class Kit:
                 return ""
             if limited.stats().limit_bytes != limit:
                 problems.append(f"with {key}={limit}, stats().limit_bytes is {limited.stats().limit_bytes}")
-            return self._limit_enforced(limited, limit, problems, f"option {key}={limit}")
+            return self._limit_enforced(limited, limit, problems, f"option {key}={limit // unit}")
         finally:
             self._end(ctx)
 
@@ -611,8 +617,11 @@ class Kit:
             if not isinstance(transfer, DataTransfer):
                 problems.append(f"device memory {device.memory!r} needs a DataTransfer, got {type(transfer).__name__}")
                 return ""
-            self._ensure_case_claims()
-            dtypes = sorted(self._claimed_dtypes, key=str) or [np.dtype(np.float32)]
+            if self.config.transfer_dtypes is not None:
+                dtypes = [np.dtype(d) for d in self.config.transfer_dtypes]
+            else:
+                self._ensure_case_claims()
+                dtypes = sorted(self._claimed_dtypes, key=str) or [np.dtype(np.float32)]
             rng = np.random.default_rng(0)
             trips = 0
             for dtype in dtypes:
@@ -630,6 +639,8 @@ class Kit:
                         except Exception as exc:
                             problems.append(f"{dtype} {list(array.shape)}: round trip raised {type(exc).__name__}: {exc}")
                             continue
+                        if isinstance(back, np.generic):  # a numpy scalar for a 0-d tensor is fine
+                            back = np.asarray(back)
                         if not isinstance(back, np.ndarray):
                             problems.append(f"{dtype}: to_host returned {type(back).__name__}, not a numpy array")
                         elif back.shape != array.shape or back.dtype != array.dtype:
