@@ -357,9 +357,10 @@ def _roi_align_builder(node, request):
         half_pixel = False
 
     def axis_samples(start, length, bins, grid, size):
-        """Sample positions of one axis: low/high indices and their weights, (bins*grid,)."""
-        pos = start + (np.arange(bins)[:, None] + (np.arange(grid)[None, :] + 0.5) / grid) * (length / bins)
-        pos = pos.reshape(-1)
+        """Sample positions along one axis for S regions: low/high indices and their weights,
+        each (S, bins*grid); samples more than one pixel outside the image weigh 0."""
+        frac_pos = (np.arange(bins)[:, None] + (np.arange(grid)[None, :] + 0.5) / grid).reshape(-1)
+        pos = start[:, None] + frac_pos[None, :] * (length / bins)[:, None]
         valid = (pos >= -1.0) & (pos <= size)
         pos = np.maximum(pos, 0.0)
         low = np.floor(pos).astype(np.int64)
@@ -373,28 +374,36 @@ def _roi_align_builder(node, request):
     def roi_align(x, rois, batch_indices):
         _, c, h, w = x.shape
         offset = 0.5 if half_pixel else 0.0
-        out = np.zeros((rois.shape[0], c, out_h, out_w), dtype=x.dtype)
-        for k in range(rois.shape[0]):  # one vectorised pass per region
-            x1, y1, x2, y2 = (float(v) * scale - offset for v in rois[k])
-            rw, rh = x2 - x1, y2 - y1
-            if not half_pixel:
-                rw, rh = max(rw, 1.0), max(rh, 1.0)
-            gh = ratio if ratio > 0 else int(math.ceil(rh / out_h))
-            gw = ratio if ratio > 0 else int(math.ceil(rw / out_w))
-            ylo, yhi, wy0, wy1 = axis_samples(y1, rh, out_h, gh, h)
-            xlo, xhi, wx0, wx1 = axis_samples(x1, rw, out_w, gw, w)
-            img = x[int(batch_indices[k])]
-            corners = [
-                img[:, ylo][:, :, xlo] * (wy0[:, None] * wx0[None, :]),
-                img[:, ylo][:, :, xhi] * (wy0[:, None] * wx1[None, :]),
-                img[:, yhi][:, :, xlo] * (wy1[:, None] * wx0[None, :]),
-                img[:, yhi][:, :, xhi] * (wy1[:, None] * wx1[None, :]),
-            ]
+        r = rois.astype(np.float64) * scale - offset
+        x1, y1 = r[:, 0], r[:, 1]
+        rw, rh = r[:, 2] - x1, r[:, 3] - y1
+        if not half_pixel:
+            rw, rh = np.maximum(rw, 1.0), np.maximum(rh, 1.0)
+        gh = np.full(len(r), ratio) if ratio > 0 else np.ceil(rh / out_h).astype(np.int64)
+        gw = np.full(len(r), ratio) if ratio > 0 else np.ceil(rw / out_w).astype(np.int64)
+        bidx = batch_indices.astype(np.int64)
+        out = np.zeros((len(r), c, out_h, out_w), dtype=x.dtype)
+        xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # channels last: each gather takes a C-vector
+        # regions with the same sampling grid are done together (one group when sampling_ratio > 0)
+        for sh, sw in sorted(set(zip(gh.tolist(), gw.tolist()))):
+            sel = np.nonzero((gh == sh) & (gw == sw))[0]
+            if sh <= 0 or sw <= 0:
+                continue  # an empty region: no samples, output stays 0
+            ylo, yhi, wy0, wy1 = axis_samples(y1[sel], rh[sel], out_h, sh, h)
+            xlo, xhi, wx0, wx1 = axis_samples(x1[sel], rw[sel], out_w, sw, w)
+            b = bidx[sel][:, None, None]
+
+            def corner(yi, xi, wy, wx, b=b):
+                # (S, Y, X, C) values times their bilinear weights
+                return xt[b, yi[:, :, None], xi[:, None, :]] * (wy[:, :, None] * wx[:, None, :])[..., None]
+
+            corners = [corner(ylo, xlo, wy0, wx0), corner(ylo, xhi, wy0, wx1), corner(yhi, xlo, wy1, wx0), corner(yhi, xhi, wy1, wx1)]
             if mode == "avg":
-                val = sum(corners).reshape(c, out_h, gh, out_w, gw).mean(axis=(2, 4))
+                val = sum(corners).reshape(len(sel), out_h, sh, out_w, sw, c).mean(axis=(2, 4))
             else:  # onnxruntime's max mode: the largest weighted corner over all samples of a bin
-                val = np.max(corners, axis=0).reshape(c, out_h, gh, out_w, gw).max(axis=(2, 4))
-            out[k] = val
+                val = np.maximum(np.maximum(corners[0], corners[1]), np.maximum(corners[2], corners[3]))
+                val = val.reshape(len(sel), out_h, sh, out_w, sw, c).max(axis=(2, 4))
+            out[sel] = val.transpose(0, 3, 1, 2)
         return out
 
     return roi_align
@@ -432,21 +441,34 @@ def _max_roi_pool(node, request):
     return max_roi_pool
 
 
-def _iou_matrix(boxes: np.ndarray, center_point_box: bool) -> np.ndarray:
+def _corners(boxes: np.ndarray, center_point_box: bool):
+    """(y1, x1, y2, x2) float64 columns with y1 <= y2 and x1 <= x2."""
     b = boxes.astype(np.float64)
-    if center_point_box:
-        x1, y1 = b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2
-        x2, y2 = b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2
-    else:  # [y1, x1, y2, x2], corners in either order
-        y1, y2 = np.minimum(b[:, 0], b[:, 2]), np.maximum(b[:, 0], b[:, 2])
-        x1, x2 = np.minimum(b[:, 1], b[:, 3]), np.maximum(b[:, 1], b[:, 3])
-    area = (x2 - x1) * (y2 - y1)
-    iw = np.clip(np.minimum(x2[:, None], x2[None, :]) - np.maximum(x1[:, None], x1[None, :]), 0, None)
-    ih = np.clip(np.minimum(y2[:, None], y2[None, :]) - np.maximum(y1[:, None], y1[None, :]), 0, None)
-    inter = iw * ih
-    union = area[:, None] + area[None, :] - inter
-    ok = (area[:, None] > 0) & (area[None, :] > 0) & (union > 0) & (inter > 0)
-    return np.where(ok, inter / np.where(union > 0, union, 1), 0.0)
+    if center_point_box:  # [x_center, y_center, width, height]
+        return b[:, 1] - b[:, 3] / 2, b[:, 0] - b[:, 2] / 2, b[:, 1] + b[:, 3] / 2, b[:, 0] + b[:, 2] / 2
+    # [y1, x1, y2, x2] with the corners in either order
+    return (np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3]), np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3]))
+
+
+def _greedy_nms(corners, area, order: np.ndarray, iou_thr: float, limit: int) -> list[int]:
+    """Keep the best box, drop the remaining boxes that overlap it by more than iou_thr, repeat.
+    Each round is one vectorised IoU of the kept box against the survivors, so the work is
+    (kept boxes) x (candidates), not candidates squared."""
+    y1, x1, y2, x2 = corners
+    kept: list[int] = []
+    rest = order
+    while rest.size and len(kept) < limit:
+        i = int(rest[0])
+        kept.append(i)
+        rest = rest[1:]
+        ih = np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest])
+        iw = np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest])
+        inter = np.where((ih > 0) & (iw > 0), ih * iw, 0.0)
+        union = area[i] + area[rest] - inter
+        valid = (area[i] > 0) & (area[rest] > 0) & (union > 0)
+        iou = np.where(valid, inter / np.where(union > 0, union, 1.0), 0.0)
+        rest = rest[iou <= iou_thr]
+    return kept
 
 
 @kernel("NonMaxSuppression", since=10)
@@ -459,26 +481,20 @@ def _nms(node, request):
     def nms(boxes, scores, max_output=None, iou_threshold=None, score_threshold=None):
         limit = first(max_output, 0, int)
         iou_thr = first(iou_threshold, 0.0, float)
+        has_thr = score_threshold is not None and np.size(score_threshold) > 0
+        thr = first(score_threshold, 0.0, float)
         selected = []
         if limit <= 0:
             return np.zeros((0, 3), np.int64)
         for b in range(boxes.shape[0]):
-            iou = _iou_matrix(boxes[b], center)
+            corners = _corners(boxes[b], center)
+            area = (corners[2] - corners[0]) * (corners[3] - corners[1])
             for cls in range(scores.shape[1]):
                 s = scores[b, cls]
                 order = np.argsort(-s.astype(np.float64), kind="stable")  # ties: lower index first
-                if score_threshold is not None and np.size(score_threshold):
-                    order = order[s[order] > first(score_threshold, 0.0, float)]
-                alive = np.ones(s.shape[0], bool)
-                kept = 0
-                for i in order:  # greedy and sequential by definition; loops over kept boxes
-                    if not alive[i]:
-                        continue
-                    selected.append((b, cls, i))
-                    kept += 1
-                    if kept >= limit:
-                        break
-                    alive &= ~(iou[i] > iou_thr)
+                if has_thr:
+                    order = order[s[order] > thr]
+                selected.extend((b, cls, i) for i in _greedy_nms(corners, area, order, iou_thr, limit))
         return np.array(selected, dtype=np.int64).reshape(-1, 3)
 
     return nms

@@ -98,8 +98,9 @@ class _Recurrent:
             xd = _reverse_in_length(x, lens) if reverse and not full else (x[::-1] if reverse else x)
             g = self.gates * hidden
             bias = np.zeros(2 * g, x.dtype) if b is None else b[d]
-            # input projection for all steps at once: (seq, batch, G*hidden)
-            xw = xd @ w[d].T + bias[:g]
+            # input projection for all steps at once, as one 2-D GEMM (numpy's stacked matmul
+            # with a broadcast 2-D operand skips BLAS): (seq, batch, G*hidden)
+            xw = (xd.reshape(seq * batch, -1) @ w[d].T).reshape(seq, batch, g) + bias[:g]
             h0 = np.zeros((batch, hidden), x.dtype) if initial_h is None else initial_h[d]
             c0 = np.zeros((batch, hidden), x.dtype) if initial_c is None else initial_c[d]
             pd = None if p is None else p[d]
@@ -120,7 +121,7 @@ class _Recurrent:
     def _scan(self, xw, r, rb, h, c, p, acts, lens, full):
         seq = xw.shape[0]
         ys = np.zeros((seq,) + h.shape, h.dtype)
-        rt = r.T
+        rt = np.ascontiguousarray(r.T)
         for t in range(seq):
             h_new, c_new = self.step(xw[t], h, c, rt, rb, p, acts)
             if full:

@@ -280,19 +280,39 @@ def _one_hot(node, request):
     return one_hot
 
 
+def _descending_key(x: np.ndarray) -> np.ndarray:
+    """A key whose ascending order is x's descending order (no overflow for integers)."""
+    if x.dtype.kind in "iu":
+        return np.invert(x)
+    if x.dtype.kind == "b":
+        return ~x
+    return -x.astype(np.float64) if x.dtype.itemsize < 4 or x.dtype.kind == "V" else -x
+
+
 def _top_k(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
     a = normalize_axis(axis, x.ndim)
     n = x.shape[a]
-    if largest:
-        # stable ascending sort of the reversed axis, read backwards: values descending and,
-        # among equal values, the smaller index first (as the spec requires)
-        order = np.argsort(np.flip(x, axis=a), axis=a, kind="stable")
-        order = (n - 1) - np.flip(order, axis=a)
+    if k < 0 or k > n:
+        raise ValueError(f"TopK: k={k} is outside [0, {n}] for axis {a} of shape {x.shape}")
+    v = np.moveaxis(x, a, -1)
+    key = _descending_key(v) if largest else v
+    if k == 0:
+        order = np.zeros(v.shape[:-1] + (0,), np.int64)
+    elif 8 * k < n:
+        # select first: everything strictly better than the k-th key, then the earliest of the
+        # keys equal to it (the spec breaks ties by the lower index), then sort only those k
+        kth = np.partition(key, k - 1, axis=-1)[..., k - 1 : k]
+        better = key < kth
+        need = k - better.sum(axis=-1, keepdims=True)
+        chosen = better | ((key == kth) & (np.cumsum(key == kth, axis=-1) <= need))
+        cand = np.argsort(~chosen, axis=-1, kind="stable")[..., :k]  # chosen positions, in index order
+        inner = np.argsort(np.take_along_axis(key, cand, axis=-1), axis=-1, kind="stable")
+        order = np.take_along_axis(cand, inner, axis=-1)
     else:
-        order = np.argsort(x, axis=a, kind="stable")
-    order = np.take(order, np.arange(k), axis=a)
+        order = np.argsort(key, axis=-1, kind="stable")[..., :k]
     del sort  # results are always sorted; "sorted=0" leaves the order unspecified
-    return np.take_along_axis(x, order, axis=a), order.astype(np.int64)
+    values = np.take_along_axis(v, order, axis=-1)
+    return np.moveaxis(values, -1, a), np.moveaxis(order.astype(np.int64), -1, a)
 
 
 @kernel("TopK", since=1)
