@@ -76,6 +76,14 @@ def _nearest_index(x: np.ndarray, nearest_mode: str, scale: float) -> np.ndarray
     return idx.astype(np.int64)
 
 
+def _repeat_factor(idx: np.ndarray, in_len: int) -> int:
+    """f if idx is [0]*f + [1]*f + ... (each input repeated f times, in order), else 0."""
+    if in_len == 0 or idx.size % in_len:
+        return 0
+    f = idx.size // in_len
+    return f if np.array_equal(idx, np.arange(idx.size) // f) else 0
+
+
 def _cubic(d: np.ndarray, a: float) -> np.ndarray:
     d = np.abs(d)
     near = ((a + 2) * d - (a + 3)) * d * d + 1
@@ -173,11 +181,25 @@ class _ResizeSpec:
         if not steps:
             return x
         if self.mode == "nearest":
-            y = x
+            gathers = []
             for axis, out_len, scale, pair in steps:
-                src = _source_coords(self.coord, out_len, y.shape[axis], scale, pair)
-                idx = np.clip(_nearest_index(src, self.nearest_mode, scale), 0, y.shape[axis] - 1)
-                in_len = y.shape[axis]
+                in_len = x.shape[axis]
+                src = _source_coords(self.coord, out_len, in_len, scale, pair)
+                idx = np.clip(_nearest_index(src, self.nearest_mode, scale), 0, in_len - 1)
+                gathers.append((axis, idx, src, in_len))
+            repeats = [(a, _repeat_factor(idx, n)) for a, idx, _, n in gathers]
+            if self.coord != "tf_crop_and_resize" and all(f for _, f in repeats):
+                # integer upsampling where output j reads input j // f on every resized axis:
+                # one broadcast copy instead of a gather per axis (the common 2x nearest)
+                view_shape, out_shape = [], []
+                factors = dict(repeats)
+                for a, d in enumerate(x.shape):
+                    view_shape += [d, 1] if a in factors else [d]
+                    out_shape += [d, factors[a]] if a in factors else [d]
+                y = np.broadcast_to(x.reshape(view_shape), out_shape)
+                return y.reshape([d * factors.get(a, 1) for a, d in enumerate(x.shape)])
+            y = x
+            for axis, idx, src, in_len in gathers:
                 y = self._extrapolate(np.take(y, idx, axis=axis), axis, src, in_len)
             return y
         work = np.float64 if x.dtype == np.float64 else np.float32
