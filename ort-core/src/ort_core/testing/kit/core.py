@@ -665,29 +665,28 @@ class Kit:
         if not selected:
             raise _Skip(f"{self.name} claims no node of any case (source: {tally.source})")
         for case, graph, claimed in selected:
-            op = getattr(case, "op", "") or graph.nodes[min(claimed)].op_type
-            outcome = self._run_case(case, graph)
+            outcome = self._run_case(case, graph, claimed)
             if outcome is None:
                 continue  # not placed on the provider after all (kernel creation declined it)
-            tally.claimed += 1
-            per_op = tally.per_op.setdefault(op, [0, 0])
-            per_op[1] += 1
-            status, message = outcome
+            status, message, ops = outcome
             if status == "unrunnable":
-                tally.claimed -= 1
-                per_op[1] -= 1
                 tally.unrunnable[case.name] = message
-            elif status == "passed":
-                tally.passed += 1
-                per_op[0] += 1
+                continue
+            if status == "failed" and case.name not in self.config.known_failures and self._fails_on_fallback(case):
+                tally.fallback_failures[case.name] = message
+                continue
+            tally.claimed += 1
+            passed = status == "passed"
+            tally.passed += passed
+            for op in ops:  # per op the provider ran in the case: [passed, claimed]
+                counts = tally.per_op.setdefault(op, [0, 0])
+                counts[0] += passed
+                counts[1] += 1
+            if passed:
                 if case.name in self.config.known_failures:
                     logger.info("kit: %s is listed as a known failure but passes", case.name)
             elif case.name in self.config.known_failures:
                 tally.known_failures[case.name] = f"{self.config.known_failures[case.name]} ({message})"
-            elif self._fails_on_fallback(case):
-                tally.claimed -= 1
-                per_op[1] -= 1
-                tally.fallback_failures[case.name] = message
             else:
                 tally.failures[case.name] = message
                 problems.append(f"{case.name}: {message}")
@@ -729,18 +728,26 @@ class Kit:
                     return problem
         return None
 
-    def _run_case(self, case: NodeCase, graph: GraphView) -> tuple[str, str] | None:
+    def _run_case(
+        self, case: NodeCase, graph: GraphView, claimed: frozenset[int]
+    ) -> tuple[str, str, frozenset[str]] | None:
+        """(status, message, op types run by the provider), or None if it ran none after all."""
+        asked = frozenset(graph.nodes[i].qualified_op for i in claimed)
         try:
             with np.errstate(all="ignore"):
                 sess = self._session(case.model, optimize=False)
         except OrtNotImplemented as exc:
-            return "unrunnable", " ".join(str(exc).split())[:400]
+            return "unrunnable", " ".join(str(exc).split())[:400], asked
         except Exception as exc:
-            return "failed", f"session creation raised {type(exc).__name__}: {exc}"
-        if not any(p.provider == self.name for p in sess.get_placement().nodes):
+            return "failed", f"session creation raised {type(exc).__name__}: {exc}", asked
+        ops = frozenset(
+            f"{p.domain}::{p.op_type}" if p.domain else p.op_type
+            for p in sess.get_placement().nodes if p.provider == self.name
+        )
+        if not ops:
             return None
         problem = self._compare_case(case, sess)
-        return ("failed", problem) if problem else ("passed", "")
+        return ("failed", problem, ops) if problem else ("passed", "", ops)
 
     # ------------------------------------------------------------------ 8. partial placement
     def _probe(self) -> tuple[str, onnx.ModelProto]:
