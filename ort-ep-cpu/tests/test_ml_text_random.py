@@ -290,3 +290,13 @@ def test_tree_ensemble_regressor_matches_onnxruntime(aggregate, post):
     x = np.round(rng.standard_normal((200, 5)), 1).astype(np.float32)  # ties hit the EQ/NEQ/LEQ edges
     x[rng.random(x.shape) < 0.1] = np.nan
     _compare(model, {"x": x})
+
+
+def test_string_inputs_may_be_numpy_unicode_or_bytes_arrays():
+    model = _model(helper.make_node("StringConcat", ["a", "b"], ["y"]), [_vi("a", S, [2]), _vi("b", S, [2])],
+                   [_vi("y", S, [2])])
+    session = ort.InferenceSession(model.SerializeToString())
+    (y,) = session.run(None, {"a": np.array(["x", "é"]), "b": np.array(["1", "2"], dtype=object)})
+    assert y.dtype == object and y.tolist() == ["x1", "é2"]
+    (y,) = session.run(None, {"a": np.array(["é".encode(), b"z"]), "b": np.array(["1", "2"])})
+    assert y.tolist() == ["é1", "z2"]

@@ -609,6 +609,9 @@ def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | N
             value = np.asarray(value, dtype=dtype)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from None
+    elif dtype.kind == "O" and value.dtype.kind in ("U", "S"):
+        # strings as numpy unicode/bytes arrays, as onnxruntime takes them
+        value = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(object)
     elif value.dtype != dtype:
         raise InvalidArgument(
             f"input {name!r}: unexpected data type: expected {type_str} ({dtype}), "
