@@ -81,7 +81,7 @@ def _allowed(schema, type_param: str) -> list[str]:
 def _random(rng, dtype: np.dtype, shape, op: str) -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(bool)
-    if dtype == object:
+    if dtype.kind == "O":
         return np.array([str(v) for v in rng.standard_normal(int(np.prod(shape)))], dtype=object).reshape(shape)
     if dtype.kind in "iu":
         lo, hi = (0, 6) if dtype.kind == "u" or op == "Pow" else (-6, 6)
@@ -179,7 +179,7 @@ def _cases(op: str):
                     if op == "Cast":
                         yield v, f"{ts}->{to_str}", [x], {"to": to if v > 1 else TensorProto.DataType.Name(to)}
                     else:
-                        like = np.array(["a"], dtype=object) if to_dt == object else np.zeros((1,), dtype=to_dt)
+                        like = np.array(["a"], dtype=object) if to_dt.kind == "O" else np.zeros((1,), dtype=to_dt)
                         yield v, f"{ts}->{to_str}", [x, like], {}
         if op == "Where":
             for ts in _allowed(schema, schema.inputs[1].type_str):
