@@ -113,7 +113,55 @@ def _taps(x: np.ndarray, mode: str, scale: float, antialias: bool, cubic_a: floa
         w = np.where((positions < 0) | (positions >= in_len), 0.0, w)
         total = w.sum(axis=1, keepdims=True)
         w = w / np.where(total == 0, 1.0, total)
-    return np.clip(positions, 0, in_len - 1), w
+    return positions, w
+
+
+def _phase_taps(positions: np.ndarray, w: np.ndarray, in_len: int):
+    """For an integer upsampling (out = f * in) whose taps repeat with period f, the
+    (offset, weight) pairs of each phase r: output j*f + r = sum w * x[j + offset] (indices
+    past the ends read the edge, i.e. edge padding). None when the pattern is not periodic."""
+    out_len = positions.shape[0]
+    if in_len == 0 or out_len % in_len or out_len == in_len:
+        return None
+    f = out_len // in_len
+    base = np.arange(in_len)[:, None]
+    phases = []
+    for r in range(f):
+        pos, wr = positions[r::f], w[r::f]
+        offsets = pos - base
+        if not ((offsets == offsets[:1]).all() and (wr == wr[:1]).all()):
+            return None
+        phases.append((offsets[0].tolist(), wr[0]))
+    return phases
+
+
+def _resize_phases(y: np.ndarray, axis: int, phases, work) -> np.ndarray:
+    """Integer upsampling along ``axis`` from per-phase taps: unit-stride slices of the
+    edge-padded input instead of gathers (the common bilinear/bicubic 2x upsample)."""
+    in_len = y.shape[axis]
+    lo = max(0, -min(min(o) for o, _ in phases))
+    hi = max(0, max(max(o) for o, _ in phases))
+    width = [(0, 0)] * y.ndim
+    width[axis] = (lo, hi)
+    padded = np.pad(y, width, mode="edge") if lo or hi else y
+    f = len(phases)
+    out = np.empty(y.shape[:axis] + (in_len, f) + y.shape[axis + 1 :], dtype=work)
+    before = (slice(None),) * axis
+    for r, (offsets, weights) in enumerate(phases):
+        dst = out[before + (slice(None), r)]
+        first = True
+        for o, wt in zip(offsets, weights):
+            if wt == 0:
+                continue
+            src = padded[before + (slice(lo + o, lo + o + in_len),)]
+            if first:
+                np.multiply(src, work(wt), out=dst)
+                first = False
+            else:
+                dst += src * work(wt)
+        if first:
+            dst[...] = 0
+    return out.reshape(y.shape[:axis] + (in_len * f,) + y.shape[axis + 1 :])
 
 
 class _ResizeSpec:
@@ -207,7 +255,12 @@ class _ResizeSpec:
         for axis, out_len, scale, pair in steps:
             in_len = y.shape[axis]
             src = _source_coords(self.coord, out_len, in_len, scale, pair)
-            idx, w = _taps(src, self.mode, scale, self.antialias, self.cubic_a, self.exclude_outside, in_len)
+            positions, w = _taps(src, self.mode, scale, self.antialias, self.cubic_a, self.exclude_outside, in_len)
+            phases = None if self.exclude_outside or self.coord == "tf_crop_and_resize" else _phase_taps(positions, w, in_len)
+            if phases is not None:
+                y = _resize_phases(y, axis, phases, work)
+                continue
+            idx = np.clip(positions, 0, in_len - 1)
             w = w.astype(work)
             wshape = (out_len,) + (1,) * (y.ndim - axis - 1)
             acc = None
