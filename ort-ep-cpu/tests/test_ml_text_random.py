@@ -300,3 +300,24 @@ def test_string_inputs_may_be_numpy_unicode_or_bytes_arrays():
     assert y.dtype == object and y.tolist() == ["x1", "é2"]
     (y,) = session.run(None, {"a": np.array(["é".encode(), b"z"]), "b": np.array(["1", "2"])})
     assert y.tolist() == ["é1", "z2"]
+
+
+@pytest.mark.parametrize("kernel_type", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("one_class", [0, 1])
+def test_svm_regressor_matches_onnxruntime(kernel_type, one_class):
+    rng = np.random.default_rng(3)
+    n_sv, n_features = 6, 4
+    node = helper.make_node(
+        "SVMRegressor", ["x"], ["y"], domain=ML, kernel_type=kernel_type, kernel_params=[0.3, 0.5, 3.0],
+        n_supports=n_sv, support_vectors=rng.standard_normal(n_sv * n_features).tolist(),
+        coefficients=rng.standard_normal(n_sv).tolist(), rho=[0.25], one_class=one_class,
+    )
+    model = _model(node, [_vi("x", F, [None, n_features])], [_vi("y", F, [None, 1])], ml_opset=1)
+    _compare(model, {"x": rng.standard_normal((20, n_features)).astype(np.float32)})
+
+
+def test_svm_regressor_without_support_vectors_is_linear():
+    node = helper.make_node("SVMRegressor", ["x"], ["y"], domain=ML, coefficients=[1.0, -2.0, 0.5], rho=[0.1],
+                            kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0])
+    model = _model(node, [_vi("x", F, [None, 3])], [_vi("y", F, [None, 1])], ml_opset=1)
+    _compare(model, {"x": np.arange(12, dtype=np.float32).reshape(4, 3)})

@@ -541,7 +541,59 @@ def _tree_ensemble_regressor(node, request):
     return predict
 
 
+_SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+
+def _svm_kernel(kind: str, gamma: float, coef0: float, degree: float):
+    """K(X, SV) for all samples and support vectors at once: (N, F) x (S, F) -> (N, S)."""
+    if kind == "LINEAR":
+        return lambda x, sv: x @ sv.T
+    if kind == "POLY":
+        return lambda x, sv: (gamma * (x @ sv.T) + coef0) ** degree
+    if kind == "SIGMOID":
+        return lambda x, sv: np.tanh(gamma * (x @ sv.T) + coef0)
+
+    def rbf(x, sv):
+        d2 = (x * x).sum(axis=1)[:, None] - 2.0 * (x @ sv.T) + (sv * sv).sum(axis=1)[None, :]
+        return np.exp(-gamma * np.maximum(d2, 0.0))
+
+    return rbf
+
+
+@kernel("SVMRegressor", domain=ML)
+def _svm_regressor(node, request):
+    name = f"SVMRegressor {node.name!r}"
+    kind = node.attr("kernel_type", "LINEAR")
+    if kind not in _SVM_KERNELS:
+        raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_SVM_KERNELS)}")
+    params = list(node.attr("kernel_params") or [0.0, 0.0, 0.0])
+    gamma, coef0, degree = (float(v) for v in (params + [0.0, 0.0, 0.0])[:3])
+    coefficients = np.asarray(node.attr("coefficients") or [], dtype=np.float64)
+    n_supports = int(node.attr("n_supports", 0))
+    rho = float((node.attr("rho") or [0.0])[0])
+    one_class = bool(node.attr("one_class", 0))
+    post = _post_transform(node.attr("post_transform", "NONE"), node)
+    support = None
+    if n_supports > 0:
+        support = np.asarray(node.attr("support_vectors"), dtype=np.float64).reshape(n_supports, -1)
+    compute_kernel = _svm_kernel(kind, gamma, coef0, degree)
+
+    def predict(x):
+        xf = _rows(np.asarray(x)).astype(np.float64)
+        if support is not None:
+            if xf.shape[1] != support.shape[1]:
+                raise ValueError(f"{name}: {xf.shape[1]} features, the support vectors have {support.shape[1]}")
+            score = compute_kernel(xf, support) @ coefficients + rho
+        else:  # a linear model: coefficients are the weights
+            score = xf @ coefficients + rho
+        if one_class:
+            score = np.where(score > 0, 1.0, -1.0)
+        return post(score[:, None]).astype(np.float32)
+
+    return predict
+
+
 # Legacy tree/SVM/linear classifiers: their binary-class conventions are intricate and they
 # are rarely met in new models, so they run on onnx.reference for now.
-for _op in ("TreeEnsembleClassifier", "SVMClassifier", "SVMRegressor", "LinearClassifier"):
+for _op in ("TreeEnsembleClassifier", "SVMClassifier", "LinearClassifier"):
     delegate(_op, since=1, domain=ML)
