@@ -450,85 +450,98 @@ def _dict_vectorizer(node, request):
 _LEGACY_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
 
 
+class _LegacyForest:
+    """The legacy tree encoding (TreeEnsembleRegressor/Classifier): nodes addressed by (tree id,
+    node id), leaves are nodes with mode LEAF, each leaf carries (target or class, weight) votes
+    given by the ``<prefix>_treeids/_nodeids/_ids/_weights`` attributes."""
+
+    def __init__(self, node, prefix: str):
+        a = node.attributes
+        self.name = name = f"{node.op_type} {node.name!r}"
+
+        def arr(key, dtype, default=None):
+            for k in (f"{key}_as_tensor", key):
+                if k in a:
+                    return np.asarray(a[k], dtype=dtype).reshape(-1)
+            if default is None:
+                raise ValueError(f"{name}: attribute {key!r} is required")
+            return default
+
+        self.arr = arr
+        tree_ids, node_ids = arr("nodes_treeids", np.int64), arr("nodes_nodeids", np.int64)
+        mode_names = list(a.get("nodes_modes") or [])
+        unknown = sorted({m for m in mode_names if m not in _MODES and m != "LEAF"})
+        if unknown:
+            raise ValueError(f"{name}: unknown nodes_modes {unknown}; valid: {', '.join([*_MODES, 'LEAF'])}")
+        modes = np.array([_MODES.get(m, -1) for m in mode_names], dtype=np.int64)
+        is_leaf = modes < 0
+        position = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(tree_ids, node_ids))}
+
+        def locate(tree: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
+            out = np.empty(len(ids), dtype=np.int64)
+            for k, (t, i) in enumerate(zip(tree.tolist(), ids.tolist())):
+                found = position.get((t, i))
+                if found is None:
+                    raise ValueError(f"{name}: {what} refers to node {i} of tree {t}, which does not exist")
+                out[k] = found
+            return out
+
+        here = np.arange(len(modes))
+        true_ids = np.where(is_leaf, node_ids, arr("nodes_truenodeids", np.int64))
+        false_ids = np.where(is_leaf, node_ids, arr("nodes_falsenodeids", np.int64))
+        self.true_next = np.where(is_leaf, here, locate(tree_ids, true_ids, "nodes_truenodeids"))
+        self.false_next = np.where(is_leaf, here, locate(tree_ids, false_ids, "nodes_falsenodeids"))
+        self.missing_true = arr("nodes_missing_value_tracks_true", np.int64, np.zeros(len(modes), np.int64)).astype(bool)
+        self.features, self.splits = arr("nodes_featureids", np.int64), arr("nodes_values", np.float64)
+        self.modes, self.is_leaf = modes, is_leaf
+        # a tree's root is its node that no other node points to
+        children = set(self.true_next[~is_leaf].tolist()) | set(self.false_next[~is_leaf].tolist())
+        roots_by_tree: dict[int, int] = {}
+        for k, t in enumerate(tree_ids.tolist()):
+            if k not in children and t not in roots_by_tree:
+                roots_by_tree[t] = k
+        self.roots = np.array(list(roots_by_tree.values()), dtype=np.int64)
+        self.n_trees = len(self.roots)
+        # leaf -> its votes, as CSR over node positions
+        leaf_of = locate(arr(f"{prefix}_treeids", np.int64), arr(f"{prefix}_nodeids", np.int64), f"{prefix}_nodeids")
+        self.vote_ids = arr(f"{prefix}_ids", np.int64)
+        self.vote_weights = arr(f"{prefix}_weights", np.float64)
+        order = np.argsort(leaf_of, kind="stable")
+        self.starts = np.searchsorted(leaf_of[order], np.arange(len(modes) + 1))
+        self.entry_id, self.entry_weight = self.vote_ids[order], self.vote_weights[order]
+
+    def votes(self, x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """(number of rows, row, id, weight) of every vote of every tree for every row."""
+        xf = (x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)).astype(np.float64)
+        n = xf.shape[0]
+        leaves = _walk(xf, self.roots, self.is_leaf[self.roots], self.features, self.modes, self.splits,
+                       self.true_next, self.false_next, self.is_leaf[self.true_next],
+                       self.is_leaf[self.false_next], self.missing_true, {})
+        lo, hi = self.starts[leaves].ravel(), self.starts[leaves + 1].ravel()
+        counts = hi - lo
+        rows = np.repeat(np.repeat(np.arange(n), self.n_trees), counts)
+        entries = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        return n, rows, self.entry_id[entries], self.entry_weight[entries]
+
+
 @kernel("TreeEnsembleRegressor", domain=ML)
 def _tree_ensemble_regressor(node, request):
-    # The legacy encoding: nodes addressed by (tree id, node id), leaves are nodes with mode
-    # LEAF, and each leaf may carry several (target, weight) pairs.
+    forest = _LegacyForest(node, "target")
     a = node.attributes
-    name = f"TreeEnsembleRegressor {node.name!r}"
-
-    def arr(key, dtype, default=None):
-        for k in (f"{key}_as_tensor", key):
-            if k in a:
-                return np.asarray(a[k], dtype=dtype).reshape(-1)
-        if default is None:
-            raise ValueError(f"{name}: attribute {key!r} is required")
-        return default
-
-    tree_ids, node_ids = arr("nodes_treeids", np.int64), arr("nodes_nodeids", np.int64)
-    mode_names = list(a.get("nodes_modes") or [])
-    unknown = sorted({m for m in mode_names if m not in _MODES and m != "LEAF"})
-    if unknown:
-        raise ValueError(f"{name}: unknown nodes_modes {unknown}; valid: {', '.join([*_MODES, 'LEAF'])}")
-    modes = np.array([_MODES.get(m, -1) for m in mode_names], dtype=np.int64)
-    is_leaf = modes < 0
-    features = arr("nodes_featureids", np.int64)
-    splits = arr("nodes_values", np.float64)
-    position = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(tree_ids, node_ids))}
-
-    def locate(tree: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
-        out = np.empty(len(ids), dtype=np.int64)
-        for k, (t, i) in enumerate(zip(tree.tolist(), ids.tolist())):
-            found = position.get((t, i))
-            if found is None:
-                raise ValueError(f"{name}: {what} refers to node {i} of tree {t}, which does not exist")
-            out[k] = found
-        return out
-
-    true_next = arr("nodes_truenodeids", np.int64)
-    false_next = arr("nodes_falsenodeids", np.int64)
-    true_next = np.where(is_leaf, np.arange(len(modes)), locate(tree_ids, np.where(is_leaf, node_ids, true_next), "nodes_truenodeids"))
-    false_next = np.where(is_leaf, np.arange(len(modes)), locate(tree_ids, np.where(is_leaf, node_ids, false_next), "nodes_falsenodeids"))
-    missing_true = arr("nodes_missing_value_tracks_true", np.int64, np.zeros(len(modes), np.int64)).astype(bool)
-    # a tree's root is its node that no other node points to
-    children = set(true_next[~is_leaf].tolist()) | set(false_next[~is_leaf].tolist())
-    roots_by_tree: dict[int, int] = {}
-    for k, t in enumerate(tree_ids.tolist()):
-        if k not in children and t not in roots_by_tree:
-            roots_by_tree[t] = k
-    roots = np.array(list(roots_by_tree.values()), dtype=np.int64)
-    n_trees = len(roots)
-    # leaf -> its (target, weight) pairs, as CSR over node positions
-    leaf_of = locate(arr("target_treeids", np.int64), arr("target_nodeids", np.int64), "target_nodeids")
-    target_ids = arr("target_ids", np.int64)
-    target_weights = arr("target_weights", np.float64)
-    order = np.argsort(leaf_of, kind="stable")
-    starts = np.searchsorted(leaf_of[order], np.arange(len(modes) + 1))
-    entry_target, entry_weight = target_ids[order], target_weights[order]
-    n_targets = int(a.get("n_targets", int(target_ids.max(initial=0)) + 1))
-    base = arr("base_values", np.float64, np.zeros(0))
+    n_targets = int(a.get("n_targets", int(forest.vote_ids.max(initial=0)) + 1))
+    base = forest.arr("base_values", np.float64, np.zeros(0))
     aggregate = a.get("aggregate_function", "SUM")
     if aggregate not in _LEGACY_AGGREGATES:
-        raise ValueError(f"{name}: aggregate_function {aggregate!r} not one of {', '.join(_LEGACY_AGGREGATES)}")
+        raise ValueError(f"{forest.name}: aggregate_function {aggregate!r} not one of {', '.join(_LEGACY_AGGREGATES)}")
     post = _post_transform(a.get("post_transform", "NONE"), node)
 
     def predict(x):
-        x = np.asarray(x)
-        xf = (x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)).astype(np.float64)
-        n = xf.shape[0]
-        leaves = _walk(xf, roots, is_leaf[roots], features, modes, splits, true_next, false_next,
-                       is_leaf[true_next], is_leaf[false_next], missing_true, {})
-        # expand every reached leaf into its (target, weight) entries
-        lo, hi = starts[leaves].ravel(), starts[leaves + 1].ravel()
-        counts = hi - lo
-        rows = np.repeat(np.repeat(np.arange(n), n_trees), counts)
-        entries = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        targets, weights = entry_target[entries], entry_weight[entries]
+        n, rows, targets, weights = forest.votes(np.asarray(x))
         if aggregate in ("SUM", "AVERAGE"):
             out = np.zeros((n, n_targets))
             np.add.at(out, (rows, targets), weights)
             if aggregate == "AVERAGE":
-                out /= n_trees
+                out /= forest.n_trees
         else:
             fill = np.inf if aggregate == "MIN" else -np.inf
             out = np.full((n, n_targets), fill)
