@@ -191,8 +191,13 @@ def resolve(options: Mapping[str, Any], intra_op_num_threads: int = 0) -> Compil
     targets = physical_devices(device_type) or PHYSICAL
     for dev in targets:
         props = dict(device_props)
-        if threads and dev.startswith("CPU"):
-            props["INFERENCE_NUM_THREADS"] = int(threads)
+        if dev.startswith("CPU"):
+            # pinned threads stall when another process (or our own CPU fallback kernels) holds
+            # their core; unpinned was ~1.5x faster on the shared test machine. load_config can
+            # turn pinning back on.
+            props["ENABLE_CPU_PINNING"] = False
+            if threads:
+                props["INFERENCE_NUM_THREADS"] = int(threads)
         per_device[dev] = props
     top: dict[str, Any] = {"PERFORMANCE_HINT": options["performance_hint"]}
     if options["num_streams"]:
