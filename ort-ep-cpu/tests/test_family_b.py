@@ -347,3 +347,12 @@ def test_max_roi_pool_rounds_halves_away_from_zero():
     rois = np.array([[0, 1, 1, 15, 19], [0, 3, 2, 9, 7]], np.float32)  # *0.5 gives .5 corners
     model = _model("MaxRoiPool", [("x", F, x.shape)], [("y", F, None)], {"pooled_shape": [3, 2], "spatial_scale": 0.5}, [("rois", rois)], opset=13)
     _check(model, {"x": x}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_conv_transpose_stride_equal_kernel_matches_onnxruntime(group):
+    # stride == kernel takes the non-overlapping (transpose-only) fold
+    x = RNG.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    w = RNG.standard_normal((8, 12 // group, 2, 3)).astype(np.float32)
+    model = _model("ConvTranspose", [("x", F, x.shape)], [("y", F, None)], {"strides": [2, 3], "group": group}, [("w", w)], opset=17)
+    _check(model, {"x": x})

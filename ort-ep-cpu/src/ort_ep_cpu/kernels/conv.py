@@ -48,8 +48,8 @@ def _conv_transpose(node, request):
         nd = x.ndim - 2
         n, c = x.shape[:2]
         in_spatial = x.shape[2:]
-        kernel_shape = list(node.attr("kernel_shape") or w.shape[2:])
-        strides = list(node.attr("strides") or [1] * nd)
+        kernel_shape = [int(v) for v in (node.attr("kernel_shape") or w.shape[2:])]
+        strides = [int(v) for v in (node.attr("strides") or [1] * nd)]
         dilations = list(node.attr("dilations") or [1] * nd)
         out_pad = list(node.attr("output_padding") or [0] * nd)
         output_shape = node.attr("output_shape")
@@ -74,10 +74,20 @@ def _conv_transpose(node, request):
         cg, mg = c // group, m // group
         k = int(np.prod(kernel_shape))
         # (G, Mg*K, Cg) @ (N, G, Cg, L) -> (N, G, Mg*K, L)
-        wt = w.reshape(group, cg, mg * k).transpose(0, 2, 1)
-        cols = np.matmul(wt, x.reshape(n, group, cg, -1))
+        wt = np.ascontiguousarray(w.reshape(group, cg, mg * k).transpose(0, 2, 1))
+        xg = x.reshape(n, group, cg, -1)
+        cols = np.empty((n, group, mg * k, xg.shape[-1]), dtype=np.result_type(x, w))
+        for i in range(n):  # 2-D GEMMs: numpy's broadcast stacked matmul skips BLAS
+            for g in range(group):
+                np.matmul(wt[g], xg[i, g], out=cols[i, g])
         cols = cols.reshape(n, m, *kernel_shape, *in_spatial)
-        y = _fold(cols, kernel_shape, strides, dilations, in_spatial, begin, out_spatial)
+        if strides == kernel_shape and all(d == 1 for d in dilations) and begin == [0] * nd and out_spatial == full:
+            # stride == kernel, no padding: the kernel footprints tile the output without
+            # overlapping, so the fold is a transpose (the common 2x "deconvolution" upsample)
+            order = [0, 1] + [p for d in range(nd) for p in (2 + nd + d, 2 + d)]
+            y = cols.transpose(order).reshape(n, m, *out_spatial)
+        else:
+            y = _fold(cols, kernel_shape, strides, dilations, in_spatial, begin, out_spatial)
         if b is not None:
             y = y + b.reshape((1, -1) + (1,) * nd).astype(y.dtype, copy=False)
         return np.ascontiguousarray(y)
