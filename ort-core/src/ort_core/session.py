@@ -378,7 +378,10 @@ class InferenceSession:
                 continue
             device = self._pick_device(name, devices.devices, parsed)
             ctx = ProviderContext(
-                name=name, options=parsed, device=device, session_config=dict(self._config),
+                name=name, options=parsed, device=device,
+                # SessionOptions.enable_cpu_mem_arena reaches providers as this config entry
+                session_config={"session.enable_cpu_mem_arena": str(int(bool(self._options.enable_cpu_mem_arena))),
+                                **self._config},
                 intra_op_num_threads=threads,
             )
             bp = BoundProvider(ctx, spec, reg_provider.hooks)

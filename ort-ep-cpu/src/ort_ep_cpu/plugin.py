@@ -18,7 +18,7 @@ from ort_core import (
     hookimpl,
 )
 
-from . import PROVIDER_NAME, kernels, threads  # noqa: F401  (importing kernels registers them)
+from . import PROVIDER_NAME, arena, kernels, threads  # noqa: F401  (importing kernels registers them)
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -67,6 +67,8 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
 def ort_session_start(ep: ProviderContext) -> None:
     if ep.name == PROVIDER_NAME:  # BLAS pools are per process: see threads.py
         ep.state["blas_threads"] = threads.limit(int(ep.intra_op_num_threads or 0))
+        if ep.session_config.get("session.enable_cpu_mem_arena", "1") != "0":
+            ep.state["arena"] = arena.enable()  # see arena.py
 
 
 @hookimpl
