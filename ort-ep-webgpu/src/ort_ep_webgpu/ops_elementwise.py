@@ -56,14 +56,16 @@ def elementwise_kernel(
     shape_of: Callable[[int, GpuTensor], Shape] | None = None,
     out_shape_of: Callable[[Sequence], Shape] | None = None,
     host_inputs: frozenset[int] = frozenset(),
+    make_from_args: Callable[[Sequence], tuple[str, np.dtype]] | None = None,
 ) -> Kernel:
-    """A broadcasting elementwise kernel over the present device inputs."""
+    """A broadcasting elementwise kernel over the present device inputs. ``make_from_args``
+    replaces ``make`` where the expression depends on host inputs (constants of the shader)."""
 
     def prepare(args: Sequence) -> Prepared:
         present = [k for k, a in enumerate(args) if a is not None and k not in host_inputs]
         shapes = [shape_of(k, args[k]) if shape_of else args[k].shape for k in present]
         out_shape = out_shape_of(args) if out_shape_of else tuple(np.broadcast_shapes(*shapes))
-        expr, out_dtype = make([args[k].dtype for k in present])
+        expr, out_dtype = make_from_args(args) if make_from_args else make([args[k].dtype for k in present])
         source = elementwise_source([(s, args[k].dtype) for s, k in zip(shapes, present)], out_shape, out_dtype, expr)
         n = _prod(out_shape)
         dispatch = Dispatch(rt.gpu.pipeline(source), tuple(present), (0,), wgsl.groups_1d(n))
@@ -241,32 +243,20 @@ def _clip(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
         lo = wgsl.flit(float(node.attr("min", -3.4028234663852886e38)))
         hi = wgsl.flit(float(node.attr("max", 3.4028234663852886e38)))
         return elementwise_kernel(rt, lambda dtypes: (f"min(max(x0, {lo}), {hi})", dtypes[0]))
-    # opset 11+: min and max are (optional) inputs; they are read on the host as constants
-    # of the shader, so a new bound compiles a new pipeline (bounds are nearly always constant)
-    box: dict[str, str] = {}
-
-    def make(dtypes: list[np.dtype]) -> tuple[str, np.dtype]:
-        return box["expr"], dtypes[0]
-
-    kernel = elementwise_kernel(rt, make, host_inputs=frozenset({1, 2}))
-    inner = kernel.run
-
-    def run(x, lo=None, hi=None):
+    # opset 11+: min and max are (optional) inputs, read on the host as constants of the
+    # shader (a new bound compiles a new pipeline; bounds are nearly always constant)
+    def make_from_args(args: Sequence) -> tuple[str, np.dtype]:
+        x = args[0]
         is_float = wgsl.kind(x.dtype) == "f"
-
-        def lit(v) -> str:
-            v = np.asarray(v).reshape(()).item()
-            return wgsl.flit(v) if is_float else f"{int(v)}"
-
         expr = "x0"
-        if lo is not None:
-            expr = f"max({expr}, {lit(lo)})"
-        if hi is not None:
-            expr = f"min({expr}, {lit(hi)})"
-        box["expr"] = expr
-        return inner(x, lo, hi)
+        for k, fn in ((1, "max"), (2, "min")):
+            if k < len(args) and args[k] is not None:
+                v = np.asarray(args[k]).reshape(()).item()
+                expr = f"{fn}({expr}, {wgsl.flit(v) if is_float else int(v)})"
+        return expr, x.dtype
 
-    return Kernel(run=run, single_output=True, host_inputs=kernel.host_inputs)
+    return elementwise_kernel(rt, lambda dtypes: ("x0", dtypes[0]), host_inputs=frozenset({1, 2}),
+                              make_from_args=make_from_args)
 
 
 def _batch_norm_check(node: NodeView) -> str | None:

@@ -14,7 +14,6 @@ from .ops_elementwise import _kind_check
 from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
 
 Shape = tuple[int, ...]
-TILE = 16
 ROW_WG = 64  # threads per row in the row kernels (Softmax, LayerNormalization)
 _FLOAT_ONLY = _kind_check({"f": ""})
 
@@ -26,6 +25,88 @@ def _prod(shape: Sequence[int]) -> int:
 # --------------------------------------------------------------------------------------------
 # MatMul / Gemm
 # --------------------------------------------------------------------------------------------
+
+
+def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) -> tuple[str, tuple[int, int, int]]:
+    """A batched (M x K) @ (K x N) product over accessor functions the caller defines in
+    ``helpers``: ``base_a(bz)``/``base_b(bz) -> u32`` (per-batch bases, computed once),
+    ``load_a(r, kk, ab)``/``load_b(kk, c, bb) -> f32`` and ``store_c(r, c, bz, v)``. Returns the
+    source and the workgroup counts.
+
+    M >= 8: 32x32 output tiles per workgroup of 8x8 threads; A and B tiles of 32x32 are staged
+    in workgroup memory and each thread accumulates a 4x4 block in registers (16 multiply-adds
+    per pair of workgroup loads, two barriers per K step). M < 8 (vector-matrix, e.g. batch-1
+    linear layers, depthwise convolutions): one thread per 4 outputs of a row reading straight
+    from the buffers, since a 32-row tile would leave most threads idle.
+    """
+    if m < 8:
+        n4 = -(-n // 4)
+        total = nbatch * m * n4
+        lines = [
+            f"  let c0 = (i % {n4}u) * 4u;",
+            f"  let row = (i / {n4}u) % {m}u;",
+            f"  let bz = i / {n4 * m}u;",
+            "  let ab = base_a(bz);",
+            "  let bb = base_b(bz);",
+            "  var acc0 = 0.0; var acc1 = 0.0; var acc2 = 0.0; var acc3 = 0.0;",
+            # columns past N read column N-1 (in bounds) and are not stored
+            *[f"  let c{j}x = min(c0 + {j}u, {n - 1}u);" for j in range(4)],
+            f"  for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{",
+            "    let a = load_a(row, kk, ab);",
+            *[f"    acc{j} = acc{j} + a * load_b(kk, c{j}x, bb);" for j in range(4)],
+            "  }",
+            *[f"  if (c0 + {j}u < {n}u) {{ store_c(row, c0 + {j}u, bz, acc{j}); }}" for j in range(4)],
+        ]
+        return head + "\n" + helpers + "\n" + wgsl.main_1d(total, "\n".join(lines)), wgsl.groups_1d(total)
+
+    groups = (-(-n // 32), -(-m // 32), nbatch)
+    if max(groups) > wgsl.MAX_GROUPS:
+        raise ValueError(f"product of {m}x{n} outputs x {nbatch} batches exceeds the dispatch limit")
+    fma = [f"      let a{r} = ta[(ty + {r}u) * 32u + kk];" for r in range(4)]
+    fma += [f"      let b{c} = tb[kk * 32u + tx + {c}u];" for c in range(4)]
+    fma += ["      " + " ".join(f"acc{r}{c} = acc{r}{c} + a{r} * b{c};" for c in range(4)) for r in range(4)]
+    stores = [
+        f"  if (row0 + {r}u < {m}u && col0 + {c}u < {n}u) {{ store_c(row0 + {r}u, col0 + {c}u, bz, acc{r}{c}); }}"
+        for r in range(4) for c in range(4)
+    ]
+    return f"""{head}
+{helpers}
+var<workgroup> ta: array<f32, 1024>;
+var<workgroup> tb: array<f32, 1024>;
+@compute @workgroup_size(8, 8, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let bz = wid.z;
+  let ab = base_a(bz);
+  let bb = base_b(bz);
+  let tid = lid.y * 8u + lid.x;
+  let ty = lid.y * 4u;
+  let tx = lid.x * 4u;
+  let tile_row = wid.y * 32u;
+  let tile_col = wid.x * 32u;
+  {" ".join(f"var acc{r}{c} = 0.0;" for r in range(4) for c in range(4))}
+  for (var t = 0u; t < {k}u; t = t + 32u) {{
+    for (var e = 0u; e < 16u; e = e + 1u) {{
+      let idx = e * 64u + tid;
+      let r = idx / 32u;
+      let c = idx % 32u;
+      var av = 0.0;
+      if (tile_row + r < {m}u && t + c < {k}u) {{ av = load_a(tile_row + r, t + c, ab); }}
+      ta[idx] = av;
+      var bv = 0.0;
+      if (t + r < {k}u && tile_col + c < {n}u) {{ bv = load_b(t + r, tile_col + c, bb); }}
+      tb[idx] = bv;
+    }}
+    workgroupBarrier();
+    for (var kk = 0u; kk < 32u; kk = kk + 1u) {{
+{chr(10).join(fma)}
+    }}
+    workgroupBarrier();
+  }}
+  let row0 = tile_row + ty;
+  let col0 = tile_col + tx;
+{chr(10).join(stores)}
+}}
+""", groups
 
 
 def matmul_source(
@@ -42,52 +123,32 @@ def matmul_source(
     alpha: float = 1.0,
     beta: float = 1.0,
     c_strides: tuple[int, int] | None = None,
-) -> str:
-    """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias): 16x16 output tiles per workgroup, the
-    A and B tiles staged in workgroup memory, f32 accumulation."""
-    a_index = f"ak * {m}u + row" if trans_a else f"row * {k}u + ak"
-    b_index = f"col * {k}u + bk" if trans_b else f"bk * {n}u + col"
-    batch_code = wgsl.decompose("wid.z", batch, "b") if batch else ""
+) -> tuple[str, tuple[int, int, int]]:
+    """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias) with broadcast batch dimensions."""
+    a_index = "ab + kk * %du + r" if trans_a else "ab + r * %du + kk"
+    b_index = "bb + c * %du + kk" if trans_b else "bb + kk * %du + c"
+    value = "v" if alpha == 1.0 else f"{wgsl.flit(alpha)} * v"
+    if c_strides is not None:
+        bias = f"f32(in2[r * {c_strides[0]}u + c * {c_strides[1]}u])"
+        value += f" + {bias}" if beta == 1.0 else f" + {wgsl.flit(beta)} * {bias}"
+    decomposed = wgsl.decompose("bz", batch, "b") if batch else ""
     a_base = wgsl.offset("b", [s * m * k for s in a_batch]) if batch else "0u"
     b_base = wgsl.offset("b", [s * k * n for s in b_batch]) if batch else "0u"
-    result = "acc" if alpha == 1.0 else f"{wgsl.flit(alpha)} * acc"
-    if c_strides is not None:
-        c_index = f"row * {c_strides[0]}u + col * {c_strides[1]}u"
-        bias = f"f32(in2[{c_index}])"
-        result += f" + {bias}" if beta == 1.0 else f" + {wgsl.flit(beta)} * {bias}"
-    head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(out_dtype)])
-    return f"""{head}
-var<workgroup> ta: array<array<f32, {TILE}>, {TILE}>;
-var<workgroup> tb: array<array<f32, {TILE}>, {TILE}>;
-@compute @workgroup_size({TILE}, {TILE}, 1)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
-  let row = wid.y * {TILE}u + lid.y;
-  let col = wid.x * {TILE}u + lid.x;
-{batch_code}
-  let a_base = {a_base};
-  let b_base = {b_base};
-  var acc = 0.0;
-  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{
-    let ak = t + lid.x;
-    if (row < {m}u && ak < {k}u) {{ ta[lid.y][lid.x] = f32(in0[a_base + {a_index}]); }} else {{ ta[lid.y][lid.x] = 0.0; }}
-    let bk = t + lid.y;
-    if (bk < {k}u && col < {n}u) {{ tb[lid.y][lid.x] = f32(in1[b_base + {b_index}]); }} else {{ tb[lid.y][lid.x] = 0.0; }}
-    workgroupBarrier();
-    for (var kk = 0u; kk < {TILE}u; kk = kk + 1u) {{ acc = acc + ta[lid.y][kk] * tb[kk][lid.x]; }}
-    workgroupBarrier();
-  }}
-  if (row < {m}u && col < {n}u) {{
-    out0[wid.z * {m * n}u + row * {n}u + col] = {wgsl.store(result, out_dtype)};
-  }}
+    helpers = f"""
+fn base_a(bz: u32) -> u32 {{
+{decomposed}
+  return {a_base};
 }}
+fn base_b(bz: u32) -> u32 {{
+{decomposed}
+  return {b_base};
+}}
+fn load_a(r: u32, kk: u32, ab: u32) -> f32 {{ return f32(in0[{a_index % (m if trans_a else k)}]); }}
+fn load_b(kk: u32, c: u32, bb: u32) -> f32 {{ return f32(in1[{b_index % (k if trans_b else n)}]); }}
+fn store_c(r: u32, c: u32, bz: u32, v: f32) {{ out0[bz * {m * n}u + r * {n}u + c] = {wgsl.store(value, out_dtype)}; }}
 """
-
-
-def _matmul_groups(m: int, n: int, batch: int) -> tuple[int, int, int]:
-    groups = (-(-n // TILE), -(-m // TILE), batch)
-    if max(groups) > wgsl.MAX_GROUPS:
-        raise ValueError(f"MatMul of {m}x{n} outputs x {batch} batches exceeds the dispatch limit")
-    return groups
+    head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(out_dtype)])
+    return gemm_source(head, m, n, k, _prod(batch), helpers)
 
 
 @op("MatMul", check=_FLOAT_ONLY)
@@ -102,11 +163,11 @@ def _matmul(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
             raise ValueError(f"MatMul {node.name!r}: shapes {a.shape} and {b.shape} do not match")
         batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
         out_shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
-        source = matmul_source(
+        source, groups = matmul_source(
             [a.dtype, b.dtype], a.dtype, m, n, k, batch,
             wgsl.broadcast_strides(a_shape[:-2], batch), wgsl.broadcast_strides(b_shape[:-2], batch),
         )
-        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), _matmul_groups(m, n, _prod(batch)))
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), groups)
         return Prepared([(out_shape, a.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
@@ -132,8 +193,8 @@ def _gemm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
             c_strides = (st[0], st[1])
             inputs = (0, 1, 2)
             dtypes.append(c.dtype)
-        source = matmul_source(dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides)
-        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), _matmul_groups(m, n, 1))
+        source, groups = matmul_source(dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides)
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups)
         return Prepared([((m, n), a.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
@@ -210,23 +271,38 @@ def _conv(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
         out_shape = (n, m, *out_spatial)
         mg = m // group
         ks = _prod(kernel)
-        ss = _prod(spatial)
-        body = f"      acc = acc + f32(in0[xo]) * f32(in1[(o1 * {cg}u + ci) * {ks}u + kk]);"
-        lines = [
-            wgsl.decompose("i", out_shape, "o"),
-            f"  let g = o1 / {mg}u;",
-            f"  var acc = {'f32(in2[o1])' if b is not None else '0.0'};",
-            f"  for (var ci = 0u; ci < {cg}u; ci = ci + 1u) {{",
-            f"  let x_base = (o0 * {c}u + g * {cg}u + ci) * {ss}u;",
-            _window_loop(nd, spatial, kernel, strides, dilations, pads, body, "x_base"),
-            "  }",
-            f"  out0[i] = {wgsl.store('acc', x.dtype)};",
-        ]
+        ohw = _prod(out_spatial)
+        # implicit GEMM per group: (Mg x Cg*KS weights) @ (Cg*KS x N*OHW im2col columns, read
+        # from x on the fly with zero padding)
+        x_strides = wgsl.strides(spatial)
+        checks = " && ".join(f"p{d} >= 0 && p{d} < {spatial[d]}" for d in range(nd))
+        offsets = " + ".join(f"u32(p{d}) * {x_strides[d]}u" for d in range(nd))
+        positions = "\n".join(
+            f"  let p{d} = i32(o{d} * {strides[d]}u + q{d} * {dilations[d]}u) - {pads[d]};" for d in range(nd)
+        )
+        bias = f" + f32(in2[g * {mg}u + r])" if b is not None else ""
+        helpers = f"""
+fn base_a(bz: u32) -> u32 {{ return bz * {mg * cg * ks}u; }}
+fn base_b(bz: u32) -> u32 {{ return bz; }}
+fn load_a(r: u32, kk: u32, ab: u32) -> f32 {{ return f32(in1[ab + r * {cg * ks}u + kk]); }}
+fn load_b(kk: u32, c: u32, g: u32) -> f32 {{
+  let nn = c / {ohw}u;
+{wgsl.decompose(f"c % {ohw}u", out_spatial, "o")}
+  let ci = kk / {ks}u;
+{wgsl.decompose(f"kk % {ks}u", kernel, "q")}
+{positions}
+  if (!({checks})) {{ return 0.0; }}
+  return f32(in0[(nn * {c}u + g * {cg}u + ci) * {_prod(spatial)}u + {offsets}]);
+}}
+fn store_c(r: u32, c: u32, g: u32, v: f32) {{
+  out0[((c / {ohw}u) * {m}u + g * {mg}u + r) * {ohw}u + c % {ohw}u] = {wgsl.store("v" + bias, x.dtype)};
+}}
+"""
         dtypes = [x.dtype, w.dtype] + ([b.dtype] if b is not None else [])
-        source = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(x.dtype)])
-        source += "\n" + wgsl.main_1d(_prod(out_shape), "\n".join(lines))
+        head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(x.dtype)])
+        source, groups = gemm_source(head, mg, n * ohw, cg * ks, group, helpers)
         inputs = (0, 1, 2) if b is not None else (0, 1)
-        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), wgsl.groups_1d(_prod(out_shape)))
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups)
         return Prepared([(out_shape, x.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
