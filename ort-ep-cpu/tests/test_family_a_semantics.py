@@ -286,3 +286,85 @@ def test_gradient_matches_finite_differences():
             minus[k][idx] -= eps
             numeric[idx] = (total(*plus) - total(*minus)) / (2 * eps)
         np.testing.assert_allclose(got, numeric, rtol=1e-5, atol=1e-7)
+
+
+def _run_vs_onnxruntime(op, inputs, attrs, out_type, opset=10):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    names = [f"i{k}" for k in range(len(inputs))]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], **attrs)], op,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in zip(names, inputs)],
+        [helper.make_tensor_value_info("y", out_type, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.graph.output[0].type.tensor_type.shape.SetInParent()
+    feeds = dict(zip(names, inputs))
+    ours = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, theirs)  # integer results: exact
+
+
+@pytest.mark.parametrize("x_type,w_type", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+def test_integer_conv_and_matmul_match_onnxruntime(x_type, w_type):
+    xi, wi = np.iinfo(x_type), np.iinfo(w_type)
+    x = RNG.integers(xi.min, xi.max, (2, 4, 7, 6)).astype(x_type)
+    w = RNG.integers(wi.min, wi.max, (6, 2, 3, 3)).astype(w_type)
+    attrs = dict(group=2, pads=[1, 0, 1, 2], strides=[2, 1], dilations=[1, 2])
+    x_zp = np.array(3, dtype=x_type)
+    _run_vs_onnxruntime("ConvInteger", [x, w, x_zp, np.array(2, dtype=w_type)], attrs, TensorProto.INT32)
+    w_scale = (RNG.random(6) * 0.05 + 0.01).astype(np.float32)  # per output channel
+    bias = RNG.integers(-1000, 1000, 6).astype(np.int32)
+    _run_vs_onnxruntime(
+        "QLinearConv",
+        [x, np.array(0.02, np.float32), x_zp, w, w_scale, np.zeros(6, w_type), np.array(0.3, np.float32),
+         np.array(5, dtype=x_type), bias],
+        attrs, helper.np_dtype_to_tensor_dtype(np.dtype(x_type)),
+    )
+    a = RNG.integers(xi.min, xi.max, (2, 3, 5)).astype(x_type)
+    b = RNG.integers(wi.min, wi.max, (5, 4)).astype(w_type)
+    _run_vs_onnxruntime("MatMulInteger", [a, b, np.array(1, x_type), np.array(2, w_type)], {}, TensorProto.INT32)
+    _run_vs_onnxruntime(
+        "QLinearMatMul",
+        [a, np.array(0.02, np.float32), np.array(3, x_type), b, np.array(0.03, np.float32), np.array(2, w_type),
+         np.array(0.4, np.float32), np.array(4, x_type)],
+        {}, helper.np_dtype_to_tensor_dtype(np.dtype(x_type)),
+    )
+
+
+_Q_TYPES = [TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorProto.INT16, TensorProto.UINT4,
+            TensorProto.INT4, TensorProto.UINT2, TensorProto.INT2, TensorProto.FLOAT8E4M3FN,
+            TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1]
+
+
+@pytest.mark.parametrize("opset,mode", [(o, m) for o in (19, 21, 23, 25) for m in ("tensor", "axis", "block")
+                                         if m != "block" or o >= 21])  # blocks arrive in opset 21
+@pytest.mark.parametrize("x_type", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_quantize_dequantize_every_type(opset, mode, x_type):
+    checked = 0
+    for q in _Q_TYPES:
+        q_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(q))
+        if opset < 21 and q not in (TensorProto.UINT8, TensorProto.INT8) and "float8" not in q_dtype.name:
+            continue
+        if opset < 25 and q in (TensorProto.UINT2, TensorProto.INT2):
+            continue
+        if opset < 23 and q == TensorProto.FLOAT4E2M1:
+            continue
+        x = (RNG.standard_normal((3, 4)) * 5).astype(x_type)
+        attrs: dict = {}
+        if mode == "tensor":
+            scale, zshape = np.array(0.37, np.float32).astype(x_type), ()
+        elif mode == "axis":
+            scale, zshape = (np.abs(RNG.standard_normal(4)) + 0.1).astype(x_type), (4,)
+            attrs["axis"] = 1
+        else:
+            scale, zshape = (np.abs(RNG.standard_normal((3, 2))) + 0.1).astype(x_type), (3, 2)
+            attrs.update(axis=1, block_size=2)
+        zp = (np.zeros(zshape, np.float32) if "float" in q_dtype.name else RNG.integers(0, 2, zshape)).astype(q_dtype)
+        ours, ref = run_both("QuantizeLinear", [x, scale, zp], [q], opset, **attrs)
+        assert_same(ours, ref)
+        ours, ref = run_both("DequantizeLinear", [ours[0], scale, zp], [helper.np_dtype_to_tensor_dtype(np.dtype(x_type))],
+                             opset, **attrs)
+        assert_same(ours, ref)
+        checked += 1
+    assert checked >= 2
