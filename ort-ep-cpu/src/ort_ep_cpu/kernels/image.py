@@ -379,15 +379,17 @@ def _grid_sample_builder(node, request):
             else:
                 idx = np.clip(np.trunc(_reflect(idx, lo, hi)), 0, size - 1)
             per_dim.append((idx.astype(np.int64), w))
-        flat = x.reshape(n, c, -1)
         work = np.float64 if x.dtype == np.float64 else np.float32
-        out = np.zeros((n, c, g.shape[1]), dtype=work)
+        # channels last, so that every tap gathers whole C-vectors: (N, H*W, C)
+        flat = np.ascontiguousarray(x.reshape(n, c, -1).transpose(0, 2, 1)).astype(work, copy=False)
+        out = np.zeros((n, g.shape[1], c), dtype=work)
         strides = np.cumprod((1,) + dims[::-1])[:-1][::-1]
+        rows = np.arange(n)[:, None]
         for taps in itertools.product(*(range(i.shape[-1]) for i, _ in per_dim)):
             lin = sum(per_dim[d][0][..., t] * strides[d] for d, t in enumerate(taps))
             weight = np.prod([per_dim[d][1][..., t] for d, t in enumerate(taps)], axis=0).astype(work)
-            out += np.take_along_axis(flat, lin[:, None, :], axis=2) * weight[:, None, :]
-        return out.reshape((n, c) + tuple(out_spatial)).astype(x.dtype, copy=False)
+            out += flat[rows, lin] * weight[:, :, None]
+        return out.transpose(0, 2, 1).reshape((n, c) + tuple(out_spatial)).astype(x.dtype)
 
     return grid_sample
 

@@ -62,13 +62,14 @@ def _instance_norm(node, request):
     eps = float(node.attr("epsilon", 1e-5))
 
     def instance_norm(x, scale, bias):
-        axes = tuple(range(2, x.ndim))
-        xs = x.astype(_stat_dtype(x), copy=False)
-        mean = xs.mean(axis=axes, keepdims=True)
-        var = xs.var(axis=axes, keepdims=True)
-        shape = (1, -1) + (1,) * (x.ndim - 2)
-        y = (xs - mean) / np.sqrt(var + eps) * scale.reshape(shape) + bias.reshape(shape)
-        return y.astype(x.dtype, copy=False)
+        n, c = x.shape[:2]
+        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, c, -1)
+        mean = xs.mean(axis=2, keepdims=True)
+        var = xs.var(axis=2, keepdims=True)
+        # fold normalisation and affine into one multiply-add per element
+        a = scale.reshape(1, c, 1) / np.sqrt(var + eps)
+        y = xs * a.astype(xs.dtype) + (bias.reshape(1, c, 1) - mean * a).astype(xs.dtype)
+        return y.reshape(x.shape).astype(x.dtype, copy=False)
 
     return instance_norm
 
@@ -81,13 +82,16 @@ def _group_norm_builder(node, request):
     def group_norm(x, scale, bias):
         n, c = x.shape[:2]
         xs = x.astype(_stat_dtype(x), copy=False).reshape(n, groups, -1)
-        mean = xs.mean(axis=2, keepdims=True)
-        var = xs.var(axis=2, keepdims=True)
-        y = ((xs - mean) / np.sqrt(var + eps)).reshape(x.shape)
+        mean = xs.mean(axis=2)  # (N, G)
+        inv = 1.0 / np.sqrt(xs.var(axis=2) + eps)
         if per_group_affine:
             scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
-        shape = (1, -1) + (1,) * (x.ndim - 2)
-        return (y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype, copy=False)
+        # per (N, C): y = x * a + b, the group statistics and the channel affine folded together
+        a = np.repeat(inv, c // groups, axis=1) * scale.reshape(1, c)
+        b = bias.reshape(1, c) - np.repeat(mean, c // groups, axis=1) * a
+        xc = xs.reshape(n, c, -1)
+        y = xc * a[:, :, None].astype(xc.dtype) + b[:, :, None].astype(xc.dtype)
+        return y.reshape(x.shape).astype(x.dtype, copy=False)
 
     return group_norm
 
