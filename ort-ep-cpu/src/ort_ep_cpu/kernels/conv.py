@@ -184,7 +184,7 @@ def _max_pool_with_indices(node, request, previous):
 
     def max_pool(x):
         kernel_shape, strides, dilations, pads = pool_geometry(node, x.shape[2:])
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min  # "V": bfloat16 and friends
         win = pool_windows(x, kernel_shape, strides, dilations, pads, low)
         y = win.max(axis=tuple(range(-len(kernel_shape), 0)))
         return y, max_pool_indices(x, win, kernel_shape, strides, dilations, pads, storage_order)

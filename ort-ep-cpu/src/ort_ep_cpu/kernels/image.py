@@ -414,7 +414,7 @@ def _affine_grid(node, request):
         mesh = np.meshgrid(*axes, indexing="ij")  # per spatial dim, (D,) H, W
         # homogeneous points ordered (x, y[, z], 1): the innermost dim first
         points = np.stack([m.reshape(-1) for m in mesh[::-1]] + [np.ones(mesh[0].size)], axis=-1)
-        grid = points.astype(theta.dtype) @ np.swapaxes(theta, 1, 2)  # (N, P, nd)
+        grid = (points.astype(theta.dtype) @ np.swapaxes(theta, 1, 2)).astype(theta.dtype)  # (N, P, nd)
         return grid.reshape((theta.shape[0],) + tuple(dims) + (len(dims),))
 
     return affine_grid

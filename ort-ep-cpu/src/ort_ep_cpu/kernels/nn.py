@@ -352,13 +352,13 @@ def _max_pool(node, request):
 
     def max_pool_windows(x):  # the Indices output needs the windows; rare in practice
         ks, strides, dilations, pads = _pool_params(node, x)
-        low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
         win = _windows(x, ks, strides, dilations, pads, low)
         return win.max(axis=tuple(range(-len(ks), 0))), None
 
     def max_pool(x):
         g = geometry.get(x.shape, kernel_shape)
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
         return _separable(_padded(x, g, low), g, np.maximum)
 
     return max_pool if n_out == 1 else max_pool_windows

@@ -273,8 +273,10 @@ def _one_hot(node, request):
         d = int(np.asarray(depth).reshape(-1)[0])
         idx = indices.astype(np.int64) if indices.dtype.kind in "iu" else np.trunc(indices).astype(np.int64)
         idx = np.where(idx < 0, idx + d, idx)
+        if values.dtype.kind in "SU":  # string values from an initializer: ONNX strings are objects
+            values = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in values.reshape(-1)], dtype=object)
         hot = idx[..., None] == np.arange(d)
-        y = np.where(hot, values[1], values[0])
+        y = values[hot.astype(np.intp)]  # indexing keeps the values' dtype (np.where on str gives <U)
         return np.moveaxis(y, -1, normalize_axis(axis, indices.ndim + 1))
 
     return one_hot
