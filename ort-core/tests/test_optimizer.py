@@ -173,6 +173,19 @@ def test_conv_add_fold():
     _check(model, out, {"x": _f32(1, 3, 5, 5)})
 
 
+@pytest.mark.parametrize("factor_shape", [(), (4, 1, 1), (1, 4, 1, 1)])
+def test_conv_mul_then_add_fold(factor_shape):
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "cb"], ["c"], name="conv"), helper.make_node("Mul", ["k", "c"], ["m"]),
+         helper.make_node("Add", ["m", "z"], ["y"])],
+        [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("cb", _f32(4)), _init("k", _f32(*factor_shape)), _init("z", _f32(4, 1, 1))],
+    )
+    out = _apply(model, basic.ConvMulFoldPass(), basic.ConvAddFoldPass())
+    assert _ops(out) == ["Conv"]
+    _check(model, out, {"x": _f32(1, 3, 5, 5)})
+
+
 def test_conv_add_fold_leaves_full_tensor_add():
     model = make_model(
         [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "k"], ["y"])],

@@ -6,8 +6,8 @@
 Constant nodes lifted to initializers, Identity and inference-Dropout removed, unused nodes
 removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
 constant folding (``onnx.reference`` evaluates nodes whose inputs are all constants),
-Conv+BatchNormalization and Conv+Add(per-channel constant) folded into the Conv's weights and
-bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
+Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
+the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul). Each fusion is applied only where
@@ -31,6 +31,7 @@ from .basic import (
     ConstantFoldingPass,
     ConvAddFoldPass,
     ConvBatchNormFoldPass,
+    ConvMulFoldPass,
     DropoutEliminationPass,
     IdentityEliminationPass,
     MatMulAddToGemmPass,
@@ -60,6 +61,7 @@ def _basic() -> list[ir.passes.PassBase]:
         ConstantFoldingPass(),
         common_passes.RemoveUnusedNodesPass(),
         ConvBatchNormFoldPass(),
+        ConvMulFoldPass(),
         ConvAddFoldPass(),
         MatMulAddToGemmPass(),
         common_passes.RemoveUnusedNodesPass(),

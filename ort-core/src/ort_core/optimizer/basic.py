@@ -237,14 +237,12 @@ class ConvAddFoldPass(ir.passes.InPlacePass):
                 if not is_op(add, "Add"):
                     continue
                 other = add.inputs[1] if add.inputs[0] is conv.outputs[0] else add.inputs[0]
-                c = const(other)
-                rank = _conv_output_rank(conv)
                 w = const(conv.inputs[1])
-                if c is None or rank is None or c.ndim > rank or w.dtype != c.dtype:
+                if w is None:
                     continue
                 m = w.shape[0]
-                full = (1,) * (rank - c.ndim) + c.shape
-                if full[1] != m or any(d != 1 for i, d in enumerate(full) if i != 1):
+                c = _per_channel(const(other), _conv_output_rank(conv), m)
+                if c is None or c.dtype != w.dtype:
                     continue
                 has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
                 b = const(conv.inputs[2]) if has_b else np.zeros(m, w.dtype)
@@ -255,6 +253,53 @@ class ConvAddFoldPass(ir.passes.InPlacePass):
                 fused = ir.Node("", "Conv", [conv.inputs[0], conv.inputs[1], b_value], conv.attributes.values(),
                                 num_outputs=1, name=conv.name)
                 replace(graph, [conv, add], [fused], [add.outputs[0]], [fused.outputs[0]])
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _per_channel(c: np.ndarray | None, rank: int | None, m: int) -> np.ndarray | None:
+    """``c`` as an (M,) vector if it broadcasts over a Conv output (N, M, ...) per channel."""
+    if c is None or rank is None or c.ndim > rank:
+        return None
+    full = (1,) * (rank - c.ndim) + c.shape
+    if full[1] not in (1, m) or any(d != 1 for i, d in enumerate(full) if i != 1):
+        return None
+    return np.broadcast_to(c.reshape(-1), (m,))
+
+
+class ConvMulFoldPass(ir.passes.InPlacePass):
+    """Conv followed by Mul by a constant scalar or per-output-channel vector: the factor is
+    folded into the weights and bias (exporters write BatchNorm's affine part this way)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            namer = None
+            for conv in list(graph):
+                if not is_op(conv, "Conv"):
+                    continue
+                mul = only_use(conv.outputs[0])
+                if not is_op(mul, "Mul"):
+                    continue
+                other = mul.inputs[1] if mul.inputs[0] is conv.outputs[0] else mul.inputs[0]
+                w = const(conv.inputs[1])
+                if w is None or w.dtype.kind != "f":
+                    continue
+                factor = _per_channel(const(other), w.ndim, w.shape[0])
+                if factor is None or factor.dtype != w.dtype:
+                    continue
+                has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
+                b = const(conv.inputs[2]) if has_b else None
+                if has_b and b is None:
+                    continue
+                namer = namer or Namer(graph)
+                new_w = (w.astype(np.float64) * factor.astype(np.float64).reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                inputs = [conv.inputs[0], initializer(graph, namer, f"{conv.name or 'conv'}_W_mul", new_w)]
+                if has_b:
+                    inputs.append(initializer(graph, namer, f"{conv.name or 'conv'}_B_mul",
+                                              (b.astype(np.float64) * factor).astype(w.dtype)))
+                fused = ir.Node("", "Conv", inputs, conv.attributes.values(), num_outputs=1, name=conv.name)
+                replace(graph, [conv, mul], [fused], [mul.outputs[0]], [fused.outputs[0]])
                 modified = True
         return ir.passes.PassResult(model, modified)
 
