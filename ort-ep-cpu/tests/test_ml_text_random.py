@@ -28,7 +28,7 @@ def _vi(name, elem, shape):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _compare(model, feeds):
+def _compare(model, feeds, rtol=1e-5):
     ours = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     assert len(ours) == len(theirs)
@@ -41,7 +41,7 @@ def _compare(model, feeds):
             assert a.tolist() == b.tolist()
         else:
             assert a.dtype == b.dtype
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6)
 
 
 X = np.array([[0.5, -1.0, 3.0, 0.0], [2.0, 0.25, -0.5, 1.5], [-3.0, 4.0, 1.0, np.nan]], dtype=np.float32)
@@ -321,3 +321,46 @@ def test_svm_regressor_without_support_vectors_is_linear():
                             kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0])
     model = _model(node, [_vi("x", F, [None, 3])], [_vi("y", F, [None, 1])], ml_opset=1)
     _compare(model, {"x": np.arange(12, dtype=np.float32).reshape(4, 3)})
+
+
+def _random_classifier(rng, n_classes, base, post, strings):
+    """A TreeEnsembleClassifier on the random trees above, every leaf voting for every class."""
+    regressor = _random_regressor(rng, n_trees=6, depth=3, n_features=4, n_targets=1, aggregate="SUM", post="NONE")
+    attrs = {a.name: helper.get_attribute_value(a) for a in regressor.graph.node[0].attribute}
+    nodes = {k: v for k, v in attrs.items() if k.startswith("nodes_")}
+    nodes["nodes_modes"] = [m.decode() for m in nodes["nodes_modes"]]
+    votes = {"class_treeids": [], "class_nodeids": [], "class_ids": [], "class_weights": []}
+    for t, i, mode in zip(nodes["nodes_treeids"], nodes["nodes_nodeids"], nodes["nodes_modes"]):
+        if mode == "LEAF":
+            for c in range(n_classes):
+                votes["class_treeids"].append(t)
+                votes["class_nodeids"].append(i)
+                votes["class_ids"].append(c)
+                votes["class_weights"].append(float(rng.random() * 2 - 1))
+    labels = ({"classlabels_strings": [f"c{k}" for k in range(n_classes)]} if strings
+              else {"classlabels_int64s": [3 + 2 * k for k in range(n_classes)]})
+    extra = {"base_values": base} if base else {}
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
+                            **nodes, **votes, **labels, **extra)
+    return _model(node, [_vi("x", F, [None, 4])],
+                  [_vi("label", S if strings else I64, [None]), _vi("scores", F, [None, n_classes])], ml_opset=3)
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("base", [None, [0.1, -0.2, 0.3, 0.0]])
+@pytest.mark.parametrize("strings", [False, True])
+def test_tree_ensemble_classifier_matches_onnxruntime(post, base, strings):
+    rng = np.random.default_rng(7)
+    model = _random_classifier(rng, 4, base, post, strings)
+    x = np.round(rng.standard_normal((100, 4)), 1).astype(np.float32)
+    # onnxruntime's PROBIT uses an approximate erfinv (relative error up to ~2e-3 here); scores
+    # outside (0, 1) give NaN in both
+    _compare(model, {"x": x}, rtol=5e-3 if post == "PROBIT" else 1e-5)
+    (placed,) = ort.InferenceSession(model.SerializeToString()).get_placement().nodes
+    assert placed.note == ""  # native
+
+
+def test_two_class_tree_ensemble_classifier_is_delegated():
+    model = _random_classifier(np.random.default_rng(1), 2, None, "LOGISTIC", False)
+    (placed,) = ort.InferenceSession(model.SerializeToString()).get_placement().nodes
+    assert placed.note == "delegated to onnx.reference"

@@ -30,26 +30,34 @@ def _to_runtime(value):
 def delegate(op_type: str, since: int = 1, domain: str = "") -> None:
     """Register ``op_type`` as run by onnx.reference (one evaluator per node, built once)."""
     DELEGATED.add((domain, op_type))
+    kernel(op_type, since=since, domain=domain)(reference_kernel)
 
-    def build(node, request):
-        from onnx.reference import ReferenceEvaluator  # imported only where an op needs it
 
-        evaluator = ReferenceEvaluator(request.to_model())
-        names = list(request.inputs)
-        # the evaluator may compute in another precision (float64 from Python floats): give
-        # tensors the dtype the graph declares for them
-        declared = [request.value(n).dtype if n else None for n in request.outputs]
+def reference_kernel(node, request) -> Kernel:
+    """A kernel running ``node`` with onnx.reference. A native kernel may return it for
+    configurations it does not cover; its op must then be listed in ``DELEGATED`` too."""
+    if (node.domain, node.op_type) not in DELEGATED:
+        raise ValueError(f"{node.qualified_op} is not listed as (partly) delegated to onnx.reference")
+    return _build(node, request)
 
-        def run(*args):
-            feeds = {n: v for n, v in zip(names, args) if n}
-            outputs = [_to_runtime(v) for v in evaluator.run(None, feeds)]
-            return [
-                v.astype(d) if d is not None and isinstance(v, np.ndarray) and v.dtype != d else v
-                for v, d in zip(outputs, declared)
-            ]
 
-        if len(request.outputs) == 1:
-            return Kernel(run=lambda *args: run(*args)[0], single_output=True, note=NOTE)
-        return Kernel(run=run, note=NOTE)
+def _build(node, request) -> Kernel:
+    from onnx.reference import ReferenceEvaluator  # imported only where an op needs it
 
-    kernel(op_type, since=since, domain=domain)(build)
+    evaluator = ReferenceEvaluator(request.to_model())
+    names = list(request.inputs)
+    # the evaluator may compute in another precision (float64 from Python floats): give
+    # tensors the dtype the graph declares for them
+    declared = [request.value(n).dtype if n else None for n in request.outputs]
+
+    def run(*args):
+        feeds = {n: v for n, v in zip(names, args) if n}
+        outputs = [_to_runtime(v) for v in evaluator.run(None, feeds)]
+        return [
+            v.astype(d) if d is not None and isinstance(v, np.ndarray) and v.dtype != d else v
+            for v, d in zip(outputs, declared)
+        ]
+
+    if len(request.outputs) == 1:
+        return Kernel(run=lambda *args: run(*args)[0], single_output=True, note=NOTE)
+    return Kernel(run=run, note=NOTE)

@@ -15,7 +15,7 @@ from scipy.special import ndtri
 from ort_core import Kernel
 
 from ..registry import kernel
-from ._delegate import delegate
+from ._delegate import DELEGATED, delegate, reference_kernel
 
 ML = "ai.onnx.ml"
 
@@ -554,6 +554,44 @@ def _tree_ensemble_regressor(node, request):
     return predict
 
 
+DELEGATED.add((ML, "TreeEnsembleClassifier"))  # some two-class configurations, see below
+
+
+@kernel("TreeEnsembleClassifier", domain=ML)
+def _tree_ensemble_classifier(node, request):
+    # Native for three or more classes (scores and labels as onnxruntime gives them). Two-class
+    # models follow conventions of their own in each runtime (which column is derived from
+    # which, and how post transforms apply to it); those nodes run on onnx.reference.
+    n_labels = len(node.attr("classlabels_strings") or node.attr("classlabels_int64s") or [])
+    if n_labels == 2:
+        return reference_kernel(node, request)
+    forest = _LegacyForest(node, "class")
+    a = node.attributes
+    strings = node.attr("classlabels_strings")
+    labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_int64s") or [], dtype=np.int64)
+    n_classes = len(labels)
+    if n_classes < 3:
+        raise ValueError(f"{forest.name}: needs at least two class labels, has {n_classes}")
+    base = forest.arr("base_values", np.float64, np.zeros(0))
+    post = _post_transform(a.get("post_transform", "NONE"), node)
+
+    def classify(x):
+        n, rows, ids, weights = forest.votes(np.asarray(x))
+        score = np.zeros((n, n_classes))
+        np.add.at(score, (rows, ids), weights)
+        voted = np.zeros((n, n_classes), dtype=bool)
+        voted[rows, ids] = True
+        if base.size:
+            k = base.size
+            score[:, :k] = score[:, :k] + base
+            voted[:, :k] = True
+        # the best voted class (classes nobody voted for and without a base value do not win)
+        best = np.argmax(np.where(voted, score, -np.inf), axis=1)
+        return [labels[best], post(score).astype(np.float32)]
+
+    return Kernel(run=classify)
+
+
 _SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
 
 
@@ -608,5 +646,5 @@ def _svm_regressor(node, request):
 
 # Legacy tree/SVM/linear classifiers: their binary-class conventions are intricate and they
 # are rarely met in new models, so they run on onnx.reference for now.
-for _op in ("TreeEnsembleClassifier", "SVMClassifier", "LinearClassifier"):
+for _op in ("SVMClassifier", "LinearClassifier"):
     delegate(_op, since=1, domain=ML)
