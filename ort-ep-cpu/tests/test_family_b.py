@@ -356,3 +356,37 @@ def test_conv_transpose_stride_equal_kernel_matches_onnxruntime(group):
     w = RNG.standard_normal((8, 12 // group, 2, 3)).astype(np.float32)
     model = _model("ConvTranspose", [("x", F, x.shape)], [("y", F, None)], {"strides": [2, 3], "group": group}, [("w", w)], opset=17)
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize(
+    "op,attrs,inits",
+    [
+        ("MaxPool", {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}, []),
+        ("Resize", {"mode": "linear"}, [("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 2, 0.5], np.float32))]),
+        ("ConvTranspose", {"strides": [2, 2]}, [("w", np.linspace(-1, 1, 36, dtype=np.float32).reshape(2, 2, 3, 3))]),
+        ("InstanceNormalization", {}, [("s", np.array([1.0, 2.0], np.float32)), ("b", np.array([0.5, -1.0], np.float32))]),
+    ],
+)
+def test_bfloat16_keeps_type_and_matches_float32(op, attrs, inits):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x = RNG.standard_normal((1, 2, 6, 5)).astype(np.float32)
+    results = []
+    for dtype, proto in ((np.float32, F), (bf16, TensorProto.BFLOAT16)):
+        cast = [(n, a if a.dtype != np.float32 or n in ("roi", "scales") else a.astype(dtype)) for n, a in inits]
+        model = _model(op, [("x", proto, x.shape)], [("y", proto, None)], attrs, cast, opset=22)
+        (y,) = _run_ours(model, {"x": x.astype(dtype)})
+        assert y.dtype == dtype
+        results.append(y.astype(np.float32))
+    np.testing.assert_allclose(results[1], results[0], rtol=2**-6, atol=0.05)  # bfloat16 has 8 bits of mantissa
+
+
+def test_one_hot_string_values_stay_strings():
+    node = helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=-1)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("i", TensorProto.INT64, [2])], [helper.make_tensor_value_info("y", TensorProto.STRING, [2, 3])],
+        [onnx.numpy_helper.from_array(np.array(3, np.int64), "d"), helper.make_tensor("v", TensorProto.STRING, [2], [b"off", b"on"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
+    (y,) = _run_ours(model, {"i": np.array([1, -1])})
+    assert y.dtype == object and y.tolist() == [["off", "on", "off"], ["off", "off", "on"]]
