@@ -364,3 +364,20 @@ def test_two_class_tree_ensemble_classifier_is_delegated():
     model = _random_classifier(np.random.default_rng(1), 2, None, "LOGISTIC", False)
     (placed,) = ort.InferenceSession(model.SerializeToString()).get_placement().nodes
     assert placed.note == "delegated to onnx.reference"
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("strings", [False, True])
+def test_linear_classifier_matches_onnxruntime(post, strings):
+    rng = np.random.default_rng(5)
+    n_classes, n_features = 4, 3
+    labels = ({"classlabels_strings": [f"k{c}" for c in range(n_classes)]} if strings
+              else {"classlabels_ints": [10 * c for c in range(n_classes)]})
+    node = helper.make_node(
+        "LinearClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
+        coefficients=rng.standard_normal(n_classes * n_features).tolist(),
+        intercepts=rng.standard_normal(n_classes).tolist(), **labels,
+    )
+    model = _model(node, [_vi("x", F, [None, n_features])],
+                   [_vi("label", S if strings else I64, [None]), _vi("scores", F, [None, n_classes])], ml_opset=1)
+    _compare(model, {"x": rng.standard_normal((30, n_features)).astype(np.float32)})

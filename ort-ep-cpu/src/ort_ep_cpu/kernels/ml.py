@@ -592,6 +592,34 @@ def _tree_ensemble_classifier(node, request):
     return Kernel(run=classify)
 
 
+DELEGATED.add((ML, "LinearClassifier"))  # two-class models, see below
+
+
+@kernel("LinearClassifier", domain=ML)
+def _linear_classifier(node, request):
+    # Native for three or more classes; two-class models (one coefficient row or two) follow
+    # runtime-specific conventions for the derived column and run on onnx.reference.
+    strings = node.attr("classlabels_strings")
+    labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_ints") or [], dtype=np.int64)
+    if len(labels) <= 2:
+        return reference_kernel(node, request)
+    n_classes = len(labels)
+    coefficients = np.asarray(node.attr("coefficients"), dtype=np.float64)
+    if coefficients.size % n_classes:
+        raise ValueError(
+            f"LinearClassifier {node.name!r}: {coefficients.size} coefficients for {n_classes} classes"
+        )
+    coef = coefficients.reshape(n_classes, -1)
+    intercepts = np.asarray(node.attr("intercepts") or [0.0] * n_classes, dtype=np.float64)
+    post = _post_transform(node.attr("post_transform", "NONE"), node)
+
+    def classify(x):
+        scores = _rows(np.asarray(x)).astype(np.float64) @ coef.T + intercepts
+        return [labels[np.argmax(scores, axis=1)], post(scores).astype(np.float32)]
+
+    return Kernel(run=classify)
+
+
 _SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
 
 
@@ -644,7 +672,6 @@ def _svm_regressor(node, request):
     return predict
 
 
-# Legacy tree/SVM/linear classifiers: their binary-class conventions are intricate and they
-# are rarely met in new models, so they run on onnx.reference for now.
-for _op in ("SVMClassifier", "LinearClassifier"):
-    delegate(_op, since=1, domain=ML)
+# SVMClassifier (one-vs-one voting, Platt-scaled probabilities) is rarely met in new models:
+# it runs on onnx.reference for now.
+delegate("SVMClassifier", since=1, domain=ML)
