@@ -15,6 +15,7 @@ from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
 
 Shape = tuple[int, ...]
 ROW_WG = 64  # threads per row in the row kernels (Softmax, LayerNormalization)
+ROW_KERNEL_BELOW = 32  # products with fewer rows use the untiled row kernel (faster on lavapipe up to 32)
 _FLOAT_ONLY = _kind_check({"f": ""})
 
 
@@ -35,11 +36,11 @@ def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) ->
 
     M >= 8: 32x32 output tiles per workgroup of 8x8 threads; A and B tiles of 32x32 are staged
     in workgroup memory and each thread accumulates a 4x4 block in registers (16 multiply-adds
-    per pair of workgroup loads, two barriers per K step). M < 8 (vector-matrix, e.g. batch-1
+    per pair of workgroup loads, two barriers per K step). M < ROW_KERNEL_BELOW (skinny products, e.g.
     linear layers, depthwise convolutions): one thread per 4 outputs of a row reading straight
     from the buffers, since a 32-row tile would leave most threads idle.
     """
-    if m < 8:
+    if m < ROW_KERNEL_BELOW:
         n4 = -(-n // 4)
         total = nbatch * m * n4
         lines = [
