@@ -390,3 +390,12 @@ def test_one_hot_string_values_stay_strings():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
     (y,) = _run_ours(model, {"i": np.array([1, -1])})
     assert y.dtype == object and y.tolist() == [["off", "on", "off"], ["off", "off", "on"]]
+
+
+def test_lstm_initial_state_of_the_wrong_batch_is_named():
+    # numpy would broadcast (1, 320, 128) against a batch of 1; the kernel must refuse it
+    x = np.zeros((3, 1, 4), np.float32)
+    inits = [("w", np.zeros((1, 32, 4), np.float32)), ("r", np.zeros((1, 32, 8), np.float32)), ("b", np.zeros((1, 64), np.float32)), ("lens", np.array([3], np.int32)), ("h0", np.zeros((1, 5, 8), np.float32))]
+    model = _model("LSTM", [("x", F, x.shape)], [("y", F, None)], {"hidden_size": 8}, inits, opset=14)
+    with pytest.raises(Exception, match="initial_h"):
+        _run_ours(model, {"x": x})

@@ -80,6 +80,28 @@ class _Recurrent:
         self.acts = _activations(node, self.defaults, self.n_dirs)
         self.n_out = len(node.outputs)
 
+    def _check_shapes(self, x, w, r, b, lens, h0, c0, p):
+        """numpy would broadcast some mismatches silently; name the offending input instead."""
+        seq, batch, inp = x.shape
+        hidden = int(self.node.attr("hidden_size", r.shape[-1]))
+        g = self.gates * hidden
+        expected = {
+            "W": (w, (self.n_dirs, g, inp)),
+            "R": (r, (self.n_dirs, g, hidden)),
+            "B": (b, (self.n_dirs, 2 * g)),
+            "sequence_lens": (lens, (batch,)),
+            "initial_h": (h0, (self.n_dirs, batch, hidden)),
+            "initial_c": (c0, (self.n_dirs, batch, hidden)),
+            "P": (p, (self.n_dirs, 3 * hidden)),
+        }
+        for name, (value, shape) in expected.items():
+            if value is not None and tuple(value.shape) != shape:
+                layout = " (before the layout=1 transpose)" if self.layout == 1 and name.startswith("initial") else ""
+                raise ValueError(
+                    f"{self.node.op_type} {self.node.name!r}: input {name} has shape {tuple(value.shape)}, "
+                    f"expected {shape}{layout} for X {tuple(x.shape)}, hidden_size {hidden}, direction {self.direction!r}"
+                )
+
     def _pre(self, z):
         return z if self.clip is None else np.clip(z, -self.clip, self.clip)
 
@@ -90,6 +112,7 @@ class _Recurrent:
             initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
         seq, batch, _ = x.shape
         hidden = r.shape[-1]
+        self._check_shapes(x, w, r, b, sequence_lens, initial_h, initial_c, p)
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         full = bool((lens == seq).all())
         ys, hs, cs = [], [], []
