@@ -57,6 +57,16 @@ def _compare(fn):
     return run
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x), in place on one temporary (several times faster than scipy's expit);
+    e^-x overflowing to inf for very negative x gives the right limit, 0."""
+    with np.errstate(over="ignore"):
+        y = np.negative(x)
+        np.exp(y, out=y)
+        y += y.dtype.type(1)
+        return np.reciprocal(y, out=y)
+
+
 def _register(op_type: str, fn) -> None:
     kernel(op_type)(lambda node, request: fn)
 
@@ -70,7 +80,7 @@ for _op, _fn in {
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh,
     "Round": np.round,  # numpy rounds half to even, as ONNX asks
-    "Sigmoid": special.expit,
+    "Sigmoid": lambda x: sigmoid(x),
 }.items():
     _register(_op, unary(_fn) if _op not in ("Add", "Sub", "Mul") else binary(_fn))
 
@@ -170,10 +180,13 @@ def _clip(node, request):
     def clip(x, lo=None, hi=None):
         small = is_small_float(x.dtype)
         y = x.astype(np.float32) if small else x
-        if lo is not None:
-            y = np.maximum(y, _widen(lo))
-        if hi is not None:
-            y = np.minimum(y, _widen(hi))  # min > max: every value becomes max, as the spec says
+        if lo is not None and hi is not None:
+            # one pass; numpy clips as minimum(maximum(x, lo), hi), so min > max gives max
+            y = np.clip(y, _widen(lo).astype(y.dtype), _widen(hi).astype(y.dtype))
+        elif lo is not None:
+            y = np.maximum(y, _widen(lo).astype(y.dtype))
+        elif hi is not None:
+            y = np.minimum(y, _widen(hi).astype(y.dtype))
         return y.astype(x.dtype, copy=False)
 
     return clip

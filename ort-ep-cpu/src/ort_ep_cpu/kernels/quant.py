@@ -61,10 +61,13 @@ def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate
         q = x / scale
     if to in _INT_RANGES:
         lo, hi = _INT_RANGES[to]
-        qi = np.rint(q.astype(np.float32) if q.dtype.type.__module__ == "ml_dtypes" else q)
-        if zero_point is not None:
-            qi = qi + broadcast_param(zero_point, x.shape, axis, block_size).astype(np.int32)
-        return np.clip(qi, lo, hi).astype(dtype)
+        if q.dtype.type.__module__ == "ml_dtypes" or q.dtype == np.float16:
+            q = q.astype(np.float32)  # float16 cannot hold 65535 + rounding margin exactly
+        np.rint(q, out=q)  # half to even
+        if zero_point is not None:  # zero points are exact in float32 (at most 16 bits)
+            q += broadcast_param(zero_point, x.shape, axis, block_size).astype(q.dtype)
+        np.clip(q, lo, hi, out=q)
+        return q.astype(dtype)
     if to in _FLOAT8:  # the zero point of a float8 type is 0 by definition
         return saturate_cast(q, dtype) if saturate else q.astype(dtype)
     if to in _SMALL_FLOATS:
@@ -78,11 +81,16 @@ def dequantize(x, scale, zero_point, axis: int, block_size: int, out_dtype: np.d
     """(x - zero point) * scale, in the scale's type (or ``out_dtype``)."""
     dx = x.astype(np.float32)
     if zero_point is not None and _onnx_type(x.dtype) not in _FLOAT8:
-        dx = dx - broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
+        dx -= broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
     elif x.dtype == np.int32:
         dx = x.astype(np.float64)  # int32 needs more than float32's 24 bits
-    y = dx * broadcast_param(scale, x.shape, axis, block_size)
-    return y.astype(out_dtype if out_dtype is not None else scale.dtype)
+    s = broadcast_param(scale, x.shape, axis, block_size)
+    if s.dtype == dx.dtype or (s.dtype.itemsize < dx.itemsize and s.dtype.kind == "f"):
+        dx *= s  # in place: the product keeps dx's (wider or equal) type
+        y = dx
+    else:
+        y = dx * s
+    return y.astype(out_dtype if out_dtype is not None else scale.dtype, copy=False)
 
 
 def _quant_attrs(node):

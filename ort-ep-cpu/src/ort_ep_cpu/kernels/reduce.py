@@ -136,7 +136,8 @@ def _in_float(fn):
 
 @_in_float
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    e = x - x.max(axis=axis, keepdims=True)  # the one temporary; the rest is in place
+    np.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
     return e
 
@@ -144,7 +145,8 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
 @_in_float
 def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
     shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    shifted -= np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted
 
 
 def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
