@@ -70,6 +70,19 @@ def test_conv(x_shape, w_shape, attrs, bias):
     _compare(_single_node("Conv", shapes, len(x_shape), initial, **attrs), {"x": x})
 
 
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [c for c in CONV_CASES if len(c[0]) == 4])
+def test_conv_in_bands(x_shape, w_shape, attrs, monkeypatch):
+    """The banded path (large images) on every 2-D case, forced with tiny limits: bands of one
+    or a few output rows, the last one shorter."""
+    from ort_ep_cpu.kernels import nn
+
+    monkeypatch.setattr(nn, "BAND_LIMIT", 0)
+    monkeypatch.setattr(nn, "BAND_BYTES", 1)
+    test_conv(x_shape, w_shape, attrs, True)
+    monkeypatch.setattr(nn, "BAND_BYTES", 3 * 4 * 9 * 3 * 9)
+    test_conv(x_shape, w_shape, attrs, False)
+
+
 POOL_CASES = [
     ((2, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((2, 3, 10, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),

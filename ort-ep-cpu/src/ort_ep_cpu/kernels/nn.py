@@ -99,10 +99,11 @@ def _windows(x, kernel_shape, strides, dilations, pads, fill):
 class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
-    __slots__ = ("pads", "padded", "out", "offsets", "inner", "flat", "axis_slices")
+    __slots__ = ("pads", "padded", "out", "offsets", "inner", "flat", "axis_slices", "kernel", "strides", "dilations")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
+        self.kernel, self.strides, self.dilations = tuple(kernel_shape), tuple(strides), tuple(dilations)
         self.pads = tuple(pads)
         self.padded = tuple(spatial[i] + pads[i] + pads[i + nd] for i in range(nd))
         self.out = tuple(
@@ -231,7 +232,9 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
     y3 = y.reshape(n, m, p)
-    if group == 1:
+    if len(out) == 2 and c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else 2) and not (group == 1 and k == 1):
+        _conv_banded(_padded(x, g, 0), w, group, g, y)
+    elif group == 1:
         if k == 1 and not any(g.pads):
             cols = x[g.offsets[0]]
             cols = cols.reshape(n, c, p) if cols.flags.c_contiguous else np.ascontiguousarray(cols).reshape(n, c, p)
@@ -273,6 +276,51 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     if activation is not None:
         activation(y)
     return y
+
+
+#: per image, column buffers bigger than this (twice this for grouped convolutions) are built
+#: one band of output rows at a time
+BAND_LIMIT = 4 << 20
+#: target size of one band's column buffer: it stays in cache between its copy and its GEMM
+BAND_BYTES = 512 << 10
+
+
+def _conv_banded(xp: np.ndarray, w: np.ndarray, group: int, g: _Geometry, y: np.ndarray) -> None:
+    """2-D convolution of the padded ``xp`` into ``y``, a band of output rows at a time. A large
+    im2col buffer (tens of MB) makes the GEMM stream it from memory at a fraction of its speed;
+    a band's buffer is used while it is still in cache."""
+    n, c = xp.shape[:2]
+    m = w.shape[0]
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+    oh, ow = g.out
+    k = kh * kw
+    cg, mg = c // group, m // group
+    rows_per_band = max(1, BAND_BYTES // (c * k * ow * xp.itemsize))
+    offsets = [(a * dh, b * dw) for a in range(kh) for b in range(kw)]
+    col_slices = [slice(b, b + (ow - 1) * sw + 1, sw) for _, b in offsets]
+    dtype = y.dtype
+    if group == 1:
+        wmat = w.reshape(m, c * k).astype(dtype, copy=False)
+    elif group == c and m == c:
+        wmat = w.reshape(m, 1, k).astype(dtype, copy=False)
+    else:
+        wmat = w.reshape(group, mg, cg * k).astype(dtype, copy=False)
+    for i in range(n):
+        image = xp[i]
+        for r0 in range(0, oh, rows_per_band):
+            r1 = min(oh, r0 + rows_per_band)
+            rows = r1 - r0
+            cols = np.empty((c, k, rows, ow), dtype=xp.dtype)
+            for j, (a, _) in enumerate(offsets):
+                start = a + r0 * sh
+                cols[:, j] = image[:, start : start + (rows - 1) * sh + 1 : sh, col_slices[j]]
+            band = y[i, :, r0:r1, :]
+            if group == 1:
+                np.matmul(wmat, cols.reshape(c * k, rows * ow), out=band.reshape(m, rows * ow))
+            elif group == c and m == c:
+                band[...] = np.matmul(wmat, cols.reshape(c, k, rows * ow)).reshape(m, rows, ow)
+            else:
+                band[...] = np.matmul(wmat, cols.reshape(group, cg * k, rows * ow)).reshape(m, rows, ow)
 
 
 def build_conv(node, request, activation: Activation | None = None):
