@@ -399,3 +399,30 @@ def test_lstm_initial_state_of_the_wrong_batch_is_named():
     model = _model("LSTM", [("x", F, x.shape)], [("y", F, None)], {"hidden_size": 8}, inits, opset=14)
     with pytest.raises(Exception, match="initial_h"):
         _run_ours(model, {"x": x})
+
+
+def test_batch_norm_7_spatial_0_uses_per_element_statistics():
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    s, b, m, v = (RNG.standard_normal((3, 4)).astype(np.float32) for _ in range(4))
+    v = np.abs(v)
+    names = ("x", "s", "b", "m", "v")
+    node = helper.make_node("BatchNormalization", list(names), ["y"], spatial=0, epsilon=1e-3)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, F, a.shape) for n, a in zip(names, (x, s, b, m, v))], [helper.make_tensor_value_info("y", F, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=3)
+    (y,) = _run_ours(model, dict(zip(names, (x, s, b, m, v))))
+    np.testing.assert_allclose(y, s * (x - m) / np.sqrt(v + 1e-3) + b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,values", [(np.float16, (2, 2000, 3)), (np.int64, (-(2**40), 2**40, 2**37 + 1)), (np.int32, (-7, 2**30, 2**27 + 3))])
+def test_range_element_count_and_precision(dtype, values):
+    # float16 computes in float32 (Range-27 stash_type default) and integers use an exact ceil
+    start, limit, delta = (np.array(v, dtype) for v in values)
+    proto = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, proto, []) for n in "sld"], [helper.make_tensor_value_info("y", proto, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)], ir_version=11)
+    (y,) = _run_ours(model, {"s": start, "l": limit, "d": delta})
+    n = int(np.ceil((float(limit) - float(start)) / float(delta)))
+    expected = (np.float64(start) + np.arange(n) * np.float64(delta)).astype(np.float32 if dtype == np.float16 else np.float64).astype(dtype)
+    assert y.dtype == dtype and y.shape == (n,)
+    np.testing.assert_array_equal(y, expected)

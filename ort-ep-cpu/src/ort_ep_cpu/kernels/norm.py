@@ -28,9 +28,10 @@ def _bn_builder(node, request):
         training = n_out > 1 and not node.attr("is_test", 0)
 
     def batch_norm(x, scale, bias, mean, var):
-        shape = (1, -1) + (1,) * (x.ndim - 2)
+        per_element = scale.ndim > 1  # BatchNormalization < 9 with spatial=0: (C, D1, ...) statistics
+        shape = (1,) + scale.shape if per_element else (1, -1) + (1,) * (x.ndim - 2)
         if training:
-            axes = (0,) + tuple(range(2, x.ndim))
+            axes = (0,) if per_element else (0,) + tuple(range(2, x.ndim))
             xs = x.astype(_stat_dtype(x), copy=False)
             use_mean, use_var = xs.mean(axis=axes), xs.var(axis=axes)
         else:

@@ -215,11 +215,20 @@ def _tile(node, request):
 
 @kernel("Range", since=11)
 def _range(node, request):
+    # Range-27's stash_type (default 1): float16/bfloat16 compute in float32, cast back once
+    stash = int(node.attr("stash_type", 1)) if node.opset >= 27 else 1
+
     def range_(start, limit, delta):
+        dtype = start.dtype
         # inputs are scalars, but exporters also write 1-element tensors
         s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+        if dtype.kind in "iu":
+            n = max(-(-(int(lim) - int(s)) // int(d)), 0)  # exact integer ceil, no float rounding
+            return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)
+        work = np.float32 if dtype.itemsize < 4 and stash == 1 else dtype
+        s, lim, d = (np.asarray(v, dtype=work) for v in (s, lim, d))
         n = max(int(np.ceil((lim - s) / d)), 0)  # the spec's element count; arange may round differently
-        return (s + np.arange(n, dtype=start.dtype) * d).astype(start.dtype, copy=False)
+        return (s + np.arange(n).astype(work) * d).astype(dtype, copy=False)
 
     return range_
 
