@@ -84,10 +84,11 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
     op = node.op_type
     if op in DIVERGENT_OPS:
         return DIVERGENT_OPS[op]
-    for name in node.inputs:
+    for k, name in enumerate(node.inputs):
         value = graph.value(name) if name else None
-        # empty constants (e.g. Resize's unused roi) are fine; empty data is not
-        if value is not None and value.shape and any(d == 0 for d in value.shape) and value.const_value is None:
+        # empty constant parameters (e.g. Resize's unused roi) are fine; empty data is not
+        if (value is not None and value.shape and any(d == 0 for d in value.shape)
+                and (k == 0 or value.const_value is None)):
             return f"input {name!r} is empty (shape {list(value.shape)}); OpenVINO mishandles empty tensors"
     dtypes = [graph.value(n).dtype for n in (*node.inputs, *node.outputs) if n]
     if any(d is not None and d == np.float64 for d in dtypes):
@@ -98,6 +99,12 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
         const = graph.value(node.inputs[0]).const_value
         if const.dtype.kind == "f" and not np.all(np.isfinite(const)):
             return "OpenVINO's Convert saturates infinities (the ONNX result keeps them)"
+    if op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual") and any(
+        _infinite_constant(graph, n) for n in node.inputs
+    ):
+        # e.g. the fully-masked-row guard of ONNX's Attention function (ReduceMax == -inf);
+        # in one group with the attention OpenVINO fuses it away and returns NaN rows
+        return f"{op} against an infinite constant: OpenVINO saturates infinities"
     if op in ("RNN", "GRU", "LSTM"):
         if node.attr("layout", 0) == 1:
             return f"OpenVINO's {op} with layout=1 (batch first) differs from ONNX"
@@ -109,6 +116,12 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
         d is not None and d.itemsize == 2 and d.kind in "iu" for d in dtypes
     ):
         return f"OpenVINO's {op} with 16-bit integers differs from ONNX"
+    if op == "QuantizeLinear" and len(node.inputs) > 1 and graph.value(node.inputs[1]).const_value is None:
+        # constant scales (QDQ models) are fine; computed ones meet OpenVINO's reciprocal
+        # multiply, which rounds exact .5 ties the other way
+        return "OpenVINO's QuantizeLinear with a computed scale rounds ties differently from ONNX"
+    if op == "Constant" and node.outputs and (c := graph.value(node.outputs[0]).const_value) is not None and c.size == 0:
+        return "an empty Constant comes back from OpenVINO with the wrong shape"
     if op == "RoiAlign" and node.attr("mode", "avg") == "max":
         return "OpenVINO's RoiAlign mode=max differs from ONNX"
     if op == "SpaceToDepth" and "mode" in node.attributes:
@@ -118,6 +131,22 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
     if op == "Resize":
         return _resize_reason(graph, node)
     return None
+
+
+def _infinite_constant(graph: GraphView, name: str, depth: int = 3) -> bool:
+    """``name`` is a constant holding an infinity, possibly through Cast/CastLike/Identity."""
+    if not name:
+        return False
+    value = graph.value(name)
+    const = value.const_value
+    if const is not None:
+        return const.dtype.kind == "f" and bool(np.isinf(const).any())
+    producer = graph.producer.get(name)
+    if depth and producer is not None:
+        node = graph.nodes[producer]
+        if node.op_type in ("Cast", "CastLike", "Identity") and node.inputs:
+            return _infinite_constant(graph, node.inputs[0], depth - 1)
+    return False
 
 
 def _resize_reason(graph: GraphView, node: NodeView) -> str | None:
