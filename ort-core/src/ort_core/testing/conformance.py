@@ -71,16 +71,30 @@ class Case:
 
     @property
     def op(self) -> str:
-        """The op the case is about: the op whose name the test name carries, else the first."""
+        """The op the case is about: the op whose name the test name starts with (for an
+        "_expanded" case, the function op it expands, e.g. Attention), else the first op."""
         if len(self.op_types) == 1:
             return self.op_types[0]
-        key = re.sub(r"[^a-z0-9]", "", self.name.lower().removeprefix("test_"))
+        key = re.sub(r"[^a-z0-9]", "", self.name.lower().removeprefix("test_").split("_expanded")[0])
+        candidates = list(self.op_types)
+        if "_expanded" in self.name:
+            candidates += _schema_names()
         best = ""
-        for op in self.op_types:
+        for op in candidates:
             bare = op.split("::")[-1].lower()
-            if key.startswith(bare) and len(bare) > len(best):
+            if key.startswith(bare) and len(bare) > len(best.split("::")[-1]):
                 best = op
         return best or (self.op_types[0] if self.op_types else "(no nodes)")
+
+
+_SCHEMA_NAMES: list[str] = []
+
+
+def _schema_names() -> list[str]:
+    """Names of the ONNX ops (default domain) the installed onnx knows."""
+    if not _SCHEMA_NAMES:
+        _SCHEMA_NAMES.extend(sorted({s.name for s in onnx.defs.get_all_schemas() if s.domain in ("", "ai.onnx")}))
+    return _SCHEMA_NAMES
 
 
 def _op_types(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -467,14 +481,25 @@ def run_suite(
     timeout: float | None = 60.0,
     progress: Callable[[CaseResult], None] | None = None,
 ) -> Score:
-    """Run every case on ``providers``; ``progress`` is called after each case."""
+    """Run every case on ``providers``; ``progress`` is called after each case.
+
+    Log warnings are silenced while the suite runs (the score reports what went wrong): onnx-ir
+    warns about the invalid outputs some cases have on purpose, and sessions made without
+    ``sess_options`` log at error level only.
+    """
     import logging
 
+    from ..session import SessionOptions
+
+    if sess_options is None:
+        sess_options = SessionOptions()
+        sess_options.log_severity_level = 3
     start = time.perf_counter()
     results = []
-    logger = logging.getLogger("ort_core")
-    level = logger.level
+    loggers = [logging.getLogger(name) for name in ("ort_core", "onnx_ir")]
+    levels = [lg.level for lg in loggers]
     try:
+        loggers[1].setLevel(logging.ERROR)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             for case in cases:
@@ -483,7 +508,8 @@ def run_suite(
                 if progress is not None:
                     progress(r)
     finally:
-        logger.setLevel(level)
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
     return Score(_provider_names(providers), results, time.perf_counter() - start)
 
 
