@@ -38,12 +38,8 @@ FAMILY_B = {
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
 }
 
-# case -> why it cannot pass on the CPU provider alone
-KNOWN_FAILURES = {
-    # onnx's own shape inference rejects the MVN-9 function body (a Constant with value_ints at
-    # that opset); the session's strict model check refuses the model before any kernel runs
-    "test_mvn": "ort-core: onnx shape inference rejects the MeanVarianceNormalization-9 function body",
-}
+# case -> why it cannot pass on the CPU provider alone (none at present)
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _family_cases() -> list:
