@@ -16,9 +16,9 @@ Call order for one session::
     ort_register_providers            once per process, when plugins are loaded
     ort_ep_devices                    once per process and provider, cached
     ort_session_start                 per provider, after options are validated
-    ort_get_capability                per provider in priority order, per graph
     ort_create_allocator              per provider, once
     ort_create_data_transfer          per provider whose device memory is not host memory
+    ort_get_capability                per provider in priority order, per graph
     ort_create_kernel                 per claim (a node or a fused group), once
       ... then per run:
     ort_run_start / ort_run_end       per provider that implements them, around each run
