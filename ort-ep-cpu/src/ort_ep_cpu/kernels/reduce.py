@@ -54,6 +54,8 @@ _AXES_INPUT_SINCE = {"ReduceSum": 13}
 def _reduce(op_type: str, fn):
     """A Reduce* kernel for both forms: axes as attribute or as the second input."""
 
+    accumulates = op_type not in ("ReduceMax", "ReduceMin")
+
     def build(node, request):
         keepdims = bool(node.attr("keepdims", 1))
         noop = bool(node.attr("noop_with_empty_axes", 0))
@@ -68,7 +70,9 @@ def _reduce(op_type: str, fn):
                 axes = None
             else:
                 axes = tuple(sorted({int(a) + x.ndim if int(a) < 0 else int(a) for a in np.asarray(axes).ravel()}))
-            small = _small(x.dtype)
+            # bfloat16 & co. have no numpy loops; float16 sums accumulate in float32 (as
+            # onnxruntime does) instead of rounding every partial sum to 11 bits
+            small = _small(x.dtype) or (x.dtype == np.float16 and accumulates)
             w = x.astype(np.float32) if small else x
             with np.errstate(divide="ignore", invalid="ignore"):
                 y = np.asarray(fn(w, axes, keepdims))
