@@ -232,7 +232,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
     y3 = y.reshape(n, m, p)
-    if len(out) == 2 and c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else 2) and not (group == 1 and k == 1):
+    if len(out) == 2 and c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else GROUPED_BAND_FACTOR) and not (group == 1 and k == 1):
         _conv_banded(_padded(x, g, 0), w, group, g, y)
     elif group == 1:
         if k == 1 and not any(g.pads):
@@ -278,9 +278,10 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     return y
 
 
-#: per image, column buffers bigger than this (twice this for grouped convolutions) are built
-#: one band of output rows at a time
+#: per image, column buffers bigger than this are built one band of output rows at a time (for
+#: grouped/depthwise ones, 16 times this: their per-band GEMMs are too small to pay for banding)
 BAND_LIMIT = 4 << 20
+GROUPED_BAND_FACTOR = 16
 #: target size of one band's column buffer: it stays in cache between its copy and its GEMM
 BAND_BYTES = 512 << 10
 
