@@ -53,16 +53,20 @@ def _attention_builder(node, request):
             offset = (nonpad_kv_seqlen.reshape(-1) - sq).reshape(-1, 1, 1, 1)  # per batch
         else:
             offset = np.int64(0 if past_key is None else past_key.shape[2])
-        bias = np.zeros((1, 1, sq, skv), dtype=dt)
+        bias = None  # additive (…, sq, skv) bias; None while nothing is masked
+
+        def add(b):
+            return b if bias is None else bias + b
+
         if attn_mask is not None:
             mask = attn_mask
             pad = skv - mask.shape[-1]  # a mask shorter than the keys masks the rest out
             if pad > 0:
                 fill = False if mask.dtype == np.bool_ else -np.inf
                 mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=fill)
-            bias = bias + (_allowed_bias(mask, dt) if mask.dtype == np.bool_ else mask.astype(dt, copy=False))
+            bias = add(_allowed_bias(mask, dt) if mask.dtype == np.bool_ else mask.astype(dt, copy=False))
         if is_causal:
-            bias = bias + _allowed_bias(j <= i + offset, dt)
+            bias = add(_allowed_bias(j <= i + offset, dt))
         if left >= 0 or right >= 0:
             diff = (i + offset) - j
             allowed = np.ones(diff.shape, bool)
@@ -70,10 +74,10 @@ def _attention_builder(node, request):
                 allowed &= diff <= left
             if right >= 0:
                 allowed &= -diff <= right
-            bias = bias + _allowed_bias(allowed, dt)
+            bias = add(_allowed_bias(allowed, dt))
         if nonpad_kv_seqlen is not None:
             keep = np.arange(skv)[None, :] < nonpad_kv_seqlen.reshape(-1, 1)
-            bias = bias + _allowed_bias(keep, dt).reshape(-1, 1, 1, skv)
+            bias = add(_allowed_bias(keep, dt).reshape(-1, 1, 1, skv))
         hq, hk = q.shape[1], k.shape[1]
         if hq != hk:  # grouped / multi-query attention: each KV head serves hq/hk query heads
             k = np.repeat(k, hq // hk, axis=1)
@@ -82,16 +86,25 @@ def _attention_builder(node, request):
         if softcap > 0:
             scores = softcap * np.tanh(scores / softcap)
         qk_out = scores
-        scores = scores + bias
+        if bias is not None:
+            scores = scores + bias
         if mode == 2:
             qk_out = scores
         if precision:
             scores = scores.astype(onnx.helper.tensor_dtype_to_np_dtype(int(precision)))
+        elif scores is qk_out:
+            scores = scores.copy()  # the softmax below works in place
+        # softmax in place; rows whose keys are all masked give 0, not NaN
         row_max = scores.max(axis=-1, keepdims=True)
-        empty = np.isneginf(np.max(bias, axis=-1, keepdims=True))  # rows with no key at all give 0
-        e = np.exp(scores - np.where(np.isneginf(row_max), 0, row_max))
-        total = e.sum(axis=-1, keepdims=True)
-        probs = np.where(empty, 0, e / np.where(total == 0, 1, total))
+        np.subtract(scores, np.where(np.isneginf(row_max), 0, row_max).astype(scores.dtype), out=scores)
+        np.exp(scores, out=scores)
+        total = scores.sum(axis=-1, keepdims=True)
+        scores /= np.where(total == 0, 1, total).astype(scores.dtype)
+        probs = scores
+        if bias is not None:
+            empty = np.isneginf(np.max(bias, axis=-1, keepdims=True))
+            if empty.any():
+                probs = np.where(empty, 0, probs).astype(probs.dtype, copy=False)
         if mode == 3:
             qk_out = probs
         y = np.matmul(probs.astype(dt, copy=False), v).astype(dt, copy=False)  # bfloat16 matmul gives float32
