@@ -422,3 +422,28 @@ def test_range_element_count_and_precision(dtype, values):
     expected = (np.float64(start) + np.arange(n) * np.float64(delta)).astype(np.float32 if dtype == np.float16 else np.float64).astype(dtype)
     assert y.dtype == dtype and y.shape == (n,)
     np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize(
+    "attrs,shapes",
+    [
+        ({}, [(2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 6)]),
+        ({"is_causal": 1}, [(2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8)]),
+        ({"q_num_heads": 4, "kv_num_heads": 2, "scale": 0.3, "softcap": 2.0}, [(2, 5, 32), (2, 7, 16), (2, 7, 12)]),
+    ],
+)
+def test_attention_matches_onnxruntime(attrs, shapes):
+    q, k, v = (RNG.standard_normal(s).astype(np.float32) for s in shapes)
+    inputs = [("q", F, q.shape), ("k", F, k.shape), ("v", F, v.shape)]
+    model = _model("Attention", inputs, [("y", F, None)], attrs, opset=23)
+    _check(model, {"q": q, "k": k, "v": v})
+
+
+def test_attention_with_cache_mask_and_causal_matches_onnxruntime():
+    q, k, v = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 4, 3, 8), (2, 4, 2, 8), (2, 4, 2, 8)))
+    pk, pv = (RNG.standard_normal((2, 4, 5, 8)).astype(np.float32) for _ in range(2))
+    mask = RNG.random((3, 7)) > 0.3
+    feeds = {"q": q, "k": k, "v": v, "m": mask, "pk": pk, "pv": pv}
+    inputs = [(n, TensorProto.BOOL if n == "m" else F, a.shape) for n, a in feeds.items()]
+    outputs = [("y", F, None), ("present_k", F, None), ("present_v", F, None)]
+    _check(_model("Attention", inputs, outputs, {"is_causal": 1}, opset=23), feeds)
