@@ -198,6 +198,12 @@ class _LSTM(_Recurrent):
         f, g, hact = acts
         n = h.shape[1]
         z = xw + h @ rt + rb  # gate order i, o, f, c
+        if p is None and not self.input_forget:
+            # one activation call over the three sigmoid gates (i, o, f are adjacent)
+            iof = f(self._pre(z[:, : 3 * n]))
+            i, o, fg = iof[:, :n], iof[:, n : 2 * n], iof[:, 2 * n :]
+            c_new = fg * c + i * g(self._pre(z[:, 3 * n :]))
+            return o * hact(c_new), c_new
         zi, zo, zf, zc = z[:, :n], z[:, n : 2 * n], z[:, 2 * n : 3 * n], z[:, 3 * n :]
         if p is not None:
             zi = zi + p[:n] * c
