@@ -62,7 +62,9 @@ def conformance(session: nox.Session) -> None:
     with open(score_file) as f:
         recorded = json.load(f)
     _install(session, "ort-core", "ort-ep-cpu")
-    session.install(f"onnx=={recorded['onnx']}")
+    # the same onnx as the recorded score (same cases); Pillow: the CPU provider's optional
+    # dependency for ImageDecoder (declined without it)
+    session.install(f"onnx=={recorded['onnx']}", "pillow")
     session.run(
         "python", "-m", "ort_core.testing.conformance",
         "--providers", "CPUExecutionProvider",
