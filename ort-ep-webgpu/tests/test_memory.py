@@ -65,12 +65,14 @@ def _transfer():
     [
         np.array([[1.5, -0.0, np.inf], [np.nan, 3e-39, -7.25]], np.float32),
         np.arange(7, dtype=np.float16) / np.float16(3),  # odd byte count (14 bytes)
-        np.array([-(2**31), 0, 2**31 - 1], np.int64),
+        np.array([-(2**63), -(2**31) - 1, 0, 2**31, 2**63 - 1], np.int64),
+        np.array([1.0 / 3, -np.inf, 5e-324], np.float64),  # held as raw bytes, no kernel takes it
+        np.arange(5, dtype=np.int8),
         np.array([1, -5, 7], np.int32),
         np.array([True, False, True], np.bool_),
         np.zeros((0, 3), np.float32),
     ],
-    ids=["float32", "float16", "int64", "int32", "bool", "empty"],
+    ids=["float32", "float16", "int64", "float64", "int8", "int32", "bool", "empty"],
 )
 def test_data_transfer_round_trip_is_bit_exact(array):
     _session, transfer = _transfer()
@@ -81,7 +83,25 @@ def test_data_transfer_round_trip_is_bit_exact(array):
     assert back.tobytes() == array.tobytes()
 
 
-def test_int64_outside_int32_is_refused_with_reason():
-    _session, transfer = _transfer()
-    with pytest.raises(OverflowError, match="int64 tensors as int32"):
-        transfer.to_device(np.array([2**31], np.int64))
+def test_int64_values_outside_int32_move_exactly_through_copy_kernels():
+    """int64 is held as 8 bytes: Transpose/Gather/Concat/Slice copy whole elements."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Gather", ["t", "idx"], ["g"], axis=0),
+        helper.make_node("Concat", ["g", "g"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "int64",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    assert set(session.get_placement().counts()) == {"WebGpuExecutionProvider"}
+    x = np.array([[2**40, -(2**35), 7], [-1, 2**62, -(2**63)]], np.int64)
+    idx = np.array([2, -3], np.int64)
+    g = x.T[[2, 0]]
+    np.testing.assert_array_equal(session.run(None, {"x": x, "idx": idx})[0], np.concatenate([g, g], axis=1))

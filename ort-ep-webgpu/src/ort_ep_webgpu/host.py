@@ -19,6 +19,8 @@ import onnx
 
 from ort_core import GraphView, Kernel, NodeView
 
+from .runtime import DEVICE_TYPES
+
 _INT_MAX = 2**62
 _SMALL = 4096  # elements: larger integer constants are data, not shapes
 
@@ -60,6 +62,17 @@ def _reshape(x, shape, allowzero):
     if not allowzero:
         target = [x.shape[k] if d == 0 else d for k, d in enumerate(target)]
     return x.reshape(target)
+
+
+def constant_value(node: NodeView) -> np.ndarray | None:
+    """The value of a Constant node from whichever value attribute it has."""
+    attrs = node.attributes
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    value = attrs.get("value")
+    return None if value is None else np.asarray(value)
 
 
 def _builder(node: NodeView) -> Callable[..., object] | None:
@@ -153,7 +166,7 @@ def host_nodes(graph: GraphView) -> set[int]:
         if node.op_type in ("Shape", "Size"):
             seeded = True
         elif node.op_type == "Constant":
-            value = graph.value(outs[0]).const_value
+            value = constant_value(node)
             seeded = value is not None and value.size <= _SMALL
         else:
             seeded = bool(ins) and all(n in host_values or const_int(n) for n in ins)
@@ -167,7 +180,7 @@ def host_kernel(node: NodeView) -> Kernel:
     """The numpy kernel of a host node: every input and output in host memory."""
     n_in, n_out = len(node.inputs), len(node.outputs)
     if node.op_type == "Constant":
-        value = node.graph.value(node.outputs[0]).const_value
+        value = constant_value(node)
         fn: Callable[..., object] = lambda: value  # noqa: E731
     else:
         built = _builder(node)
@@ -176,11 +189,17 @@ def host_kernel(node: NodeView) -> Kernel:
         fn = built
 
     if node.op_type == "Shape" or node.op_type == "Size":
-        # Shape reads only metadata: take the input where it lives (device or host)
+        # Shape reads only metadata: take the input where it lives. Graph inputs and
+        # initializers start in host memory, and dtypes no kernel computes on are there too;
+        # other values are read on the device (no copy: only the shape is looked at).
+        value = node.graph.value(node.inputs[0])
+        on_host = value.is_graph_input or value.is_initializer or value.dtype not in DEVICE_TYPES
+
         def run(x):
             return fn(_Shaped(x))
 
         return Kernel(run=run, single_output=True, host_outputs=frozenset({0}),
+                      host_inputs=frozenset({0}) if on_host else frozenset(),
                       note="shape computation on the host")
     return Kernel(
         run=lambda *xs: np.asarray(fn(*xs)),

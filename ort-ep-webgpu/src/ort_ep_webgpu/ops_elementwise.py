@@ -46,7 +46,8 @@ def elementwise_source(
         lines.append(f"  let x{k} = {wgsl.load(k, dtype, index)};")
     lines.append(f"  out0[i] = {wgsl.store(expr, out_dtype)};")
     head = wgsl.bindings([wgsl.storage_type(d) for _, d in inputs], [wgsl.storage_type(out_dtype)])
-    return f"{head}\n{wgsl.helpers_for(expr)}\n{wgsl.main_1d(_prod(out_shape), chr(10).join(lines))}"
+    body = "\n".join(lines)
+    return f"{head}\n{wgsl.helpers_for(body)}\n{wgsl.main_1d(_prod(out_shape), body)}"
 
 
 def elementwise_kernel(

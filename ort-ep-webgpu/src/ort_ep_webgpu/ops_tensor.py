@@ -11,6 +11,7 @@ import numpy as np
 from ort_core import Kernel, KernelRequest, NodeView
 
 from . import wgsl
+from .host import constant_value
 from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
 from .runtime import GpuTensor
 
@@ -150,7 +151,7 @@ def _size(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
 
 @op("Constant")
 def _constant(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
-    value = request.value(node.outputs[0]).const_value
+    value = constant_value(node)
     if value is None:
         raise ValueError(f"Constant {node.name!r}: no tensor value")
     tensor = rt.stream.upload(value)  # once, at session creation
@@ -190,18 +191,17 @@ def _gather(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
     def prepare(args: Sequence) -> Prepared:
         data, indices = args
         axis = _axis(axis_attr, data.ndim)
-        outer, dim, inner = _prod(data.shape[:axis]), data.shape[axis], _prod(data.shape[axis + 1 :])
+        dim, inner = data.shape[axis], _prod(data.shape[axis + 1 :])
         count = indices.size
         out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
         body = (
             f"  let inner = i % {inner}u;\n  let j = (i / {inner}u) % {count}u;\n  let outer = i / {inner * count}u;\n"
-            f"  var k = in1[j];\n  if (k < 0) {{ k = k + {dim}; }}\n"
+            f"  var k = {wgsl.load(1, indices.dtype, 'j')};\n  if (k < 0) {{ k = k + {dim}; }}\n"
             f"  k = clamp(k, 0, {max(dim - 1, 0)});\n"
             f"  out0[i] = in0[(outer * {dim}u + u32(k)) * {inner}u + inner];"
         )
         n = _prod(out_shape)
-        source = _copy_source(data.dtype, n, body, ["i32"])
-        del outer
+        source = _copy_source(data.dtype, n, body, [wgsl.storage_type(indices.dtype)])
         return Prepared([(out_shape, data.dtype)], [Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), wgsl.groups_1d(n))])
 
     return shader_kernel(rt, prepare)

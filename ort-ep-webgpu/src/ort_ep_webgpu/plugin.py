@@ -193,7 +193,7 @@ def decline_reason(node: NodeView, rt: SessionRuntime) -> str | None:
         if dtype not in supported:
             if dtype == np.float16:
                 return "float16 needs the adapter's shader-f16 feature and option fp16=1"
-            return f"{node.op_type} on {dtype} is not supported (WebGPU tensors: float32, float16, int32, int64 as int32, bool)"
+            return f"{node.op_type} on {dtype} is not supported (WebGPU kernels take float32, float16, int32, int64 and bool)"
     if e.check is not None:
         return e.check(node)
     return None

@@ -21,17 +21,25 @@ import numpy as np
 
 from ort_core import Allocator, AllocatorStats, MemoryInfo
 
-# dtype the graph sees -> (dtype stored on the device, WGSL scalar type, kind for shader math)
-# int64 has no WGSL type: it is stored as int32, range-checked when copied to the device.
-# bool has no storage type either: it is stored as u32.
+# dtypes kernels compute on -> (dtype stored on the device, WGSL storage type, kind for math)
+# int64 has no WGSL type: it is stored as its 8 bytes (vec2<i32>), so copies and data movement
+# are exact; kernels do integer math on the low 32 bits (exact for values in int32's range)
+# and write the sign-extended result. bool has no storage type either: it is stored as u32.
+# Other dtypes (float64, bfloat16, int8, ...) can be held as raw bytes, so data transfer is
+# exact for them, but no kernel takes them (the capability declines such nodes).
 DEVICE_TYPES: dict[np.dtype, tuple[np.dtype, str, str]] = {
     np.dtype(np.float32): (np.dtype(np.float32), "f32", "f"),
     np.dtype(np.float16): (np.dtype(np.float16), "f16", "f"),
     np.dtype(np.int32): (np.dtype(np.int32), "i32", "i"),
-    np.dtype(np.int64): (np.dtype(np.int32), "i32", "i"),
+    np.dtype(np.int64): (np.dtype(np.int64), "vec2<i32>", "i"),
     np.dtype(np.bool_): (np.dtype(np.uint32), "u32", "b"),
 }
-_I32 = np.iinfo(np.int32)
+
+
+def device_dtype_of(dtype: np.dtype) -> np.dtype:
+    """What the buffer of a ``dtype`` tensor holds (the dtype itself for raw-byte tensors)."""
+    layout = DEVICE_TYPES.get(np.dtype(dtype))
+    return layout[0] if layout is not None else np.dtype(dtype)
 BUFFER_ALIGNMENT = 256
 
 
@@ -271,7 +279,7 @@ class BufferPool(Allocator):
         """A new tensor of ``shape``/``dtype`` whose buffer returns to this pool when dropped."""
         dtype = np.dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
-        nbytes = max(4, count * DEVICE_TYPES[dtype][0].itemsize)
+        nbytes = max(4, count * device_dtype_of(dtype).itemsize)
         return GpuTensor(Storage(self.allocate(nbytes), self), tuple(int(d) for d in shape), dtype)
 
 
@@ -325,7 +333,7 @@ class GpuTensor:
 
     @property
     def device_dtype(self) -> np.dtype:
-        return DEVICE_TYPES[self.dtype][0]
+        return device_dtype_of(self.dtype)
 
     @property
     def wgsl(self) -> str:
@@ -420,17 +428,12 @@ class Stream:
                 self.stats.submits += 1
 
     def upload(self, array: np.ndarray) -> GpuTensor:
-        """A host array as a new device tensor (int64 checked to fit int32)."""
+        """A host array as a new device tensor (bit-exact; bool widened to u32)."""
         array = np.asarray(array)
         dtype = array.dtype
-        if dtype not in DEVICE_TYPES:
-            raise TypeError(f"WebGPU cannot hold {dtype} tensors; supported: {', '.join(map(str, DEVICE_TYPES))}")
-        if dtype == np.int64 and array.size and (array.min() < _I32.min or array.max() > _I32.max):
-            raise OverflowError(
-                "WebGPU stores int64 tensors as int32 on the device and this one has values outside "
-                f"[{_I32.min}, {_I32.max}] (min {array.min()}, max {array.max()})"
-            )
-        device_dtype = DEVICE_TYPES[dtype][0]
+        if dtype.kind in "OSU":
+            raise TypeError(f"WebGPU cannot hold {dtype} tensors (strings and objects stay in host memory)")
+        device_dtype = device_dtype_of(dtype)
         data = np.ascontiguousarray(array, dtype=device_dtype).reshape(-1).view(np.uint8)
         tensor = self.pool.tensor(array.shape, dtype)
         if data.nbytes % 4:  # write_buffer wants a multiple of 4 bytes

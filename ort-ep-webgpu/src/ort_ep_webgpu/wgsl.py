@@ -108,6 +108,8 @@ def load(k: int, dtype: np.dtype, index: str) -> str:
         return f"f32(in{k}[{index}])"
     if kd == "b":
         return f"(in{k}[{index}] != 0u)"
+    if np.dtype(dtype) == np.int64:
+        return f"in{k}[{index}].x"  # the low word
     return f"in{k}[{index}]"
 
 
@@ -118,6 +120,8 @@ def store(expr: str, dtype: np.dtype) -> str:
         return f"{st}({expr})"
     if kd == "b":
         return f"select(0u, 1u, {expr})"
+    if np.dtype(dtype) == np.int64:
+        return f"i64_({expr})"
     return expr
 
 
@@ -134,6 +138,8 @@ def cast(expr: str, source: str, target: str) -> str:
 
 # helpers included in a shader when its body names them
 HELPERS = {
+    "i64_": """
+fn i64_(v: i32) -> vec2<i32> { return vec2<i32>(v, select(0, -1, v < 0)); }""",
     "erf_": """
 fn erf_(x: f32) -> f32 {
   let a = abs(x);
