@@ -49,9 +49,7 @@ def _from_string(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
             return text.astype(dtype)
         except ValueError:  # "1e3", "-2.5": through float64, truncated toward zero as C does
             return np.trunc(text.astype(np.float64)).astype(dtype)
-    if dtype == np.bool_:
-        return text.astype(np.float64).astype(dtype)
-    return text.astype(np.float64).astype(dtype)
+    return text.astype(np.float64).astype(dtype)  # floats and bool ("0" -> False, "2.5" -> True)
 
 
 def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
