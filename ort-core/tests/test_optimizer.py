@@ -216,6 +216,35 @@ def test_matmul_add_rank3_stays():
     assert _ops(out) == ["MatMul", "Add"]
 
 
+@pytest.mark.parametrize("opset,last", [(12, "Div"), (13, "Mul"), (10, "Div")])
+def test_hard_swish_rewrite(opset, last):
+    clip_inputs = ["a"] if opset < 11 else ["a", "lo", "hi"]
+    clip_attrs = {"min": 0.0, "max": 6.0} if opset < 11 else {}
+    model = make_model(
+        [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", clip_inputs, ["c"], **clip_attrs),
+         helper.make_node("Mul", ["c", "x"], ["m"]),
+         helper.make_node(last, ["m", "six" if last == "Div" else "sixth"], ["y"])],
+        [_vi("x", [2, 3, 4])], [_vi("y", [2, 3, 4])],
+        [_init("three", np.array(3, np.float32)), _init("lo", np.array(0, np.float32)), _init("hi", np.array(6, np.float32)),
+         _init("six", np.array(6, np.float32)), _init("sixth", np.array(1 / 6, np.float32))],
+        opset=opset,
+    )
+    out = _apply(model, basic.HardSwishRewritePass())
+    assert _ops(out) == ["HardSigmoid", "Mul"]
+    _check(model, out, {"x": _f32(2, 3, 4, scale=4)})
+
+
+def test_hard_swish_with_other_bounds_stays():
+    model = make_model(
+        [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "lo", "hi"], ["c"]),
+         helper.make_node("Mul", ["c", "x"], ["m"]), helper.make_node("Div", ["m", "six"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+        [_init("three", np.array(3, np.float32)), _init("lo", np.array(0, np.float32)), _init("hi", np.array(5, np.float32)),
+         _init("six", np.array(6, np.float32))],
+    )
+    assert _ops(_apply(model, basic.HardSwishRewritePass())) == ["Add", "Clip", "Mul", "Div"]
+
+
 # --------------------------------------------------------------------------------- fusions
 
 

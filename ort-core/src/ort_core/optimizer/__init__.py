@@ -7,7 +7,8 @@ Constant nodes lifted to initializers, Identity and inference-Dropout removed, u
 removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
 constant folding (``onnx.reference`` evaluates nodes whose inputs are all constants),
 Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
-the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
+the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm, hard-swish
+written as Add/Clip/Mul/Div turned into HardSigmoid+Mul.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul). Each fusion is applied only where
@@ -33,6 +34,7 @@ from .basic import (
     ConvBatchNormFoldPass,
     ConvMulFoldPass,
     DropoutEliminationPass,
+    HardSwishRewritePass,
     IdentityEliminationPass,
     MatMulAddToGemmPass,
     ShapeFoldingPass,
@@ -64,6 +66,7 @@ def _basic() -> list[ir.passes.PassBase]:
         ConvMulFoldPass(),
         ConvAddFoldPass(),
         MatMulAddToGemmPass(),
+        HardSwishRewritePass(),
         common_passes.RemoveUnusedNodesPass(),
     ]
 
