@@ -24,7 +24,7 @@ from ort_core import (
     hookimpl,
 )
 
-from . import MEMORY_NAME, PROVIDER_NAME, ops_elementwise, ops_nn, ops_tensor  # noqa: F401  (register kernels)
+from . import MEMORY_NAME, PROVIDER_NAME, ops_control, ops_elementwise, ops_nn, ops_tensor  # noqa: F401  (register kernels)
 from .host import host_kernel, host_nodes
 from .registry import SessionRuntime, entry
 from .runtime import BufferPool, Stream, choose_adapter, describe, get_device, list_adapters
@@ -72,6 +72,7 @@ HOST_INPUT_POSITIONS: dict[str, frozenset[int]] = {
     "Reshape": frozenset({1}), "Unsqueeze": frozenset({1}), "Squeeze": frozenset({1}),
     "Slice": frozenset({1, 2, 3, 4}), "Expand": frozenset({1}), "Split": frozenset({1}),
     "Clip": frozenset({1, 2}), "Dropout": frozenset({1, 2}), "Shape": frozenset({0}), "Size": frozenset({0}),
+    "If": frozenset({0}),
     **{name: frozenset({1}) for name in ops_nn.REDUCE},
 }
 
