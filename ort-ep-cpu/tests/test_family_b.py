@@ -33,7 +33,7 @@ FAMILY_B = {
     "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LayerNormalization",
     "RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN", "Dropout",
     # recurrent / attention
-    "RNN", "GRU", "LSTM", "Attention", "RotaryEmbedding",
+    "RNN", "GRU", "LSTM", "Attention", "RotaryEmbedding", "LinearAttention",
     # signal
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
 }

@@ -153,3 +153,57 @@ def _rotary(node, request):
         return y.transpose(0, 2, 1, 3) if x.ndim == 4 else y.reshape(shape)
 
     return rotary
+
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+@kernel("LinearAttention", since=27)
+def _linear_attention(node, request):
+    rule = node.attr("update_rule", "gated_delta")
+    rule = rule.decode() if isinstance(rule, bytes) else str(rule)
+    if rule not in _UPDATE_RULES:
+        raise ValueError(f"LinearAttention {node.name!r}: attribute update_rule={rule!r}; valid values: {list(_UPDATE_RULES)}")
+    hq, hkv = int(node.attr("q_num_heads", 0) or 0), int(node.attr("kv_num_heads", 0) or 0)
+    if hq <= 0 or hkv <= 0 or hq % hkv:
+        raise ValueError(f"LinearAttention {node.name!r}: q_num_heads ({hq}) must be a positive multiple of kv_num_heads ({hkv})")
+    scale_attr = float(node.attr("scale", 0.0) or 0.0)
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    n_out = len(node.outputs)
+
+    def linear_attention(query, key, value, past_state=None, decay=None, beta=None):
+        if gating and decay is None:
+            raise ValueError(f"LinearAttention {node.name!r}: update_rule {rule!r} needs input decay")
+        if delta and beta is None:
+            raise ValueError(f"LinearAttention {node.name!r}: update_rule {rule!r} needs input beta")
+        b, t, _ = query.shape
+        dk, dv, group = query.shape[2] // hq, value.shape[2] // hkv, hq // hkv
+        f32 = np.float32
+        # (T, B, H, D) so that each time step is one contiguous slice
+        q = query.reshape(b, t, hkv, group, dk).transpose(1, 0, 2, 3, 4).astype(f32)
+        k = key.reshape(b, t, hkv, dk).transpose(1, 0, 2, 3).astype(f32)
+        v = value.reshape(b, t, hkv, dv).transpose(1, 0, 2, 3).astype(f32)
+        if gating:
+            per_key = decay.shape[-1] == hkv * dk  # decay per key dimension, else per head
+            g = np.exp(decay.reshape(b, t, hkv, dk if per_key else 1).transpose(1, 0, 2, 3).astype(f32))
+        if delta:
+            bt = beta.reshape(b, t, beta.shape[-1], 1).transpose(1, 0, 2, 3).astype(f32)
+        if past_state is not None and past_state.shape != (b, hkv, dk, dv):
+            raise ValueError(f"LinearAttention {node.name!r}: input past_state has shape {past_state.shape}, expected {(b, hkv, dk, dv)}")
+        state = np.zeros((b, hkv, dk, dv), f32) if past_state is None else past_state.astype(f32)
+        scale = scale_attr or 1.0 / np.sqrt(dk)
+        out = np.empty((t, b, hkv, group, dv), f32)
+        for i in range(t):  # the recurrence is sequential in time by definition
+            if gating:
+                state = state * g[i][..., None]
+            vi = v[i]
+            if delta:
+                retrieved = np.matmul(k[i][:, :, None, :], state)[:, :, 0, :]  # S^T k
+                vi = bt[i] * (vi - retrieved)
+            state = state + k[i][..., :, None] * vi[..., None, :]
+            out[i] = np.matmul(q[i], state)  # (B, Hkv, G, dk) @ (B, Hkv, dk, dv)
+        y = (out * f32(scale)).transpose(1, 0, 2, 3, 4).reshape(b, t, hq * dv).astype(query.dtype)
+        present = state.astype(query.dtype if past_state is None else past_state.dtype)
+        return y if n_out == 1 else (y, present)
+
+    return linear_attention
