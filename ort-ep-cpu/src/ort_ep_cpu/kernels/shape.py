@@ -304,10 +304,13 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
         # select first: everything strictly better than the k-th key, then the earliest of the
         # keys equal to it (the spec breaks ties by the lower index), then sort only those k
         kth = np.partition(key, k - 1, axis=-1)[..., k - 1 : k]
-        better = key < kth
-        need = k - better.sum(axis=-1, keepdims=True)
-        chosen = better | ((key == kth) & (np.cumsum(key == kth, axis=-1) <= need))
-        cand = np.argsort(~chosen, axis=-1, kind="stable")[..., :k]  # chosen positions, in index order
+        chosen = key <= kth
+        if not (chosen.sum(axis=-1) == k).all():  # ties at the k-th key: keep the earliest ones
+            better = key < kth
+            need = k - better.sum(axis=-1, keepdims=True)
+            chosen = better | ((key == kth) & (np.cumsum(key == kth, axis=-1) <= need))
+        # exactly k chosen per row; nonzero lists them row by row in index order
+        cand = np.nonzero(chosen.reshape(-1, n))[1].reshape(chosen.shape[:-1] + (k,))
         inner = np.argsort(np.take_along_axis(key, cand, axis=-1), axis=-1, kind="stable")
         order = np.take_along_axis(cand, inner, axis=-1)
     else:
