@@ -447,3 +447,13 @@ def test_attention_with_cache_mask_and_causal_matches_onnxruntime():
     inputs = [(n, TensorProto.BOOL if n == "m" else F, a.shape) for n, a in feeds.items()]
     outputs = [("y", F, None), ("present_k", F, None), ("present_v", F, None)]
     _check(_model("Attention", inputs, outputs, {"is_causal": 1}, opset=23), feeds)
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_top_k_small_k_with_ties_matches_onnxruntime(largest, axis):
+    # k << n takes the partition path; few distinct values make the k-th key tied
+    x = RNG.integers(0, 5, (120, 130)).astype(np.float32)
+    outputs = [("v", F, None), ("i", TensorProto.INT64, None)]
+    model = _model("TopK", [("x", F, x.shape)], outputs, {"largest": largest, "axis": axis}, [("k", np.array([7], np.int64))], opset=11)
+    _check(model, {"x": x}, rtol=0, atol=0)
