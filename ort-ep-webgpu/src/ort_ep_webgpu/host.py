@@ -113,6 +113,10 @@ def _builder(node: NodeView) -> Callable[..., object] | None:
     if op == "Reshape":
         allowzero = bool(a("allowzero", 0))
         return lambda x, shape: _reshape(x, shape, allowzero)
+    if op == "ConstantOfShape":
+        value = a("value")
+        fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+        return lambda shape: np.full(tuple(_axes(shape)), fill[0], dtype=fill.dtype)
     simple = {
         "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _div, "Equal": np.equal,
         "Less": np.less, "Greater": np.greater, "Where": np.where, "Neg": np.negative, "Abs": np.abs,
@@ -138,7 +142,7 @@ def _fold(fn, xs):
 HOST_OPS = frozenset({
     "Shape", "Size", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast",
     "Reshape", "Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "Where", "Neg", "Abs",
-    "Not", "Identity", "Max", "Min", "Range", "Expand",
+    "Not", "Identity", "Max", "Min", "Range", "Expand", "ConstantOfShape",
 })
 
 

@@ -323,3 +323,87 @@ def _slice(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel
         return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(_copy_source(x.dtype, n, body)), (0,), (0,), wgsl.groups_1d(n))])
 
     return shader_kernel(rt, prepare, host_inputs=frozenset() if legacy else frozenset({1, 2, 3, 4}))
+
+
+def _literal(value: object, dtype: np.dtype) -> str:
+    """A WGSL expression of ``value`` in ``dtype``'s math kind."""
+    kind = wgsl.kind(dtype)
+    v = np.asarray(value).reshape(-1)
+    item = v[0].item() if v.size else 0
+    if kind == "f":
+        return wgsl.flit(float(item))
+    if kind == "b":
+        return "true" if item else "false"
+    return f"{int(item)}"
+
+
+@op("ConstantOfShape", since=9)
+def _constant_of_shape(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    value = node.attr("value")
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    dtype = fill.dtype
+    if dtype not in rt.supported_dtypes():
+        raise ValueError(f"ConstantOfShape of {dtype} has no WebGPU kernel")
+
+    def prepare(args: Sequence) -> Prepared:
+        shape = tuple(int(d) for d in np.asarray(args[0]).ravel())
+        n = _prod(shape)
+        source = wgsl.bindings([], [wgsl.storage_type(dtype)]) + "\n" + wgsl.helpers_for("i64_(") * (dtype == np.int64)
+        source += "\n" + wgsl.main_1d(n, f"  out0[i] = {wgsl.store(_literal(fill, dtype), dtype)};")
+        return Prepared([(shape, dtype)], [Dispatch(rt.gpu.pipeline(source), (), (0,), wgsl.groups_1d(n))])
+
+    return shader_kernel(rt, prepare, host_inputs=frozenset({0}))
+
+
+def _pad_check(node: NodeView) -> str | None:
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge"):
+        return f"Pad mode {mode!r} has no WebGPU kernel"
+    return None
+
+
+@op("Pad", since=2, check=_pad_check)
+def _pad(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    legacy = node.opset < 11
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        rank = x.ndim
+        if legacy:
+            pads_given, value, axes = node.attr("pads"), node.attr("value", 0.0), None
+        else:
+            pads_given = args[1]
+            value = args[2] if len(args) > 2 and args[2] is not None else 0
+            axes = args[3] if len(args) > 3 and args[3] is not None else None
+        pads_given = [int(p) for p in np.asarray(pads_given).ravel()]
+        axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in np.asarray(axes).ravel()]
+        begin, end = [0] * rank, [0] * rank
+        for k, a in enumerate(axes):
+            begin[a], end[a] = pads_given[k], pads_given[k + len(axes)]
+        out_shape = tuple(x.shape[d] + begin[d] + end[d] for d in range(rank))
+        st = wgsl.strides(x.shape)
+        lines = [wgsl.decompose("i", out_shape, "c"), "  var inside = true;"]
+        for d in range(rank):
+            size = x.shape[d]
+            lines.append(f"  var p{d} = i32(c{d}) - {begin[d]};")
+            if mode == "constant":
+                lines.append(f"  if (p{d} < 0 || p{d} >= {size}) {{ inside = false; p{d} = 0; }}")
+            elif mode == "edge":
+                lines.append(f"  p{d} = clamp(p{d}, 0, {size - 1});")
+            else:  # reflect (mirror without repeating the edge)
+                lines.append(f"  if (p{d} < 0) {{ p{d} = -p{d}; }}")
+                lines.append(f"  if (p{d} >= {size}) {{ p{d} = {2 * (size - 1)} - p{d}; }}")
+                lines.append(f"  p{d} = clamp(p{d}, 0, {max(size - 1, 0)});")
+        index = " + ".join(f"u32(p{d}) * {st[d]}u" for d in range(rank)) or "0u"
+        fill = wgsl.store(_literal(value, x.dtype), x.dtype)
+        lines.append(f"  if (inside) {{ out0[i] = in0[{index}]; }} else {{ out0[i] = {fill}; }}")
+        body = "\n".join(lines)
+        n = _prod(out_shape)
+        source = _copy_source(x.dtype, n, body)
+        source = source.replace("\n@compute", wgsl.helpers_for(body) + "\n@compute", 1)
+        return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n))])
+
+    return shader_kernel(rt, prepare, host_inputs=frozenset() if legacy else frozenset({1, 2, 3}))
