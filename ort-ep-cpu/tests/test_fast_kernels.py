@@ -81,6 +81,8 @@ def test_conv_in_bands(x_shape, w_shape, attrs, monkeypatch):
     test_conv(x_shape, w_shape, attrs, True)
     monkeypatch.setattr(nn, "BAND_BYTES", 3 * 4 * 9 * 3 * 9)
     test_conv(x_shape, w_shape, attrs, False)
+    monkeypatch.setattr(nn, "GROUPED_BAND_FACTOR", 0)  # grouped ones banded, depthwise multiply-adds
+    test_conv(x_shape, w_shape, attrs, True)
 
 
 POOL_CASES = [

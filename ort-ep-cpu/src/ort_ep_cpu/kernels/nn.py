@@ -232,7 +232,18 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
     y3 = y.reshape(n, m, p)
-    if len(out) == 2 and c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else GROUPED_BAND_FACTOR) and not (group == 1 and k == 1):
+    big = c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else GROUPED_BAND_FACTOR)
+    if big and group == c and m == c:
+        # large depthwise: K multiply-adds over the output, no K-fold column buffer (a band of
+        # columns per row would be one row of hundreds of channels: too small to pay)
+        xp = _padded(x, g, 0)
+        wk = w.reshape((1, m, k) + (1,) * len(out)).astype(dtype, copy=False)
+        np.multiply(xp[g.offsets[0]], wk[:, :, 0], out=y)
+        tmp = np.empty_like(y)
+        for j in range(1, k):
+            np.multiply(xp[g.offsets[j]], wk[:, :, j], out=tmp)
+            y += tmp
+    elif big and len(out) == 2 and not (group == 1 and k == 1):
         _conv_banded(_padded(x, g, 0), w, group, g, y)
     elif group == 1:
         if k == 1 and not any(g.pads):
@@ -279,9 +290,9 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
 
 
 #: per image, column buffers bigger than this are built one band of output rows at a time (for
-#: grouped/depthwise ones, 16 times this: their per-band GEMMs are too small to pay for banding)
+#: grouped ones, GROUPED_BAND_FACTOR times this; large depthwise ones use multiply-adds instead)
 BAND_LIMIT = 4 << 20
-GROUPED_BAND_FACTOR = 16
+GROUPED_BAND_FACTOR = 4
 #: target size of one band's column buffer: it stays in cache between its copy and its GEMM
 BAND_BYTES = 512 << 10
 
