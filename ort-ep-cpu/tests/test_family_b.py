@@ -457,3 +457,60 @@ def test_top_k_small_k_with_ties_matches_onnxruntime(largest, axis):
     outputs = [("v", F, None), ("i", TensorProto.INT64, None)]
     model = _model("TopK", [("x", F, x.shape)], outputs, {"largest": largest, "axis": axis}, [("k", np.array([7], np.int64))], opset=11)
     _check(model, {"x": x}, rtol=0, atol=0)
+
+
+def _random_resize_cases(n: int, seed: int = 11):
+    rng = np.random.default_rng(seed)
+    coords = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"]
+    for trial in range(n):
+        mode = ("nearest", "linear", "cubic")[trial % 3]
+        attrs = {"mode": mode, "coordinate_transformation_mode": coords[int(rng.integers(len(coords)))]}
+        if mode == "nearest":
+            attrs["nearest_mode"] = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")[int(rng.integers(4))]
+        elif rng.random() < 0.3:
+            attrs["antialias"] = 1
+        if mode == "cubic" and rng.random() < 0.3:
+            attrs["exclude_outside"] = 1
+        shape = (1, 2, int(rng.integers(1, 9)), int(rng.integers(1, 9)))
+        roi = None
+        if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+            lo = rng.random(2) * 0.6 - 0.2
+            hi = lo + rng.random(2) * 0.8 + 0.1
+            roi = np.array([0, 0, lo[0], lo[1], 1, 1, hi[0], hi[1]], np.float32)
+            attrs["extrapolation_value"] = 1.5
+        if rng.random() < 0.5:
+            scales, sizes = None, np.array([1, 2, rng.integers(1, 13), rng.integers(1, 13)], np.int64)
+        else:
+            scales, sizes = np.array([1, 1, *np.round(rng.random(2) * 3 + 0.2, 2)], np.float32), None
+        yield pytest.param(attrs, shape, roi, scales, sizes, id=f"case{trial}")
+
+
+@pytest.mark.parametrize("attrs,shape,roi,scales,sizes", list(_random_resize_cases(90)))
+def test_resize_random_configurations_match_onnx_reference(attrs, shape, roi, scales, sizes):
+    # the spec's reference is the arbiter: onnxruntime departs from it for align_corners and
+    # tf_crop_and_resize with non-integer scales and computes output sizes in float32
+    from onnx.reference import ReferenceEvaluator
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    names = [("roi", roi), ("scales", scales), ("sizes", sizes)]
+    node = helper.make_node("Resize", ["x"] + [n if a is not None else "" for n, a in names], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", F, shape)], [helper.make_tensor_value_info("y", F, None)],
+        [onnx.numpy_helper.from_array(a, n) for n, a in names if a is not None],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    inferred = onnx.shape_inference.infer_shapes(model)
+    model.graph.ClearField("output")
+    model.graph.output.extend(inferred.graph.output)
+    (y,) = _run_ours(model, {"x": x})
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_to_an_empty_axis_gives_an_empty_tensor():
+    x = RNG.standard_normal((1, 2, 1, 4)).astype(np.float32)
+    inits = [("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 0.4, 2], np.float32))]
+    model = _model("Resize", [("x", F, x.shape)], [("y", F, None)], {"mode": "linear"}, inits, opset=19)
+    (y,) = _run_ours(model, {"x": x})
+    assert y.shape == (1, 2, 0, 8) and y.dtype == np.float32

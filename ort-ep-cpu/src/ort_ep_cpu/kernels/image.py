@@ -228,6 +228,11 @@ class _ResizeSpec:
         steps = self.plan(x.shape, roi, scales, sizes)
         if not steps:
             return x
+        if any(out_len == 0 for _, out_len, _, _ in steps) or x.size == 0:
+            shape = list(x.shape)
+            for axis, out_len, _, _ in steps:
+                shape[axis] = out_len
+            return np.zeros(shape, dtype=x.dtype)  # an empty axis: nothing to interpolate
         if self.mode == "nearest":
             gathers = []
             for axis, out_len, scale, pair in steps:
