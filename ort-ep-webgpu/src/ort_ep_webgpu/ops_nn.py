@@ -40,6 +40,8 @@ def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) ->
     linear layers, depthwise convolutions): one thread per 4 outputs of a row reading straight
     from the buffers, since a 32-row tile would leave most threads idle.
     """
+    if m == 0 or n == 0 or nbatch == 0:  # empty output: nothing to dispatch
+        return head + "\n" + wgsl.main_1d(0, ""), (0, 1, 1)
     if m < ROW_KERNEL_BELOW:
         n4 = -(-n // 4)
         total = nbatch * m * n4
@@ -472,6 +474,8 @@ def _row_head(inputs: Sequence[str], outputs: Sequence[str], rows: int) -> str:
 
 
 def _row_groups(rows: int) -> tuple[int, int, int]:
+    if rows == 0:
+        return (0, 1, 1)
     x = min(rows, wgsl.MAX_GROUPS)
     return (x, -(-rows // x) if rows else 0, 1)
 
