@@ -4,12 +4,14 @@ scoring, and the command line (run against the host test provider, not a real on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+import ort_core
 from ort_core.testing import conformance as cf
 from ort_core.testing.conformance import Mismatch, compare_value
 
@@ -129,3 +131,22 @@ def test_main_gates_on_the_recorded_score(host, tmp_path, capsys):
     record.write_text(json.dumps(recorded))
     assert cf.main(["--sets", "node", "-k", "^test_relu$", "--min-score", str(record)]) == 1
     assert "dropped below" in capsys.readouterr().err
+
+
+class _DelegationNote:
+    """A cross-cutting plugin marking the Relu kernel as delegated, as a provider's note would."""
+
+    @ort_core.hookimpl(wrapper=True)
+    def ort_create_kernel(self, ep, request):
+        kernel = yield
+        if kernel is not None and request.node.op_type == "Relu":
+            return dataclasses.replace(kernel, note="delegated to onnx.reference")
+        return kernel
+
+
+def test_suite_reports_delegated_ops(host, relu_cases):
+    assert ort_core.register(_DelegationNote(), "delegation-note")
+    score = cf.run_suite(relu_cases, ["CPUExecutionProvider"])
+    assert score.delegated_ops() == {"CPUExecutionProvider": ["Relu"]}
+    assert score.to_json()["delegated_ops"] == {"CPUExecutionProvider": ["Relu"]}
+    assert "delegated by CPUExecutionProvider: 1 op(s): Relu" in score.table()

@@ -288,6 +288,8 @@ class CaseResult:
     status: Status
     message: str = ""
     nodes: dict[str, int] = field(default_factory=dict)
+    #: provider -> op types whose kernel note says the provider delegated them (e.g. to onnx.reference)
+    delegated: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -350,7 +352,13 @@ def run_case(
         stage = "session creation"
         try:
             session = InferenceSession(case.model.SerializeToString(), sess_options, providers=list(providers))
-            result.nodes = dict(session.get_placement().counts(None))
+            placement = session.get_placement()
+            result.nodes = dict(placement.counts(None))
+            for p in placement.nodes:
+                if "delegated" in p.note.lower():
+                    ops = result.delegated.setdefault(p.provider, [])
+                    if p.op_type not in ops:
+                        ops.append(p.op_type)
             names = _input_names(case.model)
             outputs_wanted = [o.name for o in case.model.graph.output]
             for k, (inputs, expected) in enumerate(case.data_sets):
@@ -438,14 +446,25 @@ class Score:
                 op: [{"name": r.name, "set": r.set, "status": r.status, "message": r.message[:500]} for r in rs]
                 for op, rs in self.failures_by_op().items()
             },
+            "delegated_ops": self.delegated_ops(),
             "passed_cases": sorted(f"{r.set}/{r.name}" for r in self.results if r.passed),
         }
+
+    def delegated_ops(self) -> dict[str, list[str]]:
+        """Per provider, the op types it ran by delegation (its kernel note says "delegated")."""
+        found: dict[str, set[str]] = {}
+        for r in self.results:
+            for provider, ops in r.delegated.items():
+                found.setdefault(provider, set()).update(ops)
+        return {k: sorted(v) for k, v in sorted(found.items())}
 
     def table(self, max_messages: int = 3) -> str:
         lines = [f"conformance of {', '.join(self.providers)} (onnx {onnx.__version__}, {self.seconds:.0f} s)"]
         lines.append(f"  {'set':<20} {'passed':>7} {'failed':>7} {'errored':>8} {'total':>7}")
         for name, s in self.sets.items():
             lines.append(f"  {name:<20} {s.passed:>7} {s.failed:>7} {s.errored:>8} {s.total:>7}")
+        for provider, ops in self.delegated_ops().items():
+            lines.append(f"delegated by {provider}: {len(ops)} op(s): {', '.join(ops)}")
         grouped = self.failures_by_op()
         if grouped:
             lines.append(f"failures by op ({len(self.failures)} cases, {len(grouped)} ops):")
