@@ -141,6 +141,20 @@ class _Geometry:
         )
 
 
+def _im2col(xp: np.ndarray, g: _Geometry) -> np.ndarray:
+    """Columns (N, C, K, out pixels) of the padded input: one strided copy of the window view
+    (as fast as K slice copies on large inputs, and one numpy call instead of K on small ones)."""
+    nd = len(g.kernel)
+    effective = tuple((k - 1) * d + 1 for k, d in zip(g.kernel, g.dilations))
+    win = sliding_window_view(xp, effective, axis=tuple(range(2, 2 + nd)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in g.strides)
+              + tuple(slice(None, None, d) for d in g.dilations)]
+    order = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+    cols = np.empty(xp.shape[:2] + g.kernel + g.out, dtype=xp.dtype)
+    cols[...] = win.transpose(order)
+    return cols.reshape(xp.shape[0], xp.shape[1], len(g.offsets), -1)
+
+
 def _padded(x: np.ndarray, g: _Geometry, fill) -> np.ndarray:
     if not any(g.pads):
         return x
@@ -250,11 +264,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
             cols = x[g.offsets[0]]
             cols = cols.reshape(n, c, p) if cols.flags.c_contiguous else np.ascontiguousarray(cols).reshape(n, c, p)
         else:
-            xp = _padded(x, g, 0)
-            cols = np.empty((n, c, k) + out, dtype=x.dtype)
-            for j, index in enumerate(g.offsets):
-                cols[:, :, j] = xp[index]
-            cols = cols.reshape(n, c * k, p)
+            cols = _im2col(_padded(x, g, 0), g).reshape(n, c * k, p)
         np.matmul(w.reshape(m, c * k), cols, out=y3)
     elif group == c and m == c:  # depthwise: columns per channel, then a (1 x K) @ (K x P) per channel
         if g.flat is not None:
@@ -269,18 +279,11 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
             y_wide = np.matmul(w.reshape(m, 1, k).astype(dtype, copy=False), cols)
             y[...] = y_wide.reshape(n, m, oh, wp)[..., :ow]
         else:
-            xp = _padded(x, g, 0)
-            cols = np.empty((n, c, k) + out, dtype=x.dtype)
-            for j, index in enumerate(g.offsets):
-                cols[:, :, j] = xp[index]
-            np.matmul(w.reshape(m, 1, k), cols.reshape(n, c, k, p), out=y3.reshape(n, m, 1, p))
+            cols = _im2col(_padded(x, g, 0), g)
+            np.matmul(w.reshape(m, 1, k), cols, out=y3.reshape(n, m, 1, p))
     else:
         cg, mg = c // group, m // group
-        xp = _padded(x, g, 0)
-        cols = np.empty((n, c, k) + out, dtype=x.dtype)
-        for j, index in enumerate(g.offsets):
-            cols[:, :, j] = xp[index]
-        cols = cols.reshape(n, group, cg * k, p)
+        cols = _im2col(_padded(x, g, 0), g).reshape(n, group, cg * k, p)
         np.matmul(w.reshape(group, mg, cg * k), cols, out=y3.reshape(n, group, mg, p))
     if b is not None:
         y3 += b.reshape(1, m, 1)
