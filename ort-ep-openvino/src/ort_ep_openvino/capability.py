@@ -53,7 +53,9 @@ def type_reason(graph: GraphView, node: NodeView) -> str | None:
             value = graph.value(name)
         except KeyError:
             return f"value {name!r} is not defined"
-        if value.type not in SUPPORTED_TYPES:
+        # an unknown type (a value a graph rewrite made without one) is left to OpenVINO,
+        # which infers it when converting
+        if value.type not in SUPPORTED_TYPES and value.type != "unknown":
             what = "input" if name in node.inputs else "output"
             return (f"{what} {name!r} is {value.type}; OpenVINO takes tensors of these types only: "
                     + ", ".join(sorted(t[7:-1] for t in SUPPORTED_TYPES)))
