@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import ort_core as ort
 from conftest import PROVIDERS, needs_adapter
 from ort_core.testing import models
@@ -50,3 +52,31 @@ def test_max_batch_forces_intermediate_submissions():
     before = stats.submits
     session.run(None, feeds)
     assert stats.submits - before >= 3
+
+
+def test_elementwise_pipelines_are_reused_across_sizes():
+    """Elementwise shaders are keyed by shape class (rank and broadcast pattern), not sizes."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["s"]),  # broadcast over the batch
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("Mul", ["r", "x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "sizes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal(5).astype(np.float32)
+    gpu = _runtime(session).gpu
+    for n in (2, 7, 300):
+        x = rng.standard_normal((n, 5)).astype(np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x, "b": b})[0], np.maximum(x + b, 0) * x, rtol=1e-6)
+        if n == 2:
+            compiled = gpu.compiled
+    assert gpu.compiled == compiled

@@ -27,27 +27,58 @@ def _prod(shape: Sequence[int]) -> int:
 
 def elementwise_source(
     inputs: Sequence[tuple[Shape, np.dtype]], out_shape: Shape, out_dtype: np.dtype, expr: str
-) -> str:
-    """One thread per output element: load each input at its broadcast offset, store ``expr``."""
+) -> tuple[str, list[int]]:
+    """One thread per output element: load each input at its broadcast offset, store ``expr``.
+
+    The source depends on the shape class only (rank, and per input: same shape as the output,
+    a single element, or broadcast), not on the sizes: those, the element count and the
+    broadcast strides are in a uniform buffer, returned as the list of u32 values to put there.
+    So a new batch size or sequence length reuses the compiled pipeline.
+    """
     rank = len(out_shape)
+    values = [_prod(out_shape), *out_shape]
+
+    def u(j: int) -> str:
+        return f"u.d[{j // 4}][{j % 4}]"
+
     lines = []
-    plans = []
+    indices = []
+    general = False
     for shape, _ in inputs:
         padded = (1,) * (rank - len(shape)) + tuple(shape)
         if padded == tuple(out_shape):
-            plans.append("i")
+            indices.append("i")
         elif _prod(shape) == 1:
-            plans.append("0u")
+            indices.append("0u")
         else:
-            plans.append(wgsl.offset("c", wgsl.broadcast_strides(shape, out_shape)))
-    if any(p not in ("i", "0u") for p in plans):
-        lines.append(wgsl.decompose("i", out_shape, "c"))
-    for k, ((_, dtype), index) in enumerate(zip(inputs, plans)):
+            general = True
+            first = len(values)
+            values.extend(wgsl.broadcast_strides(shape, out_shape))
+            indices.append(" + ".join(f"c{d} * {u(first + d)}" for d in range(rank)))
+    if general:
+        lines.append("  var r: u32 = i;")
+        for d in range(rank - 1, -1, -1):
+            lines.append(f"  let c{d}: u32 = r % {u(1 + d)};")
+            if d:
+                lines.append(f"  r = r / {u(1 + d)};")
+    for k, ((_, dtype), index) in enumerate(zip(inputs, indices)):
         lines.append(f"  let x{k} = {wgsl.load(k, dtype, index)};")
     lines.append(f"  out0[i] = {wgsl.store(expr, out_dtype)};")
     head = wgsl.bindings([wgsl.storage_type(d) for _, d in inputs], [wgsl.storage_type(out_dtype)])
+    n_vec4 = -(-len(values) // 4)
+    head += (
+        f"\nstruct Sizes {{ d: array<vec4<u32>, {n_vec4}> }}\n"
+        f"@group(0) @binding({len(inputs) + 1}) var<uniform> u: Sizes;"
+    )
     body = "\n".join(lines)
-    return f"{head}\n{wgsl.helpers_for(body)}\n{wgsl.main_1d(_prod(out_shape), body)}"
+    main = (
+        f"@compute @workgroup_size({wgsl.WORKGROUP})\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        f"  let i = gid.x + gid.y * nwg.x * {wgsl.WORKGROUP}u;\n"
+        f"  if (i >= {u(0)}) {{ return; }}\n"
+        f"{body}\n}}\n"
+    )
+    return f"{head}\n{wgsl.helpers_for(body)}\n{main}", values
 
 
 def elementwise_kernel(
@@ -67,9 +98,11 @@ def elementwise_kernel(
         shapes = [shape_of(k, args[k]) if shape_of else args[k].shape for k in present]
         out_shape = out_shape_of(args) if out_shape_of else tuple(np.broadcast_shapes(*shapes))
         expr, out_dtype = make_from_args(args) if make_from_args else make([args[k].dtype for k in present])
-        source = elementwise_source([(s, args[k].dtype) for s, k in zip(shapes, present)], out_shape, out_dtype, expr)
+        source, sizes = elementwise_source(
+            [(s, args[k].dtype) for s, k in zip(shapes, present)], out_shape, out_dtype, expr
+        )
         n = _prod(out_shape)
-        dispatch = Dispatch(rt.gpu.pipeline(source), tuple(present), (0,), wgsl.groups_1d(n))
+        dispatch = Dispatch(rt.gpu.pipeline(source), tuple(present), (0,), wgsl.groups_1d(n), rt.stream.uniform(sizes))
         return Prepared([(out_shape, np.dtype(out_dtype))], [dispatch])
 
     return shader_kernel(rt, prepare, host_inputs=host_inputs)

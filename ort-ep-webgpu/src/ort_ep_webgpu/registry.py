@@ -73,6 +73,7 @@ class Dispatch:
     inputs: tuple[int, ...]  # positions in the kernel's inputs
     outputs: tuple[int, ...]  # positions in the kernel's outputs
     groups: tuple[int, int, int]
+    uniform: Any = None  # a uniform buffer bound after the outputs (sizes of a shape class)
 
 
 @dataclass
@@ -106,6 +107,8 @@ def shader_kernel(
         outs = [rt.pool.tensor(shape, dtype) for shape, dtype in prepared.outputs]
         for d in prepared.dispatches:
             buffers = [args[k].buffer for k in d.inputs] + [outs[k].buffer for k in d.outputs]
+            if d.uniform is not None:
+                buffers.append(d.uniform)
             rt.stream.dispatch(d.pipeline, buffers, d.groups)
         return outs[0] if n_outputs == 1 else outs
 

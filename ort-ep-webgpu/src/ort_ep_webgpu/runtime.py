@@ -462,6 +462,18 @@ class Stream:
             return data != 0
         return data.astype(tensor.dtype, copy=True) if data.dtype != tensor.dtype else data.copy()
 
+    def uniform(self, values: list[int]) -> Any:
+        """A uniform buffer holding ``values`` as u32 (padded to whole vec4s)."""
+        import wgpu
+
+        data = np.zeros(max(4, -(-len(values) // 4) * 4), np.uint32)
+        data[: len(values)] = values
+        buffer = self.gpu.device.create_buffer(size=data.nbytes, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+        # a fresh buffer: only dispatches recorded after this read it, and they are submitted
+        # after this write, so no flush is needed
+        self.gpu.queue.write_buffer(buffer, 0, data)
+        return buffer
+
     def close(self) -> None:
         with self._lock:
             self.flush()
