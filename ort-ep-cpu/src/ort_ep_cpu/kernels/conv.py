@@ -64,12 +64,16 @@ def _conv_transpose(node, request):
                 pads = [0] * (2 * nd)
             out_spatial = [f - pads[i] - pads[i + nd] for i, f in enumerate(full)]
             begin = pads[:nd]
-        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # the spec's split: SAME_UPPER puts the smaller half first (onnx's reference agrees)
             total = [f - o for f, o in zip(full, out_spatial)]
-            if auto_pad == "SAME_UPPER":
-                begin = [t // 2 for t in total]
-            else:
-                begin = [t - t // 2 for t in total]
+            begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
+        elif output_shape is not None:
+            # explicit output_shape without SAME: a larger output is zero-filled at the end (as
+            # onnx's reference and onnxruntime do); a smaller one crops the larger half of the
+            # excess from the start, as the spec's formula and onnxruntime do
+            excess = [max(0, f - o) for f, o in zip(full, out_spatial)]
+            begin = [t - t // 2 for t in excess]
         m = w.shape[1] * group
         cg, mg = c // group, m // group
         k = int(np.prod(kernel_shape))
@@ -81,7 +85,8 @@ def _conv_transpose(node, request):
             for g in range(group):
                 np.matmul(wt[g], xg[i, g], out=cols[i, g])
         cols = cols.reshape(n, m, *kernel_shape, *in_spatial)
-        if strides == kernel_shape and all(d == 1 for d in dilations) and begin == [0] * nd and out_spatial == full:
+        tiled = [i * kk for i, kk in zip(in_spatial, kernel_shape)]
+        if strides == kernel_shape and all(d == 1 for d in dilations) and begin == [0] * nd and out_spatial == tiled:
             # stride == kernel, no padding: the kernel footprints tile the output without
             # overlapping, so the fold is a transpose (the common 2x "deconvolution" upsample)
             order = [0, 1] + [p for d in range(nd) for p in (2 + nd + d, 2 + d)]
