@@ -557,3 +557,24 @@ def test_conv_transpose_random_configurations_match_onnxruntime(spatial, kernel,
     b = RNG.standard_normal(m).astype(np.float32)
     model = _model("ConvTranspose", [("x", F, x.shape)], [("y", F, None)], attrs, [("w", w), ("b", b)], opset=17)
     _check(model, {"x": x})
+
+
+def _random_slice_cases(n: int, seed: int = 9):
+    rng = np.random.default_rng(seed)
+    for trial in range(n):
+        nd = int(rng.integers(1, 4))
+        shape = [int(rng.integers(1, 7)) for _ in range(nd)]
+        k = int(rng.integers(1, nd + 1))
+        axes = rng.choice(nd, k, replace=False).tolist()
+        starts = [int(rng.integers(-8, 8)) for _ in range(k)]
+        ends = [int(rng.choice([rng.integers(-8, 8), 2**62, -(2**62)])) for _ in range(k)]
+        steps = [int(rng.choice([-3, -2, -1, 1, 2, 3])) for _ in range(k)]
+        yield pytest.param(shape, starts, ends, axes, steps, id=f"case{trial}")
+
+
+@pytest.mark.parametrize("shape,starts,ends,axes,steps", list(_random_slice_cases(80)))
+def test_slice_random_configurations_match_onnxruntime(shape, starts, ends, axes, steps):
+    # negative steps with out-of-range starts/ends exercise ONNX's clamping, which is not Python's
+    x = RNG.standard_normal(shape).astype(np.float32)
+    inits = [(n, np.array(v, np.int64)) for n, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))]
+    _check(_model("Slice", [("x", F, x.shape)], [("y", F, None)], {}, inits, opset=13), {"x": x}, rtol=0, atol=0)

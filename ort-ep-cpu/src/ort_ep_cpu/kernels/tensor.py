@@ -143,8 +143,22 @@ def _slice(x, starts, ends, axes, steps):
         steps = [1] * len(starts)
     for s, e, a, st in zip(starts, ends, axes, steps):
         s, e, st = int(s), int(e), int(st)
+        if st == 0:
+            raise ValueError("Slice: steps must not be 0")
+        axis = normalize_axis(int(a), x.ndim)
+        dim = x.shape[axis]
+        # ONNX clamps after adding dim to negatives: [0, dim] going forward, [-1, dim - 1]
+        # going backward, where -1 means "before the first element" (Python would read -1 as
+        # the last element, and clamps a negative start differently for negative steps)
+        s = s + dim if s < 0 else s
         e = max(min(e, _INT_MAX), -_INT_MAX)
-        index[normalize_axis(int(a), x.ndim)] = slice(s, e, st)
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+            index[axis] = slice(s, e, st)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+            index[axis] = slice(s, None if e < 0 else e, st)
     return x[tuple(index)]
 
 
