@@ -128,7 +128,7 @@ def max_pool_indices(x, win, kernel_shape, strides, dilations, pads, storage_ord
     """Flat input index (int64) of each MaxPool output, row-major or, with storage_order=1,
     column-major over the spatial dims, as the Indices output of MaxPool defines it."""
     nd = len(kernel_shape)
-    flat = win.reshape(win.shape[: 2 + nd] + (-1,))
+    flat = win.reshape(win.shape[: 2 + nd] + (int(np.prod(kernel_shape)),))
     best = np.argmax(flat, axis=-1)
     offsets = np.unravel_index(best, kernel_shape)
     spatial = x.shape[2:]
@@ -177,6 +177,11 @@ def pool_windows(x: np.ndarray, kernel_shape, strides, dilations, pads, fill) ->
     if any(pads):
         x = np.pad(x, [(0, 0), (0, 0)] + [(pads[d], pads[d + nd]) for d in range(nd)], constant_values=fill)
     span = [(k - 1) * dl + 1 for k, dl in zip(kernel_shape, dilations)]
+    if any(x.shape[2 + d] < span[d] for d in range(nd)):
+        # the kernel does not fit even once: an empty output along that axis (as the spec's
+        # floor((in + pads - span) / stride) + 1 <= 0 says)
+        outs = [max(0, (x.shape[2 + d] - span[d]) // strides[d] + 1) for d in range(nd)]
+        return np.empty(x.shape[:2] + tuple(outs) + tuple(kernel_shape), dtype=x.dtype)
     win = np.lib.stride_tricks.sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
     index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     return win[index + tuple(slice(None, None, dl) for dl in dilations)]
