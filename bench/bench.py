@@ -428,6 +428,8 @@ def main() -> int:
     print("BLAS:", "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in blas))
     print("OPENBLAS_CORETYPE:", os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
           "OPENBLAS_L2_SIZE:", os.environ.get("OPENBLAS_L2_SIZE", "(unset)"))
+    load_before = os.getloadavg()
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} on {} CPUs".format(*load_before, os.cpu_count() or 0))
     rows = []
     for label, name, batch in cases:
         print(f"... {label}", flush=True)
@@ -449,6 +451,7 @@ def main() -> int:
         "ort_core": ort_core.__version__, "threads": args.threads, "level": args.level, "blas": blas,
         "cpu": platform.processor() or platform.machine(), "rtol": RTOL, "atol": ATOL,
         "executor_overhead": overhead, "rows": rows,
+        "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count(),
     }
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     problem = plot(rows, out / "ratios.png")
