@@ -578,3 +578,11 @@ def test_slice_random_configurations_match_onnxruntime(shape, starts, ends, axes
     x = RNG.standard_normal(shape).astype(np.float32)
     inits = [(n, np.array(v, np.int64)) for n, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))]
     _check(_model("Slice", [("x", F, x.shape)], [("y", F, None)], {}, inits, opset=13), {"x": x}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("num_outputs", [1, 2, 3])
+def test_split_num_outputs_including_one_matches_onnxruntime(num_outputs):
+    # a single-output Split must return the array itself, not a one-element list
+    x = RNG.standard_normal((4, 7)).astype(np.float32)
+    outputs = [(f"y{i}", F, None) for i in range(num_outputs)]
+    _check(_model("Split", [("x", F, x.shape)], outputs, {"axis": 1, "num_outputs": num_outputs}, opset=18), {"x": x}, rtol=0, atol=0)
