@@ -16,3 +16,12 @@ def adapter_reason() -> str | None:
 
 
 needs_adapter = pytest.mark.skipif(adapter_reason() is not None, reason=f"no WebGPU adapter: {adapter_reason()}")
+
+# node cases known to differ on WebGPU, with the reason (reported by the kit, not counted)
+KNOWN_FAILURES = {
+    "test_attention_4d_causal_fp16_expanded": (
+        "float16: 2 of 192 outputs differ by one float16 ulp (0.469 vs 0.4695); the provider "
+        "computes inside each node in f32 and rounds its output once to float16, while the expected "
+        "values were computed with float16 intermediates inside nodes (e.g. Softmax's exp)"
+    ),
+}

@@ -28,39 +28,58 @@ def _prod(shape: Sequence[int]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+GEMM_VALUES = 8  # u32 values gemm_source keeps at the start of the uniform buffer
+
+
+def gemm_values(m: int, n: int, k: int, nbatch: int) -> list[int]:
+    """The first GEMM_VALUES values of a product's uniform buffer: M, N, K, N4, M*N4, threads
+    of the row kernel, M*N, 0 (where N4 = ceil(N/4))."""
+    n4 = -(-n // 4)
+    return [m, n, k, n4, m * n4, nbatch * m * n4, m * n, 0]
+
+
 def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) -> tuple[str, tuple[int, int, int]]:
     """A batched (M x K) @ (K x N) product over accessor functions the caller defines in
     ``helpers``: ``base_a(bz)``/``base_b(bz) -> u32`` (per-batch bases, computed once),
-    ``load_a(r, kk, ab)``/``load_b(kk, c, bb) -> f32`` and ``store_c(r, c, bz, v)``. Returns the
-    source and the workgroup counts.
+    ``load_a(r, kk, ab)``/``load_b(kk, c, bb) -> f32`` and ``store_c(r, c, bz, v)``. ``head``
+    declares the bindings and the uniform ``u`` whose first values are ``gemm_values``, so the
+    source depends on the sizes only through the choice of kernel (M below 32 or not). Returns
+    the source and the workgroup counts.
 
-    M >= 8: 32x32 output tiles per workgroup of 8x8 threads; A and B tiles of 32x32 are staged
+    M >= 32: 32x32 output tiles per workgroup of 8x8 threads; A and B tiles of 32x32 are staged
     in workgroup memory and each thread accumulates a 4x4 block in registers (16 multiply-adds
-    per pair of workgroup loads, two barriers per K step). M < ROW_KERNEL_BELOW (skinny products, e.g.
-    linear layers, depthwise convolutions): one thread per 4 outputs of a row reading straight
-    from the buffers, since a 32-row tile would leave most threads idle.
+    per pair of workgroup loads, two barriers per K step). M < ROW_KERNEL_BELOW (skinny
+    products, e.g. linear layers at small batch, depthwise convolutions): one thread per 4
+    outputs of a row reading straight from the buffers, since a 32-row tile would leave most
+    threads idle.
     """
+    M, N, K, N4, MN4, TOTAL = (wgsl.u(j) for j in range(6))
     if m == 0 or n == 0 or nbatch == 0:  # empty output: nothing to dispatch
         return head + "\n" + wgsl.main_1d(0, ""), (0, 1, 1)
     if m < ROW_KERNEL_BELOW:
-        n4 = -(-n // 4)
-        total = nbatch * m * n4
+        total = nbatch * m * -(-n // 4)
         lines = [
-            f"  let c0 = (i % {n4}u) * 4u;",
-            f"  let row = (i / {n4}u) % {m}u;",
-            f"  let bz = i / {n4 * m}u;",
+            f"  if (i >= {TOTAL}) {{ return; }}",
+            f"  let c0 = (i % {N4}) * 4u;",
+            f"  let row = (i / {N4}) % {M};",
+            f"  let bz = i / {MN4};",
             "  let ab = base_a(bz);",
             "  let bb = base_b(bz);",
             "  var acc0 = 0.0; var acc1 = 0.0; var acc2 = 0.0; var acc3 = 0.0;",
             # columns past N read column N-1 (in bounds) and are not stored
-            *[f"  let c{j}x = min(c0 + {j}u, {n - 1}u);" for j in range(4)],
-            f"  for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{",
+            *[f"  let c{j}x = min(c0 + {j}u, {N} - 1u);" for j in range(4)],
+            f"  for (var kk = 0u; kk < {K}; kk = kk + 1u) {{",
             "    let a = load_a(row, kk, ab);",
             *[f"    acc{j} = acc{j} + a * load_b(kk, c{j}x, bb);" for j in range(4)],
             "  }",
-            *[f"  if (c0 + {j}u < {n}u) {{ store_c(row, c0 + {j}u, bz, acc{j}); }}" for j in range(4)],
+            *[f"  if (c0 + {j}u < {N}) {{ store_c(row, c0 + {j}u, bz, acc{j}); }}" for j in range(4)],
         ]
-        return head + "\n" + helpers + "\n" + wgsl.main_1d(total, "\n".join(lines)), wgsl.groups_1d(total)
+        main = (
+            f"@compute @workgroup_size({wgsl.WORKGROUP})\n"
+            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+            f"  let i = gid.x + gid.y * nwg.x * {wgsl.WORKGROUP}u;\n" + "\n".join(lines) + "\n}\n"
+        )
+        return head + "\n" + helpers + "\n" + main, wgsl.groups_1d(total)
 
     groups = (-(-n // 32), -(-m // 32), nbatch)
     if max(groups) > wgsl.MAX_GROUPS:
@@ -69,7 +88,7 @@ def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) ->
     fma += [f"      let b{c} = tb[kk * 32u + tx + {c}u];" for c in range(4)]
     fma += ["      " + " ".join(f"acc{r}{c} = acc{r}{c} + a{r} * b{c};" for c in range(4)) for r in range(4)]
     stores = [
-        f"  if (row0 + {r}u < {m}u && col0 + {c}u < {n}u) {{ store_c(row0 + {r}u, col0 + {c}u, bz, acc{r}{c}); }}"
+        f"  if (row0 + {r}u < m && col0 + {c}u < n) {{ store_c(row0 + {r}u, col0 + {c}u, bz, acc{r}{c}); }}"
         for r in range(4) for c in range(4)
     ]
     return f"""{head}
@@ -78,6 +97,9 @@ var<workgroup> ta: array<f32, 1024>;
 var<workgroup> tb: array<f32, 1024>;
 @compute @workgroup_size(8, 8, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{
+  let m = {M};
+  let n = {N};
+  let k = {K};
   let bz = wid.z;
   let ab = base_a(bz);
   let bb = base_b(bz);
@@ -87,16 +109,16 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let tile_row = wid.y * 32u;
   let tile_col = wid.x * 32u;
   {" ".join(f"var acc{r}{c} = 0.0;" for r in range(4) for c in range(4))}
-  for (var t = 0u; t < {k}u; t = t + 32u) {{
+  for (var t = 0u; t < k; t = t + 32u) {{
     for (var e = 0u; e < 16u; e = e + 1u) {{
       let idx = e * 64u + tid;
       let r = idx / 32u;
       let c = idx % 32u;
       var av = 0.0;
-      if (tile_row + r < {m}u && t + c < {k}u) {{ av = load_a(tile_row + r, t + c, ab); }}
+      if (tile_row + r < m && t + c < k) {{ av = load_a(tile_row + r, t + c, ab); }}
       ta[idx] = av;
       var bv = 0.0;
-      if (t + r < {k}u && tile_col + c < {n}u) {{ bv = load_b(t + r, tile_col + c, bb); }}
+      if (t + r < k && tile_col + c < n) {{ bv = load_b(t + r, tile_col + c, bb); }}
       tb[idx] = bv;
     }}
     workgroupBarrier();
@@ -126,32 +148,47 @@ def matmul_source(
     alpha: float = 1.0,
     beta: float = 1.0,
     c_strides: tuple[int, int] | None = None,
-) -> tuple[str, tuple[int, int, int]]:
-    """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias) with broadcast batch dimensions."""
-    a_index = "ab + kk * %du + r" if trans_a else "ab + r * %du + kk"
-    b_index = "bb + c * %du + kk" if trans_b else "bb + kk * %du + c"
+) -> tuple[str, tuple[int, int, int], list[int]]:
+    """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias) with broadcast batch dimensions.
+    Sizes, batch dimensions and strides go to the uniform buffer (returned as its values), so
+    the source depends on the batch rank, transposes, dtypes and the kernel choice only."""
+    M, N, K, MN = wgsl.u(0), wgsl.u(1), wgsl.u(2), wgsl.u(6)
+    values = gemm_values(m, n, k, _prod(batch))
+    rank = len(batch)
+    first = len(values)
+    values += list(batch) + [s * m * k for s in a_batch] + [s * k * n for s in b_batch]
+    a_index = f"ab + kk * {M} + r" if trans_a else f"ab + r * {K} + kk"
+    b_index = f"bb + c * {K} + kk" if trans_b else f"bb + kk * {N} + c"
     value = "v" if alpha == 1.0 else f"{wgsl.flit(alpha)} * v"
     if c_strides is not None:
-        bias = f"f32(in2[r * {c_strides[0]}u + c * {c_strides[1]}u])"
+        cs = len(values)
+        values += list(c_strides)
+        bias = f"f32(in2[r * {wgsl.u(cs)} + c * {wgsl.u(cs + 1)}])"
         value += f" + {bias}" if beta == 1.0 else f" + {wgsl.flit(beta)} * {bias}"
-    decomposed = wgsl.decompose("bz", batch, "b") if batch else ""
-    a_base = wgsl.offset("b", [s * m * k for s in a_batch]) if batch else "0u"
-    b_base = wgsl.offset("b", [s * k * n for s in b_batch]) if batch else "0u"
+    decomposed = ["  var q = bz;"]
+    for d in range(rank - 1, -1, -1):
+        decomposed.append(f"  let b{d} = q % {wgsl.u(first + d)};")
+        decomposed.append(f"  q = q / {wgsl.u(first + d)};")
+    a_base = " + ".join(f"b{d} * {wgsl.u(first + rank + d)}" for d in range(rank)) or "0u"
+    b_base = " + ".join(f"b{d} * {wgsl.u(first + 2 * rank + d)}" for d in range(rank)) or "0u"
+    body = chr(10).join(decomposed) if rank else ""
     helpers = f"""
 fn base_a(bz: u32) -> u32 {{
-{decomposed}
+{body}
   return {a_base};
 }}
 fn base_b(bz: u32) -> u32 {{
-{decomposed}
+{body}
   return {b_base};
 }}
-fn load_a(r: u32, kk: u32, ab: u32) -> f32 {{ return f32(in0[{a_index % (m if trans_a else k)}]); }}
-fn load_b(kk: u32, c: u32, bb: u32) -> f32 {{ return f32(in1[{b_index % (k if trans_b else n)}]); }}
-fn store_c(r: u32, c: u32, bz: u32, v: f32) {{ out0[bz * {m * n}u + r * {n}u + c] = {wgsl.store(value, out_dtype)}; }}
+fn load_a(r: u32, kk: u32, ab: u32) -> f32 {{ return f32(in0[{a_index}]); }}
+fn load_b(kk: u32, c: u32, bb: u32) -> f32 {{ return f32(in1[{b_index}]); }}
+fn store_c(r: u32, c: u32, bz: u32, v: f32) {{ out0[bz * {MN} + r * {N} + c] = {wgsl.store(value, out_dtype)}; }}
 """
     head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(out_dtype)])
-    return gemm_source(head, m, n, k, _prod(batch), helpers)
+    head += "\n" + wgsl.uniform_decl(len(dtypes) + 1, len(values))
+    source, groups = gemm_source(head, m, n, k, _prod(batch), helpers)
+    return source, groups, values
 
 
 @op("MatMul", check=_FLOAT_ONLY)
@@ -166,11 +203,11 @@ def _matmul(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
             raise ValueError(f"MatMul {node.name!r}: shapes {a.shape} and {b.shape} do not match")
         batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
         out_shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
-        source, groups = matmul_source(
+        source, groups, values = matmul_source(
             [a.dtype, b.dtype], a.dtype, m, n, k, batch,
             wgsl.broadcast_strides(a_shape[:-2], batch), wgsl.broadcast_strides(b_shape[:-2], batch),
         )
-        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), groups)
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), groups, rt.stream.uniform(values))
         return Prepared([(out_shape, a.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
@@ -196,8 +233,10 @@ def _gemm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
             c_strides = (st[0], st[1])
             inputs = (0, 1, 2)
             dtypes.append(c.dtype)
-        source, groups = matmul_source(dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides)
-        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups)
+        source, groups, values = matmul_source(
+            dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides
+        )
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups, rt.stream.uniform(values))
         return Prepared([((m, n), a.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
@@ -303,9 +342,11 @@ fn store_c(r: u32, c: u32, g: u32, v: f32) {{
 """
         dtypes = [x.dtype, w.dtype] + ([b.dtype] if b is not None else [])
         head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(x.dtype)])
+        head += "\n" + wgsl.uniform_decl(len(dtypes) + 1, GEMM_VALUES)
         source, groups = gemm_source(head, mg, n * ohw, cg * ks, group, helpers)
         inputs = (0, 1, 2) if b is not None else (0, 1)
-        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups)
+        uniform = rt.stream.uniform(gemm_values(mg, n * ohw, cg * ks, group))
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups, uniform)
         return Prepared([(out_shape, x.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
@@ -461,15 +502,18 @@ def _tree(op: str) -> str:
     )
 
 
-def _row_head(inputs: Sequence[str], outputs: Sequence[str], rows: int) -> str:
+def _row_head(head: str, rows: int | str) -> str:
+    """Bindings ``head``, the reduction scratch and the entry point of a row kernel (one
+    workgroup per row; ``rows`` is a count or a WGSL expression)."""
+    rows = f"{rows}u" if isinstance(rows, int) else rows
     return (
-        wgsl.bindings(inputs, outputs)
+        head
         + f"\nvar<workgroup> red: array<f32, {ROW_WG}>;\n"
         f"@compute @workgroup_size({ROW_WG})\n"
         "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, "
         "@builtin(num_workgroups) nwg: vec3<u32>) {\n"
         "  let row = wid.x + wid.y * nwg.x;\n"
-        f"  if (row >= {rows}u) {{ return; }}\n"
+        f"  if (row >= {rows}) {{ return; }}\n"
     )
 
 
@@ -480,22 +524,25 @@ def _row_groups(rows: int) -> tuple[int, int, int]:
     return (x, -(-rows // x) if rows else 0, 1)
 
 
-def softmax_source(dtype: np.dtype, outer: int, length: int, inner: int, log: bool) -> str:
-    rows = outer * inner
-    off = f"base + j * {inner}u"
+def softmax_source(dtype: np.dtype, log: bool) -> str:
+    """Softmax over rows of ``length`` elements ``inner`` apart; sizes in the uniform buffer
+    (rows, length, inner, length * inner), so one pipeline serves every shape."""
+    rows, length, inner, span = (wgsl.u(j) for j in range(4))
+    off = f"base + j * {inner}"
     result = "v - mx - log(total)" if log else "exp(v - mx) / total"
-    return _row_head([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)], rows) + f"""
-  let base = (row / {inner}u) * {length * inner}u + row % {inner}u;
+    head = wgsl.bindings([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)]) + "\n" + wgsl.uniform_decl(2, 4)
+    return _row_head(head, rows) + f"""
+  let base = (row / {inner}) * {span} + row % {inner};
   var m = -3.4028234663852886e38;
-  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ m = max(m, f32(in0[{off}])); }}
+  for (var j = lid; j < {length}; j = j + {ROW_WG}u) {{ m = max(m, f32(in0[{off}])); }}
   red[lid] = m;
 {_tree("max(red[lid], red[lid + s])")}  let mx = red[0];
   workgroupBarrier();
   var sum = 0.0;
-  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ sum = sum + exp(f32(in0[{off}]) - mx); }}
+  for (var j = lid; j < {length}; j = j + {ROW_WG}u) {{ sum = sum + exp(f32(in0[{off}]) - mx); }}
   red[lid] = sum;
 {_tree("red[lid] + red[lid + s]")}  let total = red[0];
-  for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{
+  for (var j = lid; j < {length}; j = j + {ROW_WG}u) {{
     let v = f32(in0[{off}]);
     out0[{off}] = {wgsl.store(result, dtype)};
   }}
@@ -516,8 +563,9 @@ def _softmax(op_type: str) -> None:
                 outer, length, inner = _prod(x.shape[:a]), _prod(x.shape[a:]), 1
             else:
                 outer, length, inner = _prod(x.shape[:a]), x.shape[a], _prod(x.shape[a + 1 :])
-            source = softmax_source(x.dtype, outer, length, inner, op_type == "LogSoftmax")
-            dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), _row_groups(outer * inner))
+            source = softmax_source(x.dtype, op_type == "LogSoftmax")
+            uniform = rt.stream.uniform([outer * inner, length, inner, length * inner])
+            dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), _row_groups(outer * inner), uniform)
             return Prepared([(x.shape, x.dtype)], [dispatch])
 
         return shader_kernel(rt, prepare)
@@ -548,7 +596,7 @@ def layer_norm_source(dtypes: Sequence[np.dtype], rows: int, norm_shape: Shape, 
         k += 1
     if stats[1]:
         stat_lines.append(f"  if (lid == 0u) {{ out{k}[row] = inv; }}")
-    return _row_head([wgsl.storage_type(d) for d in dtypes], outputs, rows) + f"""
+    return _row_head(wgsl.bindings([wgsl.storage_type(d) for d in dtypes], outputs), rows) + f"""
   let base = row * {length}u;
   var sum = 0.0;
   for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ sum = sum + f32(in0[base + j]); }}

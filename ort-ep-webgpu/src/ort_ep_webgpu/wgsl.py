@@ -180,3 +180,16 @@ fn ipow_(a: i32, b: i32) -> i32 {
 
 def helpers_for(body: str) -> str:
     return "\n".join(src for name, src in HELPERS.items() if name + "(" in body)
+
+
+def u(j: int) -> str:
+    """The ``j``-th u32 of the uniform buffer ``u`` (an array of vec4<u32>)."""
+    return f"u.d[{j // 4}][{j % 4}]"
+
+
+def uniform_decl(binding: int, count: int) -> str:
+    """Declaration of the uniform buffer ``u`` holding ``count`` u32 values."""
+    return (
+        f"struct Sizes {{ d: array<vec4<u32>, {max(1, -(-count // 4))}> }}\n"
+        f"@group(0) @binding({binding}) var<uniform> u: Sizes;"
+    )
