@@ -586,3 +586,29 @@ def test_split_num_outputs_including_one_matches_onnxruntime(num_outputs):
     x = RNG.standard_normal((4, 7)).astype(np.float32)
     outputs = [(f"y{i}", F, None) for i in range(num_outputs)]
     _check(_model("Split", [("x", F, x.shape)], outputs, {"axis": 1, "num_outputs": num_outputs}, opset=18), {"x": x}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "kernel,offset_group,group,strides,dilations,pads",
+    [([3, 2], 2, 1, [1, 2], [1, 1], [1, 0, 0, 1]), ([2, 2], 1, 2, [2, 1], [2, 1], [0, 1, 1, 0]), ([1, 3], 2, 2, [1, 1], [1, 2], [0, 0, 0, 0])],
+)
+def test_deform_conv_with_mask_and_bias_matches_onnx_reference(kernel, offset_group, group, strides, dilations, pads):
+    # onnxruntime has no CPU DeformConv; the spec's reference is the arbiter
+    from onnx.reference import ReferenceEvaluator
+
+    kh, kw = kernel
+    oh = (6 + pads[0] + pads[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
+    ow = (5 + pads[1] + pads[3] - ((kw - 1) * dilations[1] + 1)) // strides[1] + 1
+    feeds = {
+        "x": RNG.standard_normal((1, 4, 6, 5)).astype(np.float32),
+        "w": RNG.standard_normal((4, 4 // group, kh, kw)).astype(np.float32),
+        "o": (RNG.standard_normal((1, offset_group * 2 * kh * kw, oh, ow)) * 1.5).astype(np.float32),
+        "b": RNG.standard_normal(4).astype(np.float32),
+        "m": RNG.random((1, offset_group * kh * kw, oh, ow)).astype(np.float32),
+    }
+    attrs = {"group": group, "offset_group": offset_group, "strides": strides, "dilations": dilations, "pads": pads, "kernel_shape": kernel}
+    node = helper.make_node("DeformConv", list(feeds), ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, F, a.shape) for n, a in feeds.items()], [helper.make_tensor_value_info("y", F, [1, 4, oh, ow])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
+    (y,) = _run_ours(model, feeds)
+    np.testing.assert_allclose(y, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-4, atol=1e-4)
