@@ -596,7 +596,9 @@ def layer_norm_source(dtypes: Sequence[np.dtype], rows: int, norm_shape: Shape, 
         k += 1
     if stats[1]:
         stat_lines.append(f"  if (lid == 0u) {{ out{k}[row] = inv; }}")
-    return _row_head(wgsl.bindings([wgsl.storage_type(d) for d in dtypes], outputs), rows) + f"""
+    head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], outputs)
+    head += "\n" + wgsl.uniform_decl(len(dtypes) + len(outputs), 1)
+    return _row_head(head, wgsl.u(0)) + f"""
   let base = row * {length}u;
   var sum = 0.0;
   for (var j = lid; j < {length}u; j = j + {ROW_WG}u) {{ sum = sum + f32(in0[base + j]); }}
@@ -637,7 +639,9 @@ def _layer_norm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> K
         stat_shape = x.shape[:a] + (1,) * (x.ndim - a)
         outputs = [(x.shape, x.dtype)] + [(stat_shape, np.dtype(np.float32)) for s in stats if s]
         inputs = (0, 1, 2) if bias is not None else (0, 1)
-        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, tuple(range(len(outputs))), _row_groups(rows))
+        dispatch = Dispatch(
+            rt.gpu.pipeline(source), inputs, tuple(range(len(outputs))), _row_groups(rows), rt.stream.uniform([rows])
+        )
         return Prepared(outputs, [dispatch])
 
     kernel = shader_kernel(rt, prepare, n_outputs=1 + sum(stats))

@@ -168,18 +168,41 @@ def _copy_source(dtype: np.dtype, n: int, body: str, extra_inputs: Sequence[str]
     return head + "\n" + wgsl.main_1d(n, body)
 
 
+def _sized_copy_source(dtype: np.dtype, n_values: int, body: str, extra_inputs: Sequence[str] = ()) -> str:
+    """A copy kernel whose sizes are in the uniform buffer ``u`` (``u(0)`` = element count), so
+    one pipeline serves every shape of a shape class."""
+    inputs = [wgsl.storage_type(dtype), *extra_inputs]
+    head = wgsl.bindings(inputs, [wgsl.storage_type(dtype)]) + "\n" + wgsl.uniform_decl(len(inputs) + 1, n_values)
+    return (
+        f"{head}\n@compute @workgroup_size({wgsl.WORKGROUP})\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        f"  let i = gid.x + gid.y * nwg.x * {wgsl.WORKGROUP}u;\n"
+        f"  if (i >= {wgsl.u(0)}) {{ return; }}\n{body}\n}}\n"
+    )
+
+
 @op("Transpose")
 def _transpose(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
     perm_attr = node.attr("perm")
 
     def prepare(args: Sequence) -> Prepared:
         x = args[0]
-        perm = [int(p) for p in perm_attr] if perm_attr is not None else list(range(x.ndim))[::-1]
+        rank = x.ndim
+        perm = [int(p) for p in perm_attr] if perm_attr is not None else list(range(rank))[::-1]
         out_shape = tuple(x.shape[p] for p in perm)
         st = wgsl.strides(x.shape)
-        body = f"{wgsl.decompose('i', out_shape, 'c')}\n  out0[i] = in0[{wgsl.offset('c', [st[p] for p in perm])}];"
         n = _prod(out_shape)
-        return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(_copy_source(x.dtype, n, body)), (0,), (0,), wgsl.groups_1d(n))])
+        values = [n, *out_shape, *[st[p] for p in perm]]
+        lines = ["  var r: u32 = i;"]
+        for d in range(rank - 1, -1, -1):
+            lines.append(f"  let c{d}: u32 = r % {wgsl.u(1 + d)};")
+            if d:
+                lines.append(f"  r = r / {wgsl.u(1 + d)};")
+        index = " + ".join(f"c{d} * {wgsl.u(1 + rank + d)}" for d in range(rank)) or "0u"
+        lines.append(f"  out0[i] = in0[{index}];")
+        source = _sized_copy_source(x.dtype, len(values), "\n".join(lines))
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n), rt.stream.uniform(values))
+        return Prepared([(out_shape, x.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
 
@@ -194,15 +217,19 @@ def _gather(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
         dim, inner = data.shape[axis], _prod(data.shape[axis + 1 :])
         count = indices.size
         out_shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
-        body = (
-            f"  let inner = i % {inner}u;\n  let j = (i / {inner}u) % {count}u;\n  let outer = i / {inner * count}u;\n"
-            f"  var k = {wgsl.load(1, indices.dtype, 'j')};\n  if (k < 0) {{ k = k + {dim}; }}\n"
-            f"  k = clamp(k, 0, {max(dim - 1, 0)});\n"
-            f"  out0[i] = in0[(outer * {dim}u + u32(k)) * {inner}u + inner];"
-        )
         n = _prod(out_shape)
-        source = _copy_source(data.dtype, n, body, [wgsl.storage_type(indices.dtype)])
-        return Prepared([(out_shape, data.dtype)], [Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), wgsl.groups_1d(n))])
+        values = [n, inner, count, dim, inner * count]
+        u = wgsl.u
+        body = (
+            f"  let inner = i % {u(1)};\n  let j = (i / {u(1)}) % {u(2)};\n  let outer = i / {u(4)};\n"
+            f"  let dim = i32({u(3)});\n"
+            f"  var k = {wgsl.load(1, indices.dtype, 'j')};\n  if (k < 0) {{ k = k + dim; }}\n"
+            "  k = clamp(k, 0, max(dim - 1, 0));\n"
+            f"  out0[i] = in0[(outer * {u(3)} + u32(k)) * {u(1)} + inner];"
+        )
+        source = _sized_copy_source(data.dtype, len(values), body, [wgsl.storage_type(indices.dtype)])
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), wgsl.groups_1d(n), rt.stream.uniform(values))
+        return Prepared([(out_shape, data.dtype)], [dispatch])
 
     return shader_kernel(rt, prepare)
 
