@@ -54,3 +54,16 @@ def test_transformer_shape_chain_runs_on_host_without_copies():
     for batch in (1, 3):
         feeds = models.random_inputs(model, batch=batch, seed=batch)
         np.testing.assert_allclose(session.run(None, feeds)[0], _reference(model, feeds)[0], rtol=1e-3, atol=1e-5)
+
+
+def test_transformer_new_batch_size_compiles_no_pipeline():
+    """Every op of the transformer has shaders keyed by shape class: sizes are uniforms."""
+    model = models.transformer(seq=16, dim=32, heads=2, layers=1)
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    gpu = next(b for b in session._providers if b.name == "WebGpuExecutionProvider").ctx.state["runtime"].gpu
+    session.run(None, models.random_inputs(model, batch=1))
+    compiled = gpu.compiled
+    for batch in (2, 5):
+        feeds = models.random_inputs(model, batch=batch, seed=batch)
+        np.testing.assert_allclose(session.run(None, feeds)[0], _reference(model, feeds)[0], rtol=1e-3, atol=1e-5)
+    assert gpu.compiled == compiled
