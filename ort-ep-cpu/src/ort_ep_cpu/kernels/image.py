@@ -183,6 +183,7 @@ class _ResizeSpec:
         self.policy = _choice(node, "keep_aspect_ratio_policy", "stretch", ("stretch", "not_larger", "not_smaller"))
         axes = node.attr("axes")
         self.axes = None if axes is None else [int(a) for a in axes]
+        self._geometry: dict = {}
 
     def plan(self, shape: tuple[int, ...], roi, scales, sizes):
         """Per resized axis: (axis, out_len, scale, roi pair)."""
@@ -237,35 +238,30 @@ class _ResizeSpec:
             gathers = []
             for axis, out_len, scale, pair in steps:
                 in_len = x.shape[axis]
-                src = _source_coords(self.coord, out_len, in_len, scale, pair)
-                idx = np.clip(_nearest_index(src, self.nearest_mode, scale), 0, in_len - 1)
-                gathers.append((axis, idx, src, in_len))
-            repeats = [(a, _repeat_factor(idx, n)) for a, idx, _, n in gathers]
-            if self.coord != "tf_crop_and_resize" and all(f for _, f in repeats):
+                idx, src, factor = self._axis_geometry(out_len, in_len, scale, pair)
+                gathers.append((axis, idx, src, in_len, factor))
+            if self.coord != "tf_crop_and_resize" and all(g[4] for g in gathers):
                 # integer upsampling where output j reads input j // f on every resized axis:
                 # one broadcast copy instead of a gather per axis (the common 2x nearest)
                 view_shape, out_shape = [], []
-                factors = dict(repeats)
+                factors = {g[0]: g[4] for g in gathers}
                 for a, d in enumerate(x.shape):
                     view_shape += [d, 1] if a in factors else [d]
                     out_shape += [d, factors[a]] if a in factors else [d]
                 y = np.broadcast_to(x.reshape(view_shape), out_shape)
                 return y.reshape([d * factors.get(a, 1) for a, d in enumerate(x.shape)])
             y = x
-            for axis, idx, src, in_len in gathers:
+            for axis, idx, src, in_len, _ in gathers:
                 y = self._extrapolate(np.take(y, idx, axis=axis), axis, src, in_len)
             return y
         work = np.float64 if x.dtype == np.float64 else np.float32
         y = x.astype(work, copy=False)
         for axis, out_len, scale, pair in steps:
             in_len = y.shape[axis]
-            src = _source_coords(self.coord, out_len, in_len, scale, pair)
-            positions, w = _taps(src, self.mode, scale, self.antialias, self.cubic_a, self.exclude_outside, in_len)
-            phases = None if self.exclude_outside or self.coord == "tf_crop_and_resize" else _phase_taps(positions, w, in_len)
+            phases, idx, w, src = self._axis_geometry(out_len, in_len, scale, pair)
             if phases is not None:
                 y = _resize_phases(y, axis, phases, work)
                 continue
-            idx = np.clip(positions, 0, in_len - 1)
             w = w.astype(work)
             wshape = (out_len,) + (1,) * (y.ndim - axis - 1)
             acc = None
@@ -277,6 +273,27 @@ class _ResizeSpec:
             info = np.iinfo(x.dtype)
             return np.clip(np.rint(y), info.min, info.max).astype(x.dtype)
         return y.astype(x.dtype, copy=False)
+
+    def _axis_geometry(self, out_len: int, in_len: int, scale: float, pair):
+        """Indices/weights of one resized axis; they depend only on these arguments, so they are
+        computed once per input shape and reused by later runs."""
+        key = (out_len, in_len, scale, None if pair is None else (float(pair[0]), float(pair[1])))
+        cached = self._geometry.get(key)
+        if cached is not None:
+            return cached
+        src = _source_coords(self.coord, out_len, in_len, scale, pair)
+        if self.mode == "nearest":
+            idx = np.clip(_nearest_index(src, self.nearest_mode, scale), 0, in_len - 1)
+            result = (idx, src, _repeat_factor(idx, in_len))
+        else:
+            positions, w = _taps(src, self.mode, scale, self.antialias, self.cubic_a, self.exclude_outside, in_len)
+            periodic = not self.exclude_outside and self.coord != "tf_crop_and_resize"
+            phases = _phase_taps(positions, w, in_len) if periodic else None
+            result = (phases, np.clip(positions, 0, in_len - 1), w, src)
+        if len(self._geometry) > 64:
+            self._geometry.clear()
+        self._geometry[key] = result
+        return result
 
     def _extrapolate(self, y: np.ndarray, axis: int, src: np.ndarray, in_len: int) -> np.ndarray:
         """tf_crop_and_resize: outputs sampling outside the input get extrapolation_value."""
