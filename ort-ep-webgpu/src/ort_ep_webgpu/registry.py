@@ -84,6 +84,9 @@ class Prepared:
     dispatches: list[Dispatch]
 
 
+MAX_SHAPES_PER_KERNEL = 64  # prepared shapes a kernel keeps (each holds a small uniform buffer)
+
+
 def shader_kernel(
     rt: SessionRuntime,
     prepare: Callable[[Sequence[GpuTensor]], Prepared],
@@ -103,6 +106,8 @@ def shader_kernel(
         )
         prepared = cache.get(key)
         if prepared is None:
+            if len(cache) >= MAX_SHAPES_PER_KERNEL:  # very dynamic shapes: start over, bounded
+                cache.clear()
             prepared = cache[key] = prepare(args)
         outs = [rt.pool.tensor(shape, dtype) for shape, dtype in prepared.outputs]
         for d in prepared.dispatches:
