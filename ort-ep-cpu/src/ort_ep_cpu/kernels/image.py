@@ -542,31 +542,45 @@ def _max_roi_pool(node, request):
 
 def _corners(boxes: np.ndarray, center_point_box: bool):
     """(y1, x1, y2, x2) float64 columns with y1 <= y2 and x1 <= x2."""
-    b = boxes.astype(np.float64)
+    b = boxes.astype(np.float32 if boxes.dtype == np.float32 else np.float64)  # float32 like onnxruntime
     if center_point_box:  # [x_center, y_center, width, height]
         return b[:, 1] - b[:, 3] / 2, b[:, 0] - b[:, 2] / 2, b[:, 1] + b[:, 3] / 2, b[:, 0] + b[:, 2] / 2
     # [y1, x1, y2, x2] with the corners in either order
     return (np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3]), np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3]))
 
 
-def _greedy_nms(corners, area, order: np.ndarray, iou_thr: float, limit: int) -> list[int]:
-    """Keep the best box, drop the remaining boxes that overlap it by more than iou_thr, repeat.
-    Each round is one vectorised IoU of the kept box against the survivors, so the work is
-    (kept boxes) x (candidates), not candidates squared."""
-    y1, x1, y2, x2 = corners
+def _greedy_nms(corners, area, order: np.ndarray, iou_thr: float, limit: int, block: int = 64) -> list[int]:
+    """Keep the best box, drop the later boxes that overlap it by more than iou_thr, repeat.
+
+    Candidates are gathered once in score order. The IoU of the next ``block`` live candidates
+    against every later candidate is one vectorised (block x tail) computation; the greedy walk
+    through the block then costs one boolean row update per kept box."""
+    y1, x1, y2, x2 = (c[order] for c in corners)
+    ar = area[order]
+    m = order.size
+    alive = np.ones(m, bool)
     kept: list[int] = []
-    rest = order
-    while rest.size and len(kept) < limit:
-        i = int(rest[0])
-        kept.append(i)
-        rest = rest[1:]
-        ih = np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest])
-        iw = np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest])
-        inter = np.where((ih > 0) & (iw > 0), ih * iw, 0.0)
-        union = area[i] + area[rest] - inter
-        valid = (area[i] > 0) & (area[rest] > 0) & (union > 0)
-        iou = np.where(valid, inter / np.where(union > 0, union, 1.0), 0.0)
-        rest = rest[iou <= iou_thr]
+    pos = 0
+    while len(kept) < limit and pos < m:
+        blk = np.flatnonzero(alive[pos:])[:block] + pos
+        if blk.size == 0:
+            break
+        lo = int(blk[0])
+        ih = np.minimum(y2[blk, None], y2[None, lo:]) - np.maximum(y1[blk, None], y1[None, lo:])
+        iw = np.minimum(x2[blk, None], x2[None, lo:]) - np.maximum(x1[blk, None], x1[None, lo:])
+        inter = np.maximum(ih, 0.0) * np.maximum(iw, 0.0)
+        union = ar[blk, None] + ar[None, lo:] - inter
+        with np.errstate(invalid="ignore", divide="ignore"):
+            valid = (ar[blk, None] > 0) & (ar[None, lo:] > 0) & (union > 0)
+            overlaps = valid & (inter / np.where(union > 0, union, 1.0) > iou_thr)  # (block, m - lo)
+        for j, i in enumerate(blk.tolist()):
+            if not alive[i]:
+                continue  # suppressed by a box kept earlier in this block
+            kept.append(int(order[i]))
+            if len(kept) >= limit:
+                break
+            alive[lo:] &= ~overlaps[j]  # also clears i itself and earlier, already decided boxes
+        pos = int(blk[-1]) + 1
     return kept
 
 
