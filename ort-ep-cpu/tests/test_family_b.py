@@ -612,3 +612,16 @@ def test_deform_conv_with_mask_and_bias_matches_onnx_reference(kernel, offset_gr
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
     (y,) = _run_ours(model, feeds)
     np.testing.assert_allclose(y, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_non_max_suppression_random_boxes_match_onnxruntime(seed):
+    rng = np.random.default_rng(seed)
+    n_boxes = int(rng.choice([5, 40, 150]))  # 150 spans several candidate blocks
+    boxes = rng.random((2, n_boxes, 4)).astype(np.float32)
+    scores = rng.random((2, 3, n_boxes)).astype(np.float32)
+    inits = [("max", np.array([int(rng.integers(1, 90))], np.int64)), ("iou", np.array([rng.random()], np.float32)), ("score", np.array([rng.random() * 0.5], np.float32))]
+    attrs = {"center_point_box": int(rng.integers(0, 2))}
+    inputs = [("boxes", F, boxes.shape), ("scores", F, scores.shape)]
+    model = _model("NonMaxSuppression", inputs, [("selected", TensorProto.INT64, None)], attrs, inits, opset=11)
+    _check(model, {"boxes": boxes, "scores": scores}, rtol=0, atol=0)
