@@ -38,7 +38,8 @@ def _bn_builder(node, request):
             use_mean, use_var = mean, var
         factor = (scale / np.sqrt(use_var + eps)).astype(x.dtype, copy=False)
         shift = (bias - use_mean * factor).astype(x.dtype, copy=False)
-        y = x * factor.reshape(shape) + shift.reshape(shape)
+        y = x * factor.reshape(shape)
+        y += shift.reshape(shape)  # in place: one output buffer, no temporary
         if n_out == 1:
             return y
         if not training:
@@ -69,7 +70,8 @@ def _instance_norm(node, request):
         var = xs.var(axis=2, keepdims=True)
         # fold normalisation and affine into one multiply-add per element
         a = scale.reshape(1, c, 1) / np.sqrt(var + eps)
-        y = xs * a.astype(xs.dtype) + (bias.reshape(1, c, 1) - mean * a).astype(xs.dtype)
+        y = xs * a.astype(xs.dtype)
+        y += (bias.reshape(1, c, 1) - mean * a).astype(xs.dtype)
         return y.reshape(x.shape).astype(x.dtype, copy=False)
 
     return instance_norm
@@ -91,7 +93,8 @@ def _group_norm_builder(node, request):
         a = np.repeat(inv, c // groups, axis=1) * scale.reshape(1, c)
         b = bias.reshape(1, c) - np.repeat(mean, c // groups, axis=1) * a
         xc = xs.reshape(n, c, -1)
-        y = xc * a[:, :, None].astype(xc.dtype) + b[:, :, None].astype(xc.dtype)
+        y = xc * a[:, :, None].astype(xc.dtype)
+        y += b[:, :, None].astype(xc.dtype)
         return y.reshape(x.shape).astype(x.dtype, copy=False)
 
     return group_norm
