@@ -383,6 +383,7 @@ class HardSwishRewritePass(ir.passes.InPlacePass):
                     continue
                 hs = ir.Node("", "HardSigmoid", [x], [ir.AttrFloat32("alpha", 1 / 6), ir.AttrFloat32("beta", 0.5)],
                              num_outputs=1, name=f"{clip.name}_hardsigmoid")
+                hs.outputs[0].type, hs.outputs[0].shape = x.type, x.shape  # providers check types
                 product = ir.Node("", "Mul", [x, hs.outputs[0]], num_outputs=1, name=f"{mul.name}_hardswish")
                 replace(graph, [add, clip, mul, last], [hs, product], [last.outputs[0]], [product.outputs[0]])
                 modified = True
