@@ -67,3 +67,28 @@ def test_transformer_new_batch_size_compiles_no_pipeline():
         feeds = models.random_inputs(model, batch=batch, seed=batch)
         np.testing.assert_allclose(session.run(None, feeds)[0], _reference(model, feeds)[0], rtol=1e-3, atol=1e-5)
     assert gpu.compiled == compiled
+
+
+def test_hard_swish_rewrite_stays_on_webgpu():
+    """The optimizer rewrites x * clip(x + 3, 0, 6) / 6 (as PaddleOCR exports hard-swish) into
+    HardSigmoid + Mul; the new values must stay typed so the provider takes both."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Add", ["x", "three"], ["a"]),
+        helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
+        helper.make_node("Mul", ["x", "c"], ["m"]),
+        helper.make_node("Div", ["m", "six"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("three", 3), ("zero", 0), ("six", 6))]
+    graph = helper.make_graph(
+        nodes, "hardswish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    placement = session.get_placement()
+    assert placement.counts() == {"WebGpuExecutionProvider": len(placement.nodes)}, str(placement)
+    x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], _reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
