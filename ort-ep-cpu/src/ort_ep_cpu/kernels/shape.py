@@ -20,6 +20,8 @@ def _text(node, name: str, default: str, valid: tuple[str, ...]) -> str:
 def _fix_indices(indices: np.ndarray, size) -> np.ndarray:
     """Negative indices count from the end, as the ONNX gather/scatter ops allow."""
     indices = indices.astype(np.int64, copy=False)
+    if indices.size == 0 or indices.min() >= 0:
+        return indices  # the common case: one read instead of a compare, an add and a select
     return np.where(indices < 0, indices + size, indices)
 
 
