@@ -19,13 +19,16 @@ def cnn():
     return models.cnn(image=32, width=8, blocks=2)
 
 
-def test_symbolic_batch_runs_at_any_batch_with_one_compilation(cnn):
-    sess = session(cnn)
+def test_symbolic_batch_static_models_then_the_dynamic_one(cnn):
+    sess = session(cnn, {"shape_cache_size": "2"})
     (kernel,) = ov_state(sess)["kernels"]
-    for batch in (1, 4, 2, 7):
+    assert kernel.compilations == 1  # the dynamic-shape model, at session creation
+    for batch in (1, 4, 2, 7, 1):
         feeds = models.random_inputs(cnn, batch=batch, seed=batch)
         assert_parity(sess.run(None, feeds), reference(cnn.SerializeToString(), feeds))
-    assert kernel.compilations == 1  # one dynamic-shape compiled model serves every batch
+    # static models for the first two shapes (1, 4); 2 and 7 run on the dynamic model
+    assert kernel.compilations == 3
+    assert [s[0][0] for s in kernel.cached_shapes] == [4, 1]
 
 
 def test_static_shapes_lru_is_bounded(cnn):

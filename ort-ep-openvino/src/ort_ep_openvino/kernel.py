@@ -1,9 +1,13 @@
 """A fused group as one OpenVINO compiled model, run with pooled infer requests.
 
-Dynamic shapes: by default the group is compiled once as a dynamic-shape model (OpenVINO's CPU
-and GPU plugins run any input shape). With ``disable_dynamic_shapes`` (or on NPU, which compiles
-static shapes only) the model is reshaped to each new input shape and compiled; the compiled
-models are kept in an LRU cache of ``shape_cache_size`` entries.
+Shapes: a group whose inputs have static shapes is compiled once, at session creation. A group
+with symbolic dimensions is compiled at creation as a dynamic-shape model (OpenVINO's CPU and
+GPU plugins run any shape with it; compiling it also proves the group compiles), and, because a
+static-shape model runs markedly faster (CNN batch 8: 19 vs 23 ms; OCR detector batch 8: 274
+vs 455 ms on the test machine), each of the first ``shape_cache_size`` input shapes seen gets
+its own static compiled model; later new shapes use the dynamic model, so a stream of ever new
+shapes costs no recompilation. With ``disable_dynamic_shapes`` (and always on NPU, which compiles
+static shapes only) every shape gets a static model, kept in an LRU of ``shape_cache_size``.
 
 Thread safety: a compiled model is shared; infer requests are not, so each run takes one from a
 pool (creating one when all are busy) and gives it back.
@@ -103,10 +107,11 @@ class GroupKernel:
         self._static_model = all(not p.get_partial_shape().is_dynamic for p in self.model.inputs)
         self._lock = threading.Lock()
         self._by_shape: OrderedDict[tuple[tuple[int, ...], ...], _Compiled] = OrderedDict()
-        self._single: _Compiled | None = None
+        self._single: _Compiled | None = None  # the static model, or the dynamic one
         self.compilations = 0  # how many times this group was compiled (tests read it)
         if self._static_model or settings.dynamic:
             self._single = self._compile(self.model)
+        self._per_shape = not self._static_model
 
     def _compile(self, model: Any) -> _Compiled:
         compiled = _ov.core().compile_model(model, self.settings.device_type, self.settings.config)
@@ -120,6 +125,8 @@ class GroupKernel:
             if entry is not None:
                 self._by_shape.move_to_end(key)
                 return entry
+            if self._single is not None and len(self._by_shape) >= self.settings.shape_cache_size:
+                return self._single  # the cache is full: the dynamic model serves new shapes
             ov = _ov.load()
             model = self.model.clone()
             model.reshape({p: ov.PartialShape(list(s)) for p, s in zip(model.inputs, key)})
@@ -141,7 +148,7 @@ class GroupKernel:
             x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C")
             for x in (inputs[k] for k in self._feed)
         ]
-        compiled = self._single if self._single is not None else self._for_shapes(arrays)
+        compiled = self._for_shapes(arrays) if self._per_shape else self._single
         outputs = compiled.infer(arrays)
         result = []
         for k, dtype in zip(self._take, self._output_dtypes):

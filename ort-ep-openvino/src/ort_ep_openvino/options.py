@@ -150,9 +150,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                lambda v: str(v).strip()),
     OptionSpec("load_config", {}, "per-device OpenVINO properties: a JSON file path, JSON text or dict "
                '{"CPU": {"PROPERTY": value}}; these override the other options', parse_load_config),
-    OptionSpec("disable_dynamic_shapes", False, "compile one static-shape model per input shape (LRU cache) "
-               "instead of one dynamic-shape model", parse_bool),
-    OptionSpec("shape_cache_size", 8, "how many static-shape compiled models each group keeps (LRU)",
+    OptionSpec("disable_dynamic_shapes", False, "never compile a dynamic-shape model: one static-shape model "
+               "per input shape, in an LRU of shape_cache_size", parse_bool),
+    OptionSpec("shape_cache_size", 8, "static-shape compiled models per group: the first shapes seen (then "
+               "the dynamic model serves new shapes), or the LRU with disable_dynamic_shapes",
                _positive_int("shape_cache_size")),
 )
 
