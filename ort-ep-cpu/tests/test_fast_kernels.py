@@ -118,3 +118,25 @@ def test_conv_second_shape_uses_its_own_geometry():
     for shape in [(1, 3, 8, 8), (1, 3, 5, 11), (1, 3, 8, 8)]:
         x = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_with_overridable_weights():
+    """Gemm pre-transposes a constant B once; a B fed at run time (an overridable initializer
+    given in the feed) must be used instead of the pre-transposed default."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    other = rng.standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w.T, rtol=1e-5)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "w": other})[0], x @ other.T, rtol=1e-5)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import special
 
 from ..registry import kernel
-from .nn import build_conv, make_activation, matmul
+from .nn import build_conv, build_gemm, make_activation, matmul
 
 MS = "com.microsoft"
 
@@ -47,22 +47,7 @@ def _fused_gemm(node, request):
     if name == "Clip":
         params = [float(node.attr("activation_alpha", -np.inf)), float(node.attr("activation_beta", np.inf))]
     activation = make_activation(name, params if name in ("LeakyRelu", "HardSigmoid", "Clip") else [])
-    alpha = float(node.attr("alpha", 1.0))
-    beta = float(node.attr("beta", 1.0))
-    trans_a = bool(node.attr("transA", 0))
-    trans_b = bool(node.attr("transB", 0))
-
-    def fused_gemm(a, b, c=None):
-        y = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
-        if alpha != 1.0:
-            y *= y.dtype.type(alpha)
-        if c is not None:
-            y += c if beta == 1.0 else c * c.dtype.type(beta)
-        if activation is not None:
-            activation(y)
-        return y
-
-    return fused_gemm
+    return build_gemm(node, request, activation)
 
 
 # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 over the reals, below float32's resolution
