@@ -655,3 +655,185 @@ def _layer_norm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> K
         return [outs[0]] + [next(it) if k < len(stats) and stats[k] else None for k in range(n_out - 1)]
 
     return Kernel(run=run)
+
+
+# --------------------------------------------------------------------------------------------
+# ConvTranspose and Resize (one thread per output element)
+# --------------------------------------------------------------------------------------------
+
+
+def conv_transpose_pads(node: NodeView, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], output_padding: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Explicit pads [begin..., end...] and the output spatial shape, as the ONNX spec says."""
+    nd = len(kernel)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    output_shape = node.attr("output_shape")
+    full = [strides[d] * (spatial[d] - 1) + output_padding[d] + (kernel[d] - 1) * dilations[d] + 1 for d in range(nd)]
+    if output_shape is None and auto_pad in ("NOTSET", "VALID"):
+        pads = [int(p) for p in (node.attr("pads") or [0] * (2 * nd))] if auto_pad == "NOTSET" else [0] * (2 * nd)
+        return pads, [full[d] - pads[d] - pads[d + nd] for d in range(nd)]
+    wanted = [int(s) for s in output_shape[-nd:]] if output_shape is not None else [spatial[d] * strides[d] for d in range(nd)]
+    begin, end = [], []
+    for d in range(nd):
+        total = full[d] - wanted[d]
+        if auto_pad == "SAME_UPPER":
+            begin.append(total // 2)
+            end.append(total - total // 2)
+        else:
+            begin.append(total - total // 2)
+            end.append(total // 2)
+    return begin + end, wanted
+
+
+@op("ConvTranspose", check=_FLOAT_ONLY)
+def _conv_transpose(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    group = int(node.attr("group", 1))
+
+    def prepare(args: Sequence) -> Prepared:
+        x, w = args[0], args[1]
+        b = args[2] if len(args) > 2 else None
+        n, c = x.shape[:2]
+        cg = c // group
+        mg = w.shape[1]
+        m = mg * group
+        kernel = [int(d) for d in (node.attr("kernel_shape") or w.shape[2:])]
+        nd = len(kernel)
+        spatial = x.shape[2:]
+        strides = [int(s) for s in (node.attr("strides") or [1] * nd)]
+        dilations = [int(s) for s in (node.attr("dilations") or [1] * nd)]
+        output_padding = [int(s) for s in (node.attr("output_padding") or [0] * nd)]
+        pads, out_spatial = conv_transpose_pads(node, spatial, kernel, strides, dilations, output_padding)
+        if w.shape[0] != c:
+            raise ValueError(f"ConvTranspose {node.name!r}: weight {w.shape} for {c} input channels")
+        out_shape = (n, m, *out_spatial)
+        ks = _prod(kernel)
+        x_strides = wgsl.strides(spatial)
+        lines = [
+            wgsl.decompose("i", out_shape, "o"),
+            f"  let g = o1 / {mg}u;",
+            f"  let mi = o1 % {mg}u;",
+            f"  var acc = {'f32(in2[o1])' if b is not None else '0.0'};",
+            f"  for (var ci = 0u; ci < {cg}u; ci = ci + 1u) {{",
+            f"    let x_base = (o0 * {c}u + g * {cg}u + ci) * {_prod(spatial)}u;",
+            f"    let w_base = ((g * {cg}u + ci) * {mg}u + mi) * {ks}u;",
+            f"    for (var kk = 0u; kk < {ks}u; kk = kk + 1u) {{",
+            wgsl.decompose("kk", kernel, "k"),
+            "      var ok = true;",
+            "      var xo = x_base;",
+        ]
+        for d in range(nd):
+            lines += [
+                f"      let t{d} = i32(o{d + 2}) + {pads[d]} - i32(k{d} * {dilations[d]}u);",
+                f"      if (t{d} < 0 || t{d} % {strides[d]} != 0 || t{d} / {strides[d]} >= {spatial[d]}) {{ ok = false; }}",
+                f"      xo = xo + u32(max(t{d}, 0) / {strides[d]}) * {x_strides[d]}u;",
+            ]
+        lines += [
+            "      if (ok) { acc = acc + f32(in0[xo]) * f32(in1[w_base + kk]); }",
+            "    }",
+            "  }",
+            f"  out0[i] = {wgsl.store('acc', x.dtype)};",
+        ]
+        dtypes = [x.dtype, w.dtype] + ([b.dtype] if b is not None else [])
+        source = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(x.dtype)])
+        source += "\n" + wgsl.main_1d(_prod(out_shape), "\n".join(lines))
+        inputs = (0, 1, 2) if b is not None else (0, 1)
+        dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), wgsl.groups_1d(_prod(out_shape)))
+        return Prepared([(out_shape, x.dtype)], [dispatch])
+
+    return shader_kernel(rt, prepare)
+
+
+_RESIZE_COORDS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nearest")
+_RESIZE_NEAREST = {
+    "round_prefer_floor": "ceil({} - 0.5)",
+    "round_prefer_ceil": "floor({} + 0.5)",
+    "floor": "floor({})",
+    "ceil": "ceil({})",
+}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _resize_check(node: NodeView) -> str | None:
+    mode = _text(node.attr("mode", "nearest"))
+    coords = _text(node.attr("coordinate_transformation_mode", "half_pixel"))
+    if mode not in ("nearest", "linear"):
+        return f"Resize mode {mode!r} has no WebGPU kernel"
+    if coords not in _RESIZE_COORDS:
+        return f"Resize coordinate_transformation_mode {coords!r} has no WebGPU kernel"
+    if node.attr("antialias", 0) or node.attr("axes") is not None:
+        return "Resize with antialias or axes has no WebGPU kernel"
+    if _text(node.attr("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        return "Resize keep_aspect_ratio_policy other than stretch has no WebGPU kernel"
+    return _FLOAT_ONLY(node)
+
+
+@op("Resize", since=10, check=_resize_check)
+def _resize(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
+    mode = _text(node.attr("mode", "nearest"))
+    coords = _text(node.attr("coordinate_transformation_mode", "half_pixel"))
+    nearest = _RESIZE_NEAREST[_text(node.attr("nearest_mode", "round_prefer_floor"))]
+    scales_at = 1 if node.opset < 11 else 2
+
+    def prepare(args: Sequence) -> Prepared:
+        x = args[0]
+        rank = x.ndim
+        scales = args[scales_at] if len(args) > scales_at else None
+        sizes = args[3] if node.opset >= 11 and len(args) > 3 else None
+        if sizes is not None and np.asarray(sizes).size:
+            out_shape = tuple(int(s) for s in np.asarray(sizes).ravel())
+            scale = [out_shape[d] / x.shape[d] if x.shape[d] else 1.0 for d in range(rank)]
+        else:
+            scale = [float(s) for s in np.asarray(scales).ravel()]
+            out_shape = tuple(int(np.floor(x.shape[d] * scale[d])) for d in range(rank))
+        lines = [wgsl.decompose("i", out_shape, "o")]
+        for d in range(rank):
+            size, out, s = x.shape[d], out_shape[d], scale[d]
+            o = f"f32(o{d})"
+            if coords == "asymmetric":
+                expr = f"{o} / {wgsl.flit(s)}"
+            elif coords == "align_corners":
+                resized = size * s  # the spec's length_resized: unfloored when scales are given
+                expr = "0.0" if resized <= 1 else f"{o} * {wgsl.flit((size - 1) / (resized - 1))}"
+            elif coords == "pytorch_half_pixel":
+                expr = "0.0" if out <= 1 else f"({o} + 0.5) / {wgsl.flit(s)} - 0.5"
+            elif coords == "tf_half_pixel_for_nearest":
+                expr = f"({o} + 0.5) / {wgsl.flit(s)}"
+            else:
+                expr = f"({o} + 0.5) / {wgsl.flit(s)} - 0.5"
+            lines.append(f"  let f{d} = {expr};")
+            if mode == "nearest":
+                lines.append(f"  let p{d} = u32(clamp(i32({nearest.format(f'f{d}')}), 0, {size - 1}));")
+            else:
+                lines.append(f"  let g{d} = clamp(f{d}, 0.0, {wgsl.flit(size - 1)});")
+                lines.append(f"  let lo{d} = u32(floor(g{d}));")
+                lines.append(f"  let hi{d} = min(lo{d} + 1u, {size - 1}u);")
+                lines.append(f"  let w{d} = g{d} - floor(g{d});")
+        st = wgsl.strides(x.shape)
+        if mode == "nearest":
+            index = " + ".join(f"p{d} * {st[d]}u" for d in range(rank)) or "0u"
+            lines.append(f"  out0[i] = in0[{index}];")
+        else:
+            # dimensions that are not resized keep their coordinate: only the others interpolate
+            moving = [d for d in range(rank) if out_shape[d] != x.shape[d] or coords not in ("asymmetric", "align_corners")]
+            lines.append("  var acc = 0.0;")
+            for corner in range(1 << len(moving)):
+                weight, terms = [], []
+                for d in range(rank):
+                    if d in moving:
+                        high = (corner >> moving.index(d)) & 1
+                        weight.append(f"w{d}" if high else f"(1.0 - w{d})")
+                        terms.append(f"{'hi' if high else 'lo'}{d} * {st[d]}u")
+                    else:
+                        terms.append(f"lo{d} * {st[d]}u")
+                w = " * ".join(weight) or "1.0"
+                lines.append(f"  acc = acc + {w} * f32(in0[{' + '.join(terms) or '0u'}]);")
+            lines.append(f"  out0[i] = {wgsl.store('acc', x.dtype)};")
+        n = _prod(out_shape)
+        source = wgsl.bindings([x.wgsl], [x.wgsl]) + "\n" + wgsl.main_1d(n, "\n".join(lines))
+        return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n))])
+
+    host = frozenset({1}) if node.opset < 11 else frozenset({1, 2, 3})
+    return shader_kernel(rt, prepare, host_inputs=host)

@@ -73,6 +73,7 @@ HOST_INPUT_POSITIONS: dict[str, frozenset[int]] = {
     "Slice": frozenset({1, 2, 3, 4}), "Expand": frozenset({1}), "Split": frozenset({1}),
     "Clip": frozenset({1, 2}), "Dropout": frozenset({1, 2}), "Shape": frozenset({0}), "Size": frozenset({0}),
     "If": frozenset({0}), "ConstantOfShape": frozenset({0}), "Pad": frozenset({1, 2, 3}),
+    "Resize": frozenset({1, 2, 3}),
     **{name: frozenset({1}) for name in ops_nn.REDUCE},
 }
 
