@@ -92,3 +92,14 @@ def test_hard_swish_rewrite_stays_on_webgpu():
     assert placement.counts() == {"WebGpuExecutionProvider": len(placement.nodes)}, str(placement)
     x = np.linspace(-5, 5, 16, dtype=np.float32).reshape(2, 8)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], _reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("gemm_kernel", ["tiled", "registers"])
+@pytest.mark.parametrize("name,batch", [("mlp", 40), ("transformer", 2), ("cnn", 1)])
+def test_both_gemm_kernels(name, batch, gemm_kernel):
+    """Both MatMul/Gemm kernels for products of 32 rows or more (Conv always uses the tiles)."""
+    model = models.MODELS[name]()
+    feeds = models.random_inputs(model, batch=batch, seed=3)
+    session = ort.InferenceSession(model, providers=[("WebGpuExecutionProvider", {"gemm_kernel": gemm_kernel})])
+    for g, e in zip(session.run(None, feeds), _reference(model, feeds)):
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)

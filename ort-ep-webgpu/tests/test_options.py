@@ -27,11 +27,11 @@ def test_devices_report_adapter_name_backend_and_hardware():
 
 
 def test_unknown_option_lists_valid_keys():
-    with pytest.raises(ort.InvalidArgument, match="valid keys: adapter, fp16, max_batch, memory_limit_mb"):
+    with pytest.raises(ort.InvalidArgument, match="valid keys: adapter, fp16, gemm_kernel, max_batch, memory_limit_mb"):
         ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"precision": "fp16"})])
 
 
-@pytest.mark.parametrize("key,value", [("power_preference", "fastest"), ("fp16", "maybe"), ("memory_limit_mb", "-1")])
+@pytest.mark.parametrize("key,value", [("power_preference", "fastest"), ("fp16", "maybe"), ("memory_limit_mb", "-1"), ("gemm_kernel", "fast")])
 def test_bad_option_values(key, value):
     with pytest.raises(ort.InvalidArgument, match=key):
         ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {key: value})])

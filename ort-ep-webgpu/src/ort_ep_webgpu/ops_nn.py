@@ -31,14 +31,15 @@ def _prod(shape: Sequence[int]) -> int:
 GEMM_VALUES = 8  # u32 values gemm_source keeps at the start of the uniform buffer
 
 
-def gemm_values(m: int, n: int, k: int, nbatch: int) -> list[int]:
+def gemm_values(m: int, n: int, k: int, nbatch: int, direct: bool = False) -> list[int]:
     """The first GEMM_VALUES values of a product's uniform buffer: M, N, K, N4, M*N4, threads
-    of the row kernel, M*N, 0 (where N4 = ceil(N/4))."""
-    n4 = -(-n // 4)
-    return [m, n, k, n4, m * n4, nbatch * m * n4, m * n, 0]
+    of the untiled kernel, M*N, M4*N4 (where N4 = ceil(N/4), M4 = ceil(M/4))."""
+    n4, m4 = -(-n // 4), -(-m // 4)
+    threads = nbatch * m4 * n4 if direct and m >= ROW_KERNEL_BELOW else nbatch * m * n4
+    return [m, n, k, n4, m * n4, threads, m * n, m4 * n4]
 
 
-def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) -> tuple[str, tuple[int, int, int]]:
+def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str, direct: bool = False) -> tuple[str, tuple[int, int, int]]:
     """A batched (M x K) @ (K x N) product over accessor functions the caller defines in
     ``helpers``: ``base_a(bz)``/``base_b(bz) -> u32`` (per-batch bases, computed once),
     ``load_a(r, kk, ab)``/``load_b(kk, c, bb) -> f32`` and ``store_c(r, c, bz, v)``. ``head``
@@ -51,7 +52,9 @@ def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) ->
     per pair of workgroup loads, two barriers per K step). M < ROW_KERNEL_BELOW (skinny
     products, e.g. linear layers at small batch, depthwise convolutions): one thread per 4
     outputs of a row reading straight from the buffers, since a 32-row tile would leave most
-    threads idle.
+    threads idle. ``direct`` (M >= 32): each thread accumulates a 4x4 block reading straight
+    from the buffers, no workgroup memory: on a software adapter, where "workgroup memory" is
+    ordinary memory and barriers cost, this measured 1.7-2x faster than the tiles on lavapipe.
     """
     M, N, K, N4, MN4, TOTAL = (wgsl.u(j) for j in range(6))
     if m == 0 or n == 0 or nbatch == 0:  # empty output: nothing to dispatch
@@ -73,6 +76,36 @@ def gemm_source(head: str, m: int, n: int, k: int, nbatch: int, helpers: str) ->
             *[f"    acc{j} = acc{j} + a * load_b(kk, c{j}x, bb);" for j in range(4)],
             "  }",
             *[f"  if (c0 + {j}u < {N}) {{ store_c(row, c0 + {j}u, bz, acc{j}); }}" for j in range(4)],
+        ]
+        main = (
+            f"@compute @workgroup_size({wgsl.WORKGROUP})\n"
+            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+            f"  let i = gid.x + gid.y * nwg.x * {wgsl.WORKGROUP}u;\n" + "\n".join(lines) + "\n}\n"
+        )
+        return head + "\n" + helpers + "\n" + main, wgsl.groups_1d(total)
+
+    if direct:
+        total = nbatch * -(-m // 4) * -(-n // 4)
+        lines = [
+            f"  if (i >= {TOTAL}) {{ return; }}",
+            f"  let per = {wgsl.u(7)};",
+            "  let bz = i / per;",
+            "  let rem = i % per;",
+            f"  let r0 = (rem / {N4}) * 4u;",
+            f"  let c0 = (rem % {N4}) * 4u;",
+            "  let ab = base_a(bz);",
+            "  let bb = base_b(bz);",
+            "  " + " ".join(f"var a{r}{c} = 0.0;" for r in range(4) for c in range(4)),
+            # rows and columns past the edge read the last one (in bounds) and are not stored
+            "  " + " ".join(f"let rr{r} = min(r0 + {r}u, {M} - 1u);" for r in range(4)),
+            "  " + " ".join(f"let cc{c} = min(c0 + {c}u, {N} - 1u);" for c in range(4)),
+            f"  for (var kk = 0u; kk < {K}; kk = kk + 1u) {{",
+            "    " + " ".join(f"let x{r} = load_a(rr{r}, kk, ab);" for r in range(4)),
+            "    " + " ".join(f"let y{c} = load_b(kk, cc{c}, bb);" for c in range(4)),
+            *["    " + " ".join(f"a{r}{c} = a{r}{c} + x{r} * y{c};" for c in range(4)) for r in range(4)],
+            "  }",
+            *[f"  if (r0 + {r}u < {M} && c0 + {c}u < {N}) {{ store_c(r0 + {r}u, c0 + {c}u, bz, a{r}{c}); }}"
+              for r in range(4) for c in range(4)],
         ]
         main = (
             f"@compute @workgroup_size({wgsl.WORKGROUP})\n"
@@ -148,12 +181,13 @@ def matmul_source(
     alpha: float = 1.0,
     beta: float = 1.0,
     c_strides: tuple[int, int] | None = None,
+    direct: bool = False,
 ) -> tuple[str, tuple[int, int, int], list[int]]:
     """C[b] = alpha * op(A[b]) @ op(B[b]) (+ beta * bias) with broadcast batch dimensions.
     Sizes, batch dimensions and strides go to the uniform buffer (returned as its values), so
     the source depends on the batch rank, transposes, dtypes and the kernel choice only."""
     M, N, K, MN = wgsl.u(0), wgsl.u(1), wgsl.u(2), wgsl.u(6)
-    values = gemm_values(m, n, k, _prod(batch))
+    values = gemm_values(m, n, k, _prod(batch), direct)
     rank = len(batch)
     first = len(values)
     values += list(batch) + [s * m * k for s in a_batch] + [s * k * n for s in b_batch]
@@ -187,7 +221,7 @@ fn store_c(r: u32, c: u32, bz: u32, v: f32) {{ out0[bz * {MN} + r * {N} + c] = {
 """
     head = wgsl.bindings([wgsl.storage_type(d) for d in dtypes], [wgsl.storage_type(out_dtype)])
     head += "\n" + wgsl.uniform_decl(len(dtypes) + 1, len(values))
-    source, groups = gemm_source(head, m, n, k, _prod(batch), helpers)
+    source, groups = gemm_source(head, m, n, k, _prod(batch), helpers, direct)
     return source, groups, values
 
 
@@ -206,6 +240,7 @@ def _matmul(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kerne
         source, groups, values = matmul_source(
             [a.dtype, b.dtype], a.dtype, m, n, k, batch,
             wgsl.broadcast_strides(a_shape[:-2], batch), wgsl.broadcast_strides(b_shape[:-2], batch),
+            direct=rt.direct_gemm,
         )
         dispatch = Dispatch(rt.gpu.pipeline(source), (0, 1), (0,), groups, rt.stream.uniform(values))
         return Prepared([(out_shape, a.dtype)], [dispatch])
@@ -234,7 +269,7 @@ def _gemm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
             inputs = (0, 1, 2)
             dtypes.append(c.dtype)
         source, groups, values = matmul_source(
-            dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides
+            dtypes, a.dtype, m, n, k, (), (), (), trans_a, trans_b, alpha, beta, c_strides, rt.direct_gemm
         )
         dispatch = Dispatch(rt.gpu.pipeline(source), inputs, (0,), groups, rt.stream.uniform(values))
         return Prepared([((m, n), a.dtype)], [dispatch])

@@ -63,6 +63,9 @@ SPEC = ProviderSpec(
         OptionSpec("fp16", True, "run float16 nodes when the adapter offers shader-f16", parse_bool),
         OptionSpec("memory_limit_mb", 0, "limit of the session's GPU buffer pool in MiB (0: none)", parse_nonnegative),
         OptionSpec("max_batch", 512, "dispatches recorded before a command submission is forced", parse_nonnegative),
+        OptionSpec("gemm_kernel", "auto", "MatMul/Gemm with 32 rows or more: 'tiled' (workgroup memory), "
+                   "'registers' (4x4 per thread, no workgroup memory), 'auto' (registers on software "
+                   "adapters, tiled on hardware)", str, ("auto", "tiled", "registers")),
     ),
     description="WGSL compute shaders on wgpu; tensors stay in GPU buffers",
 )
@@ -130,7 +133,9 @@ def ort_session_start(ep: ProviderContext) -> None:
     limit = ep.options["memory_limit_mb"] * (1 << 20) or None
     pool = BufferPool(gpu, MEMORY_NAME, limit)
     stream = Stream(gpu, pool, max_batch=max(1, ep.options["max_batch"]))
-    ep.state["runtime"] = SessionRuntime(gpu, pool, stream, fp16)
+    gemm = ep.options["gemm_kernel"]
+    direct = gemm == "registers" or (gemm == "auto" and not record.hardware)
+    ep.state["runtime"] = SessionRuntime(gpu, pool, stream, fp16, direct)
     ep.state["host_nodes"] = {}
     # the session uses the adapter chosen here (core picked the first listed one)
     ep.device = _device(record)

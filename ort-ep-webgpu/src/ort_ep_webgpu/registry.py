@@ -22,6 +22,7 @@ class SessionRuntime:
     pool: BufferPool
     stream: Stream
     fp16: bool  # float16 kernels enabled (option on and adapter has shader-f16)
+    direct_gemm: bool = False  # MatMul/Gemm without workgroup tiles (option gemm_kernel)
 
     def supported_dtypes(self) -> set[np.dtype]:
         types = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_)}
