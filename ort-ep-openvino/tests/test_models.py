@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ort_core as ort
 from conftest import CPU, OV, assert_parity, real_model, reference, session, text_image
 from ort_core.testing import models
 
@@ -61,11 +60,7 @@ def test_parity_ocr_rec():
 @pytest.mark.parametrize("rate,samples", [(16000, 512), (8000, 256)])
 def test_parity_silero_vad(rate, samples):
     path = real_model("silero-vad")
-    # the model's If branches hold the whole network; core's ORT_ENABLE_ALL identity
-    # elimination failed on them when this was written, so the graph is taken as it is
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = session(path, sess_options=so)
+    sess = session(path)  # the model's If branches hold the network; OpenVINO gets their nodes
     assert sess.get_placement().counts(None).get(OV, 0) > 0
     rng = np.random.default_rng(rate)
     state = np.zeros((2, 1, 128), np.float32)
