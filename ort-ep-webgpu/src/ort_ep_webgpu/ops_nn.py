@@ -320,11 +320,7 @@ def _window_loop(nd: int, spatial: Sequence[int], kernel: Sequence[int], strides
     return "\n".join(lines)
 
 
-def _conv_check(node: NodeView) -> str | None:
-    return _FLOAT_ONLY(node)
-
-
-@op("Conv", check=_conv_check)
+@op("Conv", check=_FLOAT_ONLY)
 def _conv(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
     group = int(node.attr("group", 1))
 
@@ -610,7 +606,7 @@ _softmax("Softmax")
 _softmax("LogSoftmax")
 
 
-def layer_norm_source(dtypes: Sequence[np.dtype], rows: int, norm_shape: Shape, scale_shape: Shape, bias_shape: Shape | None, eps: float, stats: tuple[bool, bool]) -> str:
+def layer_norm_source(dtypes: Sequence[np.dtype], norm_shape: Shape, scale_shape: Shape, bias_shape: Shape | None, eps: float, stats: tuple[bool, bool]) -> str:
     length = _prod(norm_shape)
     outputs = [wgsl.storage_type(dtypes[0])] + ["f32" for s in stats if s]
 
@@ -668,7 +664,7 @@ def _layer_norm(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> K
         rows = _prod(x.shape[:a])
         norm_shape = x.shape[a:]
         source = layer_norm_source(
-            [x.dtype, scale.dtype] + ([bias.dtype] if bias is not None else []), rows, norm_shape,
+            [x.dtype, scale.dtype] + ([bias.dtype] if bias is not None else []), norm_shape,
             scale.shape, bias.shape if bias is not None else None, eps, stats,
         )
         stat_shape = x.shape[:a] + (1,) * (x.ndim - a)

@@ -297,10 +297,7 @@ def _split(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel
             start += size
         return Prepared(outputs, dispatches)
 
-    kernel = shader_kernel(rt, prepare, n_outputs=n_out, host_inputs=frozenset({1}) if from_input else frozenset())
-    if n_out == 1:
-        return Kernel(run=lambda *a: kernel.run(*a), single_output=True, host_inputs=kernel.host_inputs)
-    return kernel
+    return shader_kernel(rt, prepare, n_outputs=n_out, host_inputs=frozenset({1}) if from_input else frozenset())
 
 
 def slice_params(shape: Shape, starts, ends, axes, steps) -> tuple[list[int], list[int], Shape]:
