@@ -152,6 +152,9 @@ def child_main(argv: list[str]) -> int:
         if kind == "ort":
             import onnxruntime  # noqa: F401
         else:
+            import onnx.reference.ops  # noqa: F401  (imported lazily by constant folding)
+            import onnx.shape_inference  # noqa: F401  (by the shape-inference pass)
+
             import ort_core
 
             ort_core.get_available_providers()
