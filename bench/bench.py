@@ -14,7 +14,10 @@ Run by ``nox -s bench`` (never as a timed test). For every model, in one process
    one run would take longer);
 5. peak memory is the high-water mark of the resident set (``VmHWM``) minus the resident set
    just before session creation, measured the same way for every engine, each in a fresh child
-   process (so that one engine's freed-but-kept heap cannot flatter the next).
+   process (so that one engine's freed-but-kept heap cannot flatter the next). The modules an
+   engine imports (for ort-core also those it imports lazily while creating a session:
+   onnx.reference for constant folding, onnx.shape_inference) are imported before the
+   baseline: code pages are not session memory.
 
 Outputs: a table on the terminal, ``bench-results/bench.json`` and ``bench-results/ratios.png``.
 """
