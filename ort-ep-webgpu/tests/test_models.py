@@ -56,9 +56,10 @@ def test_transformer_shape_chain_runs_on_host_without_copies():
         np.testing.assert_allclose(session.run(None, feeds)[0], _reference(model, feeds)[0], rtol=1e-3, atol=1e-5)
 
 
-def test_transformer_new_batch_size_compiles_no_pipeline():
-    """Every op of the transformer has shaders keyed by shape class: sizes are uniforms."""
-    model = models.transformer(seq=16, dim=32, heads=2, layers=1)
+@pytest.mark.parametrize("name", ["transformer", "cnn"])
+def test_new_batch_size_compiles_no_pipeline(name):
+    """Every op of these models has shaders keyed by shape class, the batch size only in uniforms."""
+    model = models.transformer(seq=16, dim=32, heads=2, layers=1) if name == "transformer" else models.cnn(image=16, width=8, blocks=2)
     session = ort.InferenceSession(model, providers=PROVIDERS)
     gpu = next(b for b in session._providers if b.name == "WebGpuExecutionProvider").ctx.state["runtime"].gpu
     session.run(None, models.random_inputs(model, batch=1))

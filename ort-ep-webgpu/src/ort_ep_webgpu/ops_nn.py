@@ -415,7 +415,7 @@ def _pool(node: NodeView, request: KernelRequest, rt: SessionRuntime, is_max: bo
             init, body, result = "-3.4028234663852886e38", "      acc = max(acc, f32(in0[xo]));", "acc"
         else:
             init, body, result = "0.0", "      acc = acc + f32(in0[xo]);\n      cnt = cnt + 1.0;", "acc / cnt"
-        lines = [wgsl.decompose("i", out_shape, "o"), f"  var acc = {init};", "  var cnt = 0.0;",
+        lines = [wgsl.decompose("i", out_shape, "o", free_outer=True), f"  var acc = {init};", "  var cnt = 0.0;",
                  _window_loop(nd, spatial, kernel, strides, dilations, pads, body, x_base)]
         if not is_max and include_pad:
             # count window positions inside the explicitly padded input (not the ceil_mode extension)
@@ -428,8 +428,11 @@ def _pool(node: NodeView, request: KernelRequest, rt: SessionRuntime, is_max: bo
                 factors.append(f"n{d}")
             lines.append(f"  cnt = {' * '.join(factors)};")
         lines.append(f"  out0[i] = {wgsl.store(result, x.dtype)};")
-        source = wgsl.bindings([x.wgsl], [x.wgsl]) + "\n" + wgsl.main_1d(_prod(out_shape), "\n".join(lines))
-        dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(_prod(out_shape)))
+        # the batch size is only in the uniform (element count): one pipeline for every batch
+        source = wgsl.bindings([x.wgsl], [x.wgsl]) + "\n" + wgsl.uniform_decl(2, 1)
+        source += "\n" + wgsl.main_sized("\n".join(lines))
+        n = _prod(out_shape)
+        dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n), rt.stream.uniform([n]))
         return Prepared([(out_shape, x.dtype)], [dispatch])
 
     kernel = shader_kernel(rt, prepare)
@@ -476,13 +479,15 @@ def reduce_source(op_type: str, x_shape: Shape, dtype: np.dtype, axes: Sequence[
     roff = wgsl.offset("q", [st[d] for d in axes])
     loop = [f"  for (var r = 0u; r < {r}u; r = r + 1u) {{", wgsl.decompose("r", red_shape, "q"),
             f"    let v = f32(in0[base + {roff}]);"]
-    lines = [wgsl.decompose("i", kept_shape, "c"), f"  let base = {base};"]
+    # the outermost kept coordinate has no modulo and the count is a uniform, so a reduction
+    # that keeps the batch axis compiles once for every batch size
+    lines = [wgsl.decompose("i", kept_shape, "c", free_outer=True), f"  let base = {base};"]
     if op_type == "ReduceLogSumExp":
         lines += ["  var mx = -3.4028234663852886e38;", *loop, "    mx = max(mx, v);", "  }"]
     lines += [f"  var acc = {init};", *loop, f"    {step}", "  }",
               f"  out0[i] = {wgsl.store(finish.replace('{R}', str(r)), dtype)};"]
-    n = _prod(kept_shape)
-    return wgsl.bindings([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)]) + "\n" + wgsl.main_1d(n, "\n".join(lines)), out_shape
+    head = wgsl.bindings([wgsl.storage_type(dtype)], [wgsl.storage_type(dtype)]) + "\n" + wgsl.uniform_decl(2, 1)
+    return head + "\n" + wgsl.main_sized("\n".join(lines)), out_shape
 
 
 def _reduce(op_type: str) -> None:
@@ -509,7 +514,8 @@ def _reduce(op_type: str) -> None:
                     axes = sorted({int(a) % x.ndim for a in np.asarray(given).ravel()})
             source, out_shape = reduce_source(op_type, x.shape, x.dtype, axes, keep)
             n = _prod(out_shape)
-            return Prepared([(out_shape, x.dtype)], [Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n))])
+            dispatch = Dispatch(rt.gpu.pipeline(source), (0,), (0,), wgsl.groups_1d(n), rt.stream.uniform([n]))
+            return Prepared([(out_shape, x.dtype)], [dispatch])
 
         return shader_kernel(rt, prepare, host_inputs=frozenset({1}) if axes_from_input else frozenset())
 

@@ -83,16 +83,33 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list
     return [0 if pad[d] == 1 and out_shape[d] != 1 else st[d] for d in range(len(out_shape))]
 
 
-def decompose(index: str, shape: Sequence[int], name: str) -> str:
-    """Lines that split flat ``index`` into coordinates ``{name}0..`` of ``shape`` (row-major)."""
+def decompose(index: str, shape: Sequence[int], name: str, free_outer: bool = False) -> str:
+    """Lines that split flat ``index`` into coordinates ``{name}0..`` of ``shape`` (row-major).
+
+    ``free_outer``: the outermost coordinate is what remains (no modulo), so the source does
+    not depend on the outermost size (the batch) when ``index`` is known to be in range."""
     if not shape:
         return ""
     lines = [f"  var {name}_r: u32 = {index};"]
     for d in range(len(shape) - 1, -1, -1):
+        if d == 0 and free_outer:
+            lines.append(f"  let {name}0: u32 = {name}_r;")
+            break
         lines.append(f"  let {name}{d}: u32 = {name}_r % {int(shape[d])}u;")
         if d:
             lines.append(f"  {name}_r = {name}_r / {int(shape[d])}u;")
     return "\n".join(lines)
+
+
+def main_sized(body: str) -> str:
+    """Entry point with one thread per flat index ``i`` below ``u(0)`` (a uniform), so the
+    source does not depend on the element count."""
+    return (
+        f"@compute @workgroup_size({WORKGROUP})\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        f"  let i = gid.x + gid.y * nwg.x * {WORKGROUP}u;\n"
+        f"  if (i >= {u(0)}) {{ return; }}\n{body}\n}}\n"
+    )
 
 
 def offset(name: str, coord_strides: Sequence[int]) -> str:
