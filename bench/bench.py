@@ -6,10 +6,12 @@ Run by ``nox -s bench`` (never as a timed test). For every model, in one process
    for onnxruntime's CPU provider, all with ``intra_op_num_threads`` = ``--threads``;
 2. every ort-core output is checked against onnxruntime's for the same inputs (rtol/atol below)
    before any time is reported; a model whose outputs differ is reported as a parity failure;
-3. after warm-up each ort-core provider is run alternately with onnxruntime (ort, A, ort, A,
-   ...; then ort, B, ...) so that noise from other users of the machine hits both alike, and
-   one provider's worker threads do not steal the cores of the next; medians are reported, the
-   ratio against the paired onnxruntime runs;
+3. after warm-up each ort-core provider is run alternately with onnxruntime, in blocks of
+   ``--block`` timed runs (ort x5, A x5, ort x5, A x5, ...; then ort, B, ...), so that noise
+   from other users of the machine hits both alike; each block follows a pause (``--settle``)
+   and one untimed run, since the other engine's worker threads (onnxruntime's spinning pool,
+   OpenBLAS's) busy-wait for a while after their work and would hold the cores; medians are
+   reported, the ratio against the paired onnxruntime runs;
 4. onnx's ``ReferenceEvaluator`` runs in a child process with a one-minute limit (skipped where
    one run would take longer);
 5. peak memory is the high-water mark of the resident set (``VmHWM``) minus the resident set
@@ -313,12 +315,19 @@ def bench_case(label: str, name: str, batch: int, providers: list[str], args) ->
                 engines[k](feeds)
         times: dict[str, list[float]] = {k: [] for k in pair}
         deadline = time.perf_counter() + args.max_seconds
-        for r in range(args.repeat):
+        rounds = max(1, -(-args.repeat // args.block))
+        for r in range(rounds):
             for k in pair:
-                start = time.perf_counter_ns()
+                # a block of runs per engine, after a pause and one untimed run: the other
+                # engine's worker threads (onnxruntime's spinning pool, OpenBLAS's, which
+                # busy-wait for a while after their work) must not hold the cores meanwhile
+                time.sleep(args.settle)
                 engines[k](feeds)
-                times[k].append((time.perf_counter_ns() - start) / 1e6)
-            if r >= 4 and time.perf_counter() > deadline:
+                for _ in range(args.block):
+                    start = time.perf_counter_ns()
+                    engines[k](feeds)
+                    times[k].append((time.perf_counter_ns() - start) / 1e6)
+            if r >= 1 and time.perf_counter() > deadline:
                 break
         entry = row["engines"][kind]
         entry["median_ms"] = statistics.median(times[kind])
@@ -414,6 +423,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--block", type=int, default=5, help="timed runs per engine before switching")
+    parser.add_argument("--settle", type=float, default=0.3, help="seconds of pause when switching engines")
     parser.add_argument("--max-seconds", type=float, default=30.0, help="time budget per model for the timed runs")
     parser.add_argument("--level", default="all", choices=["disable", "basic", "extended", "all"])
     parser.add_argument("--providers", default="", help="ort-core providers (default: every installed one)")
