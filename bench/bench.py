@@ -27,6 +27,7 @@ Outputs: a table on the terminal, ``bench-results/bench.json`` and ``bench-resul
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -447,11 +448,12 @@ def main() -> int:
           "OPENBLAS_L2_SIZE:", os.environ.get("OPENBLAS_L2_SIZE", "(unset)"))
     load_before = os.getloadavg()
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} on {} CPUs".format(*load_before, os.cpu_count() or 0))
+    overhead = executor_overhead(args.threads)  # first: before the models' sessions pile up
     rows = []
     for label, name, batch in cases:
         print(f"... {label}", flush=True)
         rows.append(bench_case(label, name, batch, providers, args))
-    overhead = executor_overhead(args.threads)
+        gc.collect()
     print()
     print_table(rows)
     print()
