@@ -374,6 +374,7 @@ class _FusingHost(HostProvider):
         for i in sorted(candidates):
             node = graph.nodes[i]
             if (node.domain, node.op_type) in (("", "MatMul"), ("", "Mul"), ("com.microsoft", "FusedMatMul")):
+                self.seen_output_types.extend(graph.value(o).type for o in node.outputs)
                 cap.claims.append(Claim((i,)))
             else:
                 cap.declined[i] = "not here"
@@ -390,12 +391,15 @@ class _FusingHost(HostProvider):
 
 
 def test_gate_applies_a_fused_op_the_provider_claims(registry, tmp_path):
-    assert ort_core.register(_FusingHost(), "fusing")
+    provider = _FusingHost()
+    provider.seen_output_types = []
+    assert ort_core.register(provider, "fusing")
     model = _matmul_scale_model()
     so = ort_core.SessionOptions()
     so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert [p.op_type for p in sess.get_placement().nodes] == ["FusedMatMul"]
+    assert set(provider.seen_output_types) == {"tensor(float)"}  # the probe's outputs are typed
     x = _f32(2, 3)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], _ort_run(model, {"x": x})[0], rtol=1e-5)
     written = onnx.load(so.optimized_model_filepath)

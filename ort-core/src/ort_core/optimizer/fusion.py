@@ -54,6 +54,10 @@ def _activation_params(node: ir.Node) -> list[float] | None:
     return None
 
 
+def _typed_like(value: ir.Value, like: ir.Value) -> None:
+    value.type, value.shape = like.type, like.shape
+
+
 def _follow_activation(value: ir.Value) -> tuple[ir.Node, list[float]] | None:
     act = only_use(value)
     if act is None or act.domain not in ("", "ai.onnx") or act.op_type not in _ACTIVATIONS:
@@ -89,6 +93,7 @@ class ConvActivationFusionPass(_FusionPass):
                     attributes.append(ir.AttrFloat32s("activation_params", params))
                 fused = ir.Node(MS_DOMAIN, "FusedConv", list(conv.inputs), attributes, num_outputs=1,
                                 name=conv.name, version=1)
+                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
                 if not self.supports(fused):
                     continue
                 replace(graph, [conv, act], [fused], [act.outputs[0]], [fused.outputs[0]])
@@ -117,6 +122,7 @@ class GemmActivationFusionPass(_FusionPass):
                     attributes.append(ir.AttrFloat32(name, v))
                 fused = ir.Node(MS_DOMAIN, "FusedGemm", list(gemm.inputs), attributes, num_outputs=1,
                                 name=gemm.name, version=1)
+                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
                 if not self.supports(fused):
                     continue
                 replace(graph, [gemm, act], [fused], [act.outputs[0]], [fused.outputs[0]])
@@ -153,6 +159,7 @@ class GeluFusionPass(_FusionPass):
                     continue
                 x, nodes, out = match
                 fused = ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1)
+                _typed_like(fused.outputs[0], out)  # the probe shows providers typed values
                 if not self.supports(fused):
                     continue
                 replace(graph, nodes, [fused], [out], [fused.outputs[0]])
@@ -231,6 +238,7 @@ class MatMulScaleFusionPass(_FusionPass):
                 fused = ir.Node(MS_DOMAIN, "FusedMatMul", [a, b],
                                 [ir.AttrFloat32("alpha", alpha), ir.AttrInt64("transA", 0), ir.AttrInt64("transB", trans_b)],
                                 num_outputs=1, name=mm.name, version=1)
+                _typed_like(fused.outputs[0], scale_node.outputs[0])  # the probe shows providers typed values
                 if not self.supports(fused):
                     continue
                 replace(graph, nodes, [fused], [scale_node.outputs[0]], [fused.outputs[0]])
