@@ -415,6 +415,34 @@ def _separable(xp: np.ndarray, g: _Geometry, op) -> np.ndarray:
     return y
 
 
+def _separable_unpadded(x: np.ndarray, g: _Geometry, op, init) -> np.ndarray:
+    """As ``_separable`` over the padded input, without building it: per axis and kernel offset,
+    only the outputs whose input row lies inside ``x`` are combined (padding adds nothing to a
+    max or a sum)."""
+    y = x
+    for axis in range(len(g.kernel)):
+        size, n_out = y.shape[2 + axis], g.out[axis]
+        stride, dilation, begin = g.strides[axis], g.dilations[axis], g.pads[axis]
+        shape = list(y.shape)
+        shape[2 + axis] = n_out
+        acc = np.full(shape, init, dtype=y.dtype)
+        src_index = [slice(None)] * y.ndim
+        dst_index = [slice(None)] * y.ndim
+        for o in range(g.kernel[axis]):
+            shift = o * dilation - begin  # output i reads input i * stride + shift
+            lo = max(0, -(shift // stride))
+            hi = min(n_out - 1, (size - 1 - shift) // stride)
+            if hi < lo:
+                continue
+            start = lo * stride + shift
+            src_index[2 + axis] = slice(start, start + (hi - lo) * stride + 1, stride)
+            dst_index[2 + axis] = slice(lo, hi + 1)
+            dst = acc[tuple(dst_index)]
+            op(dst, y[tuple(src_index)], out=dst)
+        y = acc
+    return y
+
+
 class _PoolFake:
     """Shape-only stand-in so that ``_pool_params`` can run on a cached input shape."""
 
@@ -437,7 +465,7 @@ def _max_pool(node, request):
     def max_pool(x):
         g = geometry.get(x.shape, kernel_shape)
         low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
-        return _separable(_padded(x, g, low), g, np.maximum)
+        return _separable_unpadded(x, g, np.maximum, low)
 
     return max_pool if n_out == 1 else max_pool_windows
 
@@ -476,7 +504,7 @@ def _avg_pool(node, request):
 
     def avg_pool(x):
         g = geometry.get(x.shape, kernel_shape)
-        y = window_sum(_padded(x, g, 0), g)
+        y = _separable_unpadded(x, g, np.add, 0)
         y /= counts_for(x, g)
         return y
 
