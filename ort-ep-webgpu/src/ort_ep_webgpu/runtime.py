@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -69,6 +71,15 @@ class AdapterRecord:
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
 
 
+def _ensure_runtime_dir() -> None:
+    """Mesa's drivers print "XDG_RUNTIME_DIR is invalid or not set" at every adapter request on
+    headless machines; a private runtime dir (what a login session would give) silences it."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if current and os.path.isdir(current):
+        return
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="ort-ep-webgpu-xdg-")
+
+
 @lru_cache(maxsize=1)
 def list_adapters() -> tuple[tuple[AdapterRecord, ...], str | None]:
     """The adapters of this machine, hardware and native backends first, or why there are none."""
@@ -76,6 +87,7 @@ def list_adapters() -> tuple[tuple[AdapterRecord, ...], str | None]:
         import wgpu
     except Exception as exc:  # ImportError, or the native library failing to load
         return (), f"wgpu cannot be imported ({type(exc).__name__}: {exc}); pip install 'wgpu>=0.31'"
+    _ensure_runtime_dir()
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
         if not adapters:
