@@ -74,62 +74,56 @@ class _FusionPass(ir.passes.InPlacePass):
         self.supports = supports
 
 
-class ConvActivationFusionPass(_FusionPass):
+class _ActivationFusionPass(_FusionPass):
+    """``op_type`` + activation -> com.microsoft ``fused_op`` (same inputs and attributes, plus
+    the activation's name and parameters in the fused op's spelling)."""
+
+    op_type: str
+    fused_op: str
+
+    def activation_attributes(self, act: ir.Node, params: list[float]) -> list[ir.Attr]:
+        raise NotImplementedError
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                if not is_op(node, self.op_type):
+                    continue
+                found = _follow_activation(node.outputs[0])
+                if found is None:
+                    continue
+                act, params = found
+                attributes = [*node.attributes.values(), ir.AttrString("activation", act.op_type)]
+                attributes.extend(self.activation_attributes(act, params))
+                fused = ir.Node(MS_DOMAIN, self.fused_op, list(node.inputs), attributes, num_outputs=1,
+                                name=node.name, version=1)
+                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
+                if not self.supports(fused):
+                    continue
+                replace(graph, [node, act], [fused], [act.outputs[0]], [fused.outputs[0]])
+                modified = True
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+
+class ConvActivationFusionPass(_ActivationFusionPass):
     """Conv + activation -> com.microsoft FusedConv."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for conv in list(graph):
-                if not is_op(conv, "Conv"):
-                    continue
-                found = _follow_activation(conv.outputs[0])
-                if found is None:
-                    continue
-                act, params = found
-                attributes = [a for a in conv.attributes.values()]
-                attributes.append(ir.AttrString("activation", act.op_type))
-                if params:
-                    attributes.append(ir.AttrFloat32s("activation_params", params))
-                fused = ir.Node(MS_DOMAIN, "FusedConv", list(conv.inputs), attributes, num_outputs=1,
-                                name=conv.name, version=1)
-                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
-                if not self.supports(fused):
-                    continue
-                replace(graph, [conv, act], [fused], [act.outputs[0]], [fused.outputs[0]])
-                modified = True
-        if modified:
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return ir.passes.PassResult(model, modified)
+    op_type, fused_op = "Conv", "FusedConv"
+
+    def activation_attributes(self, act: ir.Node, params: list[float]) -> list[ir.Attr]:
+        return [ir.AttrFloat32s("activation_params", params)] if params else []
 
 
-class GemmActivationFusionPass(_FusionPass):
+class GemmActivationFusionPass(_ActivationFusionPass):
     """Gemm + activation -> com.microsoft FusedGemm."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for gemm in list(graph):
-                if not is_op(gemm, "Gemm"):
-                    continue
-                found = _follow_activation(gemm.outputs[0])
-                if found is None:
-                    continue
-                act, params = found
-                attributes = [a for a in gemm.attributes.values()]
-                attributes.append(ir.AttrString("activation", act.op_type))
-                for name, v in zip(("activation_alpha", "activation_beta"), params):
-                    attributes.append(ir.AttrFloat32(name, v))
-                fused = ir.Node(MS_DOMAIN, "FusedGemm", list(gemm.inputs), attributes, num_outputs=1,
-                                name=gemm.name, version=1)
-                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
-                if not self.supports(fused):
-                    continue
-                replace(graph, [gemm, act], [fused], [act.outputs[0]], [fused.outputs[0]])
-                modified = True
-        if modified:
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return ir.passes.PassResult(model, modified)
+    op_type, fused_op = "Gemm", "FusedGemm"
+
+    def activation_attributes(self, act: ir.Node, params: list[float]) -> list[ir.Attr]:
+        return [ir.AttrFloat32(name, v) for name, v in zip(("activation_alpha", "activation_beta"), params)]
 
 
 def _near(value: ir.Value | None, target: float, tol: float = 1e-4) -> bool:
