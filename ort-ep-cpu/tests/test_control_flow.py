@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from device_double import WrappedDevice
 
 F = TensorProto.FLOAT
 OPSET = [helper.make_opsetid("", 17)]
@@ -64,53 +65,8 @@ def test_if_branch_nodes_are_placed_and_reported_with_their_graph_path():
     assert by_graph[("if0/else_branch", "Mul")] == "CPUExecutionProvider"
 
 
-class _ReluDevice:
-    """A provider on its own memory ("Relu:0") that takes only Relu: checks that body nodes
-    are offered to every provider and that copies are inserted inside the body."""
-
-    name = "ReluDeviceExecutionProvider"
-
-    class Tensor:
-        def __init__(self, a):
-            self.a, self.shape, self.dtype, self.nbytes = a, a.shape, a.dtype, a.nbytes
-
-    @ort.hookimpl
-    def ort_register_providers(self):
-        return [ort.ProviderSpec(self.name, "0", "tests", "kernel")]
-
-    @ort.hookimpl
-    def ort_ep_devices(self, provider):
-        if provider == self.name:
-            return ort.EpDevices((ort.EpDevice(self.name, "tests", "GPU", "relu", memory="Relu:0"),))
-        return None
-
-    @ort.hookimpl
-    def ort_get_capability(self, ep, graph, candidates):
-        if ep.name != self.name:
-            return None
-        cap = ort.Capability()
-        for i in sorted(candidates):
-            if graph.nodes[i].op_type == "Relu":
-                cap.claims.append(ort.Claim((i,)))
-            else:
-                cap.declined[i] = f"{graph.nodes[i].op_type}: only Relu here"
-        return cap
-
-    @ort.hookimpl
-    def ort_create_data_transfer(self, ep):
-        if ep.name == self.name:
-            return ort.DataTransfer(to_device=lambda a: self.Tensor(np.array(a)), to_host=lambda t: np.array(t.a))
-        return None
-
-    @ort.hookimpl
-    def ort_create_kernel(self, ep, request):
-        if ep.name != self.name:
-            return None
-        return ort.Kernel(run=lambda x: self.Tensor(np.maximum(x.a, 0)), single_output=True)
-
-
 def test_body_nodes_can_go_to_another_provider():
-    plugin = _ReluDevice()
+    plugin = WrappedDevice("ReluDeviceExecutionProvider", ("Relu",), "Relu:0")
     assert ort.register(plugin, "relu-device")
     try:
         session = ort.InferenceSession(_if_model().SerializeToString(), providers=[plugin.name, "CPUExecutionProvider"])
