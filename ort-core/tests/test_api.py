@@ -130,7 +130,8 @@ def test_profiling_writes_a_chrome_trace(host, tmp_path):
     sess = ort.InferenceSession(chain_model(), options)
     sess.run(None, {"x": np.ones((1, 4), np.float32)})
     path = sess.end_profiling()
-    events = json.loads(open(path).read())
+    with open(path) as f:
+        events = json.load(f)
     nodes = [e for e in events if e["cat"] == "Node"]
     assert [e["name"] for e in nodes] == ["add", "relu1", "mul", "relu2", "sub"]
     assert all(e["args"]["provider"] == CPU for e in nodes)
