@@ -223,6 +223,22 @@ class ConvBatchNormFoldPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+def _conv_then(graph: ir.Graph, op_type: str):
+    """Each Conv with constant weights whose only reader is an ``op_type`` node, as
+    (conv, that node, the node's other operand as a constant or None, the weights)."""
+    for conv in list(graph):
+        if not is_op(conv, "Conv"):
+            continue
+        follower = only_use(conv.outputs[0])
+        if not is_op(follower, op_type):
+            continue
+        w = const(conv.inputs[1])
+        if w is None:
+            continue
+        other = follower.inputs[1] if follower.inputs[0] is conv.outputs[0] else follower.inputs[0]
+        yield conv, follower, const(other), w
+
+
 class ConvAddFoldPass(ir.passes.InPlacePass):
     """Conv followed by Add of a constant per-output-channel vector: the vector joins the bias."""
 
@@ -230,18 +246,9 @@ class ConvAddFoldPass(ir.passes.InPlacePass):
         modified = False
         for graph in graphs(model.graph):
             namer = None
-            for conv in list(graph):
-                if not is_op(conv, "Conv"):
-                    continue
-                add = only_use(conv.outputs[0])
-                if not is_op(add, "Add"):
-                    continue
-                other = add.inputs[1] if add.inputs[0] is conv.outputs[0] else add.inputs[0]
-                w = const(conv.inputs[1])
-                if w is None:
-                    continue
+            for conv, add, other, w in _conv_then(graph, "Add"):
                 m = w.shape[0]
-                c = _per_channel(const(other), _conv_output_rank(conv), m)
+                c = _per_channel(other, _conv_output_rank(conv), m)
                 if c is None or c.dtype != w.dtype:
                     continue
                 has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
@@ -275,17 +282,10 @@ class ConvMulFoldPass(ir.passes.InPlacePass):
         modified = False
         for graph in graphs(model.graph):
             namer = None
-            for conv in list(graph):
-                if not is_op(conv, "Conv"):
+            for conv, mul, other, w in _conv_then(graph, "Mul"):
+                if w.dtype.kind != "f":
                     continue
-                mul = only_use(conv.outputs[0])
-                if not is_op(mul, "Mul"):
-                    continue
-                other = mul.inputs[1] if mul.inputs[0] is conv.outputs[0] else mul.inputs[0]
-                w = const(conv.inputs[1])
-                if w is None or w.dtype.kind != "f":
-                    continue
-                factor = _per_channel(const(other), w.ndim, w.shape[0])
+                factor = _per_channel(other, w.ndim, w.shape[0])
                 if factor is None or factor.dtype != w.dtype:
                     continue
                 has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
