@@ -5,12 +5,14 @@ recurrence loops over time."""
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 
 from ..registry import kernel
 
 
 def _sigmoid(x, alpha, beta):
-    return 1.0 / (1.0 + np.exp(-x))
+    # scipy's expit: no overflow (and no warning) for large negative x, same values
+    return special.expit(x)
 
 
 def _softplus(x, alpha, beta):
