@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_models import fetch  # noqa: E402
 
 import ort_core as ort  # noqa: E402
+from ort_core.testing.models import text_image  # noqa: E402
 
 
 def main() -> int:
@@ -34,11 +35,11 @@ def main() -> int:
     start = time.perf_counter()
     sess = ort.InferenceSession(str(path), providers=providers)
     created = time.perf_counter() - start
-    rng = np.random.default_rng(0)
     feeds = {}
     for arg in sess.get_inputs():
         shape = [d if isinstance(d, int) else {0: args.batch}.get(i, 320) for i, d in enumerate(arg.shape)]
-        feeds[arg.name] = rng.random(shape, dtype=np.float32)
+        # a page of text-like blocks: random noise would leave the detector's outputs near 0
+        feeds[arg.name] = text_image(shape[0], shape[2], shape[3])
     outputs = sess.run(None, feeds)
     start = time.perf_counter()
     outputs = sess.run(None, feeds)
@@ -55,8 +56,10 @@ def main() -> int:
         return 0
     reference = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, reference))
-    print(f"max abs difference vs onnxruntime {onnxruntime.__version__}: {worst:.2e} (tolerance 1e-3)")
-    return 0 if worst <= 1e-3 else 1
+    scale = max(float(np.max(np.abs(b))) for b in reference)
+    print(f"max abs difference vs onnxruntime {onnxruntime.__version__}: {worst:.2e} "
+          f"(outputs up to {scale:.3f}; tolerance 1e-4 relative to that)")
+    return 0 if worst <= 1e-4 * max(scale, 1.0) else 1
 
 
 if __name__ == "__main__":

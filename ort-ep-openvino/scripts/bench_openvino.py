@@ -44,9 +44,8 @@ def load(name: str, batch: int, size: int) -> tuple[bytes, dict[str, np.ndarray]
         return proto.SerializeToString(), models.random_inputs(proto, batch=batch)
     from real_models import fetch
 
-    from conftest import text_image  # the text-like image the parity tests use
-
-    return fetch(name).read_bytes(), {"x": text_image(batch, size, size)}
+    # the text-like image the parity tests use
+    return fetch(name).read_bytes(), {"x": models.text_image(batch, size, size)}
 
 
 def engines(data: bytes, threads: int, options: dict):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ort_core as ort
+from ort_core.testing.models import text_image  # noqa: F401  (the tests import it from here)
 
 OV = "OpenVINOExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -53,20 +54,3 @@ def real_model(name: str) -> str:
         pytest.skip(f"real model {name} unavailable: {exc}")
     finally:
         sys.path.remove(str(SCRIPTS))
-
-
-def text_image(batch: int, height: int = 320, width: int = 320, seed: int = 0) -> np.ndarray:
-    """Dark glyph-like blocks in rows on white, normalised as PaddleOCR does (NCHW float32):
-    gives the detector real activations (random noise gives outputs near 0, where relative
-    comparisons mean nothing)."""
-    rng = np.random.default_rng(seed)
-    img = np.ones((batch, height, width, 3), np.float32)
-    for b in range(batch):
-        for row in range(20, height - 30, 40):
-            x0 = int(rng.integers(10, 60))
-            x1 = int(rng.integers(x0 + 60, width - 10))
-            for col in range(x0, x1, 12):
-                img[b, row : row + 18, col : col + 8] = rng.uniform(0, 0.3)
-    mean = np.array([0.485, 0.456, 0.406], np.float32)
-    std = np.array([0.229, 0.224, 0.225], np.float32)
-    return np.ascontiguousarray(((img - mean) / std).transpose(0, 3, 1, 2))
