@@ -7,7 +7,6 @@ off); ``fake_providers.HostProvider`` stands in for the CPU provider as fallback
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import numpy as np
@@ -16,12 +15,12 @@ import pytest
 import ort_core
 from fake_providers import HostProvider
 from ort_core import (
-    AllocatorStats,
     Capability,
     Claim,
     DataTransfer,
     EpDevice,
     EpDevices,
+    HostAllocator,
     Kernel,
     MemoryInfo,
     OptionSpec,
@@ -41,39 +40,18 @@ class DevTensor:
         self.shape, self.dtype, self.nbytes = self.data.shape, self.data.dtype, self.data.nbytes
 
 
-class Pool:
-    """An allocator with a limit, counters and 256-byte alignment."""
+class Pool(HostAllocator):
+    """An allocator with a limit, counters and 256-byte alignment in "Kit:0" memory."""
 
-    def __init__(self, limit: int | None, enforce: bool = True) -> None:
-        self.memory_info = MemoryInfo("Kit:0", "GPU", 0, 256)
-        self._stats = AllocatorStats(limit_bytes=limit)
-        self._enforce = enforce
-        self._sizes: dict[int, int] = {}
-        self._lock = threading.Lock()
+    def __init__(self, limit: int | None) -> None:
+        super().__init__(256, limit, MemoryInfo("Kit:0", "GPU", 0, 256))
 
-    def allocate(self, nbytes: int) -> np.ndarray:
-        with self._lock:
-            s = self._stats
-            if self._enforce and s.limit_bytes and s.in_use_bytes + nbytes > s.limit_bytes:
-                raise MemoryError(f"Kit:0: {nbytes} bytes over the limit of {s.limit_bytes}")
-            raw = np.empty(nbytes + 256, np.uint8)
-            offset = (-raw.ctypes.data) % 256
-            buffer = raw[offset: offset + nbytes]
-            self._sizes[id(buffer)] = nbytes
-            s.in_use_bytes += nbytes
-            s.total_allocated_bytes += nbytes
-            s.num_allocs += 1
-            s.peak_bytes = max(s.peak_bytes, s.in_use_bytes)
-            return buffer
 
-    def free(self, buffer: Any) -> None:
-        with self._lock:
-            self._stats.in_use_bytes -= self._sizes.pop(id(buffer))
-            self._stats.num_frees += 1
+class LimitIgnoringPool(Pool):
+    """Reports a limit in its statistics but never enforces it: the kit must catch that."""
 
-    def stats(self) -> AllocatorStats:
-        with self._lock:
-            return AllocatorStats(**self._stats.__dict__)
+    def _over_limit(self, nbytes: int) -> bool:
+        return False
 
 
 class DeviceProvider:
@@ -203,7 +181,7 @@ def test_lossy_copies_are_caught(registry: Any) -> None:
 class LeakyLimit(DeviceProvider):
     @hookimpl
     def ort_create_allocator(self, ep) -> Pool | None:
-        return Pool(ep.options["mem_limit"] or None, enforce=False) if ep.name == self.name else None
+        return LimitIgnoringPool(ep.options["mem_limit"] or None) if ep.name == self.name else None
 
 
 def test_an_ignored_memory_limit_is_caught(registry: Any) -> None:

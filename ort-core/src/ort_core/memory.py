@@ -11,10 +11,11 @@ from .types import HOST_MEMORY, Allocator, AllocatorStats, MemoryInfo
 
 
 class HostAllocator(Allocator):
-    """Aligned host buffers (numpy) with counters and an optional limit."""
+    """Aligned host buffers (numpy) with counters and an optional limit. ``memory_info`` lets a
+    provider whose "device" memory is host RAM (or a test double) name it differently."""
 
-    def __init__(self, alignment: int = 64, limit_bytes: int | None = None):
-        self.memory_info = MemoryInfo(HOST_MEMORY, "CPU", 0, alignment)
+    def __init__(self, alignment: int = 64, limit_bytes: int | None = None, memory_info: MemoryInfo | None = None):
+        self.memory_info = memory_info or MemoryInfo(HOST_MEMORY, "CPU", 0, alignment)
         self._stats = AllocatorStats(limit_bytes=limit_bytes)
         self._sizes: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -23,9 +24,9 @@ class HostAllocator(Allocator):
         align = self.memory_info.alignment
         with self._lock:
             s = self._stats
-            if s.limit_bytes is not None and s.in_use_bytes + nbytes > s.limit_bytes:
+            if self._over_limit(nbytes):
                 raise MemoryError(
-                    f"host allocator: {nbytes} bytes requested, {s.in_use_bytes} in use, "
+                    f"{self.memory_info.name} allocator: {nbytes} bytes requested, {s.in_use_bytes} in use, "
                     f"limit {s.limit_bytes}"
                 )
             raw = np.empty(nbytes + align, dtype=np.uint8)
@@ -37,6 +38,10 @@ class HostAllocator(Allocator):
             s.num_allocs += 1
             s.peak_bytes = max(s.peak_bytes, s.in_use_bytes)
         return buffer
+
+    def _over_limit(self, nbytes: int) -> bool:
+        s = self._stats
+        return s.limit_bytes is not None and s.in_use_bytes + nbytes > s.limit_bytes
 
     def free(self, buffer: Any) -> None:
         with self._lock:
