@@ -10,18 +10,15 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import numpy as np
 
 from ort_core import (
-    AllocatorStats,
     Capability,
     Claim,
     DataTransfer,
     EpDevice,
     EpDevices,
+    HostAllocator,
     Kernel,
     MemoryInfo,
     OptionSpec,
@@ -93,32 +90,6 @@ class FakeTensor:
         self.nbytes = self.data.nbytes
 
 
-class FakeAllocator:
-    def __init__(self, memory: str, limit: int | None = None):
-        self.memory_info = MemoryInfo(memory, "GPU", 0, 256)
-        self._stats = AllocatorStats(limit_bytes=limit)
-        self._lock = threading.Lock()
-
-    def allocate(self, nbytes: int) -> bytearray:
-        with self._lock:
-            s = self._stats
-            if s.limit_bytes is not None and s.in_use_bytes + nbytes > s.limit_bytes:
-                raise MemoryError(f"fake device: {nbytes} bytes over limit {s.limit_bytes}")
-            s.in_use_bytes += nbytes
-            s.peak_bytes = max(s.peak_bytes, s.in_use_bytes)
-            s.total_allocated_bytes += nbytes
-            s.num_allocs += 1
-        return bytearray(nbytes)
-
-    def free(self, buffer: Any) -> None:
-        with self._lock:
-            self._stats.in_use_bytes -= len(buffer)
-            self._stats.num_frees += 1
-
-    def stats(self) -> AllocatorStats:
-        return AllocatorStats(**self._stats.__dict__)
-
-
 class FakeDeviceProvider:
     """Takes ``ops`` (default Add and Relu) on fake device memory; fuses when ``fuse`` is set."""
 
@@ -174,7 +145,7 @@ class FakeDeviceProvider:
     @hookimpl
     def ort_create_allocator(self, ep):
         if ep.name == self.name:
-            return FakeAllocator(self.memory)
+            return HostAllocator(256, None, MemoryInfo(self.memory, "GPU", 0, 256))
 
     @hookimpl
     def ort_create_data_transfer(self, ep):
