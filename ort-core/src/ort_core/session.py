@@ -324,6 +324,7 @@ class InferenceSession:
         self._inputs = self._node_args(self._graph.inputs)
         self._outputs = self._node_args(self._graph.outputs)
         self._input_checks = [self._input_check(name) for name in self._graph.inputs]
+        self._input_names = frozenset(self._graph.inputs)
         initializers = set(self._graph.initializers)
         self._overridable = [a for a in self._inputs if a.name in initializers]
         self._required = [a.name for a in self._inputs if a.name not in initializers]
@@ -526,8 +527,7 @@ class InferenceSession:
     def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
-        known = {c[0] for c in self._input_checks}
-        unknown = [k for k in input_feed if k not in known]
+        unknown = [k for k in input_feed if k not in self._input_names]
         if unknown:
             raise InvalidArgument(
                 f"unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are: "
