@@ -1,5 +1,7 @@
 """Attention (opset 23-25: MHA/GQA/MQA, masks, causal with cache offsets, sliding windows,
-softcap, KV cache outputs) and RotaryEmbedding (opset 23)."""
+softcap, KV cache outputs), RotaryEmbedding (opset 23), LinearAttention (opset 27) and
+onnxruntime's com.microsoft MultiHeadAttention (the op ort-core's optimizer fuses BERT-style
+attention into)."""
 
 from __future__ import annotations
 
@@ -207,3 +209,166 @@ def _linear_attention(node, request):
         return y if n_out == 1 else (y, present)
 
     return linear_attention
+
+
+# --------------------------------------------------------------------------------------------
+# com.microsoft MultiHeadAttention (onnxruntime's contrib op; ort-core's optimizer fuses BERT-style
+# attention subgraphs into it)
+
+_MS = "com.microsoft"
+_MHA_INPUTS = ("query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key",
+               "past_value", "past_sequence_length", "cache_indirection")
+_MHA_SUPPORTED = _MHA_INPUTS[:6]
+_MHA_OUTPUTS = ("output", "present_key", "present_value", "qk")
+# a row whose exponentials sum below this (or to inf/NaN) is redone with the max subtracted
+_TINY_SUM = np.float32(1e-30)
+
+
+def _mha_unsupported(node) -> str | None:
+    """The first input/output/form of ``node`` this kernel does not support, as a sentence."""
+    where = f"MultiHeadAttention {node.name!r}"
+    for k in range(len(_MHA_SUPPORTED), len(node.inputs)):
+        if node.inputs[k]:
+            name = _MHA_INPUTS[k] if k < len(_MHA_INPUTS) else f"#{k}"
+            return (f"{where}: input {name} is not supported by the CPU kernel (supported inputs: "
+                    f"{', '.join(_MHA_SUPPORTED)})")
+    for k in range(1, len(node.outputs)):
+        if node.outputs[k]:
+            name = _MHA_OUTPUTS[k] if k < len(_MHA_OUTPUTS) else f"#{k}"
+            return f"{where}: output {name} is not supported by the CPU kernel (only output)"
+    if not node.attr("num_heads"):
+        return f"{where}: attribute num_heads is required (a positive int)"
+    if len(node.inputs) < 3 or not node.inputs[1] or not node.inputs[2]:
+        return (f"{where}: inputs key and value are required by the CPU kernel (packed QKV in query "
+                "is not supported)")
+    return None
+
+
+def _check_mha(node) -> str | None:
+    reason = _mha_unsupported(node)
+    if reason is not None:
+        return reason
+    query = node.graph.value(node.inputs[0])
+    if query.dtype is not None and query.dtype not in (np.float32, np.float16):
+        return f"MultiHeadAttention {node.name!r}: input query is {query.type}; the CPU kernel takes float and float16"
+    for k, name, rank in ((0, "query", 3), (1, "key", 3), (2, "value", 3)):
+        shape = node.graph.value(node.inputs[k]).shape
+        if shape is not None and len(shape) != rank:
+            return _mha_rank_error(node.name, name, len(shape))
+    return None
+
+
+def _mha_rank_error(node_name: str, name: str, rank: int) -> str:
+    form = {("query", 5): "packed QKV", ("key", 5): "packed KV", ("key", 4): "key in (B, N, L, H) form",
+            ("value", 4): "value in (B, N, L, H) form"}.get((name, rank), f"rank {rank}")
+    return (f"MultiHeadAttention {node_name!r}: input {name} as {form} is not supported by the CPU kernel "
+            f"(it takes {name} as (batch, sequence, hidden))")
+
+
+def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.float32, node_name: str) -> np.ndarray:
+    """key_padding_mask as an additive bias broadcastable to (B, N, S, L): 0 where a key is
+    attended, ``mask_filter_value`` where it is not (onnxruntime: a mask entry attends when > 0)."""
+    if mask.shape == (batch,):  # right padding given as each key sequence's length
+        keep = np.arange(kv_seq)[None, :] < mask[:, None]
+        shape = (batch, 1, 1, kv_seq)
+    elif mask.shape == (batch, kv_seq):
+        keep, shape = mask > 0, (batch, 1, 1, kv_seq)
+    elif mask.shape == (batch, seq, kv_seq):
+        keep, shape = mask > 0, (batch, 1, seq, kv_seq)
+    else:
+        forms = f"({batch},), ({batch}, {kv_seq}) or ({batch}, {seq}, {kv_seq})"
+        if mask.shape == (3 * batch + 2,):
+            raise ValueError(f"MultiHeadAttention {node_name!r}: input key_padding_mask of shape (3 * batch + 2) "
+                             f"is not supported by the CPU kernel; it takes {forms}")
+        raise ValueError(f"MultiHeadAttention {node_name!r}: input key_padding_mask has shape {mask.shape}; "
+                         f"expected {forms}")
+    return np.where(keep, np.float32(0), fill).reshape(shape)
+
+
+def _row_sums(scores: np.ndarray) -> np.ndarray:
+    """Sums over the last axis as one GEMV with a ones vector (BLAS; numpy's sum reduces each
+    short row separately, about 6x slower on (B, N, S, 64))."""
+    n = scores.shape[-1]
+    return np.matmul(scores.reshape(-1, n), np.ones(n, scores.dtype)).reshape(scores.shape[:-1] + (1,))
+
+
+@kernel("MultiHeadAttention", domain=_MS, check=_check_mha)
+def _multi_head_attention(node, request):
+    reason = _mha_unsupported(node)
+    if reason is not None:
+        raise ValueError(reason)
+    heads = int(node.attr("num_heads"))
+    scale_attr = float(node.attr("scale", 0.0) or 0.0)
+    fill = np.float32(node.attr("mask_filter_value", -10000.0))
+    causal = bool(node.attr("unidirectional", 0))
+    name = node.name
+
+    def multi_head_attention(query, key, value, bias=None, key_padding_mask=None, attention_bias=None):
+        for arg, x in (("query", query), ("key", key), ("value", value)):
+            if x.ndim != 3:
+                raise ValueError(_mha_rank_error(name, arg, x.ndim))
+        dtype = query.dtype
+        if dtype not in (np.float32, np.float16):
+            raise ValueError(f"MultiHeadAttention {name!r}: input query is {dtype}; the CPU kernel takes float32 and float16")
+        batch, seq, hidden = query.shape
+        kv_seq, v_hidden = key.shape[1], value.shape[2]
+        if hidden % heads or v_hidden % heads or key.shape[2] != hidden or value.shape[1] != kv_seq \
+                or key.shape[0] != batch or value.shape[0] != batch:
+            raise ValueError(f"MultiHeadAttention {name!r}: query {query.shape}, key {key.shape}, value {value.shape} "
+                             f"do not fit num_heads={heads} (hidden sizes must divide by it; key and value "
+                             "must share batch and sequence; key's hidden size must be query's)")
+        head, v_head = hidden // heads, v_hidden // heads
+        f32 = np.float32
+        scale = f32(scale_attr or 1.0 / np.sqrt(head))
+        if bias is not None:
+            if bias.shape != (2 * hidden + v_hidden,):
+                raise ValueError(f"MultiHeadAttention {name!r}: input bias has shape {bias.shape}, expected ({2 * hidden + v_hidden},)")
+            bias = bias.astype(f32, copy=False)
+            q = np.add(query, bias[:hidden], dtype=f32)
+            key = np.add(key, bias[hidden : 2 * hidden], dtype=f32)
+            value = np.add(value, bias[2 * hidden :], dtype=f32)
+            q *= scale
+        else:
+            q = np.multiply(query, scale, dtype=f32)  # scaling Q is the cheapest place: (B, S, D)
+        # strided views, no copies: numpy hands each (S, H) / (H, L) slice to BLAS with its stride
+        qh = q.reshape(batch, seq, heads, head).transpose(0, 2, 1, 3)
+        kh = key.astype(f32, copy=False).reshape(batch, kv_seq, heads, head).transpose(0, 2, 3, 1)
+        vh = value.astype(f32, copy=False).reshape(batch, kv_seq, heads, v_head).transpose(0, 2, 1, 3)
+        biases = []
+        if attention_bias is not None:
+            if (attention_bias.ndim != 4 or attention_bias.shape[0] not in (1, batch)
+                    or attention_bias.shape[1] not in (1, heads) or attention_bias.shape[2:] != (seq, kv_seq)):
+                raise ValueError(f"MultiHeadAttention {name!r}: input attention_bias has shape {attention_bias.shape}; "
+                                 f"expected ({batch} or 1, {heads} or 1, {seq}, {kv_seq})")
+            biases.append(attention_bias.astype(f32, copy=False))
+        if key_padding_mask is not None:
+            biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, name))
+        if causal:  # onnxruntime (no past): query i sees keys j <= i
+            biases.append(np.where(np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf)))
+
+        def scores():
+            s = np.matmul(qh, kh)  # (B, N, S, L), contiguous
+            for b in biases:
+                s += b
+            return s
+
+        probs = scores()
+        # softmax without the row max first: exp, sum; the max (a slow reduction over short rows)
+        # is subtracted only when some row overflowed, underflowed or is NaN, and then for all
+        with np.errstate(over="ignore", under="ignore"):
+            np.exp(probs, out=probs)
+        sums = _row_sums(probs)
+        if not np.all((sums > _TINY_SUM) & (sums < np.inf)):
+            probs = scores()
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # all -inf rows: NaN, as onnxruntime
+                probs -= probs.max(axis=-1, keepdims=True)
+                np.exp(probs, out=probs)
+            sums = _row_sums(probs)
+        out = np.empty((batch, seq, heads, v_head), f32)
+        np.matmul(probs, vh, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)
+        np.reciprocal(sums, out=sums)
+        out *= sums.transpose(0, 2, 1, 3)  # normalise the (S, Hv) outputs, not the (S, L) probabilities
+        out = out.reshape(batch, seq, v_hidden)
+        return out if dtype == f32 else out.astype(dtype)
+
+    return multi_head_attention
