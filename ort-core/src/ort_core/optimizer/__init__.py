@@ -11,9 +11,10 @@ the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm
 written as Add/Clip/Mul/Div turned into HardSigmoid+Mul.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
-(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul). Each fusion is applied only where
-the session's first provider claims the fused node (``gate.provider_gate``), since core knows
-no provider's kernels.
+(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization)
+and the decomposed LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
+is applied only where the session's first provider claims the fused node
+(``gate.provider_gate``), since core knows no provider's kernels.
 
 ``ORT_ENABLE_ALL`` (99): the same as EXTENDED; onnxruntime adds layout transformations (NCHWc)
 at this level, which this runtime does not have.
@@ -48,6 +49,7 @@ from .fusion import (
     Supports,
 )
 from .gate import provider_gate
+from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SkipLayerNormFusionPass
 
 __all__ = ["optimize", "passes_for_level", "provider_gate", "Supports"]
 
@@ -76,7 +78,11 @@ def _extended(supports: Supports) -> list[ir.passes.PassBase]:
         ConvActivationFusionPass(supports),
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
+        LayerNormFusionPass(supports),
         MatMulScaleFusionPass(supports),
+        BiasGeluFusionPass(supports),  # reads the Gelu GeluFusionPass makes
+        # last, as in onnxruntime: patterns that start at a LayerNormalization (attention) go before
+        SkipLayerNormFusionPass(supports),
         common_passes.RemoveUnusedNodesPass(),
     ]
 

@@ -1,5 +1,6 @@
 """Normalisation ops and Dropout: BatchNormalization (incl. training outputs), Instance/Group/RMS/Lp
-normalisation, MeanVarianceNormalization, LRN.
+normalisation, MeanVarianceNormalization, LRN, and onnxruntime's com.microsoft
+SkipLayerNormalization (which ort-core's optimizer fuses residual Add + LayerNormalization into).
 
 BatchNormalization and Dropout here supersede the inference-only versions registered earlier
 (this module is imported later, and equal ``since`` registrations resolve to the last one).
@@ -191,3 +192,71 @@ def _dropout_builder(node, request):
 
 for _since in (1, 6, 7, 10, 12, 13, 22):
     kernel("Dropout", since=_since)(_dropout_builder)
+
+
+# --------------------------------------------------------------------------------------------
+# com.microsoft SkipLayerNormalization (ort-core's optimizer fuses residual Add + LayerNorm
+# into it): output = LayerNorm(input + skip + bias) * gamma + beta over the last axis; outputs
+# (output, mean, inv_std_var, input_skip_bias_sum), the middle two float32 as in onnxruntime.
+
+_MS = "com.microsoft"
+_SLN_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _check_skip_layer_norm(node) -> str | None:
+    where = f"SkipLayerNormalization {node.name!r}"
+    if len(node.inputs) < 3 or not all(node.inputs[:3]):
+        return f"{where}: inputs input, skip and gamma are required"
+    dtype = node.graph.value(node.inputs[0]).dtype
+    if dtype not in _SLN_DTYPES:
+        return f"{where}: input type {dtype}; the CPU kernel takes float16, float32, float64"
+    return None
+
+
+@kernel("SkipLayerNormalization", since=1, domain=_MS, check=_check_skip_layer_norm)
+def _skip_layer_norm(node, request):
+    eps = float(node.attr("epsilon", 1e-12))  # onnxruntime's default for this op
+    wanted = [bool(o) for o in node.outputs] + [False] * (4 - len(node.outputs))
+    n_out = len(node.outputs)
+    name = node.name
+
+    def skip_layer_norm(x, skip, gamma, beta=None, bias=None):
+        hidden = x.shape[-1]
+        for label, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+            if v is not None and v.shape != (hidden,):
+                raise ValueError(f"SkipLayerNormalization {name!r}: input {label} has shape {v.shape}; "
+                                 f"expected ({hidden},), the last axis of input {x.shape}")
+        if skip.shape[-1:] != (hidden,):
+            raise ValueError(f"SkipLayerNormalization {name!r}: input skip has shape {skip.shape}; its last "
+                             f"axis must be {hidden}, the last axis of input {x.shape}")
+        work = np.dtype(_stat_dtype(x))  # half precision sums and normalises in float32
+        s = np.add(x, skip, dtype=work)  # the one full-size buffer made, besides the sum output
+        if bias is not None:
+            s += bias
+        inv_h = work.type(1.0 / hidden)
+        mean = np.add.reduce(s, axis=-1, keepdims=True)
+        mean *= inv_h
+        if wanted[3]:  # the sum is an output: centre into a new buffer (as costly as a copy)
+            total = s if s.dtype == x.dtype else s.astype(x.dtype)
+            c = s - mean
+        else:
+            c = s
+            c -= mean
+        var = np.einsum("...i,...i->...", c, c)[..., None]  # sum of squares without a temporary
+        var *= inv_h
+        var += eps
+        inv_std = np.sqrt(var, out=var)
+        np.reciprocal(inv_std, out=inv_std)
+        c *= inv_std
+        c *= gamma
+        if beta is not None:
+            c += beta
+        y = c if c.dtype == x.dtype else c.astype(x.dtype)
+        if n_out == 1:
+            return y
+        stat = np.float64 if x.dtype == np.float64 else np.float32
+        outs = (y, mean.astype(stat, copy=False) if wanted[1] else None,
+                inv_std.astype(stat, copy=False) if wanted[2] else None, total if wanted[3] else None)
+        return outs[:n_out]
+
+    return skip_layer_norm
