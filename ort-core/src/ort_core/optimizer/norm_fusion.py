@@ -110,14 +110,13 @@ def _reduce_axes(node: ir.Node) -> list[int] | None:
     return None
 
 
-def _mean_over_last_axis(node: ir.Node | None, x: ir.Value) -> bool:
-    """``node`` is ReduceMean(x) over the last axis only, keeping the reduced axis."""
+def _mean_over_last_axis(node: ir.Node | None, x: ir.Value, rank: int | None) -> bool:
+    """``node`` is ReduceMean(x) over the last axis only (of ``rank``), keeping the reduced axis."""
     if not is_op(node, "ReduceMean") or node.inputs[0] is not x or int(attr(node, "keepdims", 1)) != 1:
         return False
     axes = _reduce_axes(node)
     if axes is None or len(axes) != 1:
         return False
-    rank = _rank(x)
     return axes[0] == -1 or (rank is not None and axes[0] == rank - 1)
 
 
@@ -170,7 +169,7 @@ class LayerNormFusionPass(_FusionPass):
     @staticmethod
     def _match(mean1: ir.Node):
         x = mean1.inputs[0]
-        if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x):
+        if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x, _rank(x)):
             return None
         hidden = _last_dim(x)
         mean = mean1.outputs[0]
@@ -193,7 +192,7 @@ class LayerNormFusionPass(_FusionPass):
         square = squares[0]
         normalize = readers[0] if readers[1] is square else readers[1]
         mean2 = only_use(square.outputs[0])
-        if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0]):
+        if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0], _rank(x)):
             return None
         add_eps = only_use(mean2.outputs[0])
         if not is_op(add_eps, "Add"):
@@ -329,12 +328,9 @@ class SkipLayerNormFusionPass(_FusionPass):
     @staticmethod
     def _match(ln: ir.Node):
         x = ln.inputs[0]
-        if x is None or _dtype(x) not in _SLN_TYPES or int(attr(ln, "stash_type", 1)) != 1:
+        if x is None or int(attr(ln, "stash_type", 1)) != 1:
             return None
-        rank = _rank(x)
         axis = int(attr(ln, "axis", -1))
-        if rank is None or axis not in (-1, rank - 1):
-            return None
         if any(o.is_graph_output() or o.uses() for o in ln.outputs[1:]):  # mean/inv_std are read
             return None
         gamma = ln.inputs[1]
@@ -348,7 +344,9 @@ class SkipLayerNormFusionPass(_FusionPass):
         a, b = add.inputs[0], add.inputs[1]
         if a is None or b is None:
             return None
-        dtype = _dtype(x)
+        dtype = _dtype(ln.outputs[0]) or _dtype(a)
+        if dtype not in _SLN_TYPES:
+            return None
         candidates = []  # (input, skip, bias, extra nodes), the ones with a bias first
         for outer, inner in ((a, b), (b, a)):
             found = _bias_add(inner, hidden, dtype)
@@ -358,6 +356,9 @@ class SkipLayerNormFusionPass(_FusionPass):
         candidates += [(a, b, None, []), (b, a, None, [])]
         for inp, skip, bias, extra in candidates:
             if _dtype(inp) != dtype or _dtype(skip) != dtype or not _skip_acceptable(inp, skip, hidden):
+                continue
+            rank = _rank(inp)  # (the sum's shape may not have been inferred; the input's is the same)
+            if axis not in (-1, rank - 1):
                 continue
             uses_sum_elsewhere = x.is_graph_output() or any(user is not ln for user, _ in x.uses())
             if uses_sum_elsewhere and not all(_no_producer(v) for v in (gamma, beta) if v is not None):
