@@ -11,8 +11,9 @@ the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm
 written as Add/Clip/Mul/Div turned into HardSigmoid+Mul.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
-(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization)
-and the decomposed LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
+(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
+MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``) and the decomposed
+LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider claims the fused node
 (``gate.provider_gate``), since core knows no provider's kernels.
 
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnx_ir.passes import common as common_passes
 
+from .attention_fusion import AttentionFusionPass
 from .basic import (
     ConstantFoldingPass,
     ConvAddFoldPass,
@@ -79,6 +81,7 @@ def _extended(supports: Supports) -> list[ir.passes.PassBase]:
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
         LayerNormFusionPass(supports),
+        AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale
         MatMulScaleFusionPass(supports),
         BiasGeluFusionPass(supports),  # reads the Gelu GeluFusionPass makes
         # last, as in onnxruntime: patterns that start at a LayerNormalization (attention) go before

@@ -1,0 +1,312 @@
+"""Attention fusion (optimizer/attention_fusion.py): BERT-style scaled-dot-product attention
+becomes one com.microsoft MultiHeadAttention where every piece is proven, and nothing changes
+where one is not. The reference is onnxruntime (its own optimizations off) running the ORIGINAL
+model; it also runs the optimized one, since it has MultiHeadAttention. ort-core's tests have no
+CPU provider, so the session tests use a test provider that runs each node through onnxruntime.
+Tolerances: float32 rtol 1e-4, atol 1e-5 on one layer, atol 1e-4 on the 2-3 layer transformer
+(LayerNorm outputs of size ~1; the fused op scales Q instead of the scores and sums in another
+order); float16 rtol/atol 1e-2.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
+from conftest import make_model
+from fake_providers import HostProvider
+from ort_core import Capability, Claim, Kernel, hookimpl, optimizer
+from ort_core.optimizer import attention_fusion, basic
+from ort_core.testing import models
+
+RNG = np.random.default_rng(0)
+B, S, N, HD = 2, 6, 2, 4
+D = N * HD
+
+
+def _ort_run(model: onnx.ModelProto, feeds):
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _everything(node) -> bool:
+    return True
+
+
+def _apply(model: onnx.ModelProto, supports=_everything) -> onnx.ModelProto:
+    """Shape inference (as the session's basic level runs it), then the fusion."""
+    m = ir.serde.deserialize_model(model)
+    basic.ShapeInferenceQuietPass()(m)
+    attention_fusion.AttentionFusionPass(supports)(m)
+    ir.passes.common.RemoveUnusedNodesPass()(m)
+    return ir.serde.serialize_model(m)
+
+
+def _count(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _check(model, optimized, feeds, rtol=1e-4, atol=1e-5):
+    onnx.checker.check_model(optimized)
+    for got, want in zip(_ort_run(optimized, feeds), _ort_run(model, feeds), strict=True):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _layer(*, scale="div", mask="b11s", k_form="two", reshape="concat", softmax_axis=-1, seq=S,
+           extra_output=None, dtype=np.float32, mask_first=False):
+    """One attention layer on input ``x`` (B, seq, D) -> ``y``, with the variations under test.
+
+    scale: div | mul | none | runtime (Div by a graph input); mask: none | b11s (B,1,1,S graph
+    input) | full (B,1,S,S) | made (from an int mask as BERT exporters do); k_form: two Transposes
+    or one [0,2,3,1]; reshape: concat (Shape/Gather/Concat, dynamic batch) | const ([0,0,N,H]) |
+    runtime (a graph input: heads unknown); extra_output: an intermediate also a graph output."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [_init(f"w{c}", (RNG.standard_normal((D, D)) / np.sqrt(D)).astype(dtype)) for c in "qkv"]
+    inits += [_init(f"b{c}", (0.1 * RNG.standard_normal(D)).astype(dtype)) for c in "qkv"]
+    inputs = [helper.make_tensor_value_info("x", elem, ["batch", seq, D])]
+    nodes = []
+    for c in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"w{c}"], [f"{c}mm"]), helper.make_node("Add", [f"{c}mm", f"b{c}"], [c])]
+    if reshape == "concat":
+        inits += [_init("zero", np.array(0, np.int64)), _init("ax0", np.array([0], np.int64)),
+                  _init("tail4", np.array([-1, N, HD], np.int64)), _init("tail3", np.array([-1, D], np.int64))]
+        nodes += [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "zero"], ["b0"], axis=0),
+                  helper.make_node("Unsqueeze", ["b0", "ax0"], ["b1"]),
+                  helper.make_node("Concat", ["b1", "tail4"], ["split"], axis=0),
+                  helper.make_node("Concat", ["b1", "tail3"], ["merge"], axis=0)]
+    elif reshape == "const":
+        inits += [_init("split", np.array([0, 0, N, HD], np.int64)), _init("merge", np.array([0, 0, D], np.int64))]
+    else:
+        inputs.append(helper.make_tensor_value_info("split", TensorProto.INT64, [4]))
+        inits.append(_init("merge", np.array([0, 0, D], np.int64)))
+    for c in "qkv":
+        nodes += [helper.make_node("Reshape", [c, "split"], [f"{c}4"]),
+                  helper.make_node("Transpose", [f"{c}4"], [f"{c}h"], perm=[0, 2, 1, 3])]
+    if k_form == "two":
+        nodes.append(helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]))
+    else:
+        nodes[-3] = helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1])
+    nodes.append(helper.make_node("MatMul", ["qh", "kt"], ["qk"]))
+    scores = "qk"
+    if scale == "div":
+        inits.append(_init("c", np.array(np.sqrt(HD), dtype)))
+        nodes.append(helper.make_node("Div", ["qk", "c"], ["scaled"]))
+        scores = "scaled"
+    elif scale == "mul":
+        inits.append(_init("c", np.array(1 / np.sqrt(HD), dtype)))
+        nodes.append(helper.make_node("Mul", ["c", "qk"], ["scaled"]))
+        scores = "scaled"
+    elif scale == "runtime":
+        inputs.append(helper.make_tensor_value_info("c", elem, []))
+        nodes.append(helper.make_node("Div", ["qk", "c"], ["scaled"]))
+        scores = "scaled"
+    if mask != "none":
+        if mask == "b11s":
+            inputs.append(helper.make_tensor_value_info("mask", elem, ["batch", 1, 1, seq]))
+        elif mask == "full":
+            inputs.append(helper.make_tensor_value_info("mask", elem, ["batch", 1, seq, seq]))
+        else:  # (1 - mask) * -10000 from an int64 (B, S) mask, through a Mul like the scaling
+            inputs.append(helper.make_tensor_value_info("imask", TensorProto.INT64, ["batch", seq]))
+            inits += [_init("axes12", np.array([1, 2], np.int64)), _init("one", np.array(1.0, dtype)),
+                      _init("neg", np.array(-10000.0, dtype))]
+            nodes += [helper.make_node("Unsqueeze", ["imask", "axes12"], ["m4"]),
+                      helper.make_node("Cast", ["m4"], ["mf"], to=elem),
+                      helper.make_node("Sub", ["one", "mf"], ["inv"]),
+                      helper.make_node("Mul", ["inv", "neg"], ["mask"])]
+        pair = ["mask", scores] if mask_first else [scores, "mask"]
+        nodes.append(helper.make_node("Add", pair, ["masked"]))
+        scores = "masked"
+    nodes += [helper.make_node("Softmax", [scores], ["probs"], axis=softmax_axis),
+              helper.make_node("MatMul", ["probs", "vh"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctxt", "merge"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", elem, None)]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info(extra_output, elem, None))
+    return make_model(nodes, inputs, outputs, inits)
+
+
+def _feeds(model: onnx.ModelProto, batch=B, seq=S, dtype=np.float32):
+    names = {i.name for i in model.graph.input}
+    feeds = {"x": RNG.standard_normal((batch, seq, D)).astype(dtype)}
+    if "mask" in names:
+        shape = [d.dim_value or (batch if d.dim_param == "batch" else seq) for d in
+                 next(i for i in model.graph.input if i.name == "mask").type.tensor_type.shape.dim]
+        feeds["mask"] = np.where(RNG.random(shape) < 0.3, -10000.0, 0.0).astype(dtype)
+    if "imask" in names:
+        m = np.ones((batch, seq), np.int64)
+        m[:, seq * 2 // 3:] = 0
+        feeds["imask"] = m
+    if "split" in names:
+        feeds["split"] = np.array([0, 0, N, HD], np.int64)
+    if "c" in names:
+        feeds["c"] = np.array(np.sqrt(HD), dtype)
+    return feeds
+
+
+# ------------------------------------------------------------------------ the pass fires
+
+
+def _mha(model: onnx.ModelProto) -> onnx.NodeProto:
+    (node,) = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    return node
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"scale": "mul"}, {"scale": "none"}, {"k_form": "one"}, {"reshape": "const"}, {"mask": "none"},
+    {"mask": "full"}, {"mask": "made", "mask_first": True}, {"seq": "seq"},
+], ids=["div-b11s", "mul", "no-scale", "k-one-transpose", "const-reshape", "no-mask", "full-mask",
+        "made-mask-first", "dynamic-seq"])
+def test_fires_and_computes_the_same(variant):
+    model = _layer(**variant)
+    out = _apply(model)
+    counts = _count(out)
+    assert counts["MultiHeadAttention"] == 1
+    assert counts["Softmax"] == counts["Transpose"] == counts["Reshape"] == 0
+    node = _mha(out)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["num_heads"] == N
+    assert attrs["scale"] == pytest.approx(1.0 if variant.get("scale") == "none" else 1 / np.sqrt(HD))
+    assert list(node.input[:3]) == ["q", "k", "v"]
+    if variant.get("mask") == "none":
+        assert len(node.input) == 3
+    else:
+        assert len(node.input) == 6 and node.input[3] == node.input[4] == ""
+        assert counts["Expand"] == (0 if variant.get("mask") == "full" else 1)
+    seq = 5 if variant.get("seq") == "seq" else S
+    _check(model, out, _feeds(model, seq=seq))
+
+
+def test_float16():
+    model = _layer(dtype=np.float16)
+    out = _apply(model)
+    assert _count(out)["MultiHeadAttention"] == 1
+    _check(model, out, _feeds(model, dtype=np.float16), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_fires_on_every_layer_of_the_transformer(layers):
+    model = models.transformer(layers=layers, seq=16, dim=64)
+    out = _apply(model)
+    counts = _count(out)
+    assert counts["MultiHeadAttention"] == layers
+    assert counts["Softmax"] == 0
+    assert counts["Expand"] == 1  # the padding mask is expanded once, for every layer
+    _check(model, out, models.random_inputs(model, batch=3), atol=1e-4)
+
+
+# ------------------------------------------------------------------------ it does not fire
+
+
+@pytest.mark.parametrize("variant", [
+    {"scale": "runtime"},  # the scale is not a constant
+    {"softmax_axis": 2, "mask": "none"},  # softmax over the query axis
+    {"reshape": "runtime"},  # heads and head size unknown
+    {"extra_output": "probs"},  # an intermediate is a graph output
+    {"extra_output": "qh"},
+    {"extra_output": "scaled"},
+], ids=["runtime-scale", "softmax-axis-2", "unknown-heads", "probs-output", "q-heads-output", "scores-output"])
+def test_does_not_fire(variant):
+    model = _layer(**variant)
+    out = _apply(model)
+    assert "MultiHeadAttention" not in _count(out)
+    assert _count(out) == _count(model)
+    _check(model, out, _feeds(model))
+
+
+def test_does_not_fire_when_an_intermediate_has_another_reader():
+    model = _layer()
+    model.graph.node.append(helper.make_node("Relu", ["kt"], ["extra"]))
+    model.graph.output.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, None))
+    assert "MultiHeadAttention" not in _count(_apply(model))
+
+
+def test_does_not_fire_when_the_reshape_does_not_keep_the_batch():
+    """[1, -1, N, H] would fold the batch into the sequence: attention across batch items."""
+    model = _layer(reshape="const")
+    for init in model.graph.initializer:
+        if init.name == "split":
+            init.CopyFrom(_init("split", np.array([1, -1, N, HD], np.int64)))
+    out = _apply(model)
+    assert "MultiHeadAttention" not in _count(out)
+
+
+def test_does_not_fire_when_the_provider_does_not_claim_it():
+    model = _layer()
+    assert _count(_apply(model, supports=lambda node: False)) == _count(model)
+
+
+def test_level_extended_runs_the_pass():
+    names = [type(p).__name__ for p in optimizer.passes_for_level(2, _everything)]
+    assert "AttentionFusionPass" in names
+    assert names.index("AttentionFusionPass") < names.index("MatMulScaleFusionPass")
+    assert "AttentionFusionPass" not in [type(p).__name__ for p in optimizer.passes_for_level(1, _everything)]
+
+
+# ------------------------------------------------------------------------ through a session
+
+
+class _OnnxruntimeNodes(HostProvider):
+    """Claims every node, com.microsoft ones too, and runs each one with onnxruntime: a provider
+    that has a MultiHeadAttention kernel, for ort-core's own tests."""
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates):
+        return Capability(claims=[Claim((i,)) for i in sorted(candidates)])
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request):
+        model = request.to_model()
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        feeds_from = [i.name for i in sess.get_inputs()]
+        produced = [o.name for o in sess.get_outputs()]
+        self.ops_built.append(request.node.op_type)
+
+        def run(*xs):
+            named = dict(zip(request.inputs, xs))
+            got = dict(zip(produced, sess.run(produced, {n: named[n] for n in feeds_from})))
+            return [got.get(name) for name in request.outputs]
+
+        return Kernel(run=run)
+
+
+@pytest.fixture
+def ort_nodes(registry):
+    provider = _OnnxruntimeNodes()
+    provider.ops_built = []
+    assert ort_core.register(provider, "onnxruntime-nodes")
+    return provider
+
+
+def test_session_fuses_every_layer_and_matches_onnxruntime(ort_nodes, tmp_path):
+    model = models.transformer()
+    so = ort_core.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    written = onnx.load(so.optimized_model_filepath)
+    assert _count(written)["MultiHeadAttention"] == 2  # transformer() has 2 layers
+    assert ort_nodes.ops_built.count("MultiHeadAttention") == 2
+    for batch in (1, 8):
+        feeds = models.random_inputs(model, batch=batch)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], _ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_session_basic_level_does_not_fuse(ort_nodes):
+    so = ort_core.SessionOptions()
+    so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort_core.InferenceSession(models.transformer().SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert "MultiHeadAttention" not in [p.op_type for p in sess.get_placement().nodes]
