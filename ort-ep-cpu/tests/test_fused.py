@@ -93,7 +93,7 @@ def test_fused_matmul(trans_a, trans_b):
 
 
 @pytest.mark.parametrize("name,fused_ops", [
-    ("mlp", {"FusedGemm"}), ("cnn", {"FusedConv"}), ("transformer", {"Gelu", "FusedMatMul"}),
+    ("mlp", {"FusedGemm"}), ("cnn", {"FusedConv"}), ("transformer", {"BiasGelu", "SkipLayerNormalization"}),
 ])
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_generated_models_at_every_level(name, fused_ops, level):

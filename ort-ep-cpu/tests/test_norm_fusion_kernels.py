@@ -1,0 +1,202 @@
+"""The CPU kernel for com.microsoft SkipLayerNormalization against onnxruntime's own kernel for
+the same node, and the norm fusions end to end through an ort-core session with the CPU
+provider (the gate lets them fire because this provider claims the fused nodes).
+
+Tolerances: float32 rtol 1e-5 / atol 1e-5; float16 rtol 1e-3 / atol 2e-3 (both kernels sum in
+float32 and round once to float16: one float16 ulp apart at most); float64 against
+onnx.reference running the decomposed form in float64: rtol 1e-12 / atol 1e-12; whole models
+rtol 1e-4 / atol 1e-5.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import ort_core as ort
+from ort_core.testing import models
+
+RNG = np.random.default_rng(0)
+H = 32
+ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.float64: TensorProto.DOUBLE}
+TOL = {np.float32: {"rtol": 1e-5, "atol": 1e-5}, np.float16: {"rtol": 1e-3, "atol": 2e-3}}
+
+
+def _f(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _sln_model(x_shape, skip_shape, dtype, *, beta=True, bias=True, outputs=("y",), epsilon=1e-5):
+    elem = ELEM[dtype]
+    names = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
+    while not names[-1]:
+        names.pop()
+    attrs = {} if epsilon is None else {"epsilon": epsilon}
+    node = helper.make_node("SkipLayerNormalization", names, list(outputs), domain="com.microsoft", name="sln", **attrs)
+    stat_shape = list(x_shape[:-1]) + [1]
+    out_info = {"y": (elem, x_shape), "mean": (TensorProto.FLOAT, stat_shape),
+                "inv_std": (TensorProto.FLOAT, stat_shape), "sum": (elem, x_shape)}
+    shapes = {"x": x_shape, "skip": skip_shape, "gamma": [H], "beta": [H], "bias": [H]}
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, elem, shapes[n]) for n in names if n],
+        [helper.make_tensor_value_info(o, *out_info[o]) for o in outputs if o],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    feeds = {n: _f(*shapes[n], dtype=dtype) for n in names if n}
+    return model.SerializeToString(), feeds
+
+
+def _cpu_session(data, so=None):
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _same_as_onnxruntime(data, feeds, tol):
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = _cpu_session(data)
+    assert [p.op_type for p in sess.get_placement().nodes] == ["SkipLayerNormalization"]
+    got = sess.run(None, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("outputs", [("y",), ("y", "mean", "inv_std", "sum"), ("y", "", "", "sum")],
+                         ids=["output", "all", "output+sum"])
+@pytest.mark.parametrize("beta,bias", [(True, True), (False, False), (True, False)], ids=["beta+bias", "neither", "beta"])
+def test_skip_layernorm_matches_onnxruntime(dtype, outputs, beta, bias):
+    data, feeds = _sln_model([2, 7, H], [2, 7, H], dtype, beta=beta, bias=bias, outputs=outputs)
+    _same_as_onnxruntime(data, feeds, TOL[dtype])
+
+
+@pytest.mark.parametrize("x_shape,skip_shape", [([7, H], [7, H]), ([3, 7, H], [1, 7, H]), ([3, 7, H], [7, H])])
+def test_skip_layernorm_shapes_onnxruntime_takes(x_shape, skip_shape):
+    """2-D input, and a skip broadcast over the batch."""
+    data, feeds = _sln_model(x_shape, skip_shape, np.float32, outputs=("y", "", "", "sum"))
+    _same_as_onnxruntime(data, feeds, TOL[np.float32])
+
+
+def test_skip_layernorm_default_epsilon_is_onnxruntimes():
+    data, feeds = _sln_model([2, 3, H], [2, 3, H], np.float32, epsilon=None)
+    feeds["x"] = np.full((2, 3, H), 0.5, np.float32)  # zero variance: the output is beta, scaled by eps
+    feeds["x"][..., ::2] += 1e-4
+    feeds["skip"] = np.zeros_like(feeds["skip"])
+    _same_as_onnxruntime(data, feeds, TOL[np.float32])
+
+
+def test_skip_layernorm_float64_matches_the_decomposed_form():
+    """onnxruntime's schema has no double; onnx.reference runs Add + the LayerNorm arithmetic in float64."""
+    data, feeds = _sln_model([2, 5, H], [2, 5, H], np.float64, outputs=("y", "mean", "inv_std", "sum"), epsilon=1e-6)
+    got = _cpu_session(data).run(None, feeds)
+    nodes = [
+        helper.make_node("Add", ["x", "skip"], ["s0"]), helper.make_node("Add", ["s0", "bias"], ["sum"]),
+        helper.make_node("ReduceMean", ["sum"], ["mean"], axes=[-1]), helper.make_node("Sub", ["sum", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Reciprocal", ["std"], ["inv_std"]), helper.make_node("Mul", ["d", "inv_std"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["g"]), helper.make_node("Add", ["g", "beta"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "ref", [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in feeds],
+        [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in ("y", "mean", "inv_std", "sum")],
+        [numpy_helper.from_array(np.array(1e-6), "eps")],
+    )
+    want = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).run(None, feeds)
+    assert [g.dtype for g in got] == [np.float64] * 4
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_skip_layernorm_gamma_of_the_wrong_length_is_named():
+    data, feeds = _sln_model([2, 3, H], [2, 3, H], np.float32)
+    feeds["gamma"] = _f(H - 1)
+    with pytest.raises(Exception, match="gamma"):
+        _cpu_session(data).run(None, feeds)
+
+
+def test_skip_layernorm_integer_input_is_declined_with_the_reason():
+    from ort_ep_cpu.registry import decline_reason
+
+    data, _ = _sln_model([2, 3, H], [2, 3, H], np.float32)
+    model = onnx.load_from_string(data)
+    for value in model.graph.input:
+        value.type.tensor_type.elem_type = TensorProto.INT32
+    view = ort.GraphView(ir.serde.deserialize_model(model).graph)
+    reason = decline_reason(view.nodes[0])
+    assert reason is not None and "SkipLayerNormalization 'sln'" in reason and "float32" in reason
+
+
+# --------------------------------------------------------------------------------- end to end
+
+
+def _optimized(model: onnx.ModelProto, tmp_path, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    sess = _cpu_session(model.SerializeToString(), so)
+    return sess, onnx.load(so.optimized_model_filepath)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_transformer_runs_skip_layernorm_and_bias_gelu(tmp_path, batch):
+    model = models.transformer()
+    sess, written = _optimized(model, tmp_path)
+    counts = collections.Counter(n.op_type for n in written.graph.node)
+    assert counts["SkipLayerNormalization"] == 5 and counts["LayerNormalization"] == 0, counts
+    assert counts["BiasGelu"] == 2 and counts["Gelu"] == 0, counts
+    placed = collections.Counter(p.op_type for p in sess.get_placement().nodes)
+    assert placed["SkipLayerNormalization"] == 5 and placed["BiasGelu"] == 2
+    feeds = models.random_inputs(model, batch=batch)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-5)
+    # the written model loads in onnxruntime (its contrib ops, same inputs and attributes)
+    again = onnxruntime.InferenceSession(str(tmp_path / "optimized.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(again.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def _decomposed_ln_model(opset: int) -> onnx.ModelProto:
+    """y = LayerNorm(x) written out as torch.onnx did before opset 17, then Relu."""
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]), helper.make_node("Sub", ["x", "mu"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["d", "std"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+        helper.make_node("Add", ["g", "beta"], ["ln"]), helper.make_node("Relu", ["ln"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             (("two", np.array(2, np.float32)), ("eps", np.array(1e-5, np.float32)), ("gamma", _f(H)), ("beta", _f(H)))]
+    graph = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6, H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6, H])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("opset", [16, 17])
+def test_decomposed_layernorm_is_fused_from_opset_17(tmp_path, opset):
+    model = _decomposed_ln_model(opset)
+    sess, written = _optimized(model, tmp_path)
+    ops = [n.op_type for n in written.graph.node]
+    if opset >= 17:
+        assert ops == ["LayerNormalization", "Relu"]
+    else:
+        assert "LayerNormalization" not in ops and "ReduceMean" in ops
+    x = _f(3, 6, H) * 4
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_no_fusion_below_extended(tmp_path):
+    model = models.transformer()
+    _, written = _optimized(model, tmp_path, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    ops = {n.op_type for n in written.graph.node}
+    assert not ops & {"SkipLayerNormalization", "BiasGelu"} and "LayerNormalization" in ops
