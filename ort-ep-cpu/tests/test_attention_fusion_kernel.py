@@ -1,15 +1,19 @@
 """The CPU kernel for com.microsoft MultiHeadAttention against onnxruntime's own CPU kernel
-running the same node. Tolerances: float32 rtol 1e-4 / atol 1e-5; float16 rtol 1e-2 / atol 2e-3
+running the same node, and the generated transformer fused by ort-core's optimizer against
+onnxruntime on the original model. Tolerances: float32 rtol 1e-4 / atol 1e-5 on the node,
+atol 1e-4 on the transformer (LayerNorm outputs of size ~1); float16 rtol 1e-2 / atol 2e-3
 (onnxruntime computes float16 attention with float16 intermediates, this kernel in float32)."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from ort_core.testing import models
 
 RNG = np.random.default_rng(0)
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
@@ -116,6 +120,22 @@ def test_fully_padded_sequence_matches_onnxruntime():
 def test_float16():
     feeds = _qkv(dtype=np.float16) | {"ab": RNG.standard_normal((B, 1, S, S)).astype(np.float16)}
     _compare(["q", "k", "v", "", "", "ab"], feeds, rtol=1e-2, atol=2e-3, num_heads=N)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_transformer_is_fused_on_every_layer_and_matches_onnxruntime(layers, tmp_path):
+    model = models.transformer(layers=layers)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    written = onnx.load(so.optimized_model_filepath)
+    assert [n.op_type for n in written.graph.node].count("MultiHeadAttention") == layers
+    placed = [p for p in sess.get_placement().nodes if p.op_type == "MultiHeadAttention"]
+    assert len(placed) == layers and {p.provider for p in placed} == {"CPUExecutionProvider"}
+    reference = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 8):
+        feeds = models.random_inputs(model, batch=batch, seed=batch)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------- forms not supported
