@@ -72,17 +72,14 @@ def test_conv(x_shape, w_shape, attrs, bias):
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [c for c in CONV_CASES if len(c[0]) == 4])
 def test_conv_in_bands(x_shape, w_shape, attrs, monkeypatch):
-    """The banded path (large images) on every 2-D case, forced with tiny limits: bands of one
-    or a few output rows, the last one shorter."""
+    """The banded wide-output path on every 2-D case, forced with tiny band sizes: bands of one
+    output row (or one group), and of a few rows, the last one shorter."""
     from ort_ep_cpu.kernels import nn
 
-    monkeypatch.setattr(nn, "BAND_LIMIT", 0)
     monkeypatch.setattr(nn, "BAND_BYTES", 1)
     test_conv(x_shape, w_shape, attrs, True)
     monkeypatch.setattr(nn, "BAND_BYTES", 3 * 4 * 9 * 3 * 9)
     test_conv(x_shape, w_shape, attrs, False)
-    monkeypatch.setattr(nn, "GROUPED_BAND_FACTOR", 0)  # grouped ones banded, depthwise multiply-adds
-    test_conv(x_shape, w_shape, attrs, True)
 
 
 POOL_CASES = [

@@ -114,12 +114,16 @@ def _windows(x, kernel_shape, strides, dilations, pads, fill):
 class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
-    __slots__ = ("pads", "padded", "out", "offsets", "inner", "flat", "axis_slices", "kernel", "strides", "dilations")
+    __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
+                 "dilations", "wide", "spatial", "_as_2d")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
         self.kernel, self.strides, self.dilations = tuple(kernel_shape), tuple(strides), tuple(dilations)
         self.pads = tuple(pads)
+        self.spatial = tuple(spatial)
+        self.wide = None  # the conv's _WidePlan, made on first use
+        self._as_2d = None
         self.padded = tuple(spatial[i] + pads[i] + pads[i + nd] for i in range(nd))
         self.out = tuple(
             (self.padded[i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(nd)
@@ -138,12 +142,6 @@ class _Geometry:
             )
             for offset in itertools.product(*(range(k) for k in kernel_shape))
         ]
-        # 2-D stride 1: each offset as a start in the flattened padded image (row-major), so that
-        # one contiguous slice of length out_h * padded_w covers all its windows
-        self.flat = None
-        if nd == 2 and all(s == 1 for s in strides):
-            self.flat = [a * dilations[0] * self.padded[1] + b * dilations[1]
-                         for a, b in itertools.product(range(kernel_shape[0]), range(kernel_shape[1]))]
         # per spatial axis, per kernel offset along it: the strided slice it reads (separable pools)
         self.axis_slices = [
             [slice(o * dilations[i], o * dilations[i] + (self.out[i] - 1) * strides[i] + 1, strides[i])
@@ -154,6 +152,13 @@ class _Geometry:
         self.inner = (slice(None), slice(None)) + tuple(
             slice(pads[i], pads[i] + spatial[i]) for i in range(nd)
         )
+
+    def as_2d(self) -> _Geometry:
+        """This 1-D geometry as a 2-D one with a single row (cached)."""
+        if self._as_2d is None:
+            self._as_2d = _Geometry((1,) + self.spatial, (1,) + self.kernel, (1,) + self.strides,
+                                    (1,) + self.dilations, (0, self.pads[0], 0, self.pads[1]))
+        return self._as_2d
 
 
 def _im2col(xp: np.ndarray, g: _Geometry) -> np.ndarray:
@@ -251,51 +256,40 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
 
 
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
-         kernel_shape, activation: Activation | None = None) -> np.ndarray:
-    """N-D convolution of ``x`` (N, C, ...) by ``w`` (M, C/group, k...) with geometry ``g``."""
+         kernel_shape, activation: Activation | None = None,
+         prepared: dict | None = None) -> np.ndarray:
+    """N-D convolution of ``x`` (N, C, ...) by ``w`` (M, C/group, k...) with geometry ``g``.
+
+    ``prepared`` is a per-node dict in which reordered weight matrices are kept between runs."""
     n, c = x.shape[:2]
     m = w.shape[0]
     out = g.out
-    p = int(np.prod(out))
     k = len(g.offsets)
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
+    if len(out) <= 2 and not (k == 1 and not any(g.pads)):
+        owner = w  # the weight array the prepared matrix is kept for
+        if len(out) == 1:  # 1-D as 2-D with one row: same code, no extra copy (views)
+            g = g.as_2d()
+            x, w, y4 = x[:, :, None, :], w[:, :, None, :], y[:, :, None, :]
+        else:
+            y4 = y
+        _conv_wide(x, w, b, group, g, y4, prepared if prepared is not None else {}, owner)
+        if activation is not None:
+            activation(y)
+        return y
+    p = int(np.prod(out))
     y3 = y.reshape(n, m, p)
-    big = c * k * p * x.itemsize > BAND_LIMIT * (1 if group == 1 else GROUPED_BAND_FACTOR)
-    if big and group == c and m == c:
-        # large depthwise: K multiply-adds over the output, no K-fold column buffer (a band of
-        # columns per row would be one row of hundreds of channels: too small to pay)
-        xp = _padded(x, g, 0)
-        wk = w.reshape((1, m, k) + (1,) * len(out)).astype(dtype, copy=False)
-        np.multiply(xp[g.offsets[0]], wk[:, :, 0], out=y)
-        tmp = np.empty_like(y)
-        for j in range(1, k):
-            np.multiply(xp[g.offsets[j]], wk[:, :, j], out=tmp)
-            y += tmp
-    elif big and len(out) == 2 and not (group == 1 and k == 1):
-        _conv_banded(_padded(x, g, 0), w, group, g, y)
-    elif group == 1:
+    if group == 1:
         if k == 1 and not any(g.pads):
             cols = x[g.offsets[0]]
             cols = cols.reshape(n, c, p) if cols.flags.c_contiguous else np.ascontiguousarray(cols).reshape(n, c, p)
         else:
             cols = _im2col(_padded(x, g, 0), g).reshape(n, c * k, p)
         np.matmul(w.reshape(m, c * k), cols, out=y3)
-    elif group == c and m == c:  # depthwise: columns per channel, then a (1 x K) @ (K x P) per channel
-        if g.flat is not None:
-            # stride 1, 2-D: columns on the padded width (long contiguous row copies), cropped after
-            (oh, ow), wp = out, g.padded[1]
-            wide = oh * wp
-            xp = np.zeros((n, c, g.padded[0] * wp + g.flat[-1] % wp + 1), dtype=x.dtype)
-            xp[:, :, : g.padded[0] * wp].reshape((n, c) + g.padded)[g.inner] = x
-            cols = np.empty((n, c, k, wide), dtype=x.dtype)
-            for j, start in enumerate(g.flat):
-                cols[:, :, j] = xp[:, :, start : start + wide]
-            y_wide = np.matmul(w.reshape(m, 1, k).astype(dtype, copy=False), cols)
-            y[...] = y_wide.reshape(n, m, oh, wp)[..., :ow]
-        else:
-            cols = _im2col(_padded(x, g, 0), g)
-            np.matmul(w.reshape(m, 1, k), cols, out=y3.reshape(n, m, 1, p))
+    elif group == c and m == c:  # depthwise: a (1 x K) @ (K x P) per channel
+        cols = _im2col(_padded(x, g, 0), g)
+        np.matmul(w.reshape(m, 1, k), cols, out=y3.reshape(n, m, 1, p))
     else:
         cg, mg = c // group, m // group
         cols = _im2col(_padded(x, g, 0), g).reshape(n, group, cg * k, p)
@@ -307,50 +301,154 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     return y
 
 
-#: per image, column buffers bigger than this are built one band of output rows at a time (for
-#: grouped ones, GROUPED_BAND_FACTOR times this; large depthwise ones use multiply-adds instead)
-BAND_LIMIT = 4 << 20
-GROUPED_BAND_FACTOR = 4
-#: target size of one band's column buffer: it stays in cache between its copy and its GEMM
-BAND_BYTES = 512 << 10
+#: target size of one column buffer (one band of output rows, one chunk of groups): small enough
+#: to stay in the core's L2 cache between its copy and its GEMM, large enough that the GEMM is
+#: not a tiny one (measured on this machine: 2 MB L2 per core; a 1 MB band costs the GEMM
+#: nothing and saves a trip to memory for the copy)
+BAND_BYTES = 2 << 20
 
 
-def _conv_banded(xp: np.ndarray, w: np.ndarray, group: int, g: _Geometry, y: np.ndarray) -> None:
-    """2-D convolution of the padded ``xp`` into ``y``, a band of output rows at a time. A large
-    im2col buffer (tens of MB) makes the GEMM stream it from memory at a fraction of its speed;
-    a band's buffer is used while it is still in cache."""
-    n, c = xp.shape[:2]
+class _WidePlan:
+    """2-D convolution "on the wide output": the padded image is split into stride phases
+    (phase (p, q) holds padded rows p, p+sh, ... and columns q, q+sw, ...; for stride 1 the
+    padded image itself), each stored flat per channel, row-major, ``wq`` values a row. Every
+    kernel tap then reads a phase at a fixed flat offset with unit step, so the column rows of
+    all taps of one phase are ONE strided view (channel, tap row, tap column, pixel) copied in
+    one call, and a band of output rows is a contiguous run of ``(rows - 1) * wq + ow`` flat
+    positions. The GEMM computes that run (the ``wq - ow`` positions between rows are garbage)
+    and the crop into the output adds the bias in the same pass."""
+
+    __slots__ = ("hq", "wq", "phases", "perm", "fill", "direct", "pool", "taps")
+
+    def __init__(self, g: _Geometry):
+        (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+        hp, wp = g.padded
+        self.hq, self.wq = -(-hp // sh), -(-wp // sw)
+        # per used phase: (index in the phase buffer, tap slice in the column rows,
+        # (first tap row, tap rows, step), (first tap column, tap columns, step))
+        self.phases = []
+        perm: list[int] = []
+        used = 0
+        for p in range(sh):
+            rows = [a for a in range(kh) if (a * dh) % sh == p]
+            if not rows:
+                continue
+            for q in range(sw):
+                cols = [b for b in range(kw) if (b * dw) % sw == q]
+                if not cols:
+                    continue
+                ra = [(a * dh - p) // sh for a in rows]  # tap rows inside the phase
+                cb = [(b * dw - q) // sw for b in cols]
+                row_step = ra[1] - ra[0] if len(ra) > 1 else 1
+                col_step = cb[1] - cb[0] if len(cb) > 1 else 1
+                t0 = len(perm)
+                perm.extend(a * kw + b for a in rows for b in cols)
+                self.phases.append((used, p, q, slice(t0, len(perm)),
+                                    (ra[0], len(ra), row_step), (cb[0], len(cb), col_step)))
+                used += 1
+        self.taps = len(perm)
+        self.perm = None if perm == list(range(kh * kw)) else np.array(perm)
+        # stride 1 without padding: the input itself is the only phase, no copy at all
+        self.direct = sh == sw == 1 and not any(g.pads)
+        # per used phase: the slice of the phase buffer the input fills, and the input slice
+        top, left = g.pads[0], g.pads[1]
+        self.fill = []
+        for _, p, q, *_ in self.phases:
+            r_lo = max(0, -(-(top - p) // sh))
+            c_lo = max(0, -(-(left - q) // sw))
+            r_in, c_in = r_lo * sh + p - top, c_lo * sw + q - left
+            self.fill.append((r_lo, c_lo, slice(r_in, None, sh), slice(c_in, None, sw)))
+        self.pool: dict = {}  # (shape, dtype) -> phase buffers with zero borders, free for reuse
+
+    def take(self, x: np.ndarray) -> np.ndarray:
+        """The phase buffer (phases, N, C, hq * wq) holding ``x``; padding borders are zero.
+        Buffers are reused across runs (only the interior is rewritten, so the borders stay
+        zero and no page of them is touched again)."""
+        n, c, h, w = x.shape
+        key = (x.shape, x.dtype)
+        try:  # list.pop is atomic: concurrent runs each get their own buffer
+            buf = self.pool[key].pop()
+        except (KeyError, IndexError):
+            buf = np.zeros((len(self.phases), n, c, self.hq * self.wq), dtype=x.dtype)
+        grid = buf.reshape(len(self.phases), n, c, self.hq, self.wq)
+        for j, (r_lo, c_lo, rows, cols) in enumerate(self.fill):
+            src = x[:, :, rows, cols]
+            grid[j, :, :, r_lo : r_lo + src.shape[2], c_lo : c_lo + src.shape[3]] = src
+        return buf
+
+    def give(self, x: np.ndarray, buf: np.ndarray) -> None:
+        self.pool.setdefault((x.shape, x.dtype), []).append(buf)
+
+
+def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
+               y: np.ndarray, prepared: dict, owner: np.ndarray) -> None:
+    """2-D convolution into ``y`` (N, M, OH, OW) through ``_WidePlan``'s wide-output GEMMs, one
+    band of output rows (and chunk of groups) at a time, so each column buffer is still in
+    cache when its GEMM reads it."""
+    plan = g.wide
+    if plan is None:
+        plan = g.wide = _WidePlan(g)
+    n, c = x.shape[:2]
     m = w.shape[0]
-    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
     oh, ow = g.out
-    k = kh * kw
-    cg, mg = c // group, m // group
-    rows_per_band = max(1, BAND_BYTES // (c * k * ow * xp.itemsize))
-    offsets = [(a * dh, b * dw) for a in range(kh) for b in range(kw)]
-    col_slices = [slice(b, b + (ow - 1) * sw + 1, sw) for _, b in offsets]
+    wq = plan.wq
+    k = plan.taps
     dtype = y.dtype
-    if group == 1:
-        wmat = w.reshape(m, c * k).astype(dtype, copy=False)
-    elif group == c and m == c:
-        wmat = w.reshape(m, 1, k).astype(dtype, copy=False)
+    itemsize = x.itemsize
+    cg, mg = c // group, m // group
+    # the weights as (groups, M/group, C/group * taps) in the column rows' tap order; kept per
+    # node for constant weights (a weight fed at run time is a new array: recomputed)
+    key = (id(owner), None if plan.perm is None else plan.perm.tobytes())
+    entry = prepared.get(key)
+    if entry is None or entry[0] is not owner:
+        wt = w.reshape(m, cg, -1)
+        if plan.perm is not None:
+            wt = wt[:, :, plan.perm]
+        entry = (owner, np.ascontiguousarray(wt.reshape(group, mg, cg * k), dtype=dtype))
+        if len(prepared) > 8:
+            prepared.clear()
+        prepared[key] = entry
+    wmat = entry[1]
+    if plan.direct:
+        xc = np.ascontiguousarray(x)
+        buf = xc.reshape(1, n, c, -1)
     else:
-        wmat = w.reshape(group, mg, cg * k).astype(dtype, copy=False)
-    for i in range(n):
-        image = xp[i]
-        for r0 in range(0, oh, rows_per_band):
-            r1 = min(oh, r0 + rows_per_band)
-            rows = r1 - r0
-            cols = np.empty((c, k, rows, ow), dtype=xp.dtype)
-            for j, (a, _) in enumerate(offsets):
-                start = a + r0 * sh
-                cols[:, j] = image[:, start : start + (rows - 1) * sh + 1 : sh, col_slices[j]]
-            band = y[i, :, r0:r1, :]
-            if group == 1:
-                np.matmul(wmat, cols.reshape(c * k, rows * ow), out=band.reshape(m, rows * ow))
-            elif group == c and m == c:
-                band[...] = np.matmul(wmat, cols.reshape(c, k, rows * ow)).reshape(m, rows, ow)
-            else:
-                band[...] = np.matmul(wmat, cols.reshape(group, cg * k, rows * ow)).reshape(m, rows, ow)
+        buf = plan.take(x)
+    try:
+        # a band: all rows of as many groups as fit BAND_BYTES, or (one group too big) fewer rows
+        full = ((oh - 1) * wq + ow) * cg * k * itemsize
+        groups_per_band = max(1, min(group, BAND_BYTES // max(1, full)))
+        rows_per_band = oh if groups_per_band > 1 else max(1, min(oh, BAND_BYTES // max(1, cg * k * wq * itemsize)))
+        bias = None if b is None else b.reshape(m, 1, 1)
+        # the views below are built with np.ndarray on the whole contiguous buffer (several
+        # times cheaper than as_strided on a slice; offsets in bytes)
+        per_image, per_channel = buf.strides[1], buf.strides[2]
+        per_phase = buf.strides[0]
+        for i in range(n):
+            for g0 in range(0, group, groups_per_band):
+                g1 = min(group, g0 + groups_per_band)
+                c0, c1, m0, m1 = g0 * cg, g1 * cg, g0 * mg, g1 * mg
+                cc = c1 - c0
+                for r0 in range(0, oh, rows_per_band):
+                    r1 = min(oh, r0 + rows_per_band)
+                    wide = (r1 - r0 - 1) * wq + ow
+                    cols = np.empty((cc, k, wide), dtype=x.dtype)
+                    for j, _, _, taps, (ra, na, da), (cb, nb, db) in plan.phases:
+                        start = j * per_phase + i * per_image + c0 * per_channel + ((r0 + ra) * wq + cb) * itemsize
+                        view = np.ndarray((cc, na, nb, wide), buf.dtype, buf, start,
+                                          (per_channel, da * wq * itemsize, db * itemsize, itemsize))
+                        np.copyto(cols[:, taps].reshape(cc, na, nb, wide), view)
+                    res = np.matmul(wmat[g0:g1], cols.reshape(g1 - g0, cg * k, wide))
+                    crop = np.ndarray((m1 - m0, r1 - r0, ow), res.dtype, res, 0,
+                                      (wide * res.itemsize, wq * res.itemsize, res.itemsize))
+                    dst = y[i, m0:m1, r0:r1]
+                    if bias is None:
+                        np.copyto(dst, crop)
+                    else:
+                        np.add(crop, bias[m0:m1], out=dst)
+    finally:
+        if not plan.direct:
+            plan.give(x, buf)
 
 
 def build_conv(node, request, activation: Activation | None = None):
@@ -358,6 +456,7 @@ def build_conv(node, request, activation: Activation | None = None):
     group = int(node.attr("group", 1))
     geometry = _GeometryCache(node)
     attr_kernel = node.attr("kernel_shape")
+    prepared: dict = {}  # reordered weight matrices (see _conv_wide)
 
     def conv_kernel(x, w, b=None):
         if x.dtype.itemsize < 4 and x.dtype.kind in "fV":
@@ -366,7 +465,7 @@ def build_conv(node, request, activation: Activation | None = None):
             return conv_kernel(x.astype(np.float32), w.astype(np.float32), b32).astype(x.dtype)
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
-        return conv(x, w, b, group, g, kernel_shape, activation)
+        return conv(x, w, b, group, g, kernel_shape, activation, prepared)
 
     return conv_kernel
 

@@ -1,0 +1,185 @@
+"""Parity of the "wide output" convolution path (``nn._conv_wide``) with onnxruntime.
+
+Every case runs twice: whole images in one column buffer, and with ``BAND_BYTES`` forced tiny
+(bands of one output row, chunks of one group), and each asserts which plan it exercised
+(phase count, taps per phase and their step, the no-copy direct case), so that a wrong phase
+split or band offset cannot pass unnoticed. Tolerance: rtol 1e-4, atol 1e-4 on float32
+(sums in a different order than onnxruntime's), 1e-10 on float64 against onnx.reference.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import nn
+
+
+def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if elem == TensorProto.FLOAT else np.float64
+    w = rng.standard_normal(w_shape).astype(dtype)
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    inits = [onnx.numpy_helper.from_array(w, "w")] if const_w else []
+    graph_inputs = [helper.make_tensor_value_info("x", elem, list(x_shape))]
+    if not const_w:
+        graph_inputs.append(helper.make_tensor_value_info("w", elem, list(w_shape)))
+    if bias:
+        inits.append(onnx.numpy_helper.from_array(rng.standard_normal(w_shape[0]).astype(dtype), "b"))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", inputs, ["y"], **attrs)], "g", graph_inputs,
+        [helper.make_tensor_value_info("y", elem, [None] * len(x_shape))], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString(), w
+
+
+def _pair(data):
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return ref, got
+
+
+# (x shape, w shape, attrs, expected plan: (phases, taps per phase as (rows, row step, cols,
+# col step)) or "direct")
+CASES = [
+    # stride 1 without padding: the input is used in place (no copy)
+    ((2, 5, 9, 11), (7, 5, 3, 3), {}, "direct"),
+    # stride 1, padding, odd sizes, batch 3
+    ((3, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, [(3, 1, 3, 1)]),
+    # asymmetric padding and a non-square kernel
+    ((1, 4, 10, 7), (6, 4, 3, 2), {"pads": [2, 0, 1, 1]}, [(3, 1, 2, 1)]),
+    # stride 2: four phases, 2x2 / 2x1 / 1x2 / 1x1 taps
+    ((2, 6, 11, 10), (8, 6, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+     [(2, 1, 2, 1), (2, 1, 1, 1), (1, 1, 2, 1), (1, 1, 1, 1)]),
+    # strides (2, 1) and (1, 2): phases along one axis only
+    ((1, 6, 12, 9), (4, 6, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 1]}, [(3, 1, 5, 1), (2, 1, 5, 1)]),
+    ((1, 6, 9, 12), (4, 6, 3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2]}, [(3, 1, 2, 1), (3, 1, 1, 1)]),
+    # stride 3 with a 2-wide kernel: the third phase has no taps and is not built
+    ((1, 3, 13, 14), (4, 3, 2, 2), {"strides": [3, 3]}, [(1, 1, 1, 1)] * 4),
+    # dilation 2 at stride 1: taps two apart inside the one phase
+    ((1, 4, 12, 12), (6, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, [(3, 2, 3, 2)]),
+    # dilation 3 with stride 2: taps 0, 2, 4 fall in phase 0 three rows apart, 1, 3 in phase 1
+    ((1, 2, 19, 17), (3, 2, 5, 1), {"dilations": [3, 1], "strides": [2, 1], "pads": [1, 0, 2, 0]},
+     [(3, 3, 1, 1), (2, 3, 1, 1)]),
+    # the same along columns (phase 1's first tap sits one column into the phase), batch 2
+    ((2, 2, 9, 23), (3, 2, 2, 5), {"dilations": [1, 3], "strides": [1, 2], "pads": [0, 2, 1, 1]},
+     [(2, 1, 3, 3), (2, 1, 2, 3)]),
+    # auto_pad SAME_UPPER with stride 2 (asymmetric padding from the shape)
+    ((1, 4, 7, 8), (6, 4, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+     [(2, 1, 2, 1), (2, 1, 1, 1), (1, 1, 2, 1), (1, 1, 1, 1)]),
+    # depthwise 5x5, stride 1 and (2, 1)
+    ((2, 12, 6, 20), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2]}, [(5, 1, 5, 1)]),
+    ((1, 12, 12, 20), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 1]},
+     [(3, 1, 5, 1), (2, 1, 5, 1)]),
+    # depthwise with channel multiplier 2, grouped with 2 channels and 3 outputs per group
+    ((2, 8, 9, 9), (16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, [(3, 1, 3, 1)]),
+    ((2, 8, 9, 9), (12, 2, 3, 3), {"group": 4, "pads": [0, 1, 1, 0], "strides": [2, 2]},
+     [(2, 1, 2, 1), (2, 1, 1, 1), (1, 1, 2, 1), (1, 1, 1, 1)]),
+    # 1-D as a one-row 2-D convolution: padded, strided, dilated, grouped
+    ((2, 4, 21), (6, 4, 5), {"pads": [2, 1], "strides": [2]}, [(1, 1, 3, 1), (1, 1, 2, 1)]),
+    ((1, 6, 30), (6, 2, 3), {"group": 3, "dilations": [2], "pads": [2, 2]}, [(1, 1, 3, 2)]),
+    ((1, 480, 40), (60, 480, 3), {"pads": [1, 1]}, [(1, 1, 3, 1)]),
+]
+
+
+def _plan_summary(plan):
+    return [(na, da, nb, db) for _, _, _, _, (_, na, da), (_, nb, db) in plan.phases]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,expected", CASES)
+@pytest.mark.parametrize("banded", [False, True])
+def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded, monkeypatch):
+    if banded:
+        monkeypatch.setattr(nn, "BAND_BYTES", 1)  # one output row / one group per band
+    data, w = _model(x_shape, w_shape, attrs, bias=True)
+    ref, got = _pair(data)
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
+    np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+    # the plan the kernel used for this geometry is the one the case is about
+    nd = len(w_shape) - 2
+    strides = attrs.get("strides", [1] * nd)
+    dilations = attrs.get("dilations", [1] * nd)
+    node = type("N", (), {"attr": lambda self, k, d=None: attrs.get(k, d)})()
+    pads = nn.conv_pads(node, x_shape[2:], w_shape[2:], strides, dilations)
+    g = nn._Geometry(x_shape[2:], w_shape[2:], strides, dilations, pads)
+    y = nn.conv(x, w, None, attrs.get("group", 1), g, w_shape[2:])
+    plan = (g.as_2d() if nd == 1 else g).wide
+    assert plan is not None
+    if expected == "direct":
+        assert plan.direct and len(plan.phases) == 1
+    else:
+        assert not plan.direct
+        assert _plan_summary(plan) == expected
+    want = onnxruntime.InferenceSession(_model(x_shape, w_shape, attrs, bias=False)[0],
+                                        providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_repeated_runs_reuse_buffers_with_zero_borders():
+    """The padded phase buffers are reused between runs; only their interior is rewritten, so
+    a second input (here all-negative after a large positive one) must not see the first."""
+    data, _ = _model((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=False)
+    ref, got = _pair(data)
+    for x in (np.full((1, 3, 8, 8), 1e3, np.float32), -np.ones((1, 3, 8, 8), np.float32),
+              np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)):
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-3)
+
+
+def test_weights_fed_at_run_time_are_not_cached_stale():
+    """The reordered weight matrix is kept per weight array; new weights give new results."""
+    data, _ = _model((1, 4, 9, 9), (5, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=True, const_w=False)
+    ref, got = _pair(data)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    for _ in range(3):
+        w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+        feeds = {"x": x, "w": w}
+        np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_float64():
+    """float64 stays float64 (onnxruntime has no double Conv: onnx.reference is the reference)."""
+    from onnx.reference import ReferenceEvaluator
+
+    data, _ = _model((2, 3, 7, 9), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, bias=True,
+                     elem=TensorProto.DOUBLE)
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(4).standard_normal((2, 3, 7, 9))
+    y = got.run(None, {"x": x})[0]
+    assert y.dtype == np.float64
+    want = ReferenceEvaluator(onnx.load_from_string(data)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-10)
+
+
+def test_concurrent_runs_get_their_own_buffers():
+    """Runs from several threads at once (the session allows it) each take a separate padded
+    buffer from the pool; each result matches its own input."""
+    data, _ = _model((1, 8, 30, 30), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}, bias=True)
+    ref, got = _pair(data)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((1, 8, 30, 30)).astype(np.float32) for _ in range(8)]
+    wants = [ref.run(None, {"x": x})[0] for x in xs]
+    errors: list[BaseException] = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(got.run(None, {"x": xs[i]})[0], wants[i], rtol=1e-4, atol=1e-4)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
