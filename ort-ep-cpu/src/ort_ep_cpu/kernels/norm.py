@@ -213,12 +213,20 @@ def _check_skip_layer_norm(node) -> str | None:
     return None
 
 
+def _row_sum_of_squares(c: np.ndarray) -> np.ndarray:
+    """sum(c * c) over the last axis with no full-size temporary."""
+    if hasattr(np, "vecdot"):  # numpy >= 2
+        return np.vecdot(c, c)
+    return np.einsum("...i,...i->...", c, c)
+
+
 @kernel("SkipLayerNormalization", since=1, domain=_MS, check=_check_skip_layer_norm)
 def _skip_layer_norm(node, request):
     eps = float(node.attr("epsilon", 1e-12))  # onnxruntime's default for this op
     wanted = [bool(o) for o in node.outputs] + [False] * (4 - len(node.outputs))
     n_out = len(node.outputs)
     name = node.name
+    ones: dict[tuple[int, np.dtype], np.ndarray] = {}  # row sums as a BLAS matrix-vector product
 
     def skip_layer_norm(x, skip, gamma, beta=None, bias=None):
         hidden = x.shape[-1]
@@ -234,7 +242,10 @@ def _skip_layer_norm(node, request):
         if bias is not None:
             s += bias
         inv_h = work.type(1.0 / hidden)
-        mean = np.add.reduce(s, axis=-1, keepdims=True)
+        key = (hidden, work)
+        if key not in ones:
+            ones[key] = np.ones(hidden, work)
+        mean = np.matmul(s, ones[key])[..., None]  # gemv: a fraction of np.add.reduce's time
         mean *= inv_h
         if wanted[3]:  # the sum is an output: centre into a new buffer (as costly as a copy)
             total = s if s.dtype == x.dtype else s.astype(x.dtype)
@@ -242,7 +253,7 @@ def _skip_layer_norm(node, request):
         else:
             c = s
             c -= mean
-        var = np.einsum("...i,...i->...", c, c)[..., None]  # sum of squares without a temporary
+        var = _row_sum_of_squares(c)[..., None]
         var *= inv_h
         var += eps
         inv_std = np.sqrt(var, out=var)
