@@ -240,7 +240,9 @@ def _affine_operand(value: ir.Value | None, x: ir.Value, hidden: int | None) -> 
     if value is None or _dtype(value) != _dtype(x):
         return False
     length = _vector_length(value)
-    return length is not None and (hidden is None or length == hidden)
+    if hidden is None:  # a length-1 vector would broadcast in the Mul/Add, not in LayerNormalization
+        return length is not None and length > 1
+    return length == hidden
 
 
 # --------------------------------------------------------------------------------------------
