@@ -18,7 +18,7 @@ from ort_core import (
     hookimpl,
 )
 
-from . import PROVIDER_NAME, arena, kernels, threads  # noqa: F401  (importing kernels registers them)
+from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -35,9 +35,27 @@ SPEC = ProviderSpec(
             str,
             ("kNextPowerOfTwo", "kSameAsRequested"),
         ),
+        OptionSpec(
+            "enable_inplace",
+            True,
+            "elementwise kernels may write their output into an input's buffer where that is "
+            "provably safe (see inplace.py); \"0\" for a plugin that keeps kernels' outputs",
+            lambda v: _parse_bool("enable_inplace", v),
+            (True, False),
+        ),
     ),
     description="numpy kernels; the reference provider and the final fallback",
 )
+
+
+def _parse_bool(key: str, value: object) -> bool:
+    # onnxruntime's provider options are strings: "1"/"0", also true/false
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{key} takes 1 or 0 (true or false)")
 
 
 def _cpu_name() -> str:
@@ -95,4 +113,8 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
 def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
     if ep.name != PROVIDER_NAME:
         return None
-    return build_kernel(request.node, request)
+    kernel = build_kernel(request.node, request)
+    if ep.options.get("enable_inplace", True):
+        kernel = inplace.adapt(ep, request, kernel)
+        inplace.record(ep, request, kernel)  # producers are built before their readers (node order)
+    return kernel

@@ -57,11 +57,12 @@ def _compare(fn):
     return run
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + e^-x), in place on one temporary (several times faster than scipy's expit);
-    e^-x overflowing to inf for very negative x gives the right limit, 0."""
+def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + e^-x), in place on one temporary or on ``out`` (which may be ``x``: see
+    inplace.py); several times faster than scipy's expit. e^-x overflowing to inf for very
+    negative x gives the right limit, 0."""
     with np.errstate(over="ignore"):
-        y = np.negative(x)
+        y = np.negative(x, out=out)
         np.exp(y, out=y)
         y += y.dtype.type(1)
         return np.reciprocal(y, out=y)
