@@ -88,6 +88,10 @@ def _layer(*, scale="div", mask="b11s", k_form="two", reshape="concat", softmax_
                   helper.make_node("Concat", ["b1", "tail3"], ["merge"], axis=0)]
     elif reshape == "const":
         inits += [_init("split", np.array([0, 0, N, HD], np.int64)), _init("merge", np.array([0, 0, D], np.int64))]
+    elif reshape == "minus1":  # -1 for the head size and the merged hidden size
+        inits += [_init("split", np.array([0, 0, N, -1], np.int64)), _init("merge", np.array([0, 0, -1], np.int64))]
+    elif reshape == "batch-minus1":  # -1 for the (dynamic) batch, the sequence given
+        inits += [_init("split", np.array([-1, seq, N, HD], np.int64)), _init("merge", np.array([-1, seq, D], np.int64))]
     else:
         inputs.append(helper.make_tensor_value_info("split", TensorProto.INT64, [4]))
         inits.append(_init("merge", np.array([0, 0, D], np.int64)))
@@ -166,9 +170,10 @@ def _mha(model: onnx.ModelProto) -> onnx.NodeProto:
 
 @pytest.mark.parametrize("variant", [
     {}, {"scale": "mul"}, {"scale": "none"}, {"k_form": "one"}, {"reshape": "const"}, {"mask": "none"},
-    {"mask": "full"}, {"mask": "made", "mask_first": True}, {"seq": "seq"},
+    {"mask": "full"}, {"mask": "made", "mask_first": True}, {"seq": "seq"}, {"reshape": "minus1"},
+    {"reshape": "batch-minus1"},
 ], ids=["div-b11s", "mul", "no-scale", "k-one-transpose", "const-reshape", "no-mask", "full-mask",
-        "made-mask-first", "dynamic-seq"])
+        "made-mask-first", "dynamic-seq", "minus1-reshape", "batch-minus1-reshape"])
 def test_fires_and_computes_the_same(variant):
     model = _layer(**variant)
     out = _apply(model)
@@ -187,6 +192,8 @@ def test_fires_and_computes_the_same(variant):
         assert counts["Expand"] == (0 if variant.get("mask") == "full" else 1)
     seq = 5 if variant.get("seq") == "seq" else S
     _check(model, out, _feeds(model, seq=seq))
+    if variant.get("seq") == "seq":  # the Expand's shape is computed from the inputs at run time
+        _check(model, out, _feeds(model, batch=3, seq=9))
 
 
 def test_float16():

@@ -28,6 +28,8 @@ elsewhere or is a graph output. Like the other fusions it asks ``supports(node)`
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx_ir as ir
 
@@ -112,55 +114,82 @@ def _gathered_dim(value: ir.Value | None):
     return dims[i]
 
 
-def _keeps_batch(entry, batch, out_dim, allowzero: bool) -> bool:
-    """Output axis 0 of a Reshape is the input's axis 0 (``batch``)."""
-    if isinstance(entry, tuple):
-        return _same(entry[1], batch)
-    if entry == 0 and not allowzero:
-        return True
-    if isinstance(entry, int) and entry > 0:
-        return _same(entry, batch)
-    return _same(out_dim, batch)
+def _resolve_reshape(reshape: ir.Node) -> tuple[list, list] | None:
+    """(input dims, output dims) of a Reshape, the output's resolved as far as proven: from the
+    shape operand (0 copies an input axis unless ``allowzero``; one -1 is solved when the other
+    factors account for the input's, symbols cancelling), else from inferred output shapes."""
+    dims_in = _dims(reshape.inputs[0])
+    dims_out = _dims(reshape.outputs[0])
+    if dims_in is None:
+        return None
+    entries = _target_entries(reshape)
+    if entries is None:
+        return (dims_in, dims_out) if dims_out is not None else None
+    if dims_out is not None and len(dims_out) != len(entries):
+        return None
+    allowzero = bool(attr(reshape, "allowzero", 0))
+    out: list = []
+    for i, e in enumerate(entries):
+        if isinstance(e, tuple):
+            d = e[1]
+        elif e == 0 and not allowzero:
+            d = dims_in[i] if i < len(dims_in) else None
+        elif e > 0 or e == -1:
+            d = e
+        else:
+            return None
+        if d is None and dims_out is not None:
+            d = dims_out[i]  # inference knew it
+        out.append(d)
+    if out.count(-1) == 1:
+        i = out.index(-1)
+        solved = _solve(dims_in, out[:i] + out[i + 1 :])
+        out[i] = solved if solved is not None else (dims_out[i] if dims_out is not None else None)
+    return dims_in, [None if d == -1 else d for d in out]
+
+
+def _solve(dims_in: list, known_out: list):
+    """The dimension a Reshape's -1 stands for: input elements over the known output ones."""
+    if None in dims_in or None in known_out:
+        return None
+    syms_in = collections.Counter(d for d in dims_in if isinstance(d, str))
+    syms_out = collections.Counter(d for d in known_out if isinstance(d, str))
+    if syms_out - syms_in:
+        return None
+    rest = syms_in - syms_out
+    num = int(np.prod([d for d in dims_in if isinstance(d, int)], dtype=np.int64))
+    den = int(np.prod([d for d in known_out if isinstance(d, int)], dtype=np.int64))
+    if den <= 0 or num % den:
+        return None
+    if not rest:
+        return num // den
+    if len(rest) == 1 and sum(rest.values()) == 1 and num == den:
+        return next(iter(rest))
+    return None
 
 
 def _split_heads(reshape: ir.Node) -> tuple[int, int] | None:
     """(N, H) when ``reshape`` turns (B, S, N*H) into (B, S, N, H) with N, H known; else None."""
-    dims_in = _dims(reshape.inputs[0])
-    dims_out = _dims(reshape.outputs[0])
-    if dims_in is None or len(dims_in) != 3 or not isinstance(dims_in[2], int):
+    resolved = _resolve_reshape(reshape)
+    if resolved is None:
         return None
-    entries = _target_entries(reshape)
-    if entries is None and dims_out is not None:
-        entries = [d if isinstance(d, int) else ("dim", d) for d in dims_out]
-    if entries is None or len(entries) != 4:
+    dims_in, out = resolved
+    if len(dims_in) != 3 or len(out) != 4 or not isinstance(dims_in[2], int):
         return None
-    out = dims_out if dims_out is not None and len(dims_out) == 4 else [None] * 4
-    n = entries[2] if isinstance(entries[2], int) else out[2]
-    h = entries[3] if isinstance(entries[3], int) else out[3]
+    n, h = out[2], out[3]
     if not isinstance(n, int) or not isinstance(h, int) or n <= 0 or h <= 0 or n * h != dims_in[2]:
         return None
-    # with axis 0 kept and N*H the hidden size, the element count forces axis 1 to be S
-    if not _keeps_batch(entries[0], dims_in[0], out[0], bool(attr(reshape, "allowzero", 0))):
-        return None
-    return n, h
+    # axis 0 kept and N*H the hidden size: the element count forces axis 1 to be S
+    return (n, h) if _same(out[0], dims_in[0]) else None
 
 
 def _merges_heads(reshape: ir.Node, hidden: int) -> bool:
     """``reshape`` turns (B, S, N, Hv) into (B, S, N*Hv == hidden)."""
-    dims_in = _dims(reshape.inputs[0])
-    dims_out = _dims(reshape.outputs[0])
-    if dims_in is None or len(dims_in) != 4:
+    resolved = _resolve_reshape(reshape)
+    if resolved is None:
         return False
-    entries = _target_entries(reshape)
-    if entries is None and dims_out is not None:
-        entries = [d if isinstance(d, int) else ("dim", d) for d in dims_out]
-    if entries is None or len(entries) != 3:
-        return False
-    out = dims_out if dims_out is not None and len(dims_out) == 3 else [None] * 3
-    last = entries[2] if isinstance(entries[2], int) else out[2]
-    if last != hidden:
-        return False
-    return _keeps_batch(entries[0], dims_in[0], out[0], bool(attr(reshape, "allowzero", 0)))
+    dims_in, out = resolved
+    return len(dims_in) == 4 and len(out) == 3 and out[2] == hidden and _same(out[0], dims_in[0])
 
 
 class _Match:
@@ -275,6 +304,12 @@ def _mask_fits(mask: ir.Value, batch, heads: int, seq, kv_seq, dtype) -> bool:
     return all(d == 1 or _same(d, full[4 - len(dims) + i]) for i, d in enumerate(dims))
 
 
+def _bias_ready(m: _Match) -> bool:
+    """The mask already has attention_bias's shape (B|1, N|1, S, L)."""
+    dims = _dims(m.mask)
+    return len(dims) == 4 and _same(dims[2], _dims(m.q)[1]) and _same(dims[3], _dims(m.k)[1])
+
+
 class AttentionFusionPass(ir.passes.InPlacePass):
     """Scaled-dot-product attention on split heads -> com.microsoft MultiHeadAttention."""
 
@@ -292,8 +327,8 @@ class AttentionFusionPass(ir.passes.InPlacePass):
                 if not is_op(softmax, "Softmax") or softmax.graph is not graph:
                     continue
                 m = _match(softmax, opset)
-                if m is None:
-                    continue
+                if m is None or (opset < 8 and m.mask is not None and not _bias_ready(m)):
+                    continue  # (Expand, needed to shape the mask, came with opset 8)
                 probe = ir.Node(MS_DOMAIN, "MultiHeadAttention", [m.q, m.k, m.v],
                                 [ir.AttrInt64("num_heads", m.heads), ir.AttrFloat32("scale", float(m.scale))],
                                 num_outputs=1, name=f"{softmax.name}_mha", version=1)
@@ -325,7 +360,7 @@ class AttentionFusionPass(ir.passes.InPlacePass):
         mask = m.mask
         dims = _dims(mask)
         seq, kv_seq = _dims(m.q)[1], _dims(m.k)[1]
-        if len(dims) == 4 and _same(dims[2], seq) and _same(dims[3], kv_seq):
+        if _bias_ready(m):
             return mask
         if isinstance(seq, int) and isinstance(kv_seq, int):
             key = (id(mask), seq, kv_seq)
