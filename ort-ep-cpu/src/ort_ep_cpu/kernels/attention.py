@@ -285,11 +285,10 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
     return np.where(keep, np.float32(0), fill).reshape(shape)
 
 
-def _row_sums(scores: np.ndarray) -> np.ndarray:
+def _row_sums(scores: np.ndarray, ones: np.ndarray) -> np.ndarray:
     """Sums over the last axis as one GEMV with a ones vector (BLAS; numpy's sum reduces each
     short row separately, about 6x slower on (B, N, S, 64))."""
-    n = scores.shape[-1]
-    return np.matmul(scores.reshape(-1, n), np.ones(n, scores.dtype)).reshape(scores.shape[:-1] + (1,))
+    return np.matmul(scores.reshape(-1, ones.shape[0]), ones).reshape(scores.shape[:-1] + (1,))
 
 
 @kernel("MultiHeadAttention", domain=_MS, check=_check_mha)
@@ -302,6 +301,15 @@ def _multi_head_attention(node, request):
     fill = np.float32(node.attr("mask_filter_value", -10000.0))
     causal = bool(node.attr("unidirectional", 0))
     name = node.name
+    cache: dict[tuple, np.ndarray] = {}  # per run shape: ones vectors, causal masks
+
+    def cached(key: tuple, make) -> np.ndarray:
+        value = cache.get(key)
+        if value is None:
+            if len(cache) > 64:  # many shapes (dynamic lengths): keep the cache small
+                cache.clear()
+            value = cache[key] = make()
+        return value
 
     def multi_head_attention(query, key, value, bias=None, key_padding_mask=None, attention_bias=None):
         for arg, x in (("query", query), ("key", key), ("value", value)):
@@ -344,7 +352,9 @@ def _multi_head_attention(node, request):
         if key_padding_mask is not None:
             biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, name))
         if causal:  # onnxruntime (no past): query i sees keys j <= i
-            biases.append(np.where(np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf)))
+            biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
+                np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf))))
+        ones = cached(("ones", kv_seq), lambda: np.ones(kv_seq, f32))
 
         def scores():
             s = np.matmul(qh, kh)  # (B, N, S, L), contiguous
@@ -357,13 +367,13 @@ def _multi_head_attention(node, request):
         # is subtracted only when some row overflowed, underflowed or is NaN, and then for all
         with np.errstate(over="ignore", under="ignore"):
             np.exp(probs, out=probs)
-        sums = _row_sums(probs)
-        if not np.all((sums > _TINY_SUM) & (sums < np.inf)):
+        sums = _row_sums(probs, ones)
+        if not (sums.min() > _TINY_SUM and sums.max() < np.inf):  # (NaN fails both)
             probs = scores()
             with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # all -inf rows: NaN, as onnxruntime
                 probs -= probs.max(axis=-1, keepdims=True)
                 np.exp(probs, out=probs)
-            sums = _row_sums(probs)
+            sums = _row_sums(probs, ones)
         out = np.empty((batch, seq, heads, v_head), f32)
         np.matmul(probs, vh, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)
         np.reciprocal(sums, out=sums)
