@@ -149,3 +149,43 @@ def test_capability_asks_openvino_not_a_list():
     view = ort.GraphView(m.graph, opset_imports=dict(m.opset_imports))
     reason = decline_reason(view, view.nodes[0], "CPU")
     assert reason is not None and "OpenVINO" in reason and "Einsum" in reason
+
+
+def test_read_only_and_strided_inputs(cnn):
+    """Inputs are wrapped in place; what OpenVINO cannot wrap (a read-only or strided buffer) is
+    copied first, with the same result."""
+    sess = session(cnn)
+    x = models.random_inputs(cnn, batch=2, seed=3)["x"]
+    expected = reference(cnn.SerializeToString(), {"x": x})
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    assert_parity(sess.run(None, {"x": read_only}), expected)
+    strided = np.empty((2, 3, 32, 64), np.float32)
+    strided[..., ::2] = x
+    assert_parity(sess.run(None, {"x": strided[..., ::2]}), expected)
+
+
+def test_outputs_do_not_alias_the_request_buffers(cnn):
+    """The request reuses its output buffers; a result must survive the next run."""
+    sess = session(cnn)
+    first_feeds = models.random_inputs(cnn, batch=2, seed=1)
+    first = sess.run(None, first_feeds)[0]
+    kept = first.copy()
+    sess.run(None, models.random_inputs(cnn, batch=2, seed=2))
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_input_of_another_dtype_is_cast():
+    """The compiled model's parameter dtype rules: another dtype is cast, as OpenVINO's own
+    data dispatcher would."""
+    import openvino as ov
+
+    from ort_ep_openvino.kernel import _Compiled
+
+    param = ov.opset13.parameter([2, 3], ov.Type.f32, name="x")
+    model = ov.Model([ov.opset13.relu(param)], [param])
+    compiled = _Compiled(ov.Core().compile_model(model, "CPU"))
+    x = np.array([[-1.5, 2.0, 3.25], [4.0, -5.0, 6.5]])  # float64
+    (y,) = compiled.infer([x])
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, np.maximum(x, 0).astype(np.float32))

@@ -29,6 +29,13 @@ from .options import CompileSettings
 InputSpec = tuple[str, "np.dtype | None", "int | None"]
 
 
+def _numpy_dtype(port: Any) -> np.dtype | None:
+    try:
+        return np.dtype(port.get_element_type().to_dtype())
+    except Exception:  # an element type numpy has no dtype for
+        return None
+
+
 def _match_inputs(ports: Sequence[Any], inputs: Sequence[InputSpec], label: str) -> list[int]:
     """For each OpenVINO parameter, the position of the group input it reads.
 
@@ -46,10 +53,7 @@ def _match_inputs(ports: Sequence[Any], inputs: Sequence[InputSpec], label: str)
             continue
         shape = port.get_partial_shape()
         rank = None if shape.rank.is_dynamic else shape.rank.get_length()
-        try:
-            dtype = np.dtype(port.get_element_type().to_dtype())
-        except Exception:
-            dtype = None
+        dtype = _numpy_dtype(port)
         for j, (_, want_dtype, want_rank) in enumerate(inputs):
             if j in positions:
                 continue
@@ -68,6 +72,9 @@ class _Compiled:
 
     def __init__(self, compiled: Any):
         self.compiled = compiled
+        self._tensor = _ov.load().Tensor
+        self._dtypes = [_numpy_dtype(p) for p in compiled.inputs]
+        self._outputs = range(len(compiled.outputs))
         self._idle: list[Any] = []
         self._lock = threading.Lock()
 
@@ -77,10 +84,19 @@ class _Compiled:
         if request is None:
             request = self.compiled.create_infer_request()
         try:
-            # share_inputs: OpenVINO reads our numpy buffers in place (no copy in);
-            # outputs are copied out because the request reuses its buffers on the next run
-            result = request.infer(list(inputs), share_inputs=True, share_outputs=False)
-            return result.to_tuple()
+            # Inputs are set as tensors over our numpy buffers (no copy in) and the request is
+            # run without arguments: ~20 us per run less than infer(list), which goes through
+            # OpenVINO's Python data dispatcher. What the dispatcher would do is done here: a
+            # mismatched dtype is cast, a read-only buffer (OpenVINO cannot wrap it) copied.
+            for k, (x, dtype) in enumerate(zip(inputs, self._dtypes)):
+                if dtype is not None and x.dtype != dtype:
+                    x = x.astype(dtype)
+                elif not x.flags.writeable:
+                    x = x.copy()
+                request.set_input_tensor(k, self._tensor(x, shared_memory=True))
+            request.infer()
+            # copied out: the request reuses its output buffers on the next run
+            return tuple(request.get_output_tensor(k).data.copy() for k in self._outputs)
         finally:
             with self._lock:
                 self._idle.append(request)
