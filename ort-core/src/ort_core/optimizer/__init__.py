@@ -39,6 +39,7 @@ from .basic import (
     DropoutEliminationPass,
     HardSwishRewritePass,
     IdentityEliminationPass,
+    LiftConstantsPass,
     MatMulAddToGemmPass,
     ShapeFoldingPass,
     ShapeInferenceQuietPass,
@@ -58,7 +59,7 @@ __all__ = ["optimize", "passes_for_level", "provider_gate", "Supports"]
 
 def _basic() -> list[ir.passes.PassBase]:
     return [
-        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        LiftConstantsPass(),
         DropoutEliminationPass(),
         IdentityEliminationPass(),
         common_passes.RemoveUnusedNodesPass(),

@@ -87,7 +87,8 @@ def initializer(graph: ir.Graph, namer: Namer, base: str, data: np.ndarray) -> i
     data = np.asarray(data)
     if not data.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
         data = data.copy()
-    value = ir.Value(name=name, const_value=ir.tensor(data, name=name),
+    # ir.Tensor is what ir.tensor makes of an ndarray, without its runtime-protocol checks
+    value = ir.Value(name=name, const_value=ir.Tensor(data, name=name),
                      shape=ir.Shape(data.shape), type=ir.TensorType(ir.DataType.from_numpy(data.dtype)))
     graph.register_initializer(value)
     return value

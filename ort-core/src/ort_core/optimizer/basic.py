@@ -13,6 +13,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
+from . import _fold
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
 
 logger = logging.getLogger("ort_core")
@@ -24,6 +25,61 @@ _NOT_FOLDABLE = {
 }
 #: folded outputs bigger than this many elements stay computed (ORT keeps big Expand/Tile too)
 FOLD_LIMIT = 1 << 20
+
+
+class LiftConstantsPass(ir.passes.InPlacePass):
+    """Constant nodes become initializers named as their outputs (all of them, whatever their
+    size or attribute kind), as onnx-ir's ``LiftConstantsToInitializersPass(lift_all_constants=
+    True, size_limit=0)`` does; a Constant whose output is a graph output, or with other than
+    one attribute, stays. Written here because onnx-ir's pass checks each tensor against a
+    runtime protocol, which costs ~0.1 ms per Constant on Python 3.11 (a third of creation for
+    models with hundreds of Constants)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                # (onnx-ir's test, kept as it is: the domain "ai.onnx" is normalised to "" already)
+                if node.op_type != "Constant" or node.domain not in ("", "onnx.ai"):
+                    continue
+                out = node.outputs[0]
+                if out.is_graph_output() or len(node.attributes) != 1:
+                    continue
+                (attr_name, attr_value), = node.attributes.items()
+                tensor = _constant_tensor(attr_name, attr_value, out.name)
+                value = ir.Value(name=out.name, shape=tensor.shape, type=ir.TensorType(tensor.dtype),
+                                 const_value=tensor, metadata_props=out.metadata_props.copy())
+                value.meta.update(out.meta)
+                graph.register_initializer(value)
+                out.replace_all_uses_with(value)
+                graph.remove(node, safe=True)
+                count += 1
+        return ir.passes.PassResult(model, bool(count))
+
+
+#: onnx-ir's tensor classes: an isinstance test against them is what ``Attr.as_tensor``'s
+#: protocol test answers for them, at a fraction of the cost
+_TENSOR_CLASSES = (ir.Tensor, ir.serde.TensorProtoTensor, ir.ExternalTensor, ir.StringTensor, ir.LazyTensor,
+                   ir.PackedTensor)
+
+
+def _constant_tensor(attr_name: str, attr_value: ir.Attr, name: str | None) -> ir.TensorProtocol:
+    """The tensor a Constant node's one attribute holds."""
+    if attr_name == "value":
+        if attr_value.type == ir.AttributeType.TENSOR and isinstance(attr_value.value, _TENSOR_CLASSES):
+            return attr_value.value
+        return attr_value.as_tensor()  # the library's own (protocol) check and error message
+    if attr_name == "value_int":
+        return ir.tensor(attr_value.as_int(), dtype=ir.DataType.INT64, name=name)
+    if attr_name == "value_ints":
+        return ir.tensor(attr_value.as_ints(), dtype=ir.DataType.INT64, name=name)
+    if attr_name == "value_float":
+        return ir.tensor(attr_value.as_float(), dtype=ir.DataType.FLOAT, name=name)
+    if attr_name == "value_floats":
+        return ir.tensor(attr_value.as_floats(), dtype=ir.DataType.FLOAT, name=name)
+    if attr_name in ("value_string", "value_strings"):
+        return ir.StringTensor(np.array(attr_value.value, dtype=np.bytes_), name=name)
+    raise ValueError(f"Constant node: unsupported attribute {attr_name!r}")
 
 
 class DropoutEliminationPass(ir.passes.InPlacePass):
@@ -90,13 +146,28 @@ def _evaluate(node: ir.Node, inputs: list[np.ndarray | None], opsets: dict[str, 
     return ReferenceEvaluator(model).run(None, feeds)
 
 
+def _constant_inputs(node: ir.Node) -> list[np.ndarray | None] | None:
+    """The node's inputs as arrays if all are constants, else None. Whether each is a constant
+    is asked first: reading a big weight into an array only to find the node's other input is
+    computed was most of this pass's time."""
+    for v in node.inputs:
+        if v is not None and (v.is_graph_input() or ir.convenience.get_const_tensor(v) is None):
+            return None
+    inputs = [None if v is None else const(v) for v in node.inputs]
+    if any(x is None and v is not None for x, v in zip(inputs, node.inputs)):
+        return None
+    return inputs
+
+
 class ConstantFoldingPass(ir.passes.InPlacePass):
     """Nodes of the standard domain whose inputs are all constants become initializers
-    (evaluated once with ``onnx.reference``). Random ops, control flow and outputs bigger than
+    (evaluated once with ``onnx.reference``, or for the common shape-arithmetic ops with the
+    same numpy calls directly, see ``_fold``). Random ops, control flow and outputs bigger than
     ``FOLD_LIMIT`` elements are left alone; a node the evaluator cannot run is left alone."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opsets = dict(model.opset_imports)
+        version = opsets.get("", opsets.get("ai.onnx"))
         modified = False
         for graph in graphs(model.graph):
             namer = None
@@ -107,14 +178,16 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
                     continue
                 if any(o.is_graph_output() for o in node.outputs):
                     continue
-                inputs = [None if v is None else const(v) for v in node.inputs]
-                if any(v is None and i is not None for v, i in zip(inputs, node.inputs)):
+                inputs = _constant_inputs(node)
+                if inputs is None:
                     continue
-                try:
-                    results = _evaluate(node, inputs, opsets)
-                except Exception as exc:  # unsupported by the evaluator: keep the node
-                    logger.debug("constant folding skipped %s (%s): %s", node.name, node.op_type, exc)
-                    continue
+                results = _fold.evaluate(node, inputs, version) if version is not None else None
+                if results is None:
+                    try:
+                        results = _evaluate(node, inputs, opsets)
+                    except Exception as exc:  # unsupported by the evaluator: keep the node
+                        logger.debug("constant folding skipped %s (%s): %s", node.name, node.op_type, exc)
+                        continue
                 if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
                     continue  # a sequence (list) or an optional (None) is no tensor initializer
                 if any(np.asarray(r).size > FOLD_LIMIT for r in results):
@@ -390,19 +463,88 @@ class HardSwishRewritePass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+#: initializers bigger than this many bytes are sent to shape inference as typed inputs without
+#: data (as onnx-ir's ShapeInferencePass does): serialising them costs more than it tells
+_INFERENCE_DATA_LIMIT = 1000
+
+
 class ShapeInferenceQuietPass(ir.passes.InPlacePass):
     """onnx shape inference (so that shape folding knows shapes); a model it cannot infer is
-    left as it is."""
+    left as it is.
+
+    The result is that of onnx-ir's ``ShapeInferencePass(strict_mode=False)``; what differs is
+    the cost: when inference returns the model it was given byte for byte (the common case,
+    since the loader already inferred shapes), nothing is read back, instead of deserialising
+    the whole inferred model and comparing every value.
+    """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        from onnx_ir.passes.common import ShapeInferencePass
-
         if any(v.type is None for v in model.graph.inputs):
             # onnx's C++ inference can crash (not raise) on an untyped input, e.g. a map-typed
             # one, which onnx-ir cannot represent (DictVectorizer's input)
             return ir.passes.PassResult(model, False)
         try:
-            return ShapeInferencePass(strict_mode=False)(model)
+            sent = _inference_proto(model).SerializeToString()
+            inferred = onnx.shape_inference.infer_shapes(sent, check_type=True, strict_mode=False, data_prop=True)
+            if inferred.SerializeToString() == sent:
+                return ir.passes.PassResult(model, False)
+            return ir.passes.PassResult(model, _merge_inferred(model, inferred))
         except Exception as exc:
             logger.debug("shape inference skipped: %s", exc)
             return ir.passes.PassResult(model, False)
+
+
+def _inference_proto(model: ir.Model) -> onnx.ModelProto:
+    """The model as shape inference gets it: initializers are graph inputs too, and those over
+    ``_INFERENCE_DATA_LIMIT`` bytes (or without data) are sent without their data. The model
+    is restored afterwards, with onnx-ir's side effects kept so that results do not depend on
+    which implementation ran: initializers get their tensor's shape and type where they had
+    none, and those sent without data end up after the others."""
+    graph = model.graph
+    initializers = tuple(graph.initializers.values())
+    saved = {v.name: v.const_value for v in initializers}
+    n_inputs = len(graph.inputs)
+    input_set = set(graph.inputs)
+    try:
+        for value in initializers:
+            tensor = value.const_value
+            if tensor is not None:
+                if value.shape is None:
+                    value.shape = tensor.shape
+                if value.dtype is None:
+                    value.dtype = tensor.dtype
+            if value not in input_set:
+                graph.inputs.append(value)
+            if tensor is None:
+                graph.initializers.pop(value.name)
+            elif tensor.nbytes > _INFERENCE_DATA_LIMIT:
+                value.const_value = None
+                graph.initializers.pop(value.name)
+        return ir.serde.serialize_model(model)
+    finally:
+        for value in initializers:
+            value.const_value = saved[value.name]
+            if value.name not in graph.initializers:
+                graph.initializers.add(value)
+        kept = graph.inputs[:n_inputs]
+        graph.inputs.clear()
+        graph.inputs.extend(kept)
+
+
+def _merge_inferred(model: ir.Model, inferred: onnx.ModelProto) -> bool:
+    """Take the inferred shapes and types, value by name, graph by graph (onnx-ir's merge)."""
+    inferred_model = ir.serde.deserialize_model(inferred)
+    modified = False
+    for graph, inferred_graph in zip(model.graphs(), inferred_model.graphs()):
+        found = ir.convenience.create_value_mapping(inferred_graph)
+        for name, value in ir.convenience.create_value_mapping(graph).items():
+            other = found.get(name)
+            if other is None:
+                continue
+            if other.shape is not None and value.shape != other.shape:
+                value.shape = other.shape
+                modified = True
+            if other.dtype is not None and value.dtype != other.dtype:
+                value.dtype = other.dtype
+                modified = True
+    return modified

@@ -1,0 +1,307 @@
+"""Session creation's shortcuts give what the slower ways they replace gave.
+
+Each fast path (numpy constant folding, the lift and shape-inference passes, the shared code of
+generated run functions) is checked against what it replaced: ``onnx.reference``, onnx-ir's
+passes, a fresh compile. Speed is never asserted here.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_ir.passes import common as common_passes
+
+import ort_core
+from conftest import make_model
+from ort_core.graph.load import load_model
+from ort_core.optimizer import _fold, basic
+from ort_core.testing import models
+
+# --------------------------------------------------------------------------------------------
+# numpy folding against onnx.reference
+# --------------------------------------------------------------------------------------------
+
+
+def _node(op_type: str, n_inputs: int, opset: int, **attrs) -> tuple[ir.Node, int]:
+    names = [f"i{k}" for k in range(n_inputs)]
+    proto = helper.make_node(op_type, names, ["y"], **attrs)
+    return ir.serde.deserialize_node(proto), opset
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+
+
+I64 = np.int64
+F32 = np.float32
+x234 = np.arange(24, dtype=F32).reshape(2, 3, 4)
+
+# (op, opset, attributes, inputs): forms of every op the numpy folding covers, and some it defers
+CASES = [
+    ("Concat", 13, {"axis": 0}, [np.array([1, 2], I64), np.array([3], I64)]),
+    ("Concat", 13, {"axis": -1}, [x234, x234]),
+    ("Concat", 13, {"axis": 1}, [x234, x234.astype(np.float64)]),  # mixed: deferred
+    ("Concat", 13, {"axis": 0}, [np.array(1, I64), np.array(2, I64)]),  # rank 0: the reference refuses
+    ("Reshape", 13, {}, [x234, np.array([0, -1], I64)]),
+    ("Reshape", 14, {"allowzero": 1}, [np.zeros((0, 3), F32), np.array([3, 0], I64)]),
+    ("Reshape", 14, {"allowzero": 0}, [x234, np.array([0, 0, 2, 2], I64)]),
+    ("Reshape", 13, {}, [x234, np.array([5, 0, 0, 0], I64)]),  # zero beyond the rank: refused
+    ("Transpose", 13, {}, [x234]),
+    ("Transpose", 13, {"perm": [2, 0, 1]}, [x234]),
+    ("Transpose", 13, {"perm": [1, 0]}, [x234]),  # wrong length: refused
+    ("Squeeze", 13, {}, [np.zeros((1, 3, 1), F32)]),
+    ("Squeeze", 13, {}, [np.zeros((1, 3, 1), F32), np.array([-1], I64)]),
+    ("Squeeze", 13, {}, [np.zeros((1, 3, 1), F32), np.array([], I64)]),
+    ("Squeeze", 11, {"axes": [0, -1]}, [np.zeros((1, 3, 1), F32)]),
+    ("Squeeze", 11, {}, [np.zeros((1, 3, 1), F32)]),
+    ("Squeeze", 13, {}, [np.zeros((2, 3), F32), np.array([0], I64)]),  # not 1: refused
+    ("Unsqueeze", 13, {}, [np.array([1, 2], I64), np.array([0, -1], I64)]),
+    ("Unsqueeze", 13, {}, [np.array(5, I64), np.array([0], I64)]),
+    ("Unsqueeze", 11, {"axes": [2, 0]}, [x234]),
+    ("Unsqueeze", 11, {"axes": [-1]}, [x234]),
+    ("Gather", 13, {}, [np.array([10, 20, 30], I64), np.array(1, I64)]),
+    ("Gather", 13, {"axis": 1}, [x234, np.array([[0, -1]], I64)]),
+    ("Gather", 13, {}, [x234, np.array([5], np.int32)]),  # out of range: refused
+    ("Slice", 13, {}, [x234, np.array([0], I64), np.array([1], I64)]),
+    ("Slice", 13, {}, [x234, np.array([-1, 1], I64), np.array([-100, 10], I64), np.array([2, 0], I64),
+                       np.array([-1, 1], I64)]),
+    ("Slice", 13, {}, [np.arange(10, dtype=I64), np.array([1], I64), np.array([9], I64), None,
+                       np.array([3], I64)]),
+    ("Slice", 13, {}, [x234, np.array([0], np.int32), np.array([2], np.int32), np.array([-2], np.int32)]),
+    ("Cast", 13, {"to": TensorProto.INT64}, [np.array([1.7, -2.5, 3.0], F32)]),
+    ("Cast", 13, {"to": TensorProto.FLOAT16}, [np.array([1, 2, 70000], I64)]),
+    ("Cast", 13, {"to": TensorProto.BOOL}, [np.array([0.0, 0.5, np.nan], F32)]),
+    ("Cast", 19, {"to": TensorProto.INT32, "saturate": 0}, [np.array([3, 4], I64)]),
+    ("Cast", 13, {"to": TensorProto.STRING}, [np.array([1, 2], I64)]),  # deferred
+    ("Cast", 19, {"to": TensorProto.FLOAT8E4M3FN}, [np.array([1.0, 500.0], F32)]),  # deferred
+    ("ConstantOfShape", 13, {}, [np.array([2, 3], I64)]),
+    ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([7], np.int32))}, [np.array([4], I64)]),
+    ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([True]))}, [np.array([], I64)]),
+    ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([1.5], np.float16))}, [np.array([2, 0], I64)]),
+]
+
+
+@pytest.mark.parametrize("op, opset, attrs, inputs", CASES, ids=[f"{c[0]}-{k}" for k, c in enumerate(CASES)])
+def test_numpy_folding_matches_onnx_reference(op, opset, attrs, inputs):
+    node, version = _node(op, len(inputs), opset, **attrs)
+    try:
+        want = basic._evaluate(node, inputs, {"": opset})
+    except Exception:
+        want = None
+    got = _fold.evaluate(node, inputs, version)
+    if got is None:  # deferred: the pass asks the reference, which then decides
+        return
+    assert want is not None, f"numpy folding answered where onnx.reference refuses: {got}"
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert _same(g, w), f"{op}: {g!r} != {w!r}"
+
+
+def test_numpy_folding_answers_the_common_forms():
+    """Most cases above must be answered by numpy (else the comparison above tests nothing)."""
+    answered = set()
+    for op, opset, attrs, inputs in CASES:
+        node, version = _node(op, len(inputs), opset, **attrs)
+        if _fold.evaluate(node, inputs, version) is not None:
+            answered.add(op)
+    assert answered == set(_fold._EVALUATORS)
+
+
+def _backend_cases(op: str):
+    from ort_core.testing import conformance
+
+    for case in conformance.load_cases(["node"], pattern=f"^test_{op.lower()}"):
+        graph = case.model.graph
+        if len(graph.node) != 1 or graph.node[0].op_type != op or not case.data_sets:
+            continue
+        opset = next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
+        inputs = case.data_sets[0][0]
+        names = [n for n in graph.node[0].input]
+        feeds = iter(inputs)
+        arrays = [next(feeds) if n else None for n in names]
+        yield case.name, ir.serde.deserialize_node(graph.node[0]), opset, arrays
+
+
+def test_numpy_folding_on_the_onnx_backend_cases():
+    """Every single-node backend test case of the covered ops: numpy's answer, when it gives
+    one, is onnx.reference's, bit for bit."""
+    answered = 0
+    for op in _fold._EVALUATORS:
+        for name, node, opset, inputs in _backend_cases(op):
+            if any(x is not None and not isinstance(x, np.ndarray) for x in inputs):
+                continue
+            got = _fold.evaluate(node, inputs, opset)
+            if got is None:
+                continue
+            want = basic._evaluate(node, inputs, {"": opset})
+            assert all(_same(g, w) for g, w in zip(got, want)), name
+            answered += 1
+    assert answered >= 60, answered
+
+
+# --------------------------------------------------------------------------------------------
+# the lift and shape-inference passes against onnx-ir's
+# --------------------------------------------------------------------------------------------
+
+
+def _constants_model() -> onnx.ModelProto:
+    """Constants of every attribute kind, one used as a graph output, one in an If branch."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    then_graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c_then"], value_floats=[1.0, 2.0, 3.0]),
+         helper.make_node("Add", ["x", "c_then"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])])
+    else_graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3])])
+    nodes = [
+        helper.make_node("Constant", [], ["shape"], value_ints=[3, 2]),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Constant", [], ["one"], value_float=1.0),
+        helper.make_node("Add", ["r", "one"], ["a"]),
+        helper.make_node("Constant", [], ["k"], value_int=2),
+        helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.ones((2, 3), np.float32), "w")),
+        helper.make_node("Mul", ["x", "w"], ["m"]),
+        helper.make_node("Constant", [], ["s"], value_strings=["a", "b"]),
+        helper.make_node("Constant", [], ["cond"], value=numpy_helper.from_array(np.array(True), "cond")),
+        helper.make_node("If", ["cond"], ["branch"], then_branch=then_graph, else_branch=else_graph),
+        helper.make_node("Constant", [], ["out_const"], value_floats=[4.0]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+               for n, shape in (("a", [3, 2]), ("m", [2, 3]), ("branch", [2, 3]), ("out_const", [1]))]
+    outputs.append(helper.make_tensor_value_info("k", TensorProto.INT64, []))
+    outputs.append(helper.make_tensor_value_info("s", TensorProto.STRING, [2]))
+    return make_model(nodes, [x], outputs)
+
+
+def _identity_blocks_inference_model() -> onnx.ModelProto:
+    """Shape -> Identity -> Reshape: onnx's data propagation stops at Identity, so the
+    optimizer's second inference (after Identity removal) learns the Reshape's shape."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s0"]),
+        helper.make_node("Identity", ["s0"], ["s"]),
+        helper.make_node("Reshape", ["x", "s"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    return make_model(nodes, [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+
+
+def _serialized(model: ir.Model) -> bytes:
+    return ir.serde.serialize_model(model).SerializeToString(deterministic=True)
+
+
+def _corpus() -> list[tuple[str, onnx.ModelProto]]:
+    return [
+        ("constants", _constants_model()),
+        ("identity", _identity_blocks_inference_model()),
+        ("mlp", models.mlp(hidden=32, layers=2)),
+        ("cnn", models.cnn(image=16, width=8, blocks=1)),
+        ("transformer", models.transformer(vocab=50, seq=8, dim=16, heads=2, layers=1)),
+    ]
+
+
+@pytest.mark.parametrize("name, proto", _corpus(), ids=[n for n, _ in _corpus()])
+def test_lift_pass_is_onnx_irs(name, proto):
+    ours, theirs = load_model(proto), load_model(proto)
+    a = basic.LiftConstantsPass()(ours).modified
+    b = common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(theirs).modified
+    assert a == b
+    assert _serialized(ours) == _serialized(theirs)
+
+
+@pytest.mark.parametrize("name, proto", _corpus(), ids=[n for n, _ in _corpus()])
+def test_shape_inference_pass_is_onnx_irs(name, proto):
+    """After the passes that run before it (so that the identity case has something to learn),
+    the pass leaves the model exactly as onnx-ir's ShapeInferencePass(strict_mode=False) does:
+    the same shapes, and the same initializer order."""
+    before = [basic.LiftConstantsPass(), basic.DropoutEliminationPass(), basic.IdentityEliminationPass(),
+              common_passes.RemoveUnusedNodesPass()]
+    ours, theirs = load_model(proto), load_model(proto)
+    for p in before:
+        p(ours)
+        p(theirs)
+    a = basic.ShapeInferenceQuietPass()(ours).modified
+    b = common_passes.ShapeInferencePass(strict_mode=False)(theirs).modified
+    assert a == b
+    assert _serialized(ours) == _serialized(theirs)
+    if name == "identity":
+        assert a and ours.graph.node(1).outputs[0].shape[1] == 6  # learned: not just the fast path
+
+
+def test_shape_inference_pass_restores_the_model_when_inference_fails(monkeypatch):
+    model = load_model(models.mlp(hidden=32, layers=2))
+    basic.LiftConstantsPass()(model)
+    inputs = list(model.graph.inputs)
+    initializers = {n: v.const_value for n, v in model.graph.initializers.items()}
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("inference broke")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", fail)
+    assert not basic.ShapeInferenceQuietPass()(model).modified
+    assert list(model.graph.inputs) == inputs
+    assert {n: v.const_value for n, v in model.graph.initializers.items()} == initializers
+
+
+def test_folding_with_and_without_numpy_gives_the_same_graph(monkeypatch):
+    """A model full of foldable shape arithmetic: the optimized graph is byte for byte the one
+    onnx.reference alone gives."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6])
+    inits = [numpy_helper.from_array(np.array(v, I64), n) for n, v in
+             (("hw", [2, 12]), ("zero", [0]), ("one", [1]), ("three", [3]), ("idx", [2, 0]), ("eight", [8]))]
+    inits.append(numpy_helper.from_array(np.arange(12, dtype=F32).reshape(3, 4), "table"))
+    nodes = [
+        helper.make_node("Unsqueeze", ["hw", "zero"], ["hw2"]),
+        helper.make_node("Squeeze", ["hw2", "zero"], ["hw3"]),
+        helper.make_node("Concat", ["zero", "hw3"], ["shape"], axis=0),  # [0, 2, 12]
+        helper.make_node("Cast", ["shape"], ["shape_f"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["shape_f"], ["shape_i"], to=TensorProto.INT64),
+        helper.make_node("Slice", ["shape_i", "one", "three"], ["shape_s"]),  # [2, 12]
+        helper.make_node("ConstantOfShape", ["shape_s"], ["ones"], value=numpy_helper.from_array(np.array([1.0], F32))),
+        helper.make_node("Reshape", ["x", "shape_i"], ["y0"]),
+        helper.make_node("Add", ["y0", "ones"], ["y1"]),
+        helper.make_node("Gather", ["table", "idx"], ["rows"], axis=0),
+        helper.make_node("Transpose", ["rows"], ["cols"], perm=[1, 0]),
+        helper.make_node("Reshape", ["cols", "eight"], ["flat"]),
+        helper.make_node("Mul", ["flat", "flat"], ["sq"]),
+    ]
+    outputs = [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["N", 2, 12]),
+               helper.make_tensor_value_info("sq", TensorProto.FLOAT, [8])]
+    proto = make_model(nodes, [x], outputs, inits)
+
+    def optimized() -> bytes:
+        sess = ort_core.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        return _serialized(sess._model)
+
+    fast = optimized()
+    monkeypatch.setattr(_fold, "evaluate", lambda node, inputs, version: None)
+    assert optimized() == fast
+    assert b"Cast" not in fast and b"Gather" not in fast  # folded (else the test compares nothing)
+
+
+# --------------------------------------------------------------------------------------------
+# generated run functions share compiled code, not kernels
+# --------------------------------------------------------------------------------------------
+
+
+def test_plans_of_the_same_shape_keep_their_own_kernels():
+    """Two models of one structure, different weights: the second session reuses the first's
+    compiled run function, and each still computes with its own weights."""
+    import onnxruntime
+
+    a, b = models.mlp(hidden=32, layers=2, seed=1), models.mlp(hidden=32, layers=2, seed=2)
+    feeds = models.random_inputs(a, batch=3)
+    for proto in (a, b, copy.deepcopy(a)):
+        data = proto.SerializeToString()
+        got = ort_core.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
