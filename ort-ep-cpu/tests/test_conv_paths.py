@@ -47,11 +47,11 @@ def _pair(data):
     return ref, got
 
 
-# (x shape, w shape, attrs, expected plan: (phases, taps per phase as (rows, row step, cols,
-# col step)) or "direct")
+# (x shape, w shape, attrs, expected plan: per phase, its taps as (rows, row step, columns,
+# column step); "im2col" where there are more than MAX_PHASES phases and the plain path runs)
 CASES = [
-    # stride 1 without padding: the input is used in place (no copy)
-    ((2, 5, 9, 11), (7, 5, 3, 3), {}, "direct"),
+    # stride 1 without padding
+    ((2, 5, 9, 11), (7, 5, 3, 3), {}, [(3, 1, 3, 1)]),
     # stride 1, padding, odd sizes, batch 3
     ((3, 5, 9, 11), (7, 5, 3, 3), {"pads": [1, 1, 1, 1]}, [(3, 1, 3, 1)]),
     # asymmetric padding and a non-square kernel
@@ -87,6 +87,10 @@ CASES = [
     ((2, 4, 21), (6, 4, 5), {"pads": [2, 1], "strides": [2]}, [(1, 1, 3, 1), (1, 1, 2, 1)]),
     ((1, 6, 30), (6, 2, 3), {"group": 3, "dilations": [2], "pads": [2, 2]}, [(1, 1, 3, 2)]),
     ((1, 480, 40), (60, 480, 3), {"pads": [1, 1]}, [(1, 1, 3, 1)]),
+    # more phases than MAX_PHASES (stride 3 with a 3-wide kernel: 9; a strided 1-D "STFT"
+    # convolution: 8): the plain im2col path
+    ((2, 3, 13, 14), (4, 3, 3, 3), {"strides": [3, 3], "pads": [1, 1, 1, 1]}, "im2col"),
+    ((1, 1, 72), (6, 1, 16), {"strides": [8]}, "im2col"),
 ]
 
 
@@ -114,11 +118,12 @@ def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded
     y = nn.conv(x, w, None, attrs.get("group", 1), g, w_shape[2:])
     plan = (g.as_2d() if nd == 1 else g).wide
     assert plan is not None
-    if expected == "direct":
-        assert plan.direct and len(plan.phases) == 1
+    if expected == "im2col":
+        assert len(plan.phases) > nn.MAX_PHASES
+        assert not plan.pool  # no workspace was made: the wide path did not run
     else:
-        assert not plan.direct
         assert _plan_summary(plan) == expected
+        assert plan.pool  # its workspace went back to the pool
     want = onnxruntime.InferenceSession(_model(x_shape, w_shape, attrs, bias=False)[0],
                                         providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

@@ -267,17 +267,20 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     k = len(g.offsets)
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
-    if len(out) <= 2 and not (k == 1 and not any(g.pads)):
-        owner = w  # the weight array the prepared matrix is kept for
-        if len(out) == 1:  # 1-D as 2-D with one row: same code, no extra copy (views)
-            g = g.as_2d()
-            x, w, y4 = x[:, :, None, :], w[:, :, None, :], y[:, :, None, :]
-        else:
-            y4 = y
-        _conv_wide(x, w, b, group, g, y4, prepared if prepared is not None else {}, owner)
-        if activation is not None:
-            activation(y)
-        return y
+    if len(out) <= 2 and not (k == 1 and not any(g.pads)) and x.dtype == dtype:
+        g2 = g.as_2d() if len(out) == 1 else g  # 1-D as 2-D with one row: same code (views)
+        if g2.wide is None:
+            g2.wide = _WidePlan(g2)
+        if len(g2.wide.phases) <= MAX_PHASES:
+            owner = w  # the weight array the prepared matrix is kept for
+            if len(out) == 1:
+                x, w, y4 = x[:, :, None, :], w[:, :, None, :], y[:, :, None, :]
+            else:
+                y4 = y
+            _conv_wide(x, w, b, group, g2, y4, prepared if prepared is not None else {}, owner)
+            if activation is not None:
+                activation(y)
+            return y
     p = int(np.prod(out))
     y3 = y.reshape(n, m, p)
     if group == 1:
@@ -303,32 +306,39 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
 
 #: target size of one column buffer (one band of output rows, one chunk of groups): small enough
 #: to stay in the core's L2 cache between its copy and its GEMM, large enough that the GEMM is
-#: not a tiny one (measured on this machine: 2 MB L2 per core; a 1 MB band costs the GEMM
-#: nothing and saves a trip to memory for the copy)
+#: not a tiny one (this machine: 2 MB of L2 per core)
 BAND_BYTES = 2 << 20
+#: the wide-output path splits the input into strides[0] * strides[1] phases; past this many
+#: (e.g. a stride-128 STFT convolution) the plain im2col copy is cheaper
+MAX_PHASES = 4
 
 
 class _WidePlan:
-    """2-D convolution "on the wide output": the padded image is split into stride phases
+    """2-D convolution "on the wide output". The padded image is split into stride phases
     (phase (p, q) holds padded rows p, p+sh, ... and columns q, q+sw, ...; for stride 1 the
     padded image itself), each stored flat per channel, row-major, ``wq`` values a row. Every
     kernel tap then reads a phase at a fixed flat offset with unit step, so the column rows of
     all taps of one phase are ONE strided view (channel, tap row, tap column, pixel) copied in
     one call, and a band of output rows is a contiguous run of ``(rows - 1) * wq + ow`` flat
     positions. The GEMM computes that run (the ``wq - ow`` positions between rows are garbage)
-    and the crop into the output adds the bias in the same pass."""
+    and the crop into the output adds the bias in the same pass.
 
-    __slots__ = ("hq", "wq", "phases", "perm", "fill", "direct", "pool", "taps")
+    Everything but the input and output is set up once per input shape, in a workspace
+    (phase buffer with zero borders, column and GEMM buffers, and every view into them) that
+    runs reuse: a run is the fill of the phase interiors, then per band a copy per phase, one
+    GEMM and one crop."""
+
+    __slots__ = ("g", "hq", "wq", "phases", "perm", "fill", "taps", "pool")
 
     def __init__(self, g: _Geometry):
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
         hp, wp = g.padded
+        self.g = g
         self.hq, self.wq = -(-hp // sh), -(-wp // sw)
         # per used phase: (index in the phase buffer, tap slice in the column rows,
         # (first tap row, tap rows, step), (first tap column, tap columns, step))
         self.phases = []
         perm: list[int] = []
-        used = 0
         for p in range(sh):
             rows = [a for a in range(kh) if (a * dh) % sh == p]
             if not rows:
@@ -343,87 +353,55 @@ class _WidePlan:
                 col_step = cb[1] - cb[0] if len(cb) > 1 else 1
                 t0 = len(perm)
                 perm.extend(a * kw + b for a in rows for b in cols)
-                self.phases.append((used, p, q, slice(t0, len(perm)),
+                self.phases.append((len(self.phases), p, q, slice(t0, len(perm)),
                                     (ra[0], len(ra), row_step), (cb[0], len(cb), col_step)))
-                used += 1
         self.taps = len(perm)
         self.perm = None if perm == list(range(kh * kw)) else np.array(perm)
-        # stride 1 without padding: the input itself is the only phase, no copy at all
-        self.direct = sh == sw == 1 and not any(g.pads)
-        # per used phase: the slice of the phase buffer the input fills, and the input slice
+        # per used phase: the region of the phase grid the input fills, and the input slice
         top, left = g.pads[0], g.pads[1]
         self.fill = []
+        h, w = g.spatial
         for _, p, q, *_ in self.phases:
             r_lo = max(0, -(-(top - p) // sh))
             c_lo = max(0, -(-(left - q) // sw))
             r_in, c_in = r_lo * sh + p - top, c_lo * sw + q - left
-            self.fill.append((r_lo, c_lo, slice(r_in, None, sh), slice(c_in, None, sw)))
-        self.pool: dict = {}  # (shape, dtype) -> phase buffers with zero borders, free for reuse
+            nr = len(range(r_in, h, sh))
+            nc = len(range(c_in, w, sw))
+            self.fill.append(((slice(r_lo, r_lo + nr), slice(c_lo, c_lo + nc)),
+                              (slice(r_in, None, sh), slice(c_in, None, sw))))
+        self.pool: dict = {}  # (x shape, dtype, M, group) -> free workspaces
 
-    def take(self, x: np.ndarray) -> np.ndarray:
-        """The phase buffer (phases, N, C, hq * wq) holding ``x``; padding borders are zero.
-        Buffers are reused across runs (only the interior is rewritten, so the borders stay
-        zero and no page of them is touched again)."""
-        n, c, h, w = x.shape
-        key = (x.shape, x.dtype)
-        try:  # list.pop is atomic: concurrent runs each get their own buffer
-            buf = self.pool[key].pop()
+    def workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
+        """A free workspace for this input, made on first need (list.pop is atomic: concurrent
+        runs each get their own)."""
+        key = (x_shape, dtype, m, group)
+        try:
+            return self.pool[key].pop()
         except (KeyError, IndexError):
-            buf = np.zeros((len(self.phases), n, c, self.hq * self.wq), dtype=x.dtype)
-        grid = buf.reshape(len(self.phases), n, c, self.hq, self.wq)
-        for j, (r_lo, c_lo, rows, cols) in enumerate(self.fill):
-            src = x[:, :, rows, cols]
-            grid[j, :, :, r_lo : r_lo + src.shape[2], c_lo : c_lo + src.shape[3]] = src
-        return buf
+            return self._make_workspace(x_shape, dtype, m, group)
 
-    def give(self, x: np.ndarray, buf: np.ndarray) -> None:
-        self.pool.setdefault((x.shape, x.dtype), []).append(buf)
+    def give(self, ws: tuple) -> None:
+        self.pool.setdefault(ws[0], []).append(ws)
 
-
-def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
-               y: np.ndarray, prepared: dict, owner: np.ndarray) -> None:
-    """2-D convolution into ``y`` (N, M, OH, OW) through ``_WidePlan``'s wide-output GEMMs, one
-    band of output rows (and chunk of groups) at a time, so each column buffer is still in
-    cache when its GEMM reads it."""
-    plan = g.wide
-    if plan is None:
-        plan = g.wide = _WidePlan(g)
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    oh, ow = g.out
-    wq = plan.wq
-    k = plan.taps
-    dtype = y.dtype
-    itemsize = x.itemsize
-    cg, mg = c // group, m // group
-    # the weights as (groups, M/group, C/group * taps) in the column rows' tap order; kept per
-    # node for constant weights (a weight fed at run time is a new array: recomputed)
-    key = (id(owner), None if plan.perm is None else plan.perm.tobytes())
-    entry = prepared.get(key)
-    if entry is None or entry[0] is not owner:
-        wt = w.reshape(m, cg, -1)
-        if plan.perm is not None:
-            wt = wt[:, :, plan.perm]
-        entry = (owner, np.ascontiguousarray(wt.reshape(group, mg, cg * k), dtype=dtype))
-        if len(prepared) > 8:
-            prepared.clear()
-        prepared[key] = entry
-    wmat = entry[1]
-    if plan.direct:
-        xc = np.ascontiguousarray(x)
-        buf = xc.reshape(1, n, c, -1)
-    else:
-        buf = plan.take(x)
-    try:
+    def _make_workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
+        n, c = x_shape[:2]
+        oh, ow = self.g.out
+        wq, k = self.wq, self.taps
+        itemsize = np.dtype(dtype).itemsize
+        cg, mg = c // group, m // group
+        buf = np.zeros((len(self.phases), n, c, self.hq * wq), dtype=dtype)
+        grid = buf.reshape(len(self.phases), n, c, self.hq, wq)
+        fills = [(grid[(j, slice(None), slice(None)) + dst], (slice(None), slice(None)) + src)
+                 for j, (dst, src) in enumerate(self.fill)]
         # a band: all rows of as many groups as fit BAND_BYTES, or (one group too big) fewer rows
         full = ((oh - 1) * wq + ow) * cg * k * itemsize
         groups_per_band = max(1, min(group, BAND_BYTES // max(1, full)))
         rows_per_band = oh if groups_per_band > 1 else max(1, min(oh, BAND_BYTES // max(1, cg * k * wq * itemsize)))
-        bias = None if b is None else b.reshape(m, 1, 1)
-        # the views below are built with np.ndarray on the whole contiguous buffer (several
-        # times cheaper than as_strided on a slice; offsets in bytes)
-        per_image, per_channel = buf.strides[1], buf.strides[2]
-        per_phase = buf.strides[0]
+        wide_max = (rows_per_band - 1) * wq + ow
+        cols_buf = np.empty(min(group, groups_per_band) * cg * k * wide_max, dtype=dtype)
+        res_buf = np.empty(min(group, groups_per_band) * mg * wide_max, dtype=dtype)
+        per_phase, per_image, per_channel = buf.strides[0], buf.strides[1], buf.strides[2]
+        bands = []
         for i in range(n):
             for g0 in range(0, group, groups_per_band):
                 g1 = min(group, g0 + groups_per_band)
@@ -432,23 +410,58 @@ def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g
                 for r0 in range(0, oh, rows_per_band):
                     r1 = min(oh, r0 + rows_per_band)
                     wide = (r1 - r0 - 1) * wq + ow
-                    cols = np.empty((cc, k, wide), dtype=x.dtype)
-                    for j, _, _, taps, (ra, na, da), (cb, nb, db) in plan.phases:
+                    cols = cols_buf[: cc * k * wide].reshape(cc, k, wide)
+                    copies = []
+                    for j, _, _, taps, (ra, na, da), (cb, nb, db) in self.phases:
                         start = j * per_phase + i * per_image + c0 * per_channel + ((r0 + ra) * wq + cb) * itemsize
-                        view = np.ndarray((cc, na, nb, wide), buf.dtype, buf, start,
-                                          (per_channel, da * wq * itemsize, db * itemsize, itemsize))
-                        np.copyto(cols[:, taps].reshape(cc, na, nb, wide), view)
-                    res = np.matmul(wmat[g0:g1], cols.reshape(g1 - g0, cg * k, wide))
-                    crop = np.ndarray((m1 - m0, r1 - r0, ow), res.dtype, res, 0,
-                                      (wide * res.itemsize, wq * res.itemsize, res.itemsize))
-                    dst = y[i, m0:m1, r0:r1]
-                    if bias is None:
-                        np.copyto(dst, crop)
-                    else:
-                        np.add(crop, bias[m0:m1], out=dst)
+                        src = np.ndarray((cc, na, nb, wide), buf.dtype, buf, start,
+                                         (per_channel, da * wq * itemsize, db * itemsize, itemsize))
+                        copies.append((cols[:, taps].reshape(cc, na, nb, wide), src))
+                    res = res_buf[: (m1 - m0) * wide].reshape(g1 - g0, mg, wide)
+                    crop = np.ndarray((m1 - m0, r1 - r0, ow), dtype, res_buf, 0,
+                                      (wide * itemsize, wq * itemsize, itemsize))
+                    bands.append((copies, slice(g0, g1), cols.reshape(g1 - g0, cg * k, wide), res, crop,
+                                  (i, slice(m0, m1), slice(r0, r1)), slice(m0, m1)))
+        return ((x_shape, dtype, m, group), fills, bands)
+
+
+def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
+               y: np.ndarray, prepared: dict, owner: np.ndarray) -> None:
+    """2-D convolution into ``y`` (N, M, OH, OW) through ``_WidePlan``'s wide-output GEMMs, one
+    band of output rows (and chunk of groups) at a time, so each column buffer is still in
+    cache when its GEMM reads it."""
+    plan = g.wide
+    m = w.shape[0]
+    cg, mg = x.shape[1] // group, m // group
+    # the weights as (groups, M/group, C/group * taps) in the column rows' tap order; kept per
+    # node for constant weights (a weight fed at run time is a new array: recomputed)
+    key = (id(owner), None if plan.perm is None else plan.perm.tobytes())
+    entry = prepared.get(key)
+    if entry is None or entry[0] is not owner:
+        wt = w.reshape(m, cg, -1)
+        if plan.perm is not None:
+            wt = wt[:, :, plan.perm]
+        entry = (owner, np.ascontiguousarray(wt.reshape(group, mg, cg * plan.taps), dtype=y.dtype))
+        if len(prepared) > 8:
+            prepared.clear()
+        prepared[key] = entry
+    wmat = entry[1]
+    ws = plan.workspace(x.shape, x.dtype, m, group)
+    try:
+        _, fills, bands = ws
+        for dst, src in fills:  # the phase interiors; borders stay zero from creation
+            dst[...] = x[src]
+        bias = None if b is None else b.reshape(m, 1, 1)
+        for copies, gs, cols, res, crop, ys, ms in bands:
+            for dst, src in copies:
+                np.copyto(dst, src)
+            np.matmul(wmat[gs], cols, out=res)
+            if bias is None:
+                y[ys] = crop
+            else:
+                np.add(crop, bias[ms], out=y[ys])
     finally:
-        if not plan.direct:
-            plan.give(x, buf)
+        plan.give(ws)
 
 
 def build_conv(node, request, activation: Activation | None = None):
