@@ -226,7 +226,7 @@ def _skip_layer_norm(node, request):
     wanted = [bool(o) for o in node.outputs] + [False] * (4 - len(node.outputs))
     n_out = len(node.outputs)
     name = node.name
-    ones: dict[tuple[int, np.dtype], np.ndarray] = {}  # row sums as a BLAS matrix-vector product
+    mean_weights: dict[tuple[int, np.dtype], np.ndarray] = {}  # 1/hidden: row means as one BLAS GEMV
 
     def skip_layer_norm(x, skip, gamma, beta=None, bias=None):
         hidden = x.shape[-1]
@@ -241,20 +241,19 @@ def _skip_layer_norm(node, request):
         s = np.add(x, skip, dtype=work)  # the one full-size buffer made, besides the sum output
         if bias is not None:
             s += bias
-        inv_h = work.type(1.0 / hidden)
         key = (hidden, work)
-        if key not in ones:
-            ones[key] = np.ones(hidden, work)
-        mean = np.matmul(s, ones[key])[..., None]  # gemv: a fraction of np.add.reduce's time
-        mean *= inv_h
+        if key not in mean_weights:
+            mean_weights[key] = np.full(hidden, 1.0 / hidden, work)
+        inv_h = mean_weights[key]
+        mean = np.matmul(s, inv_h)[..., None]  # gemv: a fraction of np.add.reduce's time
         if wanted[3]:  # the sum is an output: centre into a new buffer (as costly as a copy)
             total = s if s.dtype == x.dtype else s.astype(x.dtype)
             c = s - mean
         else:
             c = s
             c -= mean
-        var = _row_sum_of_squares(c)[..., None]
-        var *= inv_h
+        var = _row_sum_of_squares(c)[..., None]  # (the per-row arrays are small: few calls matter)
+        var *= inv_h[0]
         var += eps
         inv_std = np.sqrt(var, out=var)
         np.reciprocal(inv_std, out=inv_std)
