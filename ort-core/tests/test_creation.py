@@ -18,7 +18,8 @@ from onnx_ir.passes import common as common_passes
 
 import ort_core
 from conftest import make_model
-from ort_core.graph.load import load_model
+from ort_core.graph import load
+from ort_core.graph.load import SHAPES_INFERRED, load_model
 from ort_core.optimizer import _fold, basic
 from ort_core.testing import models
 
@@ -235,6 +236,34 @@ def test_shape_inference_pass_is_onnx_irs(name, proto):
     assert _serialized(ours) == _serialized(theirs)
     if name == "identity":
         assert a and ours.graph.node(1).outputs[0].shape[1] == 6  # learned: not just the fast path
+
+
+def _real_models() -> list[tuple[str, bytes]]:
+    """The real models bench/ uses, where a checkout has fetched them (never downloaded here)."""
+    from pathlib import Path
+
+    cache = Path(__file__).resolve().parents[2] / "models-cache"
+    return [(p.parent.name, p.read_bytes()) for p in sorted(cache.glob("*/*.onnx"))]
+
+
+def test_skipping_the_second_inference_gives_the_same_graph(monkeypatch):
+    """Models inferred at load without Identity/Dropout skip the optimizer's inference: the
+    optimized graph (shapes included) is byte for byte the one a second inference gives."""
+    cases = [(n, p.SerializeToString()) for n, p in _corpus() if n != "identity"] + _real_models()
+
+    def optimized(data: bytes) -> bytes:
+        sess = ort_core.InferenceSession(data, providers=["CPUExecutionProvider"])
+        return _serialized(sess._model)
+
+    skipped = 0
+    for name, data in cases:
+        skipped += SHAPES_INFERRED in load_model(data).meta
+        with monkeypatch.context() as m:
+            m.setattr(load, "_has_identity", lambda graph: True)  # never skip
+            assert SHAPES_INFERRED not in load_model(data).meta
+            want = optimized(data)
+        assert optimized(data) == want, name
+    assert skipped >= 3
 
 
 def test_shape_inference_pass_restores_the_model_when_inference_fails(monkeypatch):

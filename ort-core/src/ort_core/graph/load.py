@@ -20,19 +20,29 @@ ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
 def load_proto(source: ModelSource) -> onnx.ModelProto:
     """Read a model with its external data; refuse external paths outside the model's folder."""
+    return _read(source)[0]
+
+
+def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
+    """The model, and the bytes it was parsed from when they still are the model (no external
+    data was read into it): the checker and shape inference take those bytes as they are,
+    where a ModelProto would be serialised again for each (milliseconds per MB)."""
+    data: bytes | None = None
     if source is None:
         raise NoModel("no model given: pass a path, the model's bytes or an onnx.ModelProto")
     if isinstance(source, onnx.ModelProto):
         model = source
         base_dir = None
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        model = _parse(bytes(source), "the given bytes")
+        data = bytes(source)
+        model = _parse(data, "the given bytes")
         base_dir = None
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
             raise NoSuchFile(f"model file not found: {str(path)!r}")
-        model = _parse(path.read_bytes(), str(path))
+        data = path.read_bytes()
+        model = _parse(data, str(path))
         base_dir = path.resolve().parent
     else:
         raise InvalidProtobuf(
@@ -46,7 +56,8 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
                 "load it from its file path so the data files can be found"
             )
         _load_external_data(model, base_dir)
-    return model
+        data = None
+    return model, data
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -89,8 +100,9 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
         raise InvalidGraph(f"external data could not be read: {exc}") from None
 
 
-def check_proto(model: onnx.ModelProto) -> None:
-    """Run the ONNX checker; its message names the node and the rule broken."""
+def check_proto(model: onnx.ModelProto | bytes) -> None:
+    """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
+    broken."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
@@ -99,17 +111,19 @@ def check_proto(model: onnx.ModelProto) -> None:
         logger.info("ONNX checker skipped: %s", exc)
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """ONNX type and shape inference. A type error (e.g. Add of float and double) is an
-    InvalidGraph naming the node; other inference failures keep the model as it was."""
+    InvalidGraph naming the node; other inference failures keep the model as it was (``model``
+    itself is returned). ``data``: the model's bytes, if the caller has them."""
+    source = model if data is None else data
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as exc:
         # Strict mode also fails on what is not a type error, e.g. inside the function body of
         # an op whose attribute takes its default (MeanVarianceNormalization without axes);
         # type errors still fail without it.
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False, data_prop=True)
         except onnx.shape_inference.InferenceError:
             raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
         except Exception:
@@ -123,18 +137,42 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
+#: Set in a loaded model's ``meta`` when onnx inferred its shapes and no graph of it has an
+#: Identity or Dropout node. The optimizer's own inference (after Constant lifting, Identity and
+#: Dropout removal, unused-node removal) then has nothing to learn and is skipped: lifting keeps
+#: the data inference saw (a Constant's value, now an initializer's), removing unused nodes
+#: takes away nothing a kept node reads, and only removing an Identity or Dropout can open a
+#: path that onnx's data propagation could not follow before. (The optimizer pops the key.)
+SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
+
+
 def load_model(source: ModelSource) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
-    proto = load_proto(source)
-    check_proto(proto)
+    proto, data = _read(source)
+    check_proto(proto if data is None else data)
     if proto.functions:
-        proto = onnx.inliner.inline_local_functions(proto)
-    proto = infer_shapes(proto)
-    _untype_maps(proto.graph)
+        proto, data = onnx.inliner.inline_local_functions(proto), None
+    inferred = infer_shapes(proto, data)
+    _untype_maps(inferred.graph)
     try:
-        return ir.serde.deserialize_model(proto)
+        model = ir.serde.deserialize_model(inferred)
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {exc}") from None
+    if inferred is not proto and not _has_identity(model.graph):
+        model.meta[SHAPES_INFERRED] = True
+    return model
+
+
+def _has_identity(graph: ir.Graph) -> bool:
+    for node in graph:
+        if node.op_type in ("Identity", "Dropout"):
+            return True
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH and _has_identity(attr.value):
+                return True
+            if attr.type == ir.AttributeType.GRAPHS and any(_has_identity(g) for g in attr.value):
+                return True
+    return False
 
 
 def _has_map(t: onnx.TypeProto) -> bool:

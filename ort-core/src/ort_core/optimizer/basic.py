@@ -13,6 +13,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
+from ..graph.load import SHAPES_INFERRED
 from . import _fold
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
 
@@ -213,10 +214,13 @@ class ShapeFoldingPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in graphs(model.graph):
-            namer = Namer(graph)
+            namer = None
             for node in list(graph):
                 if not is_op(node, "Shape") or node.outputs[0].is_graph_output():
                     continue
+                # made at the graph's first Shape node, before this pass changed the graph (the
+                # names it avoids are those it would have seen at the start): most graphs have none
+                namer = namer or Namer(graph)
                 shape = node.inputs[0].shape
                 if shape is None:
                     continue
@@ -473,18 +477,25 @@ class ShapeInferenceQuietPass(ir.passes.InPlacePass):
     left as it is.
 
     The result is that of onnx-ir's ``ShapeInferencePass(strict_mode=False)``; what differs is
-    the cost: when inference returns the model it was given byte for byte (the common case,
-    since the loader already inferred shapes), nothing is read back, instead of deserialising
-    the whole inferred model and comparing every value.
+    the cost. A model the loader inferred that had no Identity or Dropout node is not inferred
+    again (``graph.load.SHAPES_INFERRED`` says why that cannot learn anything). Otherwise, when
+    inference returns the model it was given byte for byte (the common case), nothing is read
+    back, instead of deserialising the whole inferred model and comparing every value.
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        if model.meta.pop(SHAPES_INFERRED, False):
+            # nothing to learn (see SHAPES_INFERRED); the side effects on initializers stay
+            _inference_proto(model, serialize=False)
+            return ir.passes.PassResult(model, False)
         if any(v.type is None for v in model.graph.inputs):
             # onnx's C++ inference can crash (not raise) on an untyped input, e.g. a map-typed
             # one, which onnx-ir cannot represent (DictVectorizer's input)
             return ir.passes.PassResult(model, False)
         try:
-            sent = _inference_proto(model).SerializeToString()
+            proto = _inference_proto(model)
+            assert proto is not None
+            sent = proto.SerializeToString()
             inferred = onnx.shape_inference.infer_shapes(sent, check_type=True, strict_mode=False, data_prop=True)
             if inferred.SerializeToString() == sent:
                 return ir.passes.PassResult(model, False)
@@ -494,12 +505,13 @@ class ShapeInferenceQuietPass(ir.passes.InPlacePass):
             return ir.passes.PassResult(model, False)
 
 
-def _inference_proto(model: ir.Model) -> onnx.ModelProto:
+def _inference_proto(model: ir.Model, serialize: bool = True) -> onnx.ModelProto | None:
     """The model as shape inference gets it: initializers are graph inputs too, and those over
     ``_INFERENCE_DATA_LIMIT`` bytes (or without data) are sent without their data. The model
     is restored afterwards, with onnx-ir's side effects kept so that results do not depend on
     which implementation ran: initializers get their tensor's shape and type where they had
-    none, and those sent without data end up after the others."""
+    none, and those sent without data end up after the others. With ``serialize`` False only
+    those side effects happen."""
     graph = model.graph
     initializers = tuple(graph.initializers.values())
     saved = {v.name: v.const_value for v in initializers}
@@ -520,7 +532,7 @@ def _inference_proto(model: ir.Model) -> onnx.ModelProto:
             elif tensor.nbytes > _INFERENCE_DATA_LIMIT:
                 value.const_value = None
                 graph.initializers.pop(value.name)
-        return ir.serde.serialize_model(model)
+        return ir.serde.serialize_model(model) if serialize else None
     finally:
         for value in initializers:
             value.const_value = saved[value.name]
