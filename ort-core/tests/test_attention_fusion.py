@@ -68,7 +68,8 @@ def _layer(*, scale="div", mask="b11s", k_form="two", reshape="concat", softmax_
            extra_output=None, dtype=np.float32, mask_first=False):
     """One attention layer on input ``x`` (B, seq, D) -> ``y``, with the variations under test.
 
-    scale: div | mul | none | runtime (Div by a graph input); mask: none | b11s (B,1,1,S graph
+    scale: div | mul | none | runtime (Div by a graph input) | q (Q divided first) | both (Q and
+    K^T multiplied by a constant) | both-runtime (by a graph input); mask: none | b11s (B,1,1,S graph
     input) | full (B,1,S,S) | made (from an int mask as BERT exporters do); k_form: two Transposes
     or one [0,2,3,1]; reshape: concat (Shape/Gather/Concat, dynamic batch) | const ([0,0,N,H]) |
     runtime (a graph input: heads unknown); extra_output: an intermediate also a graph output."""
@@ -102,7 +103,19 @@ def _layer(*, scale="div", mask="b11s", k_form="two", reshape="concat", softmax_
         nodes.append(helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]))
     else:
         nodes[-3] = helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1])
-    nodes.append(helper.make_node("MatMul", ["qh", "kt"], ["qk"]))
+    qk_in = ["qh", "kt"]
+    if scale == "q":  # DistilBERT: Q divided before the product
+        inits.append(_init("c", np.array(np.sqrt(HD), dtype)))
+        nodes.append(helper.make_node("Div", ["qh", "c"], ["qs"]))
+        qk_in = ["qs", "kt"]
+    elif scale in ("both", "both-runtime"):  # torch's SDPA export: Q and K^T times sqrt(scale) each
+        if scale == "both":
+            inits.append(_init("c", np.array(HD ** -0.25, dtype)))
+        else:
+            inputs.append(helper.make_tensor_value_info("c", elem, []))
+        nodes += [helper.make_node("Mul", ["qh", "c"], ["qs"]), helper.make_node("Mul", ["c", "kt"], ["ks"])]
+        qk_in = ["qs", "ks"]
+    nodes.append(helper.make_node("MatMul", qk_in, ["qk"]))
     scores = "qk"
     if scale == "div":
         inits.append(_init("c", np.array(np.sqrt(HD), dtype)))
@@ -156,7 +169,7 @@ def _feeds(model: onnx.ModelProto, batch=B, seq=S, dtype=np.float32):
     if "split" in names:
         feeds["split"] = np.array([0, 0, N, HD], np.int64)
     if "c" in names:
-        feeds["c"] = np.array(np.sqrt(HD), dtype)
+        feeds["c"] = np.array(np.sqrt(HD), dtype)  # (for the Q and K^T factor: any value will do)
     return feeds
 
 
@@ -171,9 +184,9 @@ def _mha(model: onnx.ModelProto) -> onnx.NodeProto:
 @pytest.mark.parametrize("variant", [
     {}, {"scale": "mul"}, {"scale": "none"}, {"k_form": "one"}, {"reshape": "const"}, {"mask": "none"},
     {"mask": "full"}, {"mask": "made", "mask_first": True}, {"seq": "seq"}, {"reshape": "minus1"},
-    {"reshape": "batch-minus1"},
+    {"reshape": "batch-minus1"}, {"scale": "q"}, {"scale": "both", "k_form": "one"},
 ], ids=["div-b11s", "mul", "no-scale", "k-one-transpose", "const-reshape", "no-mask", "full-mask",
-        "made-mask-first", "dynamic-seq", "minus1-reshape", "batch-minus1-reshape"])
+        "made-mask-first", "dynamic-seq", "minus1-reshape", "batch-minus1-reshape", "q-scaled", "q-k-scaled"])
 def test_fires_and_computes_the_same(variant):
     model = _layer(**variant)
     out = _apply(model)
@@ -183,7 +196,7 @@ def test_fires_and_computes_the_same(variant):
     node = _mha(out)
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["num_heads"] == N
-    assert attrs["scale"] == pytest.approx(1.0 if variant.get("scale") == "none" else 1 / np.sqrt(HD))
+    assert attrs["scale"] == pytest.approx(1.0 if variant.get("scale") == "none" else 1 / np.sqrt(HD), rel=1e-6)
     assert list(node.input[:3]) == ["q", "k", "v"]
     if variant.get("mask") == "none":
         assert len(node.input) == 3
@@ -219,12 +232,13 @@ def test_fires_on_every_layer_of_the_transformer(layers):
 
 @pytest.mark.parametrize("variant", [
     {"scale": "runtime"},  # the scale is not a constant
+    {"scale": "both-runtime"},
     {"softmax_axis": 2, "mask": "none"},  # softmax over the query axis
     {"reshape": "runtime"},  # heads and head size unknown
     {"extra_output": "probs"},  # an intermediate is a graph output
     {"extra_output": "qh"},
     {"extra_output": "scaled"},
-], ids=["runtime-scale", "softmax-axis-2", "unknown-heads", "probs-output", "q-heads-output", "scores-output"])
+], ids=["runtime-scale", "runtime-q-k-scale", "softmax-axis-2", "unknown-heads", "probs-output", "q-heads-output", "scores-output"])
 def test_does_not_fire(variant):
     model = _layer(**variant)
     out = _apply(model)

@@ -114,6 +114,24 @@ def _gathered_dim(value: ir.Value | None):
     return dims[i]
 
 
+def _scaled_operand(value: ir.Value, reader: ir.Node) -> tuple[float, ir.Node, int] | None:
+    """``value`` = Mul(x, c) / Mul(c, x) / Div(x, c) with a constant scalar c, read only by
+    ``reader``: (the factor it applies, that node, x's input index); else None."""
+    node = value.producer()
+    if not _single(value, reader) or not (is_op(node, "Mul") or is_op(node, "Div")):
+        return None
+    if is_op(node, "Div"):
+        c = scalar(node.inputs[1])
+        factor, index = (1.0 / c if c else None), 0
+    elif scalar(node.inputs[1]) is not None:
+        factor, index = scalar(node.inputs[1]), 0
+    else:
+        factor, index = scalar(node.inputs[0]), 1
+    if factor is None or not np.isfinite(factor):
+        return None
+    return factor, node, index
+
+
 def _resolve_reshape(reshape: ir.Node) -> tuple[list, list] | None:
     """(input dims, output dims) of a Reshape, the output's resolved as far as proven: from the
     shape operand (0 copies an input axis unless ``allowzero``; one -1 is solved when the other
@@ -245,28 +263,32 @@ def _match_scores(softmax: ir.Node, scores: ir.Value, reader: ir.Node, mask: ir.
     m.nodes.append(softmax)
     if reader is not softmax:
         m.nodes.append(reader)
+    found = _scaled_operand(scores, reader)  # a Mul/Div by anything but a constant scalar stops here
+    if found is not None:
+        m.scale, scaler, index = found
+        m.nodes.append(scaler)
+        reader, scores = scaler, scaler.inputs[index]
     node = scores.producer()
-    if (is_op(node, "Div") or is_op(node, "Mul")) and _single(scores, reader):
-        if is_op(node, "Div"):
-            c = scalar(node.inputs[1])
-            mm_out, m.scale = node.inputs[0], (1.0 / c if c else None)
-        elif scalar(node.inputs[1]) is not None:
-            mm_out, m.scale = node.inputs[0], scalar(node.inputs[1])
-        else:
-            mm_out, m.scale = node.inputs[1], scalar(node.inputs[0])
-        if m.scale is None or not np.isfinite(m.scale):
-            return None  # the scale is not a constant scalar
-        m.nodes.append(node)
-        reader, scores = node, mm_out
-        node = mm_out.producer()
     if not is_op(node, "MatMul") or not _single(scores, reader):
         return None
     qk = node
     m.nodes.append(qk)
-    q = _heads_input(qk.inputs[0], qk, 0, [_SPLIT], m)
-    k = _heads_input(qk.inputs[1], qk, 1, [[0, 1, 3, 2], _SPLIT], m)
+    # Q and K^T may be scaled before the product (DistilBERT scales Q; torch's SDPA export
+    # scales both by the square root): the factors multiply into the one scale
+    ends = []
+    for index in (0, 1):
+        value, reader = qk.inputs[index], qk
+        found = _scaled_operand(value, reader)
+        if found is not None:
+            factor, scaler, data_index = found
+            m.scale *= factor
+            m.nodes.append(scaler)
+            value, reader, index = scaler.inputs[data_index], scaler, data_index
+        ends.append((value, reader, index))
+    q = _heads_input(*ends[0], [_SPLIT], m)
+    k = _heads_input(*ends[1], [[0, 1, 3, 2], _SPLIT], m)
     if k is None:
-        k = _heads_input(qk.inputs[1], qk, 1, [[0, 2, 3, 1]], m)
+        k = _heads_input(*ends[1], [[0, 2, 3, 1]], m)
     pv = only_use(softmax.outputs[0])
     if q is None or k is None or not is_op(pv, "MatMul") or pv.inputs[0] is not softmax.outputs[0]:
         return None
