@@ -1,4 +1,5 @@
-"""Parity of the "wide output" convolution path (``nn._conv_wide``) with onnxruntime.
+"""Parity of the "wide output" convolution path (``nn._conv_wide``) and of the compiled
+depthwise loop (``_jit``, when numba is installed) with onnxruntime.
 
 Every case runs twice: whole images in one column buffer, and with ``BAND_BYTES`` forced tiny
 (bands of one output row, chunks of one group), and each asserts which plan it exercised
@@ -18,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import nn
+from ort_ep_cpu.kernels import _jit, nn
 
 
 def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):
@@ -101,6 +102,7 @@ def _plan_summary(plan):
 @pytest.mark.parametrize("x_shape,w_shape,attrs,expected", CASES)
 @pytest.mark.parametrize("banded", [False, True])
 def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded, monkeypatch):
+    monkeypatch.setattr(_jit, "USE", False)  # depthwise cases: the numpy path, not numba's loop
     if banded:
         monkeypatch.setattr(nn, "BAND_BYTES", 1)  # one output row / one group per band
     data, w = _model(x_shape, w_shape, attrs, bias=True)
@@ -188,3 +190,52 @@ def test_concurrent_runs_get_their_own_buffers():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+DEPTHWISE_CASES = [
+    # (x shape, w shape, attrs): what the compiled loop takes (group == C == M)
+    ((2, 12, 6, 20), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2]}),
+    ((1, 12, 12, 20), (12, 1, 5, 5), {"group": 12, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
+    ((1, 6, 11, 13), (6, 1, 3, 3), {"group": 6, "pads": [0, 1, 2, 0], "dilations": [2, 3]}),
+    ((3, 5, 7, 9), (5, 1, 3, 2), {"group": 5}),  # no padding: the input itself, batch 3
+    ((1, 6, 14, 17), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]}),  # column stride 2
+    ((2, 4, 9, 16), (4, 1, 3, 5), {"group": 4, "pads": [1, 2, 1, 2], "strides": [1, 3], "dilations": [1, 2]}),
+    ((1, 7, 31), (7, 1, 5), {"group": 7, "pads": [3, 1], "dilations": [2]}),  # 1-D (column stride 1)
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", DEPTHWISE_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_compiled_depthwise_matches_onnxruntime(x_shape, w_shape, attrs, bias, monkeypatch):
+    pytest.importorskip("numba", reason="numba (optional) is not installed: the numpy path runs")
+    monkeypatch.setattr(_jit, "USE", True)
+    data, w = _model(x_shape, w_shape, attrs, bias=bias)
+    ref, got = _pair(data)
+    rng = np.random.default_rng(6)
+    for _ in range(2):  # the second run reuses the padded buffer
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    # it was the compiled loop that ran: the wide path made no plan for this geometry
+    nd = len(w_shape) - 2
+    node = type("N", (), {"attr": lambda self, k, d=None: attrs.get(k, d)})()
+    strides, dilations = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    g = nn._Geometry(x_shape[2:], w_shape[2:], strides, dilations,
+                     nn.conv_pads(node, x_shape[2:], w_shape[2:], strides, dilations))
+    nn.conv(x, w, None, attrs["group"], g, w_shape[2:])
+    assert (g.as_2d() if nd == 1 else g).wide is None
+
+
+def test_compiled_depthwise_float64_and_numpy_fallback(monkeypatch):
+    """float64 compiles its own specialisation; with the switch off the numpy path gives the same."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from onnx.reference import ReferenceEvaluator
+
+    data, _ = _model((2, 4, 9, 10), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 1]},
+                     bias=True, elem=TensorProto.DOUBLE)
+    x = np.random.default_rng(7).standard_normal((2, 4, 9, 10))
+    want = ReferenceEvaluator(onnx.load_from_string(data)).run(None, {"x": x})[0]
+    for use in (True, False):
+        monkeypatch.setattr(_jit, "USE", use)
+        got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)

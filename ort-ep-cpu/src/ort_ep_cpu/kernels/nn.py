@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..registry import kernel
+from . import _jit
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -115,7 +116,7 @@ class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
     __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
-                 "dilations", "wide", "spatial", "_as_2d")
+                 "dilations", "wide", "spatial", "_as_2d", "pad_pool")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
@@ -124,6 +125,7 @@ class _Geometry:
         self.spatial = tuple(spatial)
         self.wide = None  # the conv's _WidePlan, made on first use
         self._as_2d = None
+        self.pad_pool: dict = {}  # (x shape, dtype) -> free zero-bordered padded buffers
         self.padded = tuple(spatial[i] + pads[i] + pads[i + nd] for i in range(nd))
         self.out = tuple(
             (self.padded[i] - ((kernel_shape[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(nd)
@@ -269,6 +271,15 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     y = np.empty((n, m) + out, dtype=dtype)
     if len(out) <= 2 and not (k == 1 and not any(g.pads)) and x.dtype == dtype:
         g2 = g.as_2d() if len(out) == 1 else g  # 1-D as 2-D with one row: same code (views)
+        if group == c == m and dtype.kind == "f" and dtype.itemsize >= 4 and _jit.enabled():
+            # depthwise: a compiled loop (numba, optional) instead of columns + batched GEMV
+            if len(out) == 1:
+                _conv_depthwise_jit(x[:, :, None, :], w[:, :, None, :], b, g2, y[:, :, None, :])
+            else:
+                _conv_depthwise_jit(x, w, b, g2, y)
+            if activation is not None:
+                activation(y)
+            return y
         if g2.wide is None:
             g2.wide = _WidePlan(g2)
         if len(g2.wide.phases) <= MAX_PHASES:
@@ -423,6 +434,29 @@ class _WidePlan:
                     bands.append((copies, slice(g0, g1), cols.reshape(g1 - g0, cg * k, wide), res, crop,
                                   (i, slice(m0, m1), slice(r0, r1)), slice(m0, m1)))
         return ((x_shape, dtype, m, group), fills, bands)
+
+
+def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry,
+                        y: np.ndarray) -> None:
+    """Depthwise 2-D convolution by ``_jit``'s compiled loop, reading a
+    zero-bordered padded copy of ``x`` kept per input shape (only its interior is rewritten)."""
+    if any(g.pads):
+        key = (x.shape, x.dtype)
+        try:  # list.pop is atomic: concurrent runs each get their own buffer
+            xp = g.pad_pool[key].pop()
+        except (KeyError, IndexError):
+            xp = np.zeros(x.shape[:2] + g.padded, dtype=x.dtype)
+        xp[g.inner] = x
+    else:
+        xp = np.ascontiguousarray(x)
+    try:
+        c = x.shape[1]
+        wk = np.ascontiguousarray(w.reshape(c, w.shape[2], w.shape[3]), dtype=y.dtype)
+        bias = np.zeros(c, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
+        _jit.depthwise_rows()(xp, wk, bias, y, g.strides[0], g.strides[1], g.dilations[0], g.dilations[1], 0, c)
+    finally:
+        if any(g.pads):
+            g.pad_pool.setdefault(key, []).append(xp)
 
 
 def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
