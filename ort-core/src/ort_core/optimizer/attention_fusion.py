@@ -7,7 +7,8 @@ The subgraph exporters write for one attention layer, from the per-head reshapes
     kT = Transpose(Transpose(Reshape(k, ...), [0, 2, 1, 3]), [0, 1, 3, 2])  # (B, N, H, L)
          (or Transpose(Reshape(k, ...), perm=[0, 2, 3, 1]))
     v4 = Transpose(Reshape(v, [B, L, N, Hv]), perm=[0, 2, 1, 3])
-    scores = MatMul(q4, kT) / c            (or * c, or no scaling)
+    scores = MatMul(q4, kT) / c            (or * c, or no scaling; q4 and/or kT may be
+                                            scaled by constants first: the factors multiply)
     probs = Softmax(scores [+ mask], axis=-1)
     y = Reshape(Transpose(MatMul(probs, v4), [0, 2, 1, 3]), [B, S, N * Hv])
 
