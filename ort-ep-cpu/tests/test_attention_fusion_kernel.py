@@ -170,6 +170,13 @@ def test_key_padding_mask_of_start_and_end_positions_is_an_error_naming_it():
         sess.run(None, feeds)
 
 
+def test_unidirectional_cross_attention_is_an_error_naming_the_attribute():
+    feeds = _qkv(seq=4, kv_seq=7)
+    sess = _ours(_model(["q", "k", "v"], feeds, num_heads=N, unidirectional=1))
+    with pytest.raises(ort.Fail, match="unidirectional=1 needs query and key of one length"):
+        sess.run(None, feeds)
+
+
 def test_attention_bias_of_a_wrong_shape_is_an_error_naming_it():
     feeds = _qkv() | {"ab": np.zeros((B, 1, 1, S), np.float32)}
     sess = _ours(_model(["q", "k", "v", "", "", "ab"], feeds, num_heads=N))

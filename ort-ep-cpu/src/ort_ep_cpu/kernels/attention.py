@@ -358,7 +358,11 @@ def _multi_head_attention(node, request):
             biases.append(attention_bias.astype(f32, copy=False))
         if key_padding_mask is not None:
             biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, name))
-        if causal:  # onnxruntime (no past): query i sees keys j <= i
+        if causal:  # query i sees keys j <= i
+            if seq != kv_seq:  # which keys are "previous" is ambiguous; onnxruntime's answer is odd
+                raise ValueError(f"MultiHeadAttention {name!r}: attribute unidirectional=1 needs query and key of one "
+                                 f"length on the CPU kernel (got {seq} and {kv_seq}; onnxruntime masks rows 0..S-2 "
+                                 "as j <= i and leaves the last row unmasked)")
             biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
                 np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf))))
         ones = cached(("ones", kv_seq), lambda: np.ones(kv_seq, f32))
