@@ -99,9 +99,18 @@ def _unsqueeze_v13(node, request):
 
 
 def _unsqueeze(x, axes):
-    axes = [int(a) for a in np.asarray(axes).reshape(-1)]  # a scalar axes tensor is accepted too
+    axes = np.asarray(axes).reshape(-1).tolist()  # a scalar axes tensor is accepted too
     rank = x.ndim + len(axes)
-    return np.expand_dims(x, tuple(sorted(normalize_axis(int(a), rank) for a in axes)))
+    norm = sorted(normalize_axis(int(a), rank) for a in axes)
+    if not all(0 <= a < rank for a in norm):
+        raise ValueError(f"Unsqueeze: axes {axes} out of range for an output of rank {rank} (valid: {-rank}..{rank - 1})")
+    if len(set(norm)) != len(norm):
+        raise ValueError(f"Unsqueeze: axes {axes} name the same output axis twice")
+    # a reshape with the ones inserted: np.expand_dims costs several microseconds more
+    shape = list(x.shape)
+    for a in norm:
+        shape.insert(a, 1)
+    return x.reshape(shape)
 
 
 def _squeeze(x, axes):

@@ -1,0 +1,85 @@
+"""Pad (constant by a filled buffer, reflect/edge/wrap by slices, np.pad where a pad exceeds one
+reflection or period) and Unsqueeze (a reshape) against onnxruntime (onnx.reference where
+onnxruntime refuses the case): exact, since both are copies only."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+
+def _pad_model(mode: str, pads: list[int], axes: list[int] | None, value: float | None):
+    inits = [onnx.numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    inputs = ["x", "pads"]
+    if value is not None or axes is not None:
+        inputs.append("value" if value is not None else "")
+        if value is not None:
+            inits.append(onnx.numpy_helper.from_array(np.array(value, np.float32), "value"))
+    if axes is not None:
+        inputs.append("axes")
+        inits.append(onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    graph = helper.make_graph(
+        [helper.make_node("Pad", inputs, ["y"], mode=mode)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None] * 3)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 3)], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+PAD_CASES = [
+    ("constant", [0, 1, 2, 1, 0, 3], None, 2.5),
+    ("constant", [1, 0, 0, 0, 2, 1], None, None),
+    ("constant", [0, -1, 2, 0, 1, -2], None, 0.0),  # negative pads crop
+    ("reflect", [0, 2, 1, 0, 3, 2], None, None),  # end pad = size - 1: the slice stop at -1
+    ("reflect", [0, 1, 0, 0, 1, 0], None, None),
+    ("reflect", [0, 0, 6, 0, 0, 5], None, None),  # more than one reflection: np.pad (onnx.reference)
+    ("edge", [1, 2, 0, 0, 3, 4], None, None),
+    ("edge", [0, 0, 7, 0, 0, 1], None, None),
+    ("wrap", [0, 2, 1, 0, 1, 3], None, None),
+    ("wrap", [0, 0, 6, 0, 0, 0], None, None),  # more than one period: np.pad
+    ("reflect", [2, 1], [-1], None),  # axes input
+]
+
+
+@pytest.mark.parametrize("mode,pads,axes,value", PAD_CASES)
+def test_pad_matches_onnxruntime(mode, pads, axes, value):
+    data = _pad_model(mode, pads, axes, value)
+    x = np.arange(2 * 4 * 5, dtype=np.float32).reshape(2, 4, 5) * 0.5 - 3
+    if mode == "reflect" and max(pads) > 4:  # onnxruntime refuses pads past one reflection
+        from onnx.reference import ReferenceEvaluator
+
+        want = ReferenceEvaluator(onnx.load_from_string(data)).run(None, {"x": x})[0]
+    else:
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axes", [[0], [-1], [3, 0], [1, -1, 2], [-5]])
+def test_unsqueeze_matches_onnxruntime(axes):
+    graph = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "axes"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * (2 + len(axes)))],
+        [onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    if axes == [-5]:  # out of range for the rank-3 result
+        with pytest.raises(Exception, match=r"axes \[-5\] out of range"):
+            ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        return
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
