@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from ort_core import GraphView, Kernel, KernelRequest, NodeView, ProviderContext
 
+from ._lazy import special  # scipy.special, imported at first use
 from .kernels.elementwise import sigmoid
 
 MS = "com.microsoft"

@@ -8,8 +8,8 @@ output dtype is the input's, as ONNX requires.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel, lookup
 
 

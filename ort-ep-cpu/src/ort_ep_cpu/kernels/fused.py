@@ -9,8 +9,8 @@ numpy passes instead of scipy's scalar loop.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from .nn import build_conv, build_gemm, make_activation, matmul
 

@@ -4,8 +4,8 @@ Softplus, Softsign, ThresholdedRelu, PRelu, Shrink, Swish, Einsum, Det, CumSum, 
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from ._util import normalize_axis
 from .elementwise import binary, is_small_float, unary

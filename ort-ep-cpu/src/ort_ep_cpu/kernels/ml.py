@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtri
 
 from ort_core import Kernel
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from ._delegate import DELEGATED, delegate, reference_kernel
 
@@ -44,7 +44,7 @@ _POST = {
     "SOFTMAX": _softmax,
     "LOGISTIC": lambda s: 1.0 / (1.0 + np.exp(-s)),
     "SOFTMAX_ZERO": _softmax_zero,
-    "PROBIT": ndtri,  # sqrt(2) * erfinv(2p - 1)
+    "PROBIT": special.ndtri,  # sqrt(2) * erfinv(2p - 1)
 }
 _POST_CODES = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 

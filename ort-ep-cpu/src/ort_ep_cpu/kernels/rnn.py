@@ -5,8 +5,8 @@ recurrence loops over time."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 
 
