@@ -239,3 +239,39 @@ def test_compiled_depthwise_float64_and_numpy_fallback(monkeypatch):
         got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [
+    ((1, 6, 1, 1), (9, 6, 1, 1)),  # squeeze-excite: a 1x1 image, batch 1
+    ((1, 8, 5, 7), (3, 8, 1, 1)),
+    ((3, 5, 4, 2), (7, 5, 1, 1)),  # batch 3: one stacked GEMM
+    ((2, 5, 11), (4, 5, 1)),  # 1-D
+    ((1, 4, 2, 3, 5), (6, 4, 1, 1, 1)),  # 3-D
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_pointwise_conv_matches_onnxruntime(x_shape, w_shape, bias):
+    data, w = _model(x_shape, w_shape, {}, bias=bias)
+    ref, got = _pair(data)
+    x = np.random.default_rng(8).standard_normal(x_shape).astype(np.float32)
+    np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    nd = len(w_shape) - 2
+    assert nn._Geometry(x_shape[2:], w_shape[2:], [1] * nd, [1] * nd, [0] * (2 * nd)).pointwise
+    assert not nn._Geometry(x_shape[2:], w_shape[2:], [2] * nd, [1] * nd, [0] * (2 * nd)).pointwise
+
+
+@pytest.mark.parametrize("x_shape", [(1, 7, 1, 1), (2, 5, 3, 4), (3, 4, 9), (1, 2, 3, 4, 5)])
+def test_global_average_pool_matches_onnxruntime(x_shape):
+    """GlobalAveragePool's float32 path (add.reduce + divide) against onnxruntime, 1-D to 3-D."""
+    graph = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(x_shape))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    ref, got = _pair(data)
+    x = np.random.default_rng(9).standard_normal(x_shape).astype(np.float32) + 3
+    y = got.run(None, {"x": x})[0]
+    assert y.shape == x_shape[:2] + (1,) * (len(x_shape) - 2)
+    np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)

@@ -213,7 +213,18 @@ def _batch_norm(node, request):
 
 @kernel("GlobalAveragePool")
 def _global_avg_pool(node, request):
-    return lambda x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+    def global_avg_pool(x):
+        if x.dtype.kind != "f" or x.dtype.itemsize < 4 or x.ndim < 3:
+            return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+        # float32/64: one add.reduce over the flattened image and an in-place divide (the same
+        # pairwise sum np.mean does, without its Python-level overhead of several microseconds;
+        # squeeze-excite blocks run this on small tensors many times per model)
+        n, c = x.shape[:2]
+        y = np.add.reduce(x.reshape(n, c, -1), axis=2)
+        np.divide(y, x.dtype.type(np.prod(x.shape[2:])), out=y)
+        return y.reshape((n, c) + (1,) * (x.ndim - 2))
+
+    return global_avg_pool
 
 
 @kernel("GlobalMaxPool")
