@@ -137,14 +137,18 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
         return model
 
 
-#: Set in a loaded model's ``meta`` when onnx inferred its shapes and no graph of it has an
-#: Identity or Dropout node. The optimizer's own inference (after Constant lifting, Identity and
-#: Dropout removal, unused-node removal) then has nothing to learn and is skipped: lifting keeps
-#: the data inference saw (a Constant's value, now an initializer's), removing unused nodes
-#: takes away nothing a kept node reads, and only removing an Identity or Dropout can open a
-#: path that onnx's data propagation could not follow before. (The optimizer pops the key.)
+#: Set in a loaded model's ``meta`` when onnx inferred its shapes and removing its Identity and
+#: Dropout nodes cannot inform inference. The optimizer's own inference (after Constant lifting,
+#: Identity and Dropout removal, unused-node removal) then has nothing to learn and is skipped:
+#: lifting keeps the data inference saw (a Constant's value, now an initializer's), removing
+#: unused nodes takes away nothing a kept node reads, and an Identity or Dropout passes its
+#: input's type and shape on unchanged; what its removal can add is *data* the reader did not
+#: see through it, and onnx has data only for constants (initializers, Constant outputs) and for
+#: what its data propagation computes: shape arithmetic, held as one list of numbers (so of rank
+#: 0 or 1), possibly cast to float. So an Identity or Dropout of a constant, of a non-float or
+#: untyped value, or of one not known to have rank >= 2 keeps the inference. (The optimizer
+#: pops the key.)
 SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
-
 
 def load_model(source: ModelSource) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
@@ -158,19 +162,33 @@ def load_model(source: ModelSource) -> ir.Model:
         model = ir.serde.deserialize_model(inferred)
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {exc}") from None
-    if inferred is not proto and not _has_identity(model.graph):
+    if inferred is not proto and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     return model
 
 
-def _has_identity(graph: ir.Graph) -> bool:
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+
+
+def _removal_may_inform(graph: ir.Graph) -> bool:
+    """Whether removing an Identity or Dropout of ``graph`` (or of its subgraphs) could show
+    shape inference data it did not see (see ``SHAPES_INFERRED``)."""
     for node in graph:
-        if node.op_type in ("Identity", "Dropout"):
-            return True
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH and _has_identity(attr.value):
+        if node.op_type in ("Identity", "Dropout") and node.inputs:
+            value = node.inputs[0]
+            if value is None or not isinstance(value.type, ir.TensorType) or value.dtype not in _FLOATS:
                 return True
-            if attr.type == ir.AttributeType.GRAPHS and any(_has_identity(g) for g in attr.value):
+            if value.shape is None or len(value.shape) < 2:
+                return True
+            producer = value.producer()
+            if value.const_value is not None or value.is_initializer() or (
+                producer is not None and producer.op_type == "Constant"
+            ):
+                return True
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH and _removal_may_inform(attr.value):
+                return True
+            if attr.type == ir.AttributeType.GRAPHS and any(_removal_may_inform(g) for g in attr.value):
                 return True
     return False
 

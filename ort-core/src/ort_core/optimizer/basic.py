@@ -477,8 +477,8 @@ class ShapeInferenceQuietPass(ir.passes.InPlacePass):
     left as it is.
 
     The result is that of onnx-ir's ``ShapeInferencePass(strict_mode=False)``; what differs is
-    the cost. A model the loader inferred that had no Identity or Dropout node is not inferred
-    again (``graph.load.SHAPES_INFERRED`` says why that cannot learn anything). Otherwise, when
+    the cost. A model the loader inferred whose Identity/Dropout removal cannot inform inference
+    is not inferred again (``graph.load.SHAPES_INFERRED`` says why that cannot learn anything). Otherwise, when
     inference returns the model it was given byte for byte (the common case), nothing is read
     back, instead of deserialising the whole inferred model and comparing every value.
     """
