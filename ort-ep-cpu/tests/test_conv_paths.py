@@ -275,3 +275,36 @@ def test_global_average_pool_matches_onnxruntime(x_shape):
     y = got.run(None, {"x": x})[0]
     assert y.shape == x_shape[:2] + (1,) * (len(x_shape) - 2)
     np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+MAXPOOL_CASES = [
+    ((2, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 4, 64, 64), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # cnn's stem
+    ((2, 3, 10, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((1, 2, 7, 8), {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+    ((1, 2, 11, 13), {"kernel_shape": [3, 3], "dilations": [2, 3], "pads": [2, 0, 1, 2]}),
+    ((1, 1, 5, 4), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),  # taps out of range at both ends
+]
+
+
+@pytest.mark.parametrize("x_shape,attrs", MAXPOOL_CASES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_max_pool_paths_match_onnxruntime(x_shape, attrs, compiled, monkeypatch):
+    if compiled:
+        pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", compiled)
+    calls = []
+    real = nn._max_pool_jit
+    monkeypatch.setattr(nn, "_max_pool_jit", lambda x, g: calls.append(1) or real(x, g))
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    ref, got = _pair(model.SerializeToString())
+    x = np.random.default_rng(10).standard_normal(x_shape).astype(np.float32)
+    np.testing.assert_array_equal(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+    assert bool(calls) == compiled

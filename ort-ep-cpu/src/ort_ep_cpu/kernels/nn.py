@@ -1,10 +1,12 @@
 """Linear algebra, convolution and pooling (BLAS through numpy matmul).
 
-Convolution is an im2col + GEMM: the padded input is copied once per kernel offset into a
-column buffer laid out (N, C*K, out pixels), so one ``np.matmul`` per image writes the NCHW
-output directly, with no transposes. 1x1 convolutions skip the copy; depthwise ones are K
-multiply-adds. Pooling is K elementwise max/sum calls over strided slices. Geometry (pads,
-slices, output shape) is worked out once per input shape and cached.
+Convolution: 1x1 stride-1 ones are one GEMM on the input; 1-D and 2-D ones with a larger
+kernel or padding run "on the wide output" (``_WidePlan``: stride phases of the padded input
+stored flat, one strided copy per phase into a column buffer, one GEMM per band of output rows,
+the crop fused with the bias), depthwise ones through a compiled loop when numba is installed
+(``_jit``); 3-D ones (and strides with many phases) are an im2col copy + GEMM. Pooling reduces
+one spatial axis at a time over strided slices. Geometry (pads, slices, output shape, the
+wide-output plan and its buffers) is worked out once per input shape and cached.
 """
 
 from __future__ import annotations
@@ -603,6 +605,24 @@ def _separable_unpadded(x: np.ndarray, g: _Geometry, op, init) -> np.ndarray:
     return y
 
 
+def _max_pool_jit(x: np.ndarray, g: _Geometry) -> np.ndarray:
+    """2-D MaxPool by ``_jit``'s compiled loop (one pass, no padded copy)."""
+    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+    top, left = g.pads[0], g.pads[1]
+    oh, ow = g.out
+    w = x.shape[3]
+    # per tap column j: the output columns whose input column ox*sw - left + j*dw is in range
+    lo = np.empty(kw, np.int64)
+    hi = np.empty(kw, np.int64)
+    for j in range(kw):
+        shift = j * dw - left
+        lo[j] = min(ow, max(0, -(shift // sw)))
+        hi[j] = max(lo[j], min(ow, (w - 1 - shift) // sw + 1))
+    y = np.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
+    _jit.max_pool_rows()(np.ascontiguousarray(x), y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)
+    return y
+
+
 class _PoolFake:
     """Shape-only stand-in so that ``_pool_params`` can run on a cached input shape."""
 
@@ -624,6 +644,8 @@ def _max_pool(node, request):
 
     def max_pool(x):
         g = geometry.get(x.shape, kernel_shape)
+        if x.ndim == 4 and x.dtype.kind == "f" and x.dtype.itemsize >= 4 and _jit.enabled():
+            return _max_pool_jit(x, g)
         low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
         return _separable_unpadded(x, g, np.maximum, low)
 
