@@ -20,7 +20,6 @@ import numpy as np
 
 _lock = threading.Lock()
 _depthwise: Callable | None = None
-_max_pool: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -38,14 +37,8 @@ def depthwise_rows() -> Callable | None:
     return _depthwise
 
 
-def max_pool_rows() -> Callable | None:
-    """The compiled 2-D max-pool kernel, or None where numba is not installed."""
-    _load()
-    return _max_pool
-
-
 def _load() -> None:
-    global _depthwise, _max_pool, _tried
+    global _depthwise, _tried
     if _tried:
         return
     with _lock:
@@ -53,9 +46,8 @@ def _load() -> None:
             try:
                 import numba
             except ImportError:  # optional dependency
-                _depthwise = _max_pool = None
+                _depthwise = None
             else:
-                _max_pool = numba.njit(cache=True, nogil=True, boundscheck=False)(_max_pool_py)
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
                 _depthwise = numba.njit(cache=True, nogil=True, boundscheck=False,
@@ -90,26 +82,3 @@ def _depthwise_py(xp, w, b, y, sh, sw, dh, dw, c0, c1):  # pragma: no cover - co
                                 acc[ox] += wv * row[start + ox * sw]
                 y[n, c, oy, :] = acc
 
-
-def _max_pool_py(x, y, kh, kw, sh, sw, dh, dw, top, left, lo, hi):  # pragma: no cover - numba
-    """y[n, c, oy, ox] = max over the window's in-range taps of x[n, c, oy*sh - top + a*dh,
-    ox*sw - left + j*dw] (padding takes no part, as in the numpy path); ``lo[j]``/``hi[j]``
-    bound the output columns whose tap j is in range, so the inner loop has no test. NaN
-    propagates (np.maximum), as numpy's path does."""
-    n_img, n_ch, oh, ow = y.shape
-    h = x.shape[2]
-    acc = np.empty(ow, dtype=y.dtype)
-    for n in range(n_img):
-        for c in range(n_ch):
-            for oy in range(oh):
-                acc[:] = -np.inf
-                for a in range(kh):
-                    iy = oy * sh - top + a * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    row = x[n, c, iy]
-                    for j in range(kw):
-                        off = j * dw - left
-                        for ox in range(lo[j], hi[j]):
-                            acc[ox] = np.maximum(acc[ox], row[ox * sw + off])
-                y[n, c, oy, :] = acc

@@ -605,24 +605,6 @@ def _separable_unpadded(x: np.ndarray, g: _Geometry, op, init) -> np.ndarray:
     return y
 
 
-def _max_pool_jit(x: np.ndarray, g: _Geometry) -> np.ndarray:
-    """2-D MaxPool by ``_jit``'s compiled loop (one pass, no padded copy)."""
-    (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
-    top, left = g.pads[0], g.pads[1]
-    oh, ow = g.out
-    w = x.shape[3]
-    # per tap column j: the output columns whose input column ox*sw - left + j*dw is in range
-    lo = np.empty(kw, np.int64)
-    hi = np.empty(kw, np.int64)
-    for j in range(kw):
-        shift = j * dw - left
-        lo[j] = min(ow, max(0, -(shift // sw)))
-        hi[j] = max(lo[j], min(ow, (w - 1 - shift) // sw + 1))
-    y = np.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
-    _jit.max_pool_rows()(np.ascontiguousarray(x), y, kh, kw, sh, sw, dh, dw, top, left, lo, hi)
-    return y
-
-
 class _PoolFake:
     """Shape-only stand-in so that ``_pool_params`` can run on a cached input shape."""
 
@@ -644,8 +626,6 @@ def _max_pool(node, request):
 
     def max_pool(x):
         g = geometry.get(x.shape, kernel_shape)
-        if x.ndim == 4 and x.dtype.kind == "f" and x.dtype.itemsize >= 4 and _jit.enabled():
-            return _max_pool_jit(x, g)
         low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
         return _separable_unpadded(x, g, np.maximum, low)
 
