@@ -323,7 +323,7 @@ class Plan:
         )
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)  # bounded: a big model's source and code are ~100s of kB
 def _compiled(source: str) -> CodeType:
     """The code object of a generated run function. The source names only slots and steps
     (kernels are bound through the namespace it runs in), so plans of the same shape share it:
