@@ -20,6 +20,7 @@ import numpy as np
 
 _lock = threading.Lock()
 _depthwise: Callable | None = None
+_hard_sigmoid: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -37,8 +38,14 @@ def depthwise_rows() -> Callable | None:
     return _depthwise
 
 
+def hard_sigmoid() -> Callable | None:
+    """The compiled HardSigmoid loop ``(x, y, alpha, beta)`` over flat arrays, or None."""
+    _load()
+    return _hard_sigmoid
+
+
 def _load() -> None:
-    global _depthwise, _tried
+    global _depthwise, _hard_sigmoid, _tried
     if _tried:
         return
     with _lock:
@@ -46,15 +53,17 @@ def _load() -> None:
             try:
                 import numba
             except ImportError:  # optional dependency
-                _depthwise = None
+                _depthwise = _hard_sigmoid = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
                 options = {"nogil": True, "boundscheck": False, "fastmath": {"contract"}}
                 try:
                     _depthwise = numba.njit(cache=True, **options)(_depthwise_py)
+                    _hard_sigmoid = numba.njit(cache=True, **options)(_hard_sigmoid_py)
                 except RuntimeError:  # no writable cache location: compile in each process
                     _depthwise = numba.njit(**options)(_depthwise_py)
+                    _hard_sigmoid = numba.njit(**options)(_hard_sigmoid_py)
             _tried = True
 
 
@@ -85,3 +94,15 @@ def _depthwise_py(xp, w, b, y, sh, sw, dh, dw, c0, c1):  # pragma: no cover - co
                                 acc[ox] += wv * row[start + ox * sw]
                 y[n, c, oy, :] = acc
 
+
+def _hard_sigmoid_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
+    """y = clip(alpha * x + beta, 0, 1) in one pass (numpy needs three: multiply, add, clip;
+    hard-swish activations run it on every large feature map of the OCR models). NaN stays
+    NaN, as np.clip leaves it: neither comparison is true for it."""
+    for i in range(x.size):
+        v = x[i] * alpha + beta
+        if v < 0:
+            v = 0
+        elif v > 1:
+            v = 1
+        y[i] = v

@@ -254,8 +254,13 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
         alpha, beta = (params[0], params[1]) if len(params) >= 2 else (0.2, 0.5)
 
         def hard_sigmoid(y):
-            y *= y.dtype.type(alpha)
-            y += y.dtype.type(beta)
+            t = y.dtype.type
+            if y.dtype.kind == "f" and y.dtype.itemsize >= 4 and y.flags.c_contiguous and _jit.enabled():
+                flat = y.reshape(-1)  # in place, one compiled pass (numba, optional)
+                _jit.hard_sigmoid()(flat, flat, t(alpha), t(beta))
+                return
+            y *= t(alpha)
+            y += t(beta)
             np.clip(y, 0, 1, out=y)
         return hard_sigmoid
     raise ValueError(f"activation {name!r} is not supported; valid: Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
