@@ -242,13 +242,32 @@ class _ResizeSpec:
                 gathers.append((axis, idx, src, in_len, factor))
             if self.coord != "tf_crop_and_resize" and all(g[4] for g in gathers):
                 # integer upsampling where output j reads input j // f on every resized axis:
-                # one broadcast copy instead of a gather per axis (the common 2x nearest)
-                view_shape, out_shape = [], []
+                # the output seen as (..., d, f, ...) per resized axis gets x in phase 0 of
+                # every axis (one copy), then phase 0 copied to the other phases one axis at a
+                # time from the last (1 + axes copies, each with long inner loops; one
+                # broadcast copy of the whole had an inner loop of f = 2 values: 2.3x slower)
+                out_shape, phase_axes = [], []
                 factors = {g[0]: g[4] for g in gathers}
                 for a, d in enumerate(x.shape):
-                    view_shape += [d, 1] if a in factors else [d]
-                    out_shape += [d, factors[a]] if a in factors else [d]
-                y = np.broadcast_to(x.reshape(view_shape), out_shape)
+                    out_shape.append(d)
+                    if a in factors:
+                        phase_axes.append(len(out_shape))
+                        out_shape.append(factors[a])
+                y = np.empty(out_shape, dtype=x.dtype)
+                first = [slice(None)] * len(out_shape)
+                for p in phase_axes:
+                    first[p] = 0
+                y[tuple(first)] = x
+                for p in reversed(phase_axes):
+                    if out_shape[p] == 1:
+                        continue
+                    src = [slice(None)] * len(out_shape)
+                    for q in phase_axes:
+                        if q < p:
+                            src[q] = 0  # earlier axes: only their phase 0 is filled so far
+                    dst = list(src)
+                    src[p], dst[p] = slice(0, 1), slice(1, None)
+                    y[tuple(dst)] = y[tuple(src)]
                 return y.reshape([d * factors.get(a, 1) for a, d in enumerate(x.shape)])
             y = x
             for axis, idx, src, in_len, _ in gathers:

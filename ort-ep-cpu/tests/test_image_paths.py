@@ -1,0 +1,40 @@
+"""Resize nearest by an integer factor (the phase-copy path) against onnxruntime: exact, as it
+is a copy. Factors on one or several axes, on the last axis or not, factor 1 mixed in, uint8,
+and a non-integer factor (the gather path) for contrast."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+
+@pytest.mark.parametrize("shape,scales", [
+    ((1, 3, 4, 5), [1, 1, 2, 2]),  # the common 2x
+    ((2, 2, 3, 4), [1, 1, 3, 1]),  # rows only
+    ((1, 2, 3, 4), [1, 1, 1, 4]),  # columns only
+    ((2, 3, 2, 3), [1, 2, 2, 3]),  # three axes, one of them the channels
+    ((1, 2, 5, 6), [1, 1, 1.5, 2]),  # non-integer on one axis: gathers
+])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.UINT8])
+def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
+                              [helper.make_tensor_value_info("y", elem, [None] * 4)],
+                              [onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * 50).astype(np.float32)
+    if elem == TensorProto.UINT8:
+        x = rng.integers(0, 255, shape).astype(np.uint8)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
