@@ -300,3 +300,32 @@ def test_max_pool_matches_onnxruntime(x_shape, attrs):
     ref, got = _pair(model.SerializeToString())
     x = np.random.default_rng(10).standard_normal(x_shape).astype(np.float32)
     np.testing.assert_array_equal(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 24, 8, 8), (24, 6, 2, 2), {"strides": [2, 2]}),  # ocr-det's 2x "deconvolution"
+    ((2, 4, 5, 3), (4, 3, 2, 3), {"strides": [2, 3]}),  # non-square, batch 2
+    ((1, 6, 4, 4), (6, 2, 2, 2), {"strides": [2, 2], "group": 3}),
+    ((2, 3, 7), (3, 5, 3), {"strides": [3]}),  # 1-D
+    ((1, 2, 3, 2, 4), (2, 2, 2, 2, 2), {"strides": [2, 2, 2]}),  # 3-D
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias):
+    """ConvTranspose with stride == kernel and no padding: one copy per kernel offset (+ bias)."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    m = w_shape[1] * attrs.get("group", 1)
+    inits = [onnx.numpy_helper.from_array(w, "w")]
+    if bias:
+        inits.append(onnx.numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b"))
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"],
+                            kernel_shape=list(w_shape[2:]), **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(x_shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ref, got = _pair(model.SerializeToString())
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    y = got.run(None, {"x": x})[0]
+    assert y.flags.c_contiguous
+    np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)

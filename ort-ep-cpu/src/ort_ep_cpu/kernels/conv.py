@@ -88,9 +88,21 @@ def _conv_transpose(node, request):
         tiled = [i * kk for i, kk in zip(in_spatial, kernel_shape)]
         if strides == kernel_shape and all(d == 1 for d in dilations) and begin == [0] * nd and out_spatial == tiled:
             # stride == kernel, no padding: the kernel footprints tile the output without
-            # overlapping, so the fold is a transpose (the common 2x "deconvolution" upsample)
-            order = [0, 1] + [p for d in range(nd) for p in (2 + nd + d, 2 + d)]
-            y = cols.transpose(order).reshape(n, m, *out_spatial)
+            # overlapping, so the fold is a transpose (the common 2x "deconvolution" upsample):
+            # one copy per kernel offset into the output seen as (N, M, i1, k1, i2, k2, ...),
+            # with the bias added on the way (one transposing copy had an inner loop of k
+            # values and a second pass for the bias: 3x slower on ocr-det's 2x2)
+            y = np.empty((n, m) + tuple(v for d in range(nd) for v in (in_spatial[d], kernel_shape[d])),
+                         dtype=cols.dtype)
+            bias = None if b is None else b.reshape((1, -1) + (1,) * nd).astype(y.dtype, copy=False)
+            for ks in itertools.product(*(range(kk) for kk in kernel_shape)):
+                dst = y[(slice(None), slice(None)) + tuple(v for kk in ks for v in (slice(None), kk))]
+                src = cols[(slice(None), slice(None)) + ks]
+                if bias is None:
+                    dst[...] = src
+                else:
+                    np.add(src, bias, out=dst)
+            return y.reshape(n, m, *out_spatial)
         else:
             y = _fold(cols, kernel_shape, strides, dilations, in_spatial, begin, out_spatial)
         if b is not None:
