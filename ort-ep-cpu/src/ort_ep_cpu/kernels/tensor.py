@@ -116,7 +116,7 @@ def _unsqueeze(x, axes):
 def _squeeze(x, axes):
     if axes is None or np.size(axes) == 0:
         return np.squeeze(x)
-    axes = np.asarray(axes).reshape(-1)
+    axes = np.asarray(axes).reshape(-1).tolist()  # Python ints: cheaper than numpy scalars
     return np.squeeze(x, axis=tuple(normalize_axis(int(a), x.ndim) for a in axes))
 
 
@@ -144,12 +144,17 @@ def _concat(node, request):
     return lambda *xs: np.concatenate(xs, axis=axis)
 
 
+def _as_ints(values):
+    """A 1-D int tensor (or attribute list) as Python ints: per-element int() on numpy scalars
+    costs about a microsecond each, tolist() one call."""
+    return np.asarray(values).reshape(-1).tolist()
+
+
 def _slice(x, starts, ends, axes, steps):
     index = [slice(None)] * x.ndim
-    if axes is None:
-        axes = range(len(starts))
-    if steps is None:
-        steps = [1] * len(starts)
+    starts, ends = _as_ints(starts), _as_ints(ends)
+    axes = range(len(starts)) if axes is None else _as_ints(axes)
+    steps = [1] * len(starts) if steps is None else _as_ints(steps)
     for s, e, a, st in zip(starts, ends, axes, steps):
         s, e, st = int(s), int(e), int(st)
         if st == 0:
