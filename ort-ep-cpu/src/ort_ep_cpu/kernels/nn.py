@@ -490,7 +490,7 @@ def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g
     cg, mg = x.shape[1] // group, m // group
     # the weights as (groups, M/group, C/group * taps) in the column rows' tap order; kept per
     # node for constant weights (a weight fed at run time is a new array: recomputed)
-    key = (id(owner), None if plan.perm is None else plan.perm.tobytes())
+    key = (id(owner), id(plan))  # plans live in the geometry cache: their ids are not reused
     entry = prepared.get(key)
     if entry is None or entry[0] is not owner:
         wt = w.reshape(m, cg, -1)
