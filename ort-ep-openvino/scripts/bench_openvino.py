@@ -82,6 +82,7 @@ def measure(name: str, batch: int, size: int, threads: int, runs: int, options: 
         ours.run(None, feeds)
     t_ref: list[float] = []
     t_ours: list[float] = []
+    block_ratios: list[float] = []  # per round: our block's median over onnxruntime's
     if schedule == "runs":
         for _ in range(runs):
             start = time.perf_counter()
@@ -100,6 +101,7 @@ def measure(name: str, batch: int, size: int, threads: int, runs: int, options: 
                     session.run(None, feeds)
                     if k >= block_warmup:
                         times.append(time.perf_counter() - start)
+            block_ratios.append(statistics.median(t_ours[-timed_per_block:]) / statistics.median(t_ref[-timed_per_block:]))
     m_ref, m_ours = statistics.median(t_ref), statistics.median(t_ours)
     return {
         "model": name, "batch": batch, "options": options, "threads": threads, "runs": len(t_ours),
@@ -107,6 +109,9 @@ def measure(name: str, batch: int, size: int, threads: int, runs: int, options: 
         "placement": dict(counts), "max_relative_error": worst, "session_created_s": round(created, 3),
         "onnxruntime_ms": round(m_ref * 1e3, 2), "ort_core_openvino_ms": round(m_ours * 1e3, 2),
         "ratio": round(m_ours / m_ref, 3),
+        # load that changes between rounds moves both engines of a round alike: the median of
+        # the per-round ratios is steadier than the ratio of the overall medians
+        "paired_ratio": round(statistics.median(block_ratios), 3) if block_ratios else None,
     }
 
 
@@ -143,18 +148,22 @@ def main() -> int:
                         help="blocks of runs per engine (default) or single alternating runs; see above")
     parser.add_argument("--block-warmup", type=int, default=8, help="untimed runs opening each block")
     parser.add_argument("--static", action="store_true", help="also measure disable_dynamic_shapes=True")
+    parser.add_argument("--options", default="{}",
+                        help='provider options (JSON) for every measured session, e.g. \'{"load_config": {"CPU": {"TBB_PARTITIONER": "STATIC"}}}\'')
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
 
     results = []
-    variants = [{}] + ([{"disable_dynamic_shapes": "True"}] if args.static else [])
+    base = json.loads(args.options)
+    variants = [base] + ([{**base, "disable_dynamic_shapes": "True"}] if args.static else [])
     for name in args.models.split(","):
         for options in variants:
             r = measure(name, args.batch, args.size, args.threads, args.runs, options, args.schedule, args.block_warmup)
             results.append(r)
             print(f"{name} b{args.batch} {options or 'defaults'} [{args.schedule}]: onnxruntime {r['onnxruntime_ms']} ms, "
                   f"ort-core+OpenVINO {r['ort_core_openvino_ms']} ms, ratio {r['ratio']} "
-                  f"(placement {r['placement']}, max rel err {r['max_relative_error']:.1e})", flush=True)
+                  + (f"(per-round {r['paired_ratio']}) " if r["paired_ratio"] is not None else "")
+                  + f"(placement {r['placement']}, max rel err {r['max_relative_error']:.1e})", flush=True)
         c = cache_effect(name, args.batch, args.size, args.threads)
         results.append(c)
         print(f"{name} session creation: no cache {c['no_cache_s']} s, empty cache {c['cache_empty_s']} s, "
