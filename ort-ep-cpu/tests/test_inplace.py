@@ -501,3 +501,18 @@ def test_real_models_in_place_match_onnxruntime(tracer, name):
         _expect_onnxruntime(data, feeds, sess.run(None, feeds), rtol=1e-3, atol=1e-4)
     if name != "silero-vad":  # (its elementwise nodes read values that others read too)
         assert tracer.in_place_count() > 0
+
+
+def test_concurrent_runs_do_not_share_buffers():
+    # each run's intermediates are its own arrays: runs from several threads at once give what
+    # they give one at a time
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = models.cnn(image=32)
+    sess = _session(model.SerializeToString(), level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    feeds = [models.random_inputs(model, batch=2, seed=s) for s in range(8)]
+    alone = [sess.run(None, f)[0] for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda f: sess.run(None, f)[0], feeds * 3))
+    for k, got in enumerate(together):
+        np.testing.assert_array_equal(got, alone[k % len(feeds)])
