@@ -206,15 +206,26 @@ DEPTHWISE_CASES = [
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", DEPTHWISE_CASES)
 @pytest.mark.parametrize("bias", [False, True])
-def test_compiled_depthwise_matches_onnxruntime(x_shape, w_shape, attrs, bias, monkeypatch):
+@pytest.mark.parametrize("loop", ["flat", "rows"])
+def test_compiled_depthwise_matches_onnxruntime(x_shape, w_shape, attrs, bias, loop, monkeypatch):
+    """Both compiled loops: stride 1 takes the flat-plane loop when its accumulator fits
+    DEPTHWISE_FLAT_BYTES (forced off for "rows"); strided cases always take the row loop."""
     pytest.importorskip("numba", reason="numba (optional) is not installed: the numpy path runs")
     monkeypatch.setattr(_jit, "USE", True)
+    if loop == "rows":
+        monkeypatch.setattr(nn, "DEPTHWISE_FLAT_BYTES", 0)
+    used = []
+    for name in ("depthwise_flat", "depthwise_rows"):
+        real = getattr(_jit, name)
+        monkeypatch.setattr(_jit, name, lambda real=real, name=name: used.append(name) or real())
     data, w = _model(x_shape, w_shape, attrs, bias=bias)
     ref, got = _pair(data)
     rng = np.random.default_rng(6)
     for _ in range(2):  # the second run reuses the padded buffer
         x = rng.standard_normal(x_shape).astype(np.float32)
         np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    strided = any(v != 1 for v in attrs.get("strides", [1]))
+    assert set(used) == {"depthwise_rows" if loop == "rows" or strided else "depthwise_flat"}
     # it was the compiled loop that ran: the wide path made no plan for this geometry
     nd = len(w_shape) - 2
     node = type("N", (), {"attr": lambda self, k, d=None: attrs.get(k, d)})()
