@@ -24,7 +24,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, _ov
-from .capability import decline_reason, divergence_reason, groups, node_model, survey, type_reason
+from .capability import decline_reasons, divergence_reason, groups, node_model, survey, type_reason
 from .kernel import GroupKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
@@ -138,11 +138,13 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     found = survey(graph, candidates, settings.device_type)
     # kept for kernel creation, which reuses the shapes it found (and keeps the view alive)
     ep.state.setdefault("surveys", {})[id(graph)] = (graph, found)
+    # OpenVINO is asked about the nodes left together (one device query), see decline_reasons
+    asked = {} if found.all_supported else decline_reasons(graph, candidates, settings.device_type, found.hints)
     for i in sorted(candidates):
         node = graph.nodes[i]
         reason = type_reason(graph, node) or divergence_reason(graph, node)
         if reason is None and not found.all_supported:
-            reason = decline_reason(graph, node, settings.device_type, found.hints)
+            reason = asked[i]
         if reason is None:
             supported.add(i)
         else:
