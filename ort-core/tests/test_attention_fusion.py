@@ -247,6 +247,19 @@ def test_does_not_fire(variant):
     _check(model, out, _feeds(model))
 
 
+@pytest.mark.parametrize("claims", [True, False])
+def test_the_gate_probe_is_not_left_reading_q_k_v(claims):
+    # the one-node probe shown to the gate is never inserted; q, k and v keep only real readers
+    m = ir.serde.deserialize_model(_layer())
+    basic.ShapeInferenceQuietPass()(m)
+    attention_fusion.AttentionFusionPass(lambda node: claims)(m)
+    in_graph = set(m.graph)
+    for node in in_graph:
+        for value in node.inputs:
+            if value is not None:
+                assert all(user in in_graph for user, _ in value.uses()), value.name
+
+
 def test_does_not_fire_when_an_intermediate_has_another_reader():
     model = _layer()
     model.graph.node.append(helper.make_node("Relu", ["kt"], ["extra"]))

@@ -274,6 +274,18 @@ def test_fusion_not_applied_when_unsupported():
     assert _ops(_apply(model, fusion.ConvActivationFusionPass(lambda node: False))) == ["Conv", "Relu"]
 
 
+def test_declined_fused_candidate_is_not_left_reading_the_graph():
+    # a candidate the gate declines must not stay a reader of the Conv's inputs: later matches
+    # ask whether a value has one use
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 4, 4])], [_init("w", _f32(4, 3, 3, 3))],
+    )
+    m = ir.serde.deserialize_model(model)
+    fusion.ConvActivationFusionPass(lambda node: False)(m)
+    assert [user.op_type for user, _ in m.graph.inputs[0].uses()] == ["Conv"]
+
+
 def test_conv_activation_not_fused_when_conv_output_is_read_elsewhere():
     model = make_model(
         [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),

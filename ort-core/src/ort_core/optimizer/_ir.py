@@ -121,3 +121,9 @@ def replace(graph: ir.Graph, old_nodes: Sequence[ir.Node], new_nodes: Sequence[i
             new.name = name
     graph.insert_after(anchor, list(new_nodes))
     graph.remove(list(old_nodes), safe=True)
+
+
+def detach(node: ir.Node) -> None:
+    """Disconnect a candidate node that will not be inserted from the values it reads."""
+    for k in range(len(node.inputs)):
+        node.replace_input_with(k, None)

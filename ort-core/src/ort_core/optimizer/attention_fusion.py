@@ -34,8 +34,8 @@ import collections
 import numpy as np
 import onnx_ir as ir
 
-from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
-from .fusion import MS_DOMAIN, Supports
+from ._ir import Namer, attr, const, detach, graphs, initializer, is_op, only_use, replace, scalar
+from .fusion import MS_DOMAIN, _FusionPass
 
 _SPLIT = [0, 2, 1, 3]
 
@@ -333,12 +333,8 @@ def _bias_ready(m: _Match) -> bool:
     return len(dims) == 4 and _same(dims[2], _dims(m.q)[1]) and _same(dims[3], _dims(m.k)[1])
 
 
-class AttentionFusionPass(ir.passes.InPlacePass):
+class AttentionFusionPass(_FusionPass):
     """Scaled-dot-product attention on split heads -> com.microsoft MultiHeadAttention."""
-
-    def __init__(self, supports: Supports):
-        super().__init__()
-        self.supports = supports
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
@@ -352,18 +348,18 @@ class AttentionFusionPass(ir.passes.InPlacePass):
                 m = _match(softmax, opset)
                 if m is None or (opset < 8 and m.mask is not None and not _bias_ready(m)):
                     continue  # (Expand, needed to shape the mask, came with opset 8)
-                probe = ir.Node(MS_DOMAIN, "MultiHeadAttention", [m.q, m.k, m.v],
+                probe_inputs: list[ir.Value | None] = [m.q, m.k, m.v]
+                if m.mask is not None:  # the gate sees the node with its bias input, as it will run
+                    probe_inputs += [None, None, ir.Value(
+                        name="attention_bias", type=m.mask.type,
+                        shape=ir.Shape([_dims(m.q)[0], 1, _dims(m.q)[1], _dims(m.k)[1]]))]
+                probe = ir.Node(MS_DOMAIN, "MultiHeadAttention", probe_inputs,
                                 [ir.AttrInt64("num_heads", m.heads), ir.AttrFloat32("scale", float(m.scale))],
                                 num_outputs=1, name=f"{softmax.name}_mha", version=1)
                 probe.outputs[0].type, probe.outputs[0].shape = m.out.type, m.out.shape
-                if m.mask is not None:  # the gate sees the node with its bias input, as it will run
-                    bias_probe = ir.Value(name="attention_bias", type=m.mask.type,
-                                          shape=ir.Shape([_dims(m.q)[0], 1, _dims(m.q)[1], _dims(m.k)[1]]))
-                    probe = ir.Node(MS_DOMAIN, "MultiHeadAttention", [m.q, m.k, m.v, None, None, bias_probe],
-                                    list(probe.attributes.values()), num_outputs=1, name=probe.name, version=1)
-                    probe.outputs[0].type, probe.outputs[0].shape = m.out.type, m.out.shape
-                if not self.supports(probe):
+                if not self.claimed(probe):
                     continue
+                detach(probe)  # the node inserted below reads the real bias, not the probe's stand-in
                 new_nodes: list[ir.Node] = []
                 inputs = [m.q, m.k, m.v]
                 if m.mask is not None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-from ._ir import attr, graphs, is_op, only_use, replace, scalar
+from ._ir import attr, detach, graphs, is_op, only_use, replace, scalar
 
 MS_DOMAIN = "com.microsoft"
 
@@ -73,6 +73,14 @@ class _FusionPass(ir.passes.InPlacePass):
         super().__init__()
         self.supports = supports
 
+    def claimed(self, fused: ir.Node) -> bool:
+        """Ask the gate whether the provider claims ``fused``; a declined candidate is detached
+        from its inputs, so that it does not count as a reader of them in later matches."""
+        if self.supports(fused):
+            return True
+        detach(fused)
+        return False
+
 
 class _ActivationFusionPass(_FusionPass):
     """``op_type`` + activation -> com.microsoft ``fused_op`` (same inputs and attributes, plus
@@ -99,7 +107,7 @@ class _ActivationFusionPass(_FusionPass):
                 fused = ir.Node(MS_DOMAIN, self.fused_op, list(node.inputs), attributes, num_outputs=1,
                                 name=node.name, version=1)
                 _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
-                if not self.supports(fused):
+                if not self.claimed(fused):
                     continue
                 replace(graph, [node, act], [fused], [act.outputs[0]], [fused.outputs[0]])
                 modified = True
@@ -154,7 +162,7 @@ class GeluFusionPass(_FusionPass):
                 x, nodes, out = match
                 fused = ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1)
                 _typed_like(fused.outputs[0], out)  # the probe shows providers typed values
-                if not self.supports(fused):
+                if not self.claimed(fused):
                     continue
                 replace(graph, nodes, [fused], [out], [fused.outputs[0]])
                 modified = True
@@ -233,7 +241,7 @@ class MatMulScaleFusionPass(_FusionPass):
                                 [ir.AttrFloat32("alpha", alpha), ir.AttrInt64("transA", 0), ir.AttrInt64("transB", trans_b)],
                                 num_outputs=1, name=mm.name, version=1)
                 _typed_like(fused.outputs[0], scale_node.outputs[0])  # the probe shows providers typed values
-                if not self.supports(fused):
+                if not self.claimed(fused):
                     continue
                 replace(graph, nodes, [fused], [scale_node.outputs[0]], [fused.outputs[0]])
                 modified = True

@@ -71,16 +71,6 @@ def _vector_length(value: ir.Value | None) -> int | None:
     return int(data.shape[0]) if data is not None and data.ndim == 1 else None
 
 
-def _claimed(supports: Supports, fused: ir.Node) -> bool:
-    """Ask the gate; a node it declines is detached from its inputs, so that it does not count
-    as a reader of them in later matches."""
-    if supports(fused):
-        return True
-    for k in range(len(fused.inputs)):
-        fused.replace_input_with(k, None)
-    return False
-
-
 def _differ(a, b) -> bool:
     """Whether two dimensions are known to differ (unknown or symbolic ones may be equal)."""
     sa, sb = _static(a), _static(b)
@@ -158,7 +148,7 @@ class LayerNormFusionPass(_FusionPass):
                                 [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps)],
                                 num_outputs=1, name=f"{node.name}_layernorm")
                 _typed_like(fused.outputs[0], out)  # the probe shows providers typed values
-                if not _claimed(self.supports, fused):
+                if not self.claimed(fused):
                     if not gamma.uses() and gamma.name in graph.initializers and gamma.name.startswith("layernorm_scale"):
                         graph.initializers.pop(gamma.name)  # the ones made for this probe
                     continue
@@ -311,7 +301,7 @@ class SkipLayerNormFusionPass(_FusionPass):
                     for k in (1, 2):  # mean, inv_std_var: float, as in onnxruntime's schema
                         fused.outputs[k].type = ir.TensorType(ir.DataType.FLOAT)
                     _typed_like(fused.outputs[3], total)
-                if not _claimed(self.supports, fused):
+                if not self.claimed(fused):
                     continue
                 old = [ln.outputs[0]] + ([total] if needs_sum else [])
                 new = [fused.outputs[0]] + ([fused.outputs[3]] if needs_sum else [])
@@ -413,7 +403,7 @@ class BiasGeluFusionPass(_FusionPass):
                     continue
                 fused = ir.Node(MS_DOMAIN, "BiasGelu", list(found), num_outputs=1, name=f"{gelu.name}_bias", version=1)
                 _typed_like(fused.outputs[0], gelu.outputs[0])  # the probe shows providers typed values
-                if not _claimed(self.supports, fused):
+                if not self.claimed(fused):
                     continue
                 replace(graph, [add, gelu], [fused], [gelu.outputs[0]], [fused.outputs[0]])
                 modified = True
