@@ -340,3 +340,25 @@ def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias)
     y = got.run(None, {"x": x})[0]
     assert y.flags.c_contiguous
     np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_convolutions_share_the_thread_scratch_and_survive_its_growth(monkeypatch):
+    """Column/GEMM buffers are views of one per-thread scratch: a small convolution, then one
+    whose buffers need a larger scratch, then the small one again (its workspace is remade on
+    the new scratch): every result matches onnxruntime, both plans end on the same scratch."""
+    monkeypatch.setattr(nn, "_scratch", threading.local())  # a fresh scratch for this thread
+    cases = {"small": ((1, 3, 6, 6), (4, 3, 3, 3)), "big": ((1, 16, 40, 40), (8, 16, 3, 3))}
+    rng = np.random.default_rng(12)
+    geometries, sizes = {}, []
+    for name in ("small", "big", "small"):
+        x_shape, w_shape = cases[name]
+        data, w = _model(x_shape, w_shape, {"pads": [1, 1, 1, 1]}, bias=False, seed=len(name))
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        g = geometries.setdefault(name, nn._Geometry(x_shape[2:], w_shape[2:], (1, 1), (1, 1), (1, 1, 1, 1)))
+        y = nn.conv(x, w, None, 1, g, w_shape[2:], prepared={})
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        sizes.append(nn._scratch.buffer.nbytes)
+    assert sizes[0] < sizes[1] == sizes[2]  # grew once, for the big one
+    scratch_of = {id(ws[3]) for g in geometries.values() for pool in g.wide.pool.values() for ws in pool}
+    assert scratch_of == {id(nn._scratch.buffer)}

@@ -345,6 +345,21 @@ BAND_BYTES = 2 << 20
 MAX_PHASES = 4
 
 
+_scratch = threading.local()
+
+
+def _thread_scratch(nbytes: int) -> np.ndarray:
+    """This thread's scratch bytes (column and GEMM buffers of the wide-output convolutions),
+    grown to at least ``nbytes``; 64-byte aligned."""
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.nbytes < nbytes:
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        buffer = raw[start : start + nbytes]
+        _scratch.buffer = buffer
+    return buffer
+
+
 class _WidePlan:
     """2-D convolution "on the wide output". The padded image is split into stride phases
     (phase (p, q) holds padded rows p, p+sh, ... and columns q, q+sw, ...; for stride 1 the
@@ -404,18 +419,24 @@ class _WidePlan:
         self.pool: dict = {}  # (x shape, dtype, M, group) -> free workspaces
 
     def workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
-        """A free workspace for this input, made on first need (list.pop is atomic: concurrent
-        runs each get their own)."""
-        key = (x_shape, dtype, m, group)
+        """A free workspace for this input and thread, made on first need (list.pop is
+        atomic: concurrent runs each get their own). Its column and GEMM buffers are views of
+        the thread's scratch, shared by every convolution the thread runs, so they stay in
+        cache from one convolution to the next; a workspace made on a scratch that has since
+        grown is made again."""
+        key = (x_shape, dtype, m, group, threading.get_ident())
         try:
-            return self.pool[key].pop()
+            ws = self.pool[key].pop()
         except (KeyError, IndexError):
-            return self._make_workspace(x_shape, dtype, m, group)
+            ws = None
+        if ws is None or ws[3] is not getattr(_scratch, "buffer", None):
+            ws = self._make_workspace(key, x_shape, dtype, m, group)
+        return ws
 
     def give(self, ws: tuple) -> None:
         self.pool.setdefault(ws[0], []).append(ws)
 
-    def _make_workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
+    def _make_workspace(self, key: tuple, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
         n, c = x_shape[:2]
         oh, ow = self.g.out
         wq, k = self.wq, self.taps
@@ -430,8 +451,13 @@ class _WidePlan:
         groups_per_band = max(1, min(group, BAND_BYTES // max(1, full)))
         rows_per_band = oh if groups_per_band > 1 else max(1, min(oh, BAND_BYTES // max(1, cg * k * wq * itemsize)))
         wide_max = (rows_per_band - 1) * wq + ow
-        cols_buf = np.empty(min(group, groups_per_band) * cg * k * wide_max, dtype=dtype)
-        res_buf = np.empty(min(group, groups_per_band) * mg * wide_max, dtype=dtype)
+        n_cols = min(group, groups_per_band) * cg * k * wide_max
+        n_res = min(group, groups_per_band) * mg * wide_max
+        scratch = _thread_scratch((n_cols + n_res) * itemsize + 64)
+        # the column buffer at the start, the GEMM output after it (64-byte aligned)
+        cols_buf = np.ndarray(n_cols, dtype, scratch, 0)
+        res_off = -(-(n_cols * itemsize) // 64) * 64
+        res_buf = np.ndarray(n_res, dtype, scratch, res_off)
         per_phase, per_image, per_channel = buf.strides[0], buf.strides[1], buf.strides[2]
         bands = []
         for i in range(n):
@@ -450,11 +476,11 @@ class _WidePlan:
                                          (per_channel, da * wq * itemsize, db * itemsize, itemsize))
                         copies.append((cols[:, taps].reshape(cc, na, nb, wide), src))
                     res = res_buf[: (m1 - m0) * wide].reshape(g1 - g0, mg, wide)
-                    crop = np.ndarray((m1 - m0, r1 - r0, ow), dtype, res_buf, 0,
+                    crop = np.ndarray((m1 - m0, r1 - r0, ow), dtype, scratch, res_off,
                                       (wide * itemsize, wq * itemsize, itemsize))
                     bands.append((copies, slice(g0, g1), cols.reshape(g1 - g0, cg * k, wide), res, crop,
                                   (i, slice(m0, m1), slice(r0, r1)), slice(m0, m1)))
-        return ((x_shape, dtype, m, group), fills, bands)
+        return (key, fills, bands, scratch)
 
 
 #: the compiled stride-1 depthwise loop accumulates a whole channel's flat output when it fits
@@ -512,7 +538,7 @@ def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g
     wmat = entry[1]
     ws = plan.workspace(x.shape, x.dtype, m, group)
     try:
-        _, fills, bands = ws
+        _, fills, bands, _ = ws
         for dst, src in fills:  # the phase interiors; borders stay zero from creation
             dst[...] = x[src]
         bias = None if b is None else b.reshape(m, 1, 1)
