@@ -81,6 +81,16 @@ class _FusionPass(ir.passes.InPlacePass):
         detach(fused)
         return False
 
+    def fuse(self, graph: ir.Graph, nodes: list[ir.Node], fused: ir.Node, out: ir.Value) -> bool:
+        """Replace ``nodes`` (whose result is ``out``) by the single-output ``fused`` node if the
+        provider claims it; ``fused`` is typed like ``out`` first (the probe shows providers
+        typed values). Whether it was replaced."""
+        _typed_like(fused.outputs[0], out)
+        if not self.claimed(fused):
+            return False
+        replace(graph, nodes, [fused], [out], [fused.outputs[0]])
+        return True
+
 
 class _ActivationFusionPass(_FusionPass):
     """``op_type`` + activation -> com.microsoft ``fused_op`` (same inputs and attributes, plus
@@ -106,11 +116,7 @@ class _ActivationFusionPass(_FusionPass):
                 attributes.extend(self.activation_attributes(act, params))
                 fused = ir.Node(MS_DOMAIN, self.fused_op, list(node.inputs), attributes, num_outputs=1,
                                 name=node.name, version=1)
-                _typed_like(fused.outputs[0], act.outputs[0])  # the probe shows providers typed values
-                if not self.claimed(fused):
-                    continue
-                replace(graph, [node, act], [fused], [act.outputs[0]], [fused.outputs[0]])
-                modified = True
+                modified |= self.fuse(graph, [node, act], fused, act.outputs[0])
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)
@@ -161,11 +167,7 @@ class GeluFusionPass(_FusionPass):
                     continue
                 x, nodes, out = match
                 fused = ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1)
-                _typed_like(fused.outputs[0], out)  # the probe shows providers typed values
-                if not self.claimed(fused):
-                    continue
-                replace(graph, nodes, [fused], [out], [fused.outputs[0]])
-                modified = True
+                modified |= self.fuse(graph, nodes, fused, out)
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)
@@ -240,11 +242,7 @@ class MatMulScaleFusionPass(_FusionPass):
                 fused = ir.Node(MS_DOMAIN, "FusedMatMul", [a, b],
                                 [ir.AttrFloat32("alpha", alpha), ir.AttrInt64("transA", 0), ir.AttrInt64("transB", trans_b)],
                                 num_outputs=1, name=mm.name, version=1)
-                _typed_like(fused.outputs[0], scale_node.outputs[0])  # the probe shows providers typed values
-                if not self.claimed(fused):
-                    continue
-                replace(graph, nodes, [fused], [scale_node.outputs[0]], [fused.outputs[0]])
-                modified = True
+                modified |= self.fuse(graph, nodes, fused, scale_node.outputs[0])
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)

@@ -402,11 +402,7 @@ class BiasGeluFusionPass(_FusionPass):
                 if found is None:
                     continue
                 fused = ir.Node(MS_DOMAIN, "BiasGelu", list(found), num_outputs=1, name=f"{gelu.name}_bias", version=1)
-                _typed_like(fused.outputs[0], gelu.outputs[0])  # the probe shows providers typed values
-                if not self.claimed(fused):
-                    continue
-                replace(graph, [add, gelu], [fused], [gelu.outputs[0]], [fused.outputs[0]])
-                modified = True
+                modified |= self.fuse(graph, [add, gelu], fused, gelu.outputs[0])
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)
