@@ -32,6 +32,24 @@ def fake(registry):
     return provider
 
 
+def initializer(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def tensor_info(name: str, shape, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def onnxruntime_unoptimized(model: onnx.ModelProto, feeds) -> list:
+    """The model's outputs from onnxruntime's CPU provider with its own optimizer off: the
+    reference that optimized graphs are compared with."""
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, **kwargs) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], **kwargs)

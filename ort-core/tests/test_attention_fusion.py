@@ -17,10 +17,12 @@ import onnx
 import onnx_ir as ir
 import onnxruntime
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import ort_core
+from conftest import initializer as _init
 from conftest import make_model
+from conftest import onnxruntime_unoptimized as _ort_run
 from fake_providers import HostProvider
 from ort_core import Capability, Claim, Kernel, hookimpl, optimizer
 from ort_core.optimizer import attention_fusion, basic
@@ -29,12 +31,6 @@ from ort_core.testing import models
 RNG = np.random.default_rng(0)
 B, S, N, HD = 2, 6, 2, 4
 D = N * HD
-
-
-def _ort_run(model: onnx.ModelProto, feeds):
-    so = onnxruntime.SessionOptions()
-    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 def _everything(node) -> bool:
@@ -58,10 +54,6 @@ def _check(model, optimized, feeds, rtol=1e-4, atol=1e-5):
     onnx.checker.check_model(optimized)
     for got, want in zip(_ort_run(optimized, feeds), _ort_run(model, feeds), strict=True):
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
-
-
-def _init(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
 
 
 def _layer(*, scale="div", mask="b11s", k_form="two", reshape="concat", softmax_axis=-1, seq=S,

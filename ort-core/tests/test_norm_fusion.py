@@ -13,11 +13,13 @@ import collections
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+from conftest import initializer as _init
 from conftest import make_model
+from conftest import onnxruntime_unoptimized as _ort_run
+from conftest import tensor_info as _vi
 from ort_core import optimizer
 from ort_core.optimizer import fusion, norm_fusion
 from ort_core.testing import models
@@ -28,20 +30,6 @@ H = 16
 
 def _f(*shape, dtype=np.float32, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(dtype)
-
-
-def _init(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def _vi(name, shape, elem=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _ort_run(model: onnx.ModelProto, feeds):
-    so = onnxruntime.SessionOptions()
-    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 def _apply(model: onnx.ModelProto, *passes) -> onnx.ModelProto:
