@@ -67,7 +67,8 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     for coeff in (_A[3], _A[2], _A[1], _A[0]):
         poly += np.float32(coeff)
         poly *= t
-    np.multiply(a, a, out=a)
+    with np.errstate(over="ignore"):  # x^2 -> inf past 1.8e19: exp(-inf) = 0 is the limit
+        np.multiply(a, a, out=a)
     np.negative(a, out=a)
     np.exp(a, out=a)
     poly *= a  # poly * exp(-x^2)
@@ -81,8 +82,11 @@ def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """0.5 * v * (1 + erf(v / sqrt(2))) of v = x + bias (BiasGelu: bias broadcast over the
     last axis, or by numpy's rules where it is not a vector of that length). float32 runs as
     one compiled pass when numba is installed (``_jit.gelu_rows``), else through erf_f32."""
+    if x.ndim == 0:  # numpy's ufuncs return scalars for 0-d arrays: erf_f32's out= needs arrays
+        shape = () if bias is None else np.broadcast_shapes((), np.shape(bias))
+        return gelu(x.reshape(1), bias).reshape(shape)
     if x.dtype == np.float32 and x.size and _jit.enabled() and _compiled_bias(x, bias):
-        h = x.shape[-1] if x.ndim else 1
+        h = x.shape[-1]
         xc = np.ascontiguousarray(x).reshape(-1, h)
         y = np.empty(x.shape, dtype=np.float32)
         b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
@@ -95,8 +99,8 @@ def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     else:
         y = special.erf(x / np.sqrt(2)).astype(x.dtype, copy=False)
     y += 1
+    y *= x.dtype.type(0.5)  # halved before the product: 2 * x overflowed near float32's max
     y *= x
-    y *= x.dtype.type(0.5)
     return y
 
 
@@ -107,7 +111,7 @@ def _compiled_bias(x: np.ndarray, bias: np.ndarray | None) -> bool:
     """Whether the compiled loop takes this bias: none, or a float32 vector of x's last axis."""
     if bias is None:
         return True
-    return bias.dtype == np.float32 and x.ndim >= 1 and bias.shape == (x.shape[-1],)
+    return bias.dtype == np.float32 and bias.shape == (x.shape[-1],)
 
 
 @kernel("Gelu", domain=MS)
