@@ -103,6 +103,7 @@ def _plan_summary(plan):
 @pytest.mark.parametrize("banded", [False, True])
 def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded, monkeypatch):
     monkeypatch.setattr(_jit, "USE", False)  # depthwise cases: the numpy path, not numba's loop
+    monkeypatch.setattr(nn, "SMALL_COLS", 0)  # small cases too: the wide path, not the gather
     if banded:
         monkeypatch.setattr(nn, "BAND_BYTES", 1)  # one output row / one group per band
     data, w = _model(x_shape, w_shape, attrs, bias=True)
@@ -131,9 +132,42 @@ def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
-def test_repeated_runs_reuse_buffers_with_zero_borders():
+GATHER_CASES = [c[:3] for c in CASES if c[0][0] == 1 and c[2].get("group", 1) == 1] + [
+    # silero-vad's shapes: a strided 1-D "STFT" convolution and kernel-3 ones on 1-3 frames
+    ((1, 1, 576), (258, 1, 256), {"strides": [128]}),
+    ((1, 129, 3), (128, 129, 3), {"pads": [1, 1]}),
+    ((1, 64, 2), (64, 64, 3), {"pads": [1, 1], "strides": [2]}),
+    ((1, 64, 1), (128, 64, 3), {"pads": [1, 1]}),
+    ((1, 3, 5, 4, 6), (2, 3, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1], "strides": [2, 1, 2]}),  # 3-D
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", GATHER_CASES)
+def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, monkeypatch):
+    """One image, one group, small column matrix: columns gathered by a precomputed index
+    (padding reads an appended zero). Asserts that path ran: the index exists, no wide plan."""
+    monkeypatch.setattr(nn, "SMALL_COLS", 1 << 20)
+    data, w = _model(x_shape, w_shape, attrs, bias=True)
+    ref, got = _pair(data)
+    rng = np.random.default_rng(6)
+    for _ in range(2):  # the second run reuses the index
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    nd = len(w_shape) - 2
+    node = type("N", (), {"attr": lambda self, k, d=None: attrs.get(k, d)})()
+    strides, dilations = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    g = nn._Geometry(x_shape[2:], w_shape[2:], strides, dilations,
+                     nn.conv_pads(node, x_shape[2:], w_shape[2:], strides, dilations))
+    nn.conv(x, w, None, 1, g, w_shape[2:])
+    if not g.pointwise:
+        assert g.gather is not None and g.wide is None
+
+
+@pytest.mark.parametrize("small_cols", [0, 1 << 20])  # the wide path, the small-conv gather
+def test_repeated_runs_reuse_buffers_with_zero_borders(small_cols, monkeypatch):
     """The padded phase buffers are reused between runs; only their interior is rewritten, so
     a second input (here all-negative after a large positive one) must not see the first."""
+    monkeypatch.setattr(nn, "SMALL_COLS", small_cols)
     data, _ = _model((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=False)
     ref, got = _pair(data)
     for x in (np.full((1, 3, 8, 8), 1e3, np.float32), -np.ones((1, 3, 8, 8), np.float32),
@@ -141,8 +175,10 @@ def test_repeated_runs_reuse_buffers_with_zero_borders():
         np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-3)
 
 
-def test_weights_fed_at_run_time_are_not_cached_stale():
+@pytest.mark.parametrize("small_cols", [0, 1 << 20])  # the wide path, the small-conv gather
+def test_weights_fed_at_run_time_are_not_cached_stale(small_cols, monkeypatch):
     """The reordered weight matrix is kept per weight array; new weights give new results."""
+    monkeypatch.setattr(nn, "SMALL_COLS", small_cols)
     data, _ = _model((1, 4, 9, 9), (5, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, bias=True, const_w=False)
     ref, got = _pair(data)
     rng = np.random.default_rng(3)
@@ -347,6 +383,7 @@ def test_convolutions_share_the_thread_scratch_and_survive_its_growth(monkeypatc
     whose buffers need a larger scratch, then the small one again (its workspace is remade on
     the new scratch): every result matches onnxruntime, both plans end on the same scratch."""
     monkeypatch.setattr(nn, "_scratch", threading.local())  # a fresh scratch for this thread
+    monkeypatch.setattr(nn, "SMALL_COLS", 0)  # the wide path even for the small case
     cases = {"small": ((1, 3, 6, 6), (4, 3, 3, 3)), "big": ((1, 16, 40, 40), (8, 16, 3, 3))}
     rng = np.random.default_rng(12)
     geometries, sizes = {}, []

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from ort_ep_cpu.kernels import rnn
 
 
 def _model(op: str, gates: int, hidden: int, inp: int, dirs: int, const_r: bool, rng):
@@ -48,3 +49,51 @@ def test_recurrence_weights_cached_per_array(op, gates, dirs, const_r):
             feeds["R"] = r + np.float32(run * 0.2)
         for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng):
+    w = rng.standard_normal((1, 4 * hidden, inp)).astype(np.float32) * 0.3
+    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3
+    b = rng.standard_normal((1, 8 * hidden)).astype(np.float32) * 0.1
+    inits = [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(b, "B")]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, None, inp]),
+              helper.make_tensor_value_info("H0", TensorProto.FLOAT, [1, None, hidden]),
+              helper.make_tensor_value_info("C0", TensorProto.FLOAT, [1, None, hidden])]
+    if const_r:
+        inits.append(onnx.numpy_helper.from_array(r, "R"))
+    else:
+        inputs.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, list(r.shape)))
+    node = helper.make_node("LSTM", ["X", "W", "R", "B", "", "H0", "C0"], ["Y", "Y_h", "Y_c"], hidden_size=hidden)
+    graph = helper.make_graph([node], "g", inputs, [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, [None] * k) for n, k in (("Y", 4), ("Y_h", 3), ("Y_c", 3))
+    ], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model.SerializeToString(), r
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("const_r", [True, False])
+def test_lstm_single_step_matches_onnxruntime(batch, const_r, monkeypatch):
+    """One time step (the streaming case) takes one GEMM of [x, h] by [W; R]: Y, Y_h and Y_c
+    match onnxruntime, carrying the state over three runs; with R fed at run time and changing,
+    the stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it)."""
+    calls = []
+    step = rnn._LSTM._single_step
+    monkeypatch.setattr(rnn._LSTM, "_single_step", lambda self, *a: calls.append(1) or step(self, *a))
+    rng = np.random.default_rng(1)
+    data, r = _lstm_step_model(hidden=8, inp=5, const_r=const_r, rng=rng)
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    h = rng.standard_normal((1, batch, 8)).astype(np.float32)
+    c = rng.standard_normal((1, batch, 8)).astype(np.float32)
+    for run in range(3):
+        feeds = {"X": rng.standard_normal((1, batch, 5)).astype(np.float32), "H0": h, "C0": c}
+        if not const_r:
+            feeds["R"] = r + np.float32(run * 0.2)
+        outs, wants = got.run(None, feeds), ref.run(None, feeds)
+        for a, b in zip(outs, wants):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        assert not np.shares_memory(outs[0], outs[1])
+        h, c = outs[1], outs[2]
+    assert len(calls) == 3  # the single-step path ran

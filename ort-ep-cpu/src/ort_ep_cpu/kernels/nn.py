@@ -12,12 +12,14 @@ wide-output plan and its buffers) is worked out once per input shape and cached.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
 
@@ -118,7 +120,7 @@ class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
     __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
-                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise")
+                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
@@ -126,6 +128,7 @@ class _Geometry:
         self.pads = tuple(pads)
         self.spatial = tuple(spatial)
         self.wide = None  # the conv's _WidePlan, made on first use
+        self.gather = None  # a small convolution's column index (_gather_index), made on first use
         self._as_2d = None
         self.pad_pool: dict = {}  # (x shape, dtype) -> free zero-bordered padded buffers
         # a 1x1 kernel at stride 1 without padding: the output is one GEMM on the input
@@ -179,6 +182,15 @@ def _im2col(xp: np.ndarray, g: _Geometry) -> np.ndarray:
     cols = np.empty(xp.shape[:2] + g.kernel + g.out, dtype=xp.dtype)
     np.copyto(cols, view)
     return cols.reshape(xp.shape[0], xp.shape[1], len(g.offsets), -1)
+
+
+def _gather_index(g: _Geometry, c: int) -> np.ndarray:
+    """Flat indices into ``[*x.ravel(), 0]`` (one image of ``c`` channels) that give its
+    (C*K, out pixels) column matrix; padding positions read the appended 0. Made by running
+    ``_im2col`` once on the input's own indices, so it follows the same geometry."""
+    size = c * math.prod(g.spatial)
+    idx = np.arange(size, dtype=np.intp).reshape((1, c) + g.spatial)
+    return _im2col(_padded(idx, g, size), g).reshape(c * len(g.offsets), -1)
 
 
 def _padded(x: np.ndarray, g: _Geometry, fill) -> np.ndarray:
@@ -235,7 +247,10 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
     if name == "Tanh":
         return lambda y: np.tanh(y, out=y)
     if name == "Sigmoid":
-        def sigmoid(y):  # 1 / (1 + exp(-y)), in place
+        def sigmoid(y):  # in place, one ufunc call (four numpy ones cost ~3 us on small tensors)
+            if y.dtype.kind == "f" and y.dtype.itemsize >= 4:
+                special.expit(y, out=y)
+                return
             np.negative(y, out=y)
             np.exp(y, out=y)
             y += 1
@@ -288,6 +303,22 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         if activation is not None:
             activation(y)
         return y
+    if n == 1 and group == 1 and x.dtype == w.dtype and c * k * math.prod(out) <= SMALL_COLS:
+        # a small convolution: its columns are one gather by an index made once per geometry
+        # (the wide path's workspace and copies cost ~10 us of Python, more than such a GEMM)
+        idx = g.gather
+        if idx is None:
+            idx = g.gather = _gather_index(g, c)
+        flat = x.reshape(-1)
+        if any(g.pads):
+            flat = np.concatenate((flat, np.zeros(1, x.dtype)))
+        y2 = np.matmul(w.reshape(m, c * k), flat[idx])
+        if b is not None:
+            y2 += b.reshape(m, 1)
+        y = y2.reshape((1, m) + out)
+        if activation is not None:
+            activation(y)
+        return y
     dtype = np.result_type(x, w)
     y = np.empty((n, m) + out, dtype=dtype)
     if len(out) <= 2 and not (k == 1 and not any(g.pads)) and x.dtype == dtype:
@@ -313,7 +344,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
             if activation is not None:
                 activation(y)
             return y
-    p = int(np.prod(out))
+    p = math.prod(out)
     y3 = y.reshape(n, m, p)
     if group == 1:
         if k == 1 and not any(g.pads):
@@ -335,6 +366,10 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         activation(y)
     return y
 
+
+#: convolutions (one image, one group) whose column matrix has at most this many elements take
+#: the gather path; its index (8 bytes an element) is kept per input shape
+SMALL_COLS = 8192
 
 #: target size of one column buffer (one band of output rows, one chunk of groups): small enough
 #: to stay in the core's L2 cache between its copy and its GEMM, large enough that the GEMM is

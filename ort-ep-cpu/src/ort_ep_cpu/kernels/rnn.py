@@ -85,6 +85,8 @@ class _Recurrent:
         # was made from (a constant initializer: made once; transposing it each run cost about
         # 0.17 ms of silero-vad's 0.8 ms)
         self._rt: tuple[np.ndarray, list[np.ndarray]] | None = None
+        # input shape signatures already checked by _check_shapes (a check is ~5 us a run)
+        self._checked: set[tuple] = set()
 
     def _recurrence_weights(self, r: np.ndarray) -> list[np.ndarray]:
         cached = self._rt
@@ -125,7 +127,11 @@ class _Recurrent:
             initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
         seq, batch, _ = x.shape
         hidden = r.shape[-1]
-        self._check_shapes(x, w, r, b, sequence_lens, initial_h, initial_c, p)
+        signature = (x.shape, w.shape, r.shape, *(None if v is None else v.shape
+                                                   for v in (b, sequence_lens, initial_h, initial_c, p)))
+        if signature not in self._checked:
+            self._check_shapes(x, w, r, b, sequence_lens, initial_h, initial_c, p)
+            self._checked.add(signature)
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         full = bool((lens == seq).all())
         rts = self._recurrence_weights(r)
@@ -206,6 +212,43 @@ class _LSTM(_Recurrent):
     def __init__(self, node):
         super().__init__(node)
         self.input_forget = bool(node.attr("input_forget", 0))
+        # one direction, default gates, no clip: a single time step (streaming models such as
+        # silero-vad call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
+        self._single_ok = (self.n_dirs == 1 and self.layout == 0 and self.clip is None
+                           and not node.attr("activations") and not self.input_forget)
+        self._stacked: tuple | None = None  # (W, R, B, [W; R] transposed, W bias + R bias)
+
+    def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
+        if self._single_ok and p is None and sequence_lens is None and x.ndim == 3 and x.shape[0] == 1:
+            return self._single_step(x, w, r, b, initial_h, initial_c)
+        return super().__call__(x, w, r, b, sequence_lens, initial_h, initial_c, p)
+
+    def _single_step(self, x, w, r, b, initial_h, initial_c):
+        signature = (x.shape, w.shape, r.shape, *(None if v is None else v.shape for v in (b, initial_h, initial_c)))
+        if signature not in self._checked:
+            self._check_shapes(x, w, r, b, None, initial_h, initial_c, None)
+            self._checked.add(signature)
+        entry = self._stacked
+        if entry is None or entry[0] is not w or entry[1] is not r or entry[2] is not b:
+            # kept for the arrays it was made from (constant initializers: made once)
+            g = w.shape[1]
+            wr = np.ascontiguousarray(np.concatenate((w[0], r[0]), axis=1).T)
+            bias = np.zeros(g, wr.dtype) if b is None else (b[0, :g] + b[0, g:]).astype(wr.dtype)
+            entry = self._stacked = (w, r, b, wr, bias)
+        wr, bias = entry[3], entry[4]
+        batch, n = x.shape[1], r.shape[-1]
+        h = np.zeros((batch, n), x.dtype) if initial_h is None else initial_h[0]
+        c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]
+        z = np.concatenate((x[0], h), axis=1) @ wr  # gate order i, o, f, c
+        z += bias
+        iof = special.expit(z[:, : 3 * n])
+        c_new = iof[:, 2 * n :] * c
+        c_new += iof[:, :n] * np.tanh(z[:, 3 * n :])
+        h_new = iof[:, n : 2 * n] * np.tanh(c_new)
+        if self.n_out == 1:
+            return h_new.reshape(1, 1, batch, n)
+        outs = (h_new.reshape(1, 1, batch, n), h_new.reshape(1, batch, n).copy(), c_new.reshape(1, batch, n))
+        return outs[: self.n_out]
 
     def step(self, xw, h, c, rt, rb, p, acts):
         f, g, hact = acts
