@@ -6,9 +6,37 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
-from ._util import normalize_axis
+from ._util import const_input, has_input, normalize_axis
 
 _INT_MAX = 2**62
+
+#: per-node caches of results worked out per input shape (below) hold at most this many shapes
+_SHAPE_CACHE_MAX = 64
+
+
+def _per_shape(node, request, params: range, compute):
+    """A kernel ``run(x, *params)`` for ops whose parameter inputs (indices ``params``) are
+    usually constants: while the arguments are those very constant arrays, ``compute(shape,
+    *params)`` (the index or output shape; it raises on bad input) is worked out once per input
+    shape instead of each run (Python list and int work: 2-3 us per small op). Parameters fed
+    at run time are worked out each run. Returns ``run`` taking ``(x, *params)``; the caller
+    applies the result."""
+    consts = tuple(const_input(node, request, k) for k in params)
+    if any(c is None and has_input(node, k) for c, k in zip(consts, params)):
+        return None  # a runtime parameter: nothing to keep
+    cache: dict[tuple, object] = {}
+
+    def lookup(shape, *args):
+        if all(a is c for a, c in zip(args, consts)):
+            found = cache.get(shape)
+            if found is None:
+                if len(cache) >= _SHAPE_CACHE_MAX:
+                    cache.clear()
+                found = cache[shape] = compute(shape, *args)
+            return found
+        return compute(shape, *args)
+
+    return lookup
 
 
 @kernel("Identity")
@@ -95,22 +123,29 @@ def _unsqueeze_v1(node, request):
 
 @kernel("Unsqueeze", since=13)
 def _unsqueeze_v13(node, request):
-    return lambda x, axes: _unsqueeze(x, axes)
+    lookup = _per_shape(node, request, range(1, 2), _unsqueeze_shape)
+    if lookup is None:
+        return lambda x, axes: _unsqueeze(x, axes)
+    return lambda x, axes: x.reshape(lookup(x.shape, axes))
 
 
 def _unsqueeze(x, axes):
+    return x.reshape(_unsqueeze_shape(x.shape, axes))
+
+
+def _unsqueeze_shape(x_shape: tuple, axes) -> tuple:
     axes = np.asarray(axes).reshape(-1).tolist()  # a scalar axes tensor is accepted too
-    rank = x.ndim + len(axes)
+    rank = len(x_shape) + len(axes)
     norm = sorted(normalize_axis(int(a), rank) for a in axes)
     if not all(0 <= a < rank for a in norm):
         raise ValueError(f"Unsqueeze: axes {axes} out of range for an output of rank {rank} (valid: {-rank}..{rank - 1})")
     if len(set(norm)) != len(norm):
         raise ValueError(f"Unsqueeze: axes {axes} name the same output axis twice")
     # a reshape with the ones inserted: np.expand_dims costs several microseconds more
-    shape = list(x.shape)
+    shape = list(x_shape)
     for a in norm:
         shape.insert(a, 1)
-    return x.reshape(shape)
+    return tuple(shape)
 
 
 def _squeeze(x, axes):
@@ -118,6 +153,11 @@ def _squeeze(x, axes):
         return np.squeeze(x)
     axes = np.asarray(axes).reshape(-1).tolist()  # Python ints: cheaper than numpy scalars
     return np.squeeze(x, axis=tuple(normalize_axis(int(a), x.ndim) for a in axes))
+
+
+def _squeeze_shape(x_shape: tuple, axes) -> tuple:
+    # np.squeeze on an empty array of the shape checks the axes (each of length 1) the same way
+    return _squeeze(np.empty(x_shape, np.bool_) if 0 in x_shape else np.broadcast_to(np.bool_(0), x_shape), axes).shape
 
 
 @kernel("Squeeze", since=1)
@@ -128,7 +168,10 @@ def _squeeze_v1(node, request):
 
 @kernel("Squeeze", since=13)
 def _squeeze_v13(node, request):
-    return lambda x, axes=None: _squeeze(x, axes)
+    lookup = _per_shape(node, request, range(1, 2), _squeeze_shape)
+    if lookup is None:
+        return lambda x, axes=None: _squeeze(x, axes)
+    return lambda x, axes=None: x.reshape(lookup(x.shape, axes))
 
 
 @kernel("Gather")
@@ -151,7 +194,11 @@ def _as_ints(values):
 
 
 def _slice(x, starts, ends, axes, steps):
-    index = [slice(None)] * x.ndim
+    return x[_slice_index(x.shape, starts, ends, axes, steps)]
+
+
+def _slice_index(shape: tuple, starts, ends, axes, steps) -> tuple:
+    index = [slice(None)] * len(shape)
     starts, ends = _as_ints(starts), _as_ints(ends)
     axes = range(len(starts)) if axes is None else _as_ints(axes)
     steps = [1] * len(starts) if steps is None else _as_ints(steps)
@@ -159,8 +206,8 @@ def _slice(x, starts, ends, axes, steps):
         s, e, st = int(s), int(e), int(st)
         if st == 0:
             raise ValueError("Slice: steps must not be 0")
-        axis = normalize_axis(int(a), x.ndim)
-        dim = x.shape[axis]
+        axis = normalize_axis(int(a), len(shape))
+        dim = shape[axis]
         # ONNX clamps after adding dim to negatives: [0, dim] going forward, [-1, dim - 1]
         # going backward, where -1 means "before the first element" (Python would read -1 as
         # the last element, and clamps a negative start differently for negative steps)
@@ -173,7 +220,7 @@ def _slice(x, starts, ends, axes, steps):
         else:
             s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
             index[axis] = slice(s, None if e < 0 else e, st)
-    return x[tuple(index)]
+    return tuple(index)
 
 
 @kernel("Slice", since=1)
@@ -184,7 +231,10 @@ def _slice_v1(node, request):
 
 @kernel("Slice", since=10)
 def _slice_v10(node, request):
-    return lambda x, starts, ends, axes=None, steps=None: _slice(x, starts, ends, axes, steps)
+    lookup = _per_shape(node, request, range(1, 5), _slice_index)
+    if lookup is None:
+        return lambda x, starts, ends, axes=None, steps=None: _slice(x, starts, ends, axes, steps)
+    return lambda x, starts, ends, axes=None, steps=None: x[lookup(x.shape, starts, ends, axes, steps)]
 
 
 @kernel("Split", since=1)
