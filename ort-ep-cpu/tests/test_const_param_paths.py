@@ -58,3 +58,74 @@ def test_squeeze_of_a_long_axis_fails_on_every_run():
     for _ in range(2):
         with pytest.raises(Exception, match="Squeeze"):
             got.run(None, {"x": np.zeros((2, 2, 3), np.float32)})
+
+
+def _pad_model(mode: str, pads: list[int], axes: list[int] | None, value: float | None, const: bool, rank: int) -> bytes:
+    params = {"pads": np.array(pads, np.int64)}
+    if value is not None:
+        params["value"] = np.array(value, np.float32)
+    if axes is not None:
+        params["axes"] = np.array(axes, np.int64)
+    names = ["x", "pads", "value" if value is not None else "", "axes" if axes is not None else ""]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None] * rank)]
+    inits = []
+    for name, v in params.items():
+        if const:
+            inits.append(onnx.numpy_helper.from_array(v, name))
+        else:
+            elem = TensorProto.FLOAT if v.dtype == np.float32 else TensorProto.INT64
+            inputs.append(helper.make_tensor_value_info(name, elem, list(v.shape)))
+    node = helper.make_node("Pad", [n for n in names if n] if axes is None else names, ["y"], mode=mode)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * rank)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model.SerializeToString(), params
+
+
+PAD_CASES = [
+    ("reflect", [0, 32, 0, 32], None, None, 2, [(1, 512), (2, 100), (1, 512)]),  # silero-vad's STFT padding
+    ("constant", [1, -1, 2, 0], None, 1.5, 2, [(3, 4), (2, 6)]),  # negative pads crop
+    ("edge", [2, 3], [-1], None, 3, [(2, 3, 4), (1, 1, 2)]),
+    ("wrap", [1, 0, 0, 2], [0, 2], None, 3, [(3, 2, 4), (4, 1, 3)]),
+    ("reflect", [2, 2], [1], None, 2, [(2, 3), (4, 5)]),  # a whole reflection (onnxruntime allows no more)
+    ("constant", [1, 1], [0], None, 2, [(300, 200)]),  # larger than PAD_GATHER_MAX: slices
+]
+
+
+@pytest.mark.parametrize("mode,pads,axes,value,rank,shapes", PAD_CASES)
+@pytest.mark.parametrize("const", [True, False])
+def test_pad_matches_onnxruntime(mode, pads, axes, value, rank, shapes, const):
+    """Pad with constant pads is one gather by an index kept per input shape (small inputs)."""
+    data, params = _pad_model(mode, pads, axes, value, const, rank)
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    extra = {} if const else dict(params)
+    for shape in shapes:
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32), **extra}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 1, 2), (2, 4, 2)])
+def test_reduce_over_length_one_axes(op, keepdims, shape):
+    """Reducing axes of length 1 is a reshape for Mean/Sum/Max/Min/Prod (ReduceL2 still
+    computes); int32 and float32 match onnxruntime exactly (rtol 1e-6 for L2)."""
+    for elem, dtype in ((TensorProto.FLOAT, np.float32), (TensorProto.INT32, np.int32)):
+        if op == "ReduceL2" and dtype == np.int32:
+            continue
+        axes = onnx.numpy_helper.from_array(np.array([1, -1], np.int64), "axes")
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+        out_rank = len(shape) if keepdims else len(shape) - 2
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, [None] * len(shape))],
+                                  [helper.make_tensor_value_info("y", elem, [None] * out_rank)], [axes])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 8
+        data = model.SerializeToString()
+        x = (np.random.default_rng(2).standard_normal(shape) * 10).astype(dtype)
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        for _ in range(2):
+            np.testing.assert_allclose(got.run(None, {"x": x})[0], want, rtol=1e-6)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from ort_core import KernelRequest, NodeView
@@ -20,3 +23,33 @@ def has_input(node: NodeView, k: int) -> bool:
 
 def normalize_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
+
+
+#: per-node caches of results worked out per input shape (below) hold at most this many shapes
+SHAPE_CACHE_MAX = 64
+
+
+def per_shape(node: NodeView, request: KernelRequest, params: range,
+              compute: Callable[..., Any]) -> Callable[..., Any] | None:
+    """For ops whose parameter inputs (input indices ``params``) are usually constants: a
+    ``lookup(shape, *params)`` that returns ``compute(shape, *params)`` (an index, an output
+    shape; it raises on bad input), worked out once per input shape while the arguments are
+    those very constant arrays (Python list and int work is 1-3 us per small op), and each call
+    otherwise. None when a parameter is not a constant (nothing to keep)."""
+    consts = tuple(const_input(node, request, k) for k in params)
+    if any(c is None and has_input(node, k) for c, k in zip(consts, params)):
+        return None
+    cache: dict[tuple, Any] = {}
+    missing = object()
+
+    def lookup(shape: tuple, *args: Any) -> Any:
+        if all(a is c for a, c in zip(args, consts)):
+            found = cache.get(shape, missing)
+            if found is missing:
+                if len(cache) >= SHAPE_CACHE_MAX:
+                    cache.clear()
+                found = cache[shape] = compute(shape, *args)
+            return found
+        return compute(shape, *args)
+
+    return lookup

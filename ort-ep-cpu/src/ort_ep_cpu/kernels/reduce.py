@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
+from ._util import const_input
 
 
 def _small(dtype: np.dtype) -> bool:
@@ -55,21 +56,38 @@ def _reduce(op_type: str, fn):
     """A Reduce* kernel for both forms: axes as attribute or as the second input."""
 
     accumulates = op_type not in ("ReduceMax", "ReduceMin")
+    # reducing axes that all have length 1 leaves the values as they are (a reshape) for these
+    identity_on_ones = op_type in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
 
     def build(node, request):
         keepdims = bool(node.attr("keepdims", 1))
         noop = bool(node.attr("noop_with_empty_axes", 0))
         attr_axes = node.attr("axes")
+        const_axes = const_input(node, request, 1)
+        # the normalised axes per input rank, for attribute or constant axes (set work per run
+        # was most of a small reduction's cost)
+        normalised: dict[int, tuple[int, ...]] = {}
 
         def run(x, axes=None):
+            kept = axes is None or axes is const_axes
             if axes is None:
                 axes = attr_axes
             if axes is None or len(axes) == 0:
                 if noop:
                     return x
                 axes = None
+            elif kept and x.ndim in normalised:
+                axes = normalised[x.ndim]
             else:
                 axes = tuple(sorted({int(a) + x.ndim if int(a) < 0 else int(a) for a in np.asarray(axes).ravel()}))
+                if kept:
+                    normalised[x.ndim] = axes
+            if identity_on_ones and axes is not None and all(x.shape[a] == 1 for a in axes if 0 <= a < x.ndim):
+                if not all(0 <= a < x.ndim for a in axes):
+                    raise ValueError(f"{op_type}: axes {list(axes)} out of range for an input of rank {x.ndim}")
+                if keepdims:
+                    return x
+                return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
             # bfloat16 & co. have no numpy loops; float16 sums accumulate in float32 (as
             # onnxruntime does) instead of rounding every partial sum to 11 bits
             small = _small(x.dtype) or (x.dtype == np.float16 and accumulates)

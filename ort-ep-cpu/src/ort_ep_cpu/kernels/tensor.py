@@ -6,37 +6,9 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
-from ._util import const_input, has_input, normalize_axis
+from ._util import normalize_axis, per_shape
 
 _INT_MAX = 2**62
-
-#: per-node caches of results worked out per input shape (below) hold at most this many shapes
-_SHAPE_CACHE_MAX = 64
-
-
-def _per_shape(node, request, params: range, compute):
-    """A kernel ``run(x, *params)`` for ops whose parameter inputs (indices ``params``) are
-    usually constants: while the arguments are those very constant arrays, ``compute(shape,
-    *params)`` (the index or output shape; it raises on bad input) is worked out once per input
-    shape instead of each run (Python list and int work: 2-3 us per small op). Parameters fed
-    at run time are worked out each run. Returns ``run`` taking ``(x, *params)``; the caller
-    applies the result."""
-    consts = tuple(const_input(node, request, k) for k in params)
-    if any(c is None and has_input(node, k) for c, k in zip(consts, params)):
-        return None  # a runtime parameter: nothing to keep
-    cache: dict[tuple, object] = {}
-
-    def lookup(shape, *args):
-        if all(a is c for a, c in zip(args, consts)):
-            found = cache.get(shape)
-            if found is None:
-                if len(cache) >= _SHAPE_CACHE_MAX:
-                    cache.clear()
-                found = cache[shape] = compute(shape, *args)
-            return found
-        return compute(shape, *args)
-
-    return lookup
 
 
 @kernel("Identity")
@@ -123,7 +95,7 @@ def _unsqueeze_v1(node, request):
 
 @kernel("Unsqueeze", since=13)
 def _unsqueeze_v13(node, request):
-    lookup = _per_shape(node, request, range(1, 2), _unsqueeze_shape)
+    lookup = per_shape(node, request, range(1, 2), _unsqueeze_shape)
     if lookup is None:
         return lambda x, axes: _unsqueeze(x, axes)
     return lambda x, axes: x.reshape(lookup(x.shape, axes))
@@ -168,7 +140,7 @@ def _squeeze_v1(node, request):
 
 @kernel("Squeeze", since=13)
 def _squeeze_v13(node, request):
-    lookup = _per_shape(node, request, range(1, 2), _squeeze_shape)
+    lookup = per_shape(node, request, range(1, 2), _squeeze_shape)
     if lookup is None:
         return lambda x, axes=None: _squeeze(x, axes)
     return lambda x, axes=None: x.reshape(lookup(x.shape, axes))
@@ -231,7 +203,7 @@ def _slice_v1(node, request):
 
 @kernel("Slice", since=10)
 def _slice_v10(node, request):
-    lookup = _per_shape(node, request, range(1, 5), _slice_index)
+    lookup = per_shape(node, request, range(1, 5), _slice_index)
     if lookup is None:
         return lambda x, starts, ends, axes=None, steps=None: _slice(x, starts, ends, axes, steps)
     return lambda x, starts, ends, axes=None, steps=None: x[lookup(x.shape, starts, ends, axes, steps)]
