@@ -131,3 +131,21 @@ def test_multi_output_kernel_in_generated_run(registry):
         values, indices = sess.run(None, {"x": x})
         np.testing.assert_array_equal(values, [[5, 4], [9, 8]])
         np.testing.assert_array_equal(indices, [[1, 4], [0, 2]])
+
+
+def test_subgraph_runner_run_values_orders_inputs_then_outer_values():
+    """``SubgraphRunner.run_values`` (formal inputs, then outer values in ``outer_names``
+    order) defaults to the mapping call, so runners that only define ``__call__`` keep working."""
+    calls = []
+
+    class Runner(ort_core.SubgraphRunner):
+        input_names = ("i0", "i1")
+        output_names = ("o",)
+        outer_names = ("b", "a")
+
+        def __call__(self, inputs, outer):
+            calls.append((list(inputs), dict(outer)))
+            return ["out"]
+
+    assert Runner().run_values([1, 2, "B", "A"]) == ["out"]
+    assert calls == [([1, 2], {"b": "B", "a": "A"})]

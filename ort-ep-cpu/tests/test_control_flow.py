@@ -56,6 +56,32 @@ def test_if_reads_outer_scope_values(cond):
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
 
 
+@pytest.mark.parametrize("cond", [np.array(True), np.array([False]), np.array([[True]])])
+def test_if_branches_read_different_outer_values_in_their_own_order(cond):
+    """then reads b then a, else reads c alone: each branch gets its outer values by position
+    (ordered once at creation); conditions of shape (), (1,) and (1, 1); two outputs."""
+    then_g = helper.make_graph(
+        [helper.make_node("Sub", ["b", "a"], ["t"]), helper.make_node("Neg", ["b"], ["t2"])], "then", [],
+        [helper.make_tensor_value_info("t", F, [2]), helper.make_tensor_value_info("t2", F, [2])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Abs", ["c"], ["e"]), helper.make_node("Identity", ["c"], ["e2"])], "else", [],
+        [helper.make_tensor_value_info("e", F, [2]), helper.make_tensor_value_info("e2", F, [2])],
+    )
+    node = helper.make_node("If", ["cond"], ["y", "y2"], then_branch=then_g, else_branch=else_g)
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, list(cond.shape))]
+        + [helper.make_tensor_value_info(n, F, [2]) for n in ("a", "b", "c")],
+        [helper.make_tensor_value_info("y", F, [2]), helper.make_tensor_value_info("y2", F, [2])],
+    )
+    feeds = {"cond": cond, "a": np.array([1.0, 2.0], np.float32), "b": np.array([5.0, 7.0], np.float32),
+             "c": np.array([-3.0, 4.0], np.float32)}
+    ours, theirs = _both(model, feeds)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_if_branch_nodes_are_placed_and_reported_with_their_graph_path():
     session = ort.InferenceSession(_if_model().SerializeToString())
     by_graph = {(p.graph, p.op_type): p.provider for p in session.get_placement().nodes}

@@ -355,6 +355,10 @@ class PlanRunner(SubgraphRunner):
         feeds.extend(outer[n] for n in self.outer_names)
         return self.plan.run(feeds, track_memory=False)
 
+    def run_values(self, values: Sequence[Any]) -> list[Any]:
+        # the plan's inputs are the formal inputs then the outer values: already in order
+        return self.plan.run(values, track_memory=False)
+
 
 def _claim_io(graph: GraphView, nodes: tuple[int, ...], fused: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The value names a claim's kernel takes and returns (see KernelRequest)."""

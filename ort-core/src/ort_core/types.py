@@ -170,6 +170,13 @@ class SubgraphRunner:
     def __call__(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
         raise NotImplementedError
 
+    def run_values(self, values: Sequence[Any]) -> list[Any]:
+        """The same run, given the formal inputs followed by the outer values in
+        ``outer_names`` order: no mapping to build or read (a kernel that runs a body every
+        time, like If, can order its outer values once at creation)."""
+        n = len(self.input_names)
+        return self(values[:n], dict(zip(self.outer_names, values[n:])))
+
 
 @dataclass
 class KernelRequest:

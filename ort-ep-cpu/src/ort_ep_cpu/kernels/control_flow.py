@@ -19,6 +19,8 @@ from ..registry import kernel
 
 def _truth(value: Any) -> bool:
     """A condition tensor (shape () or (1,)) as a Python bool."""
+    if type(value) is np.ndarray and value.size == 1:
+        return bool(value)  # no asarray/reshape/index: the common case, every If runs it
     return bool(np.asarray(value).reshape(-1)[0])
 
 
@@ -32,11 +34,16 @@ def _if(node, request):
     else_body = request.build_subgraph("else_branch")
     n_decl = len(node.inputs)
     n_out = len(node.outputs)
+    # each branch's outer values as positions in this kernel's arguments, ordered once here
+    position = {name: n_decl + k for k, name in enumerate(node.implicit_inputs)}
+    then_at = [position[n] for n in then_body.outer_names]
+    else_at = [position[n] for n in else_body.outer_names]
 
     def run_if(*args):
-        outer = _outer(node, args[n_decl:])
-        body = then_body if _truth(args[0]) else else_body
-        outputs = body([], outer)
+        if _truth(args[0]):
+            outputs = then_body.run_values([args[k] for k in then_at])
+        else:
+            outputs = else_body.run_values([args[k] for k in else_at])
         if len(outputs) != n_out:
             raise ValueError(f"If {node.name!r}: branch returned {len(outputs)} outputs, node has {n_out}")
         return outputs
