@@ -43,13 +43,14 @@ def per_shape(node: NodeView, request: KernelRequest, params: range,
     missing = object()
 
     def lookup(shape: tuple, *args: Any) -> Any:
-        if all(a is c for a, c in zip(args, consts)):
-            found = cache.get(shape, missing)
-            if found is missing:
-                if len(cache) >= SHAPE_CACHE_MAX:
-                    cache.clear()
-                found = cache[shape] = compute(shape, *args)
-            return found
-        return compute(shape, *args)
+        for a, c in zip(args, consts):  # a loop: all() over a generator costs twice as much
+            if a is not c:
+                return compute(shape, *args)
+        found = cache.get(shape, missing)
+        if found is missing:
+            if len(cache) >= SHAPE_CACHE_MAX:
+                cache.clear()
+            found = cache[shape] = compute(shape, *args)
+        return found
 
     return lookup

@@ -149,7 +149,8 @@ def _squeeze_v13(node, request):
 @kernel("Gather")
 def _gather(node, request):
     axis = int(node.attr("axis", 0))
-    return lambda data, indices: np.take(data, indices, axis=axis)
+    # the method: np.take's Python wrapper costs about a microsecond more per call
+    return lambda data, indices: data.take(indices, axis=axis)
 
 
 @kernel("Concat")
