@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ort_core
-from fake_providers import FakeDeviceProvider, HostProvider
+from fake_providers import FakeDeviceProvider, HostProvider, OnnxruntimeNodeProvider
 from ort_core import plugins
 
 
@@ -29,6 +29,14 @@ def host(registry):
 def fake(registry):
     provider = FakeDeviceProvider()
     assert ort_core.register(provider, "fake")
+    return provider
+
+
+@pytest.fixture
+def ort_nodes(registry):
+    """A provider named CPUExecutionProvider that runs every node with onnxruntime."""
+    provider = OnnxruntimeNodeProvider()
+    assert ort_core.register(provider, "onnxruntime-nodes")
     return provider
 
 

@@ -6,6 +6,8 @@
 - ``FakeDeviceProvider``: tensors live in "Fake:N" memory as ``FakeTensor`` objects; it takes only
   some ops, so graphs fall back and core must insert copies. Its kernels refuse numpy inputs, so a
   missing copy is an error, not a silent success.
+- ``OnnxruntimeNodeProvider``: claims every node and runs each with onnxruntime, for tests that
+  need kernels for any op (fused com.microsoft ones included) without the CPU provider.
 """
 
 from __future__ import annotations
@@ -194,5 +196,38 @@ class FakeDeviceProvider:
             for node in nodes:
                 env[node.output[0]] = HOST_KERNELS[node.op_type](*(env[i] for i in node.input))
             return [FakeTensor(env[o]) for o in outputs]
+
+        return Kernel(run=run)
+
+
+class OnnxruntimeNodeProvider(HostProvider):
+    """Claims every node, com.microsoft ones too, and runs each one with onnxruntime: a provider
+    that has kernels for every op (MultiHeadAttention included) in ort-core's own tests, which
+    install no real provider."""
+
+    def __init__(self, name: str = "CPUExecutionProvider"):
+        super().__init__(name)
+        self.ops_built: list[str] = []
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates):
+        return Capability(claims=[Claim((i,)) for i in sorted(candidates)])
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request):
+        import onnxruntime
+
+        model = request.to_model()
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        feeds_from = [i.name for i in sess.get_inputs()]
+        produced = [o.name for o in sess.get_outputs()]
+        self.ops_built.append(request.node.op_type)
+
+        def run(*xs):
+            named = dict(zip(request.inputs, xs))
+            got = dict(zip(produced, sess.run(produced, {n: named[n] for n in feeds_from})))
+            return [got.get(name) for name in request.outputs]
 
         return Kernel(run=run)

@@ -15,7 +15,6 @@ import collections
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
@@ -23,8 +22,7 @@ import ort_core
 from conftest import initializer as _init
 from conftest import make_model
 from conftest import onnxruntime_unoptimized as _ort_run
-from fake_providers import HostProvider
-from ort_core import Capability, Claim, Kernel, hookimpl, optimizer
+from ort_core import optimizer
 from ort_core.optimizer import attention_fusion, basic
 from ort_core.testing import models
 
@@ -282,40 +280,6 @@ def test_level_extended_runs_the_pass():
 
 
 # ------------------------------------------------------------------------ through a session
-
-
-class _OnnxruntimeNodes(HostProvider):
-    """Claims every node, com.microsoft ones too, and runs each one with onnxruntime: a provider
-    that has a MultiHeadAttention kernel, for ort-core's own tests."""
-
-    @hookimpl
-    def ort_get_capability(self, ep, graph, candidates):
-        return Capability(claims=[Claim((i,)) for i in sorted(candidates)])
-
-    @hookimpl
-    def ort_create_kernel(self, ep, request):
-        model = request.to_model()
-        so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-        sess = onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        feeds_from = [i.name for i in sess.get_inputs()]
-        produced = [o.name for o in sess.get_outputs()]
-        self.ops_built.append(request.node.op_type)
-
-        def run(*xs):
-            named = dict(zip(request.inputs, xs))
-            got = dict(zip(produced, sess.run(produced, {n: named[n] for n in feeds_from})))
-            return [got.get(name) for name in request.outputs]
-
-        return Kernel(run=run)
-
-
-@pytest.fixture
-def ort_nodes(registry):
-    provider = _OnnxruntimeNodes()
-    provider.ops_built = []
-    assert ort_core.register(provider, "onnxruntime-nodes")
-    return provider
 
 
 def test_session_fuses_every_layer_and_matches_onnxruntime(ort_nodes, tmp_path):

@@ -262,7 +262,7 @@ def _real_models() -> list[tuple[str, bytes]]:
     return [(p.parent.name, p.read_bytes()) for p in sorted(cache.glob("*/*.onnx"))]
 
 
-def test_skipping_the_second_inference_gives_the_same_graph(monkeypatch):
+def test_skipping_the_second_inference_gives_the_same_graph(monkeypatch, ort_nodes):
     """Models inferred at load whose Identity/Dropout removal cannot inform inference skip the
     optimizer's: the optimized graph (shapes included) is byte for byte the one a second
     inference gives."""
@@ -300,7 +300,7 @@ def test_shape_inference_pass_restores_the_model_when_inference_fails(monkeypatc
     assert {n: v.const_value for n, v in model.graph.initializers.items()} == initializers
 
 
-def test_folding_with_and_without_numpy_gives_the_same_graph(monkeypatch):
+def test_folding_with_and_without_numpy_gives_the_same_graph(monkeypatch, ort_nodes):
     """A model full of foldable shape arithmetic: the optimized graph is byte for byte the one
     onnx.reference alone gives."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6])
@@ -341,7 +341,7 @@ def test_folding_with_and_without_numpy_gives_the_same_graph(monkeypatch):
 # --------------------------------------------------------------------------------------------
 
 
-def test_plans_of_the_same_shape_keep_their_own_kernels():
+def test_plans_of_the_same_shape_keep_their_own_kernels(ort_nodes):
     """Two models of one structure, different weights: the second session reuses the first's
     compiled run function, and each still computes with its own weights."""
     import onnxruntime
