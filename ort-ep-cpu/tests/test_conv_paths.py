@@ -399,3 +399,18 @@ def test_convolutions_share_the_thread_scratch_and_survive_its_growth(monkeypatc
     assert sizes[0] < sizes[1] == sizes[2]  # grew once, for the big one
     scratch_of = {id(ws[3]) for g in geometries.values() for pool in g.wide.pool.values() for ws in pool}
     assert scratch_of == {id(nn._scratch.buffer)}
+
+
+@pytest.mark.parametrize("size", [1, 300, 5000])
+def test_sigmoid_activation_small_and_large(size):
+    """The fused Sigmoid activation: scipy's expit (one call) up to SMALL_SIGMOID elements, four
+    numpy passes past it; both in place and equal to 1 / (1 + exp(-x)) within 1 ulp-ish
+    (rtol 1e-6), 0 and 1 at the extremes without warnings."""
+    x = np.random.default_rng(7).standard_normal(size).astype(np.float32) * 10
+    x[0] = -200.0
+    want = 1 / (1 + np.exp(-x.astype(np.float64)))
+    y = x.copy()
+    with np.errstate(all="raise") if size <= nn.SMALL_SIGMOID else np.errstate(over="ignore"):
+        nn.make_activation("Sigmoid", [])(y)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-30)
+    assert y[0] == 0.0
