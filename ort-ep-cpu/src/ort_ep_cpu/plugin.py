@@ -113,7 +113,8 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
 def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
     if ep.name != PROVIDER_NAME:
         return None
-    kernel = build_kernel(request.node, request)
+    with threads.building(int(ep.intra_op_num_threads or 0)):  # compiled loops split per session
+        kernel = build_kernel(request.node, request)
     if ep.options.get("enable_inplace", True):
         kernel = inplace.adapt(ep, request, kernel)
         inplace.record(ep, request, kernel)  # producers are built before their readers (node order)
