@@ -1,4 +1,5 @@
-"""The compiled loops split over the session's ``intra_op_num_threads`` (``threads.parallel_for``):
+"""With ``split_compiled_loops`` on, the compiled loops split over the session's
+``intra_op_num_threads`` (``threads.parallel_for``):
 depthwise convolution (both loops), HardSigmoid (op and FusedConv activation) and com.microsoft
 Gelu. Each case is large enough to be split, checks parity with onnxruntime (float32, rtol and
 atol 1e-4 for convolutions, whose sums run in another order; 1e-5 for the elementwise ops),
@@ -47,10 +48,11 @@ def _depthwise(c: int, k: int, strides, op: str = "Conv", **attrs) -> bytes:
     return node, [w, b]
 
 
-def _session(data: bytes, count: int):
+def _session(data: bytes, count: int, split: bool = True):
     so = ort.SessionOptions()
     so.intra_op_num_threads = count
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    options = {"split_compiled_loops": "1" if split else "0"}
+    return ort.InferenceSession(data, so, providers=[("CPUExecutionProvider", options)])
 
 
 CASES = {
@@ -81,6 +83,20 @@ def test_split_matches_onnxruntime_and_one_thread(case):
         assert (split > 0) == (count == 2), f"{case}: {split} split calls at {count} thread(s)"
         np.testing.assert_allclose(results[count], ref, rtol=tol, atol=tol)
     np.testing.assert_array_equal(results[1], results[2])
+
+
+def test_no_split_by_default():
+    """Off by default (it did not pay on a 2-core machine): 2 threads, no split."""
+    node, inits, x_shape, _ = CASES["depthwise-rows"]
+    data = _model(node, x_shape, inits)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    before = threads.parallel_calls
+    sess.run(None, {"x": np.ones(x_shape, np.float32)})
+    assert threads.parallel_calls == before
+    with pytest.raises(ValueError, match="split_compiled_loops"):
+        ort.InferenceSession(data, so, providers=[("CPUExecutionProvider", {"split_compiled_loops": "maybe"})])
 
 
 def test_small_calls_are_not_split():

@@ -6,12 +6,14 @@ libraries and sets their thread counts through their own C calls). With several 
 that ask for different counts, the most recently created one's count holds. 0 (the default)
 leaves the libraries at their own default (one thread per core).
 
-The provider's own compiled loops (``kernels/_jit``: depthwise convolution, HardSigmoid, Gelu)
-use the count too, per session: a kernel reads ``kernel_threads()`` when it is built (the
-session's count, set around ``ort_create_kernel``) and splits its large calls into that many
-parts with ``parallel_for``, on one process-wide pool of helper threads (the calling thread does
-one part; the loops release the GIL). A split never changes a result: each part computes whole
-channels or rows, with the same arithmetic as one call.
+With the provider option ``split_compiled_loops`` (off by default: it did not pay on a 2-core
+machine, see the README), the provider's own compiled loops (``kernels/_jit``: depthwise
+convolution, HardSigmoid, Gelu) use the count too, per session: a kernel reads
+``kernel_threads()`` when it is built (the session's count, set around ``ort_create_kernel``)
+and splits its large calls into that many parts with ``parallel_for``, on one process-wide pool
+of helper threads (the calling thread does one part; the loops release the GIL). A split never
+changes a result: each part computes whole channels or rows, with the same arithmetic as one
+call.
 """
 
 from __future__ import annotations
