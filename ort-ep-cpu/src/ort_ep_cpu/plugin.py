@@ -43,16 +43,6 @@ SPEC = ProviderSpec(
             lambda v: _parse_bool("enable_inplace", v),
             (True, False),
         ),
-        OptionSpec(
-            "split_compiled_loops",
-            False,
-            "\"1\": large calls of the compiled loops (numba: depthwise convolution, HardSigmoid, "
-            "Gelu) are split over intra_op_num_threads threads; off by default: on a 2-core machine "
-            "it made whole models slower (OpenBLAS's spinning worker holds the second core after "
-            "each GEMM, and handing a part to a helper thread costs about 0.1 ms; see the README)",
-            lambda v: _parse_bool("split_compiled_loops", v),
-            (True, False),
-        ),
     ),
     description="numpy kernels; the reference provider and the final fallback",
 )
@@ -123,10 +113,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
 def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
     if ep.name != PROVIDER_NAME:
         return None
-    # the session's thread count for the compiled loops' splits (read by kernels as they are built)
-    split = int(ep.intra_op_num_threads or 0) if ep.options.get("split_compiled_loops", False) else 1
-    with threads.building(split):
-        kernel = build_kernel(request.node, request)
+    kernel = build_kernel(request.node, request)
     if ep.options.get("enable_inplace", True):
         kernel = inplace.adapt(ep, request, kernel)
         inplace.record(ep, request, kernel)  # producers are built before their readers (node order)

@@ -11,11 +11,6 @@ disk for the next process).
 
 Elementwise chains compile too where numpy needs many passes: HardSigmoid (three) and
 Gelu / BiasGelu (about fifteen, most of them erf's: one pass here, 5-7x).
-
-Each loop works on a range (channels, elements, rows) and releases the GIL, so a large call is
-split over the session's threads (``threads.parallel_for``) by the ``*_split`` helpers below;
-calls smaller than ``PARALLEL_MIN_*`` run whole on the calling thread, where handing a part to a
-helper thread (tens of microseconds) would cost more than it saves.
 """
 
 from __future__ import annotations
@@ -26,8 +21,6 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-
-from .. import threads as _threads
 
 _lock = threading.Lock()
 _depthwise: Callable | None = None
@@ -71,54 +64,6 @@ def gelu_rows() -> Callable | None:
     (rows, h) arrays (``bias`` of length h, or empty for none), or None."""
     _load()
     return _gelu_rows
-
-
-#: split a depthwise call past this many multiply-adds, a HardSigmoid past this many elements,
-#: a Gelu past this many elements
-PARALLEL_MIN_MACS = 1 << 18
-PARALLEL_MIN_HARD_SIGMOID = 1 << 16
-PARALLEL_MIN_GELU = 1 << 14
-
-
-def depthwise_split(flat: bool, xp, w, b, y, strides: tuple[int, int], dilations: tuple[int, int],
-                    threads: int) -> None:
-    """The compiled depthwise loop (``flat``: the stride-1 one on the flat plane) over all
-    channels of ``y``, split over ``threads`` channel ranges when the call is large enough."""
-    (sh, sw), (dh, dw) = strides, dilations
-    parts = threads if y.size * w.shape[1] * w.shape[2] >= PARALLEL_MIN_MACS else 1
-    if flat:
-        fn = depthwise_flat()
-
-        def part(c0: int, c1: int) -> None:
-            fn(xp, w, b, y, dh, dw, c0, c1)
-    else:
-        fn = depthwise_rows()
-
-        def part(c0: int, c1: int) -> None:
-            fn(xp, w, b, y, sh, sw, dh, dw, c0, c1)
-    _threads.parallel_for(part, 0, y.shape[1], parts)
-
-
-def hard_sigmoid_split(x: np.ndarray, y: np.ndarray, alpha, beta, threads: int) -> None:
-    """The compiled HardSigmoid over flat ``x`` into flat ``y`` (may be ``x``), split over
-    ``threads`` element ranges when large enough."""
-    fn = hard_sigmoid()
-    parts = threads if x.size >= PARALLEL_MIN_HARD_SIGMOID else 1
-
-    def part(i0: int, i1: int) -> None:
-        fn(x[i0:i1], y[i0:i1], alpha, beta)
-    _threads.parallel_for(part, 0, x.size, parts)
-
-
-def gelu_split(x: np.ndarray, b: np.ndarray, y: np.ndarray, threads: int) -> None:
-    """The compiled ``gelu(x + b)`` over (rows, h) arrays, split over ``threads`` row ranges
-    when large enough."""
-    fn = gelu_rows()
-    parts = threads if x.size >= PARALLEL_MIN_GELU else 1
-
-    def part(r0: int, r1: int) -> None:
-        fn(x[r0:r1], b, y[r0:r1])
-    _threads.parallel_for(part, 0, x.shape[0], parts)
 
 
 def _load() -> None:

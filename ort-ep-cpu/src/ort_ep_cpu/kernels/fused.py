@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import threads as _threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
@@ -79,20 +78,19 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return result
 
 
-def gelu(x: np.ndarray, bias: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
+def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """0.5 * v * (1 + erf(v / sqrt(2))) of v = x + bias (BiasGelu: bias broadcast over the
     last axis, or by numpy's rules where it is not a vector of that length). float32 runs as
-    one compiled pass when numba is installed (``_jit.gelu_rows``; split over ``threads`` row
-    ranges when large), else through erf_f32."""
+    one compiled pass when numba is installed (``_jit.gelu_rows``), else through erf_f32."""
     if x.ndim == 0:  # numpy's ufuncs return scalars for 0-d arrays: erf_f32's out= needs arrays
         shape = () if bias is None else np.broadcast_shapes((), np.shape(bias))
-        return gelu(x.reshape(1), bias, threads).reshape(shape)
+        return gelu(x.reshape(1), bias).reshape(shape)
     if x.dtype == np.float32 and x.size and _jit.enabled() and _compiled_bias(x, bias):
         h = x.shape[-1]
         xc = np.ascontiguousarray(x).reshape(-1, h)
         y = np.empty(x.shape, dtype=np.float32)
         b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        _jit.gelu_split(xc, b, y.reshape(-1, h), threads)
+        _jit.gelu_rows()(xc, b, y.reshape(-1, h))
         return y
     if bias is not None:
         x = x + bias
@@ -116,22 +114,14 @@ def _compiled_bias(x: np.ndarray, bias: np.ndarray | None) -> bool:
     return bias.dtype == np.float32 and bias.shape == (x.shape[-1],)
 
 
-def _gelu_kernel():
-    parts = _threads.kernel_threads()  # the session's, read while its kernel is built
-
-    def gelu_kernel(x, bias=None):
-        return gelu(x, bias, parts)
-    return gelu_kernel
-
-
 @kernel("Gelu", domain=MS)
 def _gelu(node, request):
-    return _gelu_kernel()
+    return gelu
 
 
 @kernel("BiasGelu", domain=MS)
 def _bias_gelu(node, request):
-    return _gelu_kernel()
+    return gelu
 
 
 @kernel("FusedMatMul", domain=MS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import threads as _threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
@@ -85,7 +84,6 @@ def _celu(node, request):
 def _hard_sigmoid(node, request):
     alpha = _float_attr(node, "alpha", 0.2)
     beta = _float_attr(node, "beta", 0.5)
-    parts = _threads.kernel_threads()  # the session's, read while its kernel is built
 
     def hard_sigmoid(x):
         t = x.dtype.type
@@ -93,7 +91,7 @@ def _hard_sigmoid(node, request):
             # one compiled pass (numba, optional) instead of three numpy passes
             xc = np.ascontiguousarray(x)
             y = np.empty_like(xc)
-            _jit.hard_sigmoid_split(xc.reshape(-1), y.reshape(-1), t(alpha), t(beta), parts)
+            _jit.hard_sigmoid()(xc.reshape(-1), y.reshape(-1), t(alpha), t(beta))
             return y
         y = x * t(alpha)
         y += t(beta)
@@ -170,7 +168,6 @@ def _gelu(node, request):
         approximate = approximate.decode()
     if approximate not in ("none", "tanh"):
         raise ValueError(f"Gelu {node.name!r}: approximate {approximate!r} is not 'none' or 'tanh'")
-    parts = _threads.kernel_threads()  # the session's, read while its kernel is built
 
     def gelu(x):
         t = x.dtype.type
@@ -178,7 +175,7 @@ def _gelu(node, request):
             inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
             return t(0.5) * x * (t(1) + np.tanh(inner))
         if x.dtype == np.float32:  # com.microsoft Gelu's kernel: one compiled pass with numba
-            return fused_gelu(x, None, parts)
+            return fused_gelu(x)
         return t(0.5) * x * (t(1) + special.erf(x * t(1 / np.sqrt(2))))
 
     return unary(gelu, _HALF)

@@ -19,7 +19,6 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .. import threads as _threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
@@ -273,13 +272,12 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
         return lambda y: np.clip(y, low, high, out=y)
     if name == "HardSigmoid":
         alpha, beta = (params[0], params[1]) if len(params) >= 2 else (0.2, 0.5)
-        parts = _threads.kernel_threads()  # the session's, read while its kernel is built
 
         def hard_sigmoid(y):
             t = y.dtype.type
             if y.dtype.kind == "f" and y.dtype.itemsize >= 4 and y.flags.c_contiguous and _jit.enabled():
                 flat = y.reshape(-1)  # in place, one compiled pass (numba, optional)
-                _jit.hard_sigmoid_split(flat, flat, t(alpha), t(beta), parts)
+                _jit.hard_sigmoid()(flat, flat, t(alpha), t(beta))
                 return
             y *= t(alpha)
             y += t(beta)
@@ -290,11 +288,10 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
 
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
          kernel_shape, activation: Activation | None = None,
-         prepared: dict | None = None, threads: int = 1) -> np.ndarray:
+         prepared: dict | None = None) -> np.ndarray:
     """N-D convolution of ``x`` (N, C, ...) by ``w`` (M, C/group, k...) with geometry ``g``.
 
-    ``prepared`` is a per-node dict in which reordered weight matrices are kept between runs;
-    ``threads`` is how many parts the compiled depthwise loop may be split into."""
+    ``prepared`` is a per-node dict in which reordered weight matrices are kept between runs."""
     n, c = x.shape[:2]
     m = w.shape[0]
     out = g.out
@@ -334,9 +331,9 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         if group == c == m and dtype.kind == "f" and dtype.itemsize >= 4 and _jit.enabled():
             # depthwise: a compiled loop (numba, optional) instead of columns + batched GEMV
             if len(out) == 1:
-                _conv_depthwise_jit(x[:, :, None, :], w[:, :, None, :], b, g2, y[:, :, None, :], threads)
+                _conv_depthwise_jit(x[:, :, None, :], w[:, :, None, :], b, g2, y[:, :, None, :])
             else:
-                _conv_depthwise_jit(x, w, b, g2, y, threads)
+                _conv_depthwise_jit(x, w, b, g2, y)
             if activation is not None:
                 activation(y)
             return y
@@ -532,10 +529,9 @@ DEPTHWISE_FLAT_BYTES = 32 << 10
 
 
 def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry,
-                        y: np.ndarray, threads: int = 1) -> None:
+                        y: np.ndarray) -> None:
     """Depthwise 2-D convolution by ``_jit``'s compiled loop, reading a
-    zero-bordered padded copy of ``x`` kept per input shape (only its interior is rewritten);
-    large ones split over ``threads`` channel ranges."""
+    zero-bordered padded copy of ``x`` kept per input shape (only its interior is rewritten)."""
     if any(g.pads):
         key = (x.shape, x.dtype)
         try:  # list.pop is atomic: concurrent runs each get their own buffer
@@ -549,9 +545,11 @@ def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _
         c = x.shape[1]
         wk = np.ascontiguousarray(w.reshape(c, w.shape[2], w.shape[3]), dtype=y.dtype)
         bias = np.zeros(c, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
-        (sh, sw) = g.strides
-        flat = sh == sw == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES
-        _jit.depthwise_split(flat, xp, wk, bias, y, g.strides, g.dilations, threads)
+        (sh, sw), (dh, dw) = g.strides, g.dilations
+        if sh == sw == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES:
+            _jit.depthwise_flat()(xp, wk, bias, y, dh, dw, 0, c)
+        else:
+            _jit.depthwise_rows()(xp, wk, bias, y, sh, sw, dh, dw, 0, c)
     finally:
         if any(g.pads):
             g.pad_pool.setdefault(key, []).append(xp)
@@ -602,7 +600,6 @@ def build_conv(node, request, activation: Activation | None = None):
     geometry = _GeometryCache(node)
     attr_kernel = node.attr("kernel_shape")
     prepared: dict = {}  # reordered weight matrices (see _conv_wide)
-    parts = _threads.kernel_threads()  # the session's, read while its kernel is built
 
     def conv_kernel(x, w, b=None):
         if x.dtype.itemsize < 4 and x.dtype.kind in "fV":
@@ -611,7 +608,7 @@ def build_conv(node, request, activation: Activation | None = None):
             return conv_kernel(x.astype(np.float32), w.astype(np.float32), b32).astype(x.dtype)
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
-        return conv(x, w, b, group, g, kernel_shape, activation, prepared, parts)
+        return conv(x, w, b, group, g, kernel_shape, activation, prepared)
 
     return conv_kernel
 
