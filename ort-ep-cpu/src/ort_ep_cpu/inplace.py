@@ -48,7 +48,7 @@ import numpy as np
 from ort_core import GraphView, Kernel, KernelRequest, NodeView, ProviderContext
 
 from ._lazy import special  # scipy.special, imported at first use
-from .kernels.elementwise import sigmoid
+from .kernels.elementwise import UNARY_UFUNCS, clip_v1_bounds, clip_values, sigmoid
 
 MS = "com.microsoft"
 
@@ -90,8 +90,8 @@ UnaryInto = Callable[..., np.ndarray]
 
 #: unary ops whose kernel is one ufunc: the same ufunc with ``out=x`` gives the same bits
 _UFUNC_UNARY: dict[str, Any] = {
-    "Neg": np.negative, "Abs": np.absolute, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
-    "Tanh": np.tanh, "Reciprocal": np.reciprocal, "Erf": special.erf,
+    **{op: UNARY_UFUNCS[op] for op in ("Neg", "Abs", "Sqrt", "Exp", "Log", "Tanh", "Reciprocal")},
+    "Erf": special.erf,
 }
 
 #: binary ops whose float kernel is one ufunc on two arrays of the same dtype
@@ -110,8 +110,7 @@ def _sigmoid_into(x: np.ndarray) -> np.ndarray:
 
 def _clip_into(node: NodeView) -> UnaryInto:
     if node.opset < 11:
-        lo = node.attr("min", -3.4028234663852886e38)
-        hi = node.attr("max", 3.4028234663852886e38)
+        lo, hi = clip_v1_bounds(node)
 
         def clip_attrs(x: np.ndarray) -> np.ndarray:
             np.maximum(x, x.dtype.type(lo), out=x)
@@ -120,14 +119,7 @@ def _clip_into(node: NodeView) -> UnaryInto:
         return clip_attrs
 
     def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
-        # what kernels/elementwise.py's Clip computes, with ``out=x``
-        if lo is not None and hi is not None:
-            return np.clip(x, lo.astype(x.dtype, copy=False), hi.astype(x.dtype, copy=False), out=x)
-        if lo is not None:
-            return np.maximum(x, lo.astype(x.dtype, copy=False), out=x)
-        if hi is not None:
-            return np.minimum(x, hi.astype(x.dtype, copy=False), out=x)
-        return x
+        return clip_values(x, lo, hi, out=x)  # Clip's own computation, with ``out=x``
 
     return clip
 

@@ -72,18 +72,24 @@ def _register(op_type: str, fn) -> None:
     kernel(op_type)(lambda node, request: fn)
 
 
-for _op, _fn in {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
+#: ops that are one numpy ufunc of one input (inplace.py runs some of them with ``out=x``)
+UNARY_UFUNCS = {
     "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign,
     "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal,
     "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Tanh": np.tanh,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh,
+}
+
+for _op, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}.items():
+    _register(_op, binary(_fn))
+for _op, _fn in {
+    **UNARY_UFUNCS,
     "Round": np.round,  # numpy rounds half to even, as ONNX asks
     "Sigmoid": lambda x: sigmoid(x),
 }.items():
-    _register(_op, unary(_fn) if _op not in ("Add", "Sub", "Mul") else binary(_fn))
+    _register(_op, unary(_fn))
 
 # Erf takes integer types too: computed in float32 and truncated, as onnx.reference does
 _register("Erf", unary(special.erf, float32_for=(np.int8, np.int16, np.int32, np.int64,
@@ -170,24 +176,39 @@ def _pow(node, request):
     return power
 
 
+def clip_v1_bounds(node) -> tuple[float, float]:
+    """Clip before opset 11: the bounds are attributes, by default float32's range."""
+    return node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+
+
 @kernel("Clip", since=1)
 def _clip_v1(node, request):
-    lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+    lo, hi = clip_v1_bounds(node)
     return unary(lambda x: np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)))
+
+
+def clip_values(y: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """``y`` clipped to the bound tensors given (Clip-11 and later), into ``out`` if given
+    (which may be ``y``: see inplace.py)."""
+    if lo is not None and hi is not None:
+        # one pass; numpy clips as minimum(maximum(x, lo), hi), so min > max gives max
+        return np.clip(y, _widen(lo).astype(y.dtype, copy=False), _widen(hi).astype(y.dtype, copy=False), out=out)
+    if lo is not None:
+        return np.maximum(y, _widen(lo).astype(y.dtype, copy=False), out=out)
+    if hi is not None:
+        return np.minimum(y, _widen(hi).astype(y.dtype, copy=False), out=out)
+    if out is None or out is y:
+        return y
+    out[...] = y
+    return out
 
 
 @kernel("Clip", since=11)
 def _clip(node, request):
     def clip(x, lo=None, hi=None):
         small = is_small_float(x.dtype)
-        y = x.astype(np.float32) if small else x
-        if lo is not None and hi is not None:
-            # one pass; numpy clips as minimum(maximum(x, lo), hi), so min > max gives max
-            y = np.clip(y, _widen(lo).astype(y.dtype), _widen(hi).astype(y.dtype))
-        elif lo is not None:
-            y = np.maximum(y, _widen(lo).astype(y.dtype))
-        elif hi is not None:
-            y = np.minimum(y, _widen(hi).astype(y.dtype))
+        y = clip_values(x.astype(np.float32) if small else x, lo, hi)
         return y.astype(x.dtype, copy=False)
 
     return clip
