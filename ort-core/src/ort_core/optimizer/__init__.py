@@ -5,7 +5,8 @@
 ``ORT_ENABLE_BASIC`` (1): rewrites within the ONNX standard that any provider can run:
 Constant nodes lifted to initializers, Identity and inference-Dropout removed, unused nodes
 removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
-constant folding (``onnx.reference`` evaluates nodes whose inputs are all constants),
+constant folding of nodes whose inputs are all constants (shape-arithmetic ops with the
+numpy calls of ``_fold.py``, the rest through ``onnx.reference``),
 Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
 the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm, hard-swish
 written as Add/Clip/Mul/Div turned into HardSigmoid+Mul.
