@@ -11,6 +11,7 @@ import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel, lookup
+from . import _jit
 
 
 def is_small_float(dtype: np.dtype) -> bool:
@@ -66,6 +67,23 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.exp(y, out=y)
         y += y.dtype.type(1)
         return np.reciprocal(y, out=y)
+
+
+#: dtypes the compiled loops take
+JIT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def hard_sigmoid_into(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """y = clip(alpha * x + beta, 0, 1) for float32/float64 ``x`` of ``y``'s shape and dtype
+    (``y`` may be ``x``): one compiled pass where numba is installed and both are contiguous,
+    else three numpy passes."""
+    t = y.dtype.type
+    if y.dtype in JIT_FLOATS and x.flags.c_contiguous and y.flags.c_contiguous and _jit.enabled():
+        _jit.hard_sigmoid()(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
+        return y
+    np.multiply(x, t(alpha), out=y)
+    y += t(beta)
+    return np.clip(y, t(0), t(1), out=y)
 
 
 def _register(op_type: str, fn) -> None:

@@ -7,15 +7,12 @@ import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from . import _jit
 from ._util import normalize_axis
-from .elementwise import binary, is_small_float, unary
+from .elementwise import JIT_FLOATS, binary, hard_sigmoid_into, is_small_float, unary
 from .fused import gelu as fused_gelu
 
 # float16 inputs of multi-step activations are computed in float32: one rounding at the end
 _HALF = (np.float16,)
-# dtypes the compiled loops (_jit) take
-_JIT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
 def _float_attr(node, name: str, default: float) -> float:
@@ -86,16 +83,9 @@ def _hard_sigmoid(node, request):
     beta = _float_attr(node, "beta", 0.5)
 
     def hard_sigmoid(x):
-        t = x.dtype.type
-        if x.dtype in _JIT_FLOATS and _jit.enabled():
-            # one compiled pass (numba, optional) instead of three numpy passes
-            xc = np.ascontiguousarray(x)
-            y = np.empty_like(xc)
-            _jit.hard_sigmoid()(xc.reshape(-1), y.reshape(-1), t(alpha), t(beta))
-            return y
-        y = x * t(alpha)
-        y += t(beta)
-        return np.clip(y, t(0), t(1), out=y)
+        if x.dtype in JIT_FLOATS:
+            x = np.ascontiguousarray(x)  # the compiled pass takes contiguous arrays
+        return hard_sigmoid_into(x, np.empty_like(x), alpha, beta)
 
     return unary(hard_sigmoid, _HALF)
 

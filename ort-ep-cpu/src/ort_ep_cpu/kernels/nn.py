@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
+from .elementwise import hard_sigmoid_into
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -274,14 +275,7 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
         alpha, beta = (params[0], params[1]) if len(params) >= 2 else (0.2, 0.5)
 
         def hard_sigmoid(y):
-            t = y.dtype.type
-            if y.dtype.kind == "f" and y.dtype.itemsize >= 4 and y.flags.c_contiguous and _jit.enabled():
-                flat = y.reshape(-1)  # in place, one compiled pass (numba, optional)
-                _jit.hard_sigmoid()(flat, flat, t(alpha), t(beta))
-                return
-            y *= t(alpha)
-            y += t(beta)
-            np.clip(y, 0, 1, out=y)
+            hard_sigmoid_into(y, y, alpha, beta)
         return hard_sigmoid
     raise ValueError(f"activation {name!r} is not supported; valid: Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid")
 
