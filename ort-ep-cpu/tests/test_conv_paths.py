@@ -237,6 +237,8 @@ DEPTHWISE_CASES = [
     ((1, 6, 14, 17), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]}),  # column stride 2
     ((2, 4, 9, 16), (4, 1, 3, 5), {"group": 4, "pads": [1, 2, 1, 2], "strides": [1, 3], "dilations": [1, 2]}),
     ((1, 7, 31), (7, 1, 5), {"group": 7, "pads": [3, 1], "dilations": [2]}),  # 1-D (column stride 1)
+    ((1, 5, 30), (5, 1, 3), {"group": 5, "pads": [1, 2], "strides": [2]}),  # 1-D, column stride 2
+    ((1, 3, 5, 23), (3, 1, 3, 4), {"group": 3, "pads": [0, 3, 1, 0], "strides": [2, 4]}),  # 4 phases, uneven
 ]
 
 

@@ -121,7 +121,7 @@ class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
     __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
-                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather")
+                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather", "depthwise")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
@@ -130,6 +130,7 @@ class _Geometry:
         self.spatial = tuple(spatial)
         self.wide = None  # the conv's _WidePlan, made on first use
         self.gather = None  # a small convolution's column index (_gather_index), made on first use
+        self.depthwise = None  # the compiled depthwise loops' _DepthwiseLayout, made on first use
         self._as_2d = None
         self.pad_pool: dict = {}  # (x shape, dtype) -> free zero-bordered padded buffers
         # a 1x1 kernel at stride 1 without padding: the output is one GEMM on the input
@@ -524,29 +525,65 @@ DEPTHWISE_FLAT_BYTES = 32 << 10
 
 def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry,
                         y: np.ndarray) -> None:
-    """Depthwise 2-D convolution by ``_jit``'s compiled loop, reading a
-    zero-bordered padded copy of ``x`` kept per input shape (only its interior is rewritten)."""
-    if any(g.pads):
-        key = (x.shape, x.dtype)
-        try:  # list.pop is atomic: concurrent runs each get their own buffer
-            xp = g.pad_pool[key].pop()
-        except (KeyError, IndexError):
-            xp = np.zeros(x.shape[:2] + g.padded, dtype=x.dtype)
-        xp[g.inner] = x
-    else:
-        xp = np.ascontiguousarray(x)
+    """Depthwise 2-D convolution by ``_jit``'s compiled loops, reading a zero-bordered padded
+    copy of ``x`` kept per input shape (only its interior is rewritten). With a column stride
+    ``sw`` each padded row is stored as its ``sw`` phases end to end (phase q: padded columns
+    q, q + sw, ...), written straight from ``x``, so that each tap reads a contiguous run."""
+    sw = g.strides[1]
+    key = (x.shape, x.dtype)
+    layout = _depthwise_layout(g)
+    direct = sw == 1 and not any(g.pads)  # the input itself is the buffer
+    try:  # list.pop is atomic: concurrent runs each get their own buffer
+        xp = np.ascontiguousarray(x) if direct else g.pad_pool[key].pop()
+    except (KeyError, IndexError):
+        xp = np.zeros(x.shape[:2] + (g.padded[0], layout.row), dtype=x.dtype)
     try:
+        if not direct:
+            for dst, src in layout.fills:
+                xp[dst] = x[src]
         c = x.shape[1]
-        wk = np.ascontiguousarray(w.reshape(c, w.shape[2], w.shape[3]), dtype=y.dtype)
+        wk = np.ascontiguousarray(w.reshape(c, -1), dtype=y.dtype)
         bias = np.zeros(c, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
-        (sh, sw), (dh, dw) = g.strides, g.dilations
-        if sh == sw == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES:
-            _jit.depthwise_flat()(xp, wk, bias, y, dh, dw, 0, c)
+        if sw == 1 and g.strides[0] == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES:
+            _jit.depthwise_flat()(xp, wk, bias, y, layout.starts, 0, c)
         else:
-            _jit.depthwise_rows()(xp, wk, bias, y, sh, sw, dh, dw, 0, c)
+            _jit.depthwise_rows()(xp, wk, bias, y, g.strides[0], layout.starts, 0, c)
     finally:
-        if any(g.pads):
+        if not direct:
             g.pad_pool.setdefault(key, []).append(xp)
+
+
+class _DepthwiseLayout:
+    """Where the input goes in the compiled depthwise loops' padded buffer (rows of ``row``
+    values: the padded row, or its column-stride phases end to end), and where each kernel
+    tap's run starts in a channel's flat plane, from the first output row's top row."""
+
+    __slots__ = ("row", "fills", "starts")
+
+    def __init__(self, g: _Geometry):
+        (top, left), (h, w) = (g.pads[0], g.pads[1]), g.spatial
+        sw, dw, kw = g.strides[1], g.dilations[1], g.kernel[1]
+        phase = -(-g.padded[1] // sw)  # values of one phase (the last may be shorter)
+        self.row = phase * sw if sw > 1 else g.padded[1]
+        rows = (slice(None), slice(None), slice(top, top + h))
+        self.fills = []
+        for q in range(sw):
+            first = max(0, -(-(left - q) // sw))  # first phase column that holds an input value
+            x_first = first * sw + q - left
+            count = len(range(x_first, w, sw))
+            if count:
+                base = q * phase
+                self.fills.append((rows + (slice(base + first, base + first + count),),
+                                   (slice(None), slice(None), slice(None), slice(x_first, None, sw))))
+        dh = g.dilations[0]
+        self.starts = np.array([a * dh * self.row + ((j * dw) % sw) * phase + (j * dw) // sw
+                                for a in range(g.kernel[0]) for j in range(kw)], dtype=np.int64)
+
+
+def _depthwise_layout(g: _Geometry) -> _DepthwiseLayout:
+    if g.depthwise is None:
+        g.depthwise = _DepthwiseLayout(g)
+    return g.depthwise
 
 
 def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
