@@ -1,8 +1,9 @@
 """Parity of the "wide output" convolution path (``nn._conv_wide``) and of the compiled
 depthwise loop (``_jit``, when numba is installed) with onnxruntime.
 
-Every case runs twice: whole images in one column buffer, and with ``BAND_BYTES`` forced tiny
-(bands of one output row, chunks of one group), and each asserts which plan it exercised
+Every case runs three times: whole images in one column buffer, with ``BAND_BYTES`` forced
+tiny (bands of one output row, chunks of one group), and as per-tap GEMMs accumulating through
+``_blas`` (one group), and each asserts which plan it exercised
 (phase count, taps per phase and their step, the no-copy direct case), so that a wrong phase
 split or band offset cannot pass unnoticed. Tolerance: rtol 1e-4, atol 1e-4 on float32
 (sums in a different order than onnxruntime's), 1e-10 on float64 against onnx.reference.
@@ -19,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import _jit, nn
+from ort_ep_cpu.kernels import _blas, _jit, nn
 
 
 def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):
@@ -100,16 +101,28 @@ def _plan_summary(plan):
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs,expected", CASES)
-@pytest.mark.parametrize("banded", [False, True])
-def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, banded, monkeypatch):
+@pytest.mark.parametrize("mode", ["whole", "banded", "taps"])
+def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, mode, monkeypatch):
+    """``mode``: whole images in one column buffer; bands of one output row (one group); or,
+    for one group, the per-tap GEMMs of ``_conv_taps`` (forced on for every size)."""
     monkeypatch.setattr(_jit, "USE", False)  # depthwise cases: the numpy path, not numba's loop
     monkeypatch.setattr(nn, "SMALL_COLS", 0)  # small cases too: the wide path, not the gather
-    if banded:
+    if mode == "banded":
         monkeypatch.setattr(nn, "BAND_BYTES", 1)  # one output row / one group per band
+    if mode == "taps":
+        if _blas.gemm(np.float32) is None:
+            pytest.skip("numpy's BLAS exports no CBLAS GEMM here: the column path runs")
+        monkeypatch.setattr(nn, "TAPS_MIN_COLUMNS_BYTES", 0)
+        monkeypatch.setattr(nn, "TAPS_MIN_CHANNELS", 1)
+    taps_runs = []
+    real_taps = nn._conv_taps
+    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
     data, w = _model(x_shape, w_shape, attrs, bias=True)
     ref, got = _pair(data)
     x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
     np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    wide_path = expected != "im2col"
+    assert bool(taps_runs) == (mode == "taps" and attrs.get("group", 1) == 1 and wide_path)
 
     # the plan the kernel used for this geometry is the one the case is about
     nd = len(w_shape) - 2
@@ -416,3 +429,55 @@ def test_sigmoid_activation_small_and_large(size):
         nn.make_activation("Sigmoid", [])(y)
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-30)
     assert y[0] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_gemm_accumulates_on_strided_operands(dtype):
+    """``_blas.gemm``: C = A @ B + beta * C with B's rows further apart than its columns (a
+    window of a wider array, as the per-tap convolution reads its planes) and C a window too."""
+    gemm = _blas.gemm(np.dtype(dtype))
+    if gemm is None:
+        pytest.skip("numpy's BLAS exports no CBLAS GEMM here")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 7)).astype(dtype)
+    wide_b = rng.standard_normal((7, 20)).astype(dtype)
+    wide_c = rng.standard_normal((5, 16)).astype(dtype)
+    b, c = wide_b[:, 3:14], wide_c[:, 2:13]  # (7, 11) and (5, 11) windows
+    before, outside = c.copy(), (wide_c[:, :2].copy(), wide_c[:, 13:].copy())
+    item = np.dtype(dtype).itemsize
+    gemm(5, 11, 7, a.ctypes.data, 7, wide_b.ctypes.data + 3 * item, 20, 1.0, wide_c.ctypes.data + 2 * item, 16)
+    np.testing.assert_allclose(c, a @ b + before, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    gemm(5, 11, 7, a.ctypes.data, 7, wide_b.ctypes.data + 3 * item, 20, 0.0, wide_c.ctypes.data + 2 * item, 16)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert np.array_equal(wide_c[:, :2], outside[0]) and np.array_equal(wide_c[:, 13:], outside[1])
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_large_conv_takes_the_tap_gemms_by_default(elem, monkeypatch):
+    """A convolution whose column matrix exceeds TAPS_MIN_COLUMNS_BYTES takes ``_conv_taps``
+    at the default thresholds (batch 2, stride 2, bias); with ``_blas`` off the column path
+    gives the same. float64 against onnx.reference (1e-10), float32 against onnxruntime."""
+    if _blas.gemm(np.float32) is None:
+        pytest.skip("numpy's BLAS exports no CBLAS GEMM here")
+    from onnx.reference import ReferenceEvaluator
+
+    x_shape, w_shape = (2, 32, 130, 126), (16, 32, 3, 3)
+    attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
+    taps_runs = []
+    real_taps = nn._conv_taps
+    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
+    data, _ = _model(x_shape, w_shape, attrs, bias=True, elem=elem)
+    dtype = np.float32 if elem == TensorProto.FLOAT else np.float64
+    x = np.random.default_rng(4).standard_normal(x_shape).astype(dtype)
+    if elem == TensorProto.FLOAT:
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        tol = 1e-4
+    else:
+        want = ReferenceEvaluator(onnx.load_from_string(data)).run(None, {"x": x})[0]
+        tol = 1e-10
+    for use in (True, False):
+        monkeypatch.setattr(_blas, "USE", use)
+        got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        assert bool(taps_runs) == use
+        taps_runs.clear()

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from . import _jit
+from . import _blas, _jit
 from .elementwise import hard_sigmoid_into
 
 
@@ -453,20 +453,53 @@ class _WidePlan:
                               (slice(r_in, None, sh), slice(c_in, None, sw))))
         self.pool: dict = {}  # (x shape, dtype, M, group) -> free workspaces
 
-    def workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
+    def workspace(self, x_shape: tuple, dtype: np.dtype, m: int, group: int, taps: bool = False) -> tuple:
         """A free workspace for this input and thread, made on first need (list.pop is
         atomic: concurrent runs each get their own). Its column and GEMM buffers are views of
         the thread's scratch, shared by every convolution the thread runs, so they stay in
         cache from one convolution to the next; a workspace made on a scratch that has since
-        grown is made again."""
-        key = (x_shape, dtype, m, group, threading.get_ident())
+        grown is made again. ``taps``: the workspace of ``_conv_taps`` instead of the bands'."""
+        key = (x_shape, dtype, m, group, taps, threading.get_ident())
         try:
             ws = self.pool[key].pop()
         except (KeyError, IndexError):
             ws = None
         if ws is None or ws[3] is not getattr(_scratch, "buffer", None):
-            ws = self._make_workspace(key, x_shape, dtype, m, group)
+            make = self._make_taps_workspace if taps else self._make_workspace
+            ws = make(key, x_shape, dtype, m, group)
         return ws
+
+    def columns_bytes(self, c: int, itemsize: int) -> int:
+        """Size of the whole column matrix of one image (what the bands copy in pieces)."""
+        oh, ow = self.g.out
+        return c * self.taps * ((oh - 1) * self.wq + ow) * itemsize
+
+    def _phase_buffer(self, n: int, c: int, dtype: np.dtype) -> tuple[np.ndarray, list]:
+        """The zero-bordered phase buffer (phases, N, C, hq * wq) and, per phase, the (view of
+        its interior, input slice) pairs that a run fills."""
+        buf = np.zeros((len(self.phases), n, c, self.hq * self.wq), dtype=dtype)
+        grid = buf.reshape(len(self.phases), n, c, self.hq, self.wq)
+        fills = [(grid[(j, slice(None), slice(None)) + dst], (slice(None), slice(None)) + src)
+                 for j, (dst, src) in enumerate(self.fill)]
+        return buf, fills
+
+    def _make_taps_workspace(self, key: tuple, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
+        n, c = x_shape[:2]
+        oh, ow = self.g.out
+        wq = self.wq
+        itemsize = np.dtype(dtype).itemsize
+        wide = (oh - 1) * wq + ow
+        buf, fills = self._phase_buffer(n, c, dtype)
+        scratch = _thread_scratch(m * wide * itemsize)
+        res = np.ndarray((m, wide), dtype, scratch, 0)
+        crop = np.ndarray((m, oh, ow), dtype, scratch, 0, (wide * itemsize, wq * itemsize, itemsize))
+        # per tap, in the weight columns' order: the address its run starts at, per image
+        offsets = [(j, ((ra + r * da) * wq + cb + s * db) * itemsize)
+                   for j, _, _, _, (ra, na, da), (cb, nb, db) in self.phases
+                   for r in range(na) for s in range(nb)]
+        starts = [[buf[j, i].ctypes.data + offset for j, offset in offsets] for i in range(n)]
+        gemm = (m, wide, c, self.hq * wq, res.ctypes.data, wide)  # M, N, K, ldb, C, ldc
+        return (key, fills, (starts, gemm, crop, buf), scratch)
 
     def give(self, ws: tuple) -> None:
         self.pool.setdefault(ws[0], []).append(ws)
@@ -477,10 +510,7 @@ class _WidePlan:
         wq, k = self.wq, self.taps
         itemsize = np.dtype(dtype).itemsize
         cg, mg = c // group, m // group
-        buf = np.zeros((len(self.phases), n, c, self.hq * wq), dtype=dtype)
-        grid = buf.reshape(len(self.phases), n, c, self.hq, wq)
-        fills = [(grid[(j, slice(None), slice(None)) + dst], (slice(None), slice(None)) + src)
-                 for j, (dst, src) in enumerate(self.fill)]
+        buf, fills = self._phase_buffer(n, c, dtype)
         # a band: all rows of as many groups as fit BAND_BYTES, or (one group too big) fewer rows
         full = ((oh - 1) * wq + ow) * cg * k * itemsize
         groups_per_band = max(1, min(group, BAND_BYTES // max(1, full)))
@@ -586,34 +616,54 @@ def _depthwise_layout(g: _Geometry) -> _DepthwiseLayout:
     return g.depthwise
 
 
+#: a convolution of one group whose whole column matrix (one image) is larger than this, with
+#: at least TAPS_MIN_CHANNELS input channels, sums one GEMM per tap (``_conv_taps``) instead of
+#: copying columns: measured here (us, one thread / two) 96->24 channels at 80x80 4189 / 4800 ->
+#: 3103 / 2789, 64->64 at 56x56 2499 / 2269 -> 2023 / 1670, 16->16 at 160x160 2545 / 2713 ->
+#: 2177 / 1774; below it the column path won (64->64 at 16x16: 224 vs 276 at two threads)
+TAPS_MIN_COLUMNS_BYTES = BAND_BYTES
+TAPS_MIN_CHANNELS = 16
+
+
 def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geometry,
                y: np.ndarray, prepared: dict, owner: np.ndarray) -> None:
-    """2-D convolution into ``y`` (N, M, OH, OW) through ``_WidePlan``'s wide-output GEMMs, one
-    band of output rows (and chunk of groups) at a time, so each column buffer is still in
-    cache when its GEMM reads it."""
+    """2-D convolution into ``y`` (N, M, OH, OW) on ``_WidePlan``'s wide output: large ones as
+    a sum of per-tap GEMMs (``_conv_taps``), the rest one band of output rows (and chunk of
+    groups) at a time through a column buffer still in cache when its GEMM reads it."""
     plan = g.wide
-    m = w.shape[0]
-    cg, mg = x.shape[1] // group, m // group
-    # the weights as (groups, M/group, C/group * taps) in the column rows' tap order; kept per
-    # node for constant weights (a weight fed at run time is a new array: recomputed)
-    key = (id(owner), id(plan))  # plans live in the geometry cache: their ids are not reused
+    m, c = w.shape[0], x.shape[1]
+    cg, mg = c // group, m // group
+    gemm = None
+    if group == 1 and c >= TAPS_MIN_CHANNELS and plan.columns_bytes(c, y.itemsize) > TAPS_MIN_COLUMNS_BYTES:
+        gemm = _blas.gemm(y.dtype)
+    # the weights in the column rows' tap order, kept per node for constant weights (a weight
+    # fed at run time is a new array: recomputed): (groups, M/group, C/group * taps) for the
+    # column GEMM, (taps, M, C) for the per-tap GEMMs
+    key = (id(owner), id(plan), gemm is not None)  # plans live in the geometry cache: their ids are not reused
     entry = prepared.get(key)
     if entry is None or entry[0] is not owner:
         wt = w.reshape(m, cg, -1)
         if plan.perm is not None:
             wt = wt[:, :, plan.perm]
-        entry = (owner, np.ascontiguousarray(wt.reshape(group, mg, cg * plan.taps), dtype=y.dtype))
+        if gemm is not None:
+            wt = np.ascontiguousarray(wt.transpose(2, 0, 1), dtype=y.dtype)
+        else:
+            wt = np.ascontiguousarray(wt.reshape(group, mg, cg * plan.taps), dtype=y.dtype)
+        entry = (owner, wt)
         if len(prepared) > 8:
             prepared.clear()
         prepared[key] = entry
     wmat = entry[1]
-    ws = plan.workspace(x.shape, x.dtype, m, group)
+    ws = plan.workspace(x.shape, x.dtype, m, group, taps=gemm is not None)
     try:
-        _, fills, bands, _ = ws
+        _, fills, work, _ = ws
         for dst, src in fills:  # the phase interiors; borders stay zero from creation
             dst[...] = x[src]
         bias = None if b is None else b.reshape(m, 1, 1)
-        for copies, gs, cols, res, crop, ys, ms in bands:
+        if gemm is not None:
+            _conv_taps(work, wmat, bias, y, gemm)
+            return
+        for copies, gs, cols, res, crop, ys, ms in work:
             for dst, src in copies:
                 np.copyto(dst, src)
             np.matmul(wmat[gs], cols, out=res)
@@ -623,6 +673,23 @@ def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g
                 np.add(crop, bias[ms], out=y[ys])
     finally:
         plan.give(ws)
+
+
+def _conv_taps(work: tuple, wtaps: np.ndarray, bias: np.ndarray | None, y: np.ndarray, gemm) -> None:
+    """Per image, the wide output as the sum over kernel taps t of W_t (M x C) @ the phase
+    planes read from tap t's offset (C x wide positions, rows a plane apart): one GEMM per tap
+    accumulating into the same output (``_blas``), no column matrix. Each GEMM streams the
+    input once instead of the column path copying it K times first, and leaves BLAS's threads
+    the whole of the work (the copies ran on one thread between GEMMs)."""
+    starts, (m, wide, c, ldb, res, ldc), crop, _ = work
+    a0, step = wtaps.ctypes.data, m * c * wtaps.itemsize
+    for i, image in enumerate(starts):
+        for t, start in enumerate(image):
+            gemm(m, wide, c, a0 + t * step, c, start, ldb, 1.0 if t else 0.0, res, ldc)
+        if bias is None:
+            y[i] = crop
+        else:
+            np.add(crop, bias, out=y[i])
 
 
 def build_conv(node, request, activation: Activation | None = None):
