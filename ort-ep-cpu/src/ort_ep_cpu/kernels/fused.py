@@ -14,6 +14,7 @@ import numpy as np
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
+from ._util import constant_weight
 from .nn import build_conv, build_gemm, make_activation, matmul
 
 MS = "com.microsoft"
@@ -132,7 +133,11 @@ def _fused_matmul(node, request):
     if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
         raise NotImplementedError(f"{node.name}: FusedMatMul with transBatchA/transBatchB is not supported")
 
+    b_given, b_ready = constant_weight(node, request, 1)
+
     def fused_matmul(a, b):
+        if b is b_given:
+            b = b_ready
         if trans_a:
             a = a.T if a.ndim == 2 else np.swapaxes(a, -1, -2)
         if trans_b:

@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit
+from ._util import constant_weight
 from .elementwise import hard_sigmoid_into
 
 
@@ -35,8 +36,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @kernel("MatMul")
 def _matmul(node, request):
+    b_given, b_ready = constant_weight(node, request, 1)
+
     def matmul_kernel(a, b):
-        y = matmul(a, b)
+        y = matmul(a, b_ready if b is b_given else b)
         # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
         return y if y.dtype == a.dtype else y.astype(a.dtype)
 
@@ -51,12 +54,12 @@ def build_gemm(node, request, activation: Activation | None = None):
     trans_b = bool(node.attr("transB", 0))
     # a constant B (the weights) is transposed once here: OpenBLAS is about 2x faster on a
     # contiguous (K, N) B than on the transposed view when A has few rows (batch 1-8)
-    b_const = request.value(node.inputs[1]).const_value if len(node.inputs) > 1 and node.inputs[1] else None
-    b_ready = np.ascontiguousarray(b_const.T) if trans_b and b_const is not None and b_const.ndim == 2 else None
+    b_const, b_weights = constant_weight(node, request, 1)
+    b_ready = np.ascontiguousarray(b_weights.T) if trans_b and b_weights is not None else b_weights
 
     def gemm(a, b, c=None):
         if b is b_const and b_ready is not None:  # not an overridden initializer
-            b = b_ready
+            b = b_ready  # transposed once for transB, subnormals flushed
         elif trans_b:
             b = b.T
         y = (a.T if trans_a else a) @ b
@@ -698,8 +701,11 @@ def build_conv(node, request, activation: Activation | None = None):
     geometry = _GeometryCache(node)
     attr_kernel = node.attr("kernel_shape")
     prepared: dict = {}  # reordered weight matrices (see _conv_wide)
+    w_given, w_ready = constant_weight(node, request, 1)
 
     def conv_kernel(x, w, b=None):
+        if w is w_given:
+            w = w_ready
         if x.dtype.itemsize < 4 and x.dtype.kind in "fV":
             # float16/bfloat16: accumulate in float32 (numpy has no BLAS for them), round once
             b32 = None if b is None else b.astype(np.float32)
