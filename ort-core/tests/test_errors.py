@@ -43,6 +43,35 @@ def test_checker_failure_names_the_node(host):
         ort.InferenceSession(model)
 
 
+def test_shapeless_graph_outputs_run_as_in_onnxruntime(ort_nodes):
+    """Graph and subgraph outputs typed without a shape (rank unknown) fail onnx's checker but
+    run in onnxruntime; here too, and the checker's other rules still apply to such models."""
+    branch = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "then", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["c"])], "else", [],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=other)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    x = np.array([-1.0, 2.0], dtype=np.float32)
+    for source in (model, model.SerializeToString()):
+        y, z = ort.InferenceSession(source).run(None, {"x": x, "flag": np.array(True)})
+        np.testing.assert_array_equal(y, [0.0, 2.0])
+        np.testing.assert_array_equal(z, [1.0, -2.0])
+    broken = make_model(
+        [helper.make_node("Add", ["x"], ["y"], name="lonely_add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(ort.InvalidGraph, match="lonely_add"):
+        ort.InferenceSession(broken)
+
+
 def test_type_error_names_the_node(host):
     model = make_model(
         [helper.make_node("Add", ["x", "d"], ["y"], name="mixed_add")],

@@ -100,15 +100,49 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
         raise InvalidGraph(f"external data could not be read: {exc}") from None
 
 
+_NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+
+
 def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
-    broken."""
+    broken.
+
+    One rule of the checker is not onnxruntime's: a graph input or output whose tensor type
+    has no shape at all (rank unknown, as ``helper.make_tensor_value_info(name, type, None)``
+    writes it) fails it, and onnxruntime runs such models. On that failure the check is run
+    again on a copy in which those types carry an empty shape, so that every other rule still
+    applies; the model itself keeps its types as they are."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
+        if _NO_SHAPE in str(exc):
+            copy = onnx.ModelProto()
+            if isinstance(model, bytes):
+                copy.ParseFromString(model)
+            else:
+                copy.CopyFrom(model)
+            if _give_io_shapes(copy.graph):
+                check_proto(copy)
+                return
         raise InvalidGraph(f"model fails the ONNX checker: {exc}") from None
     except ValueError as exc:  # e.g. > 2 GB protos; the checker cannot look at them whole
         logger.info("ONNX checker skipped: %s", exc)
+
+
+def _give_io_shapes(graph: onnx.GraphProto) -> bool:
+    """Give every shapeless tensor input and output of ``graph`` and its subgraphs an empty
+    shape (for the checker's copy only); whether any was missing."""
+    changed = False
+    for info in list(graph.input) + list(graph.output):
+        kind = info.type.WhichOneof("value")
+        if kind == "tensor_type" and not info.type.tensor_type.HasField("shape"):
+            info.type.tensor_type.shape.SetInParent()
+            changed = True
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                changed = _give_io_shapes(sub) or changed
+    return changed
 
 
 def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
