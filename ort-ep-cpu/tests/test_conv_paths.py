@@ -311,11 +311,20 @@ def test_compiled_depthwise_float64_and_numpy_fallback(monkeypatch):
     ((1, 4, 2, 3, 5), (6, 4, 1, 1, 1)),  # 3-D
 ])
 @pytest.mark.parametrize("bias", [False, True])
-def test_pointwise_conv_matches_onnxruntime(x_shape, w_shape, bias):
+@pytest.mark.parametrize("use_blas", [False, True])
+def test_pointwise_conv_matches_onnxruntime(x_shape, w_shape, bias, use_blas, monkeypatch):
+    """With a bias and ``_blas``, the bias is written first and the GEMM accumulates onto it
+    (one CBLAS call per image); otherwise np.matmul and an add."""
+    monkeypatch.setattr(_blas, "USE", use_blas)
+    calls = []
+    real_gemm = _blas.gemm
+    monkeypatch.setattr(_blas, "gemm", lambda dtype: (lambda f: f and (lambda *a: calls.append(1) or f(*a)))(real_gemm(dtype)))
     data, w = _model(x_shape, w_shape, {}, bias=bias)
     ref, got = _pair(data)
     x = np.random.default_rng(8).standard_normal(x_shape).astype(np.float32)
     np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    if real_gemm(np.float32) is not None:
+        assert len(calls) == (x_shape[0] if bias and use_blas else 0)
     nd = len(w_shape) - 2
     assert nn._Geometry(x_shape[2:], w_shape[2:], [1] * nd, [1] * nd, [0] * (2 * nd)).pointwise
     assert not nn._Geometry(x_shape[2:], w_shape[2:], [2] * nd, [1] * nd, [0] * (2 * nd)).pointwise

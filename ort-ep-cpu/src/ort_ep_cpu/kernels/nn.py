@@ -299,9 +299,19 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         # mobile nets, often on 1x1 images in squeeze-excite blocks: per-call overhead counts)
         x3 = x.reshape(n, c, -1)
         w2 = w.reshape(m, c)
-        y3 = np.matmul(w2, x3[0])[None] if n == 1 else np.matmul(w2, x3)
-        if b is not None:
-            y3 += b.reshape(m, 1)
+        gemm = _blas.gemm(x.dtype) if b is not None and x.flags.c_contiguous and w2.flags.c_contiguous else None
+        if gemm is not None:
+            # the bias written first and the GEMM accumulating onto it (beta = 1): one write
+            # pass instead of a second read-modify-write pass (5-25% on ocr-rec's layers)
+            p = x3.shape[2]
+            y3 = np.empty((n, m, p), dtype=x.dtype)
+            y3[...] = b.reshape(m, 1)
+            for i in range(n):
+                gemm(m, p, c, w2.ctypes.data, c, x3[i].ctypes.data, p, 1.0, y3[i].ctypes.data, p)
+        else:
+            y3 = np.matmul(w2, x3[0])[None] if n == 1 else np.matmul(w2, x3)
+            if b is not None:
+                y3 += b.reshape(m, 1)
         y = y3.reshape((n, m) + out)
         if activation is not None:
             activation(y)
