@@ -316,6 +316,7 @@ def test_pointwise_conv_matches_onnxruntime(x_shape, w_shape, bias, use_blas, mo
     """With a bias and ``_blas``, the bias is written first and the GEMM accumulates onto it
     (one CBLAS call per image); otherwise np.matmul and an add."""
     monkeypatch.setattr(_blas, "USE", use_blas)
+    monkeypatch.setattr(nn, "BIAS_FIRST_MIN", 1)  # the small cases too
     calls = []
     real_gemm = _blas.gemm
     monkeypatch.setattr(_blas, "gemm", lambda dtype: (lambda f: f and (lambda *a: calls.append(1) or f(*a)))(real_gemm(dtype)))

@@ -299,11 +299,13 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         # mobile nets, often on 1x1 images in squeeze-excite blocks: per-call overhead counts)
         x3 = x.reshape(n, c, -1)
         w2 = w.reshape(m, c)
-        gemm = _blas.gemm(x.dtype) if b is not None and x.flags.c_contiguous and w2.flags.c_contiguous else None
+        p = x3.shape[2]
+        gemm = None
+        if b is not None and m * p >= BIAS_FIRST_MIN and x.flags.c_contiguous and w2.flags.c_contiguous:
+            gemm = _blas.gemm(x.dtype)
         if gemm is not None:
             # the bias written first and the GEMM accumulating onto it (beta = 1): one write
             # pass instead of a second read-modify-write pass (5-25% on ocr-rec's layers)
-            p = x3.shape[2]
             y3 = np.empty((n, m, p), dtype=x.dtype)
             y3[...] = b.reshape(m, 1)
             for i in range(n):
@@ -379,6 +381,12 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         activation(y)
     return y
 
+
+#: 1x1 convolutions with a bias and at least this many outputs per image write the bias first
+#: and accumulate the GEMM onto it; on small outputs (squeeze-excite layers: 1x1 images) the
+#: extra fill and the ctypes call cost more than the add they save (measured: 1x256 by 256x256
+#: 4 us with np.matmul and an add, 10 us so)
+BIAS_FIRST_MIN = 4096
 
 #: convolutions (one image, one group) whose column matrix has at most this many elements take
 #: the gather path; its index (8 bytes an element) is kept per input shape
