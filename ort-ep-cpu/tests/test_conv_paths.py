@@ -331,9 +331,10 @@ def test_pointwise_conv_matches_onnxruntime(x_shape, w_shape, bias, use_blas, mo
     assert not nn._Geometry(x_shape[2:], w_shape[2:], [2] * nd, [1] * nd, [0] * (2 * nd)).pointwise
 
 
-@pytest.mark.parametrize("x_shape", [(1, 7, 1, 1), (2, 5, 3, 4), (3, 4, 9), (1, 2, 3, 4, 5)])
+@pytest.mark.parametrize("x_shape", [(1, 7, 1, 1), (2, 5, 3, 4), (3, 4, 9), (1, 2, 3, 4, 5), (1, 96, 80, 80)])
 def test_global_average_pool_matches_onnxruntime(x_shape):
-    """GlobalAveragePool's float32 path (add.reduce + divide) against onnxruntime, 1-D to 3-D."""
+    """GlobalAveragePool's float32 path (a GEMV with ones + divide) against onnxruntime, 1-D to
+    3-D and one of ocr-det's large maps."""
     graph = helper.make_graph(
         [helper.make_node("GlobalAveragePool", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
@@ -346,7 +347,11 @@ def test_global_average_pool_matches_onnxruntime(x_shape):
     x = np.random.default_rng(9).standard_normal(x_shape).astype(np.float32) + 3
     y = got.run(None, {"x": x})[0]
     assert y.shape == x_shape[:2] + (1,) * (len(x_shape) - 2)
-    np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-6, atol=1e-6)
+    # onnxruntime's float32 sum drifts by up to 4.5e-6 (relative) over 6400 pixels; ours stays
+    # within 1e-6 of the float64 mean
+    np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    exact = x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+    np.testing.assert_allclose(y, exact, rtol=1e-6, atol=1e-7)
 
 
 MAXPOOL_CASES = [
