@@ -31,11 +31,6 @@ _CANDIDATES = {
 }
 _ROW_MAJOR, _NO_TRANS = 101, 111
 
-#: float32 GEMMs of at least this many multiply-adds are split over threads in the parallel
-#: mode (threads.py); smaller ones (about 30 us on one core here) run on one thread: the mlp's
-#: 8x256 by 256x512 layers measured slower split than whole
-SPLIT_MIN_MACS = 1 << 22
-
 _lock = threading.Lock()
 _found: dict[np.dtype, Callable | None] | None = None
 
@@ -67,7 +62,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
         m, k = a.shape
         n = b.shape[1]
         function = gemm(np.float32)
-        if function is not None and m * n * k >= SPLIT_MIN_MACS and threads.parallel_parts(m * n * k) > 1:
+        if function is not None and threads.parallel_parts(m * n * k) > 1:
             target = np.empty((m, n), dtype=np.float32) if out is None else out
             function(m, n, k, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4, 0.0,
                      target.ctypes.data, target.strides[0] // 4)
@@ -124,7 +119,7 @@ def _bind(function, integer, scalar) -> Callable:
     split = scalar is ctypes.c_float  # the parallel mode splits float32 GEMMs (threads.py)
 
     def call(m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int, beta: float, c: int, ldc: int) -> None:
-        parts = threads.parallel_parts(m * n * k) if split and m * n * k >= SPLIT_MIN_MACS else 1
+        parts = threads.parallel_parts(m * n * k) if split and n >= 32 else 1
         if parts > 1:
             _jit.parallel().sgemm(m, n, k, a, lda, b, ldb, beta, c, ldc, parts)
         else:

@@ -351,29 +351,17 @@ def _column_block_py(n, parts, p):  # pragma: no cover - compiled by numba
 
 
 def _sgemm_parts_ilp64_py(fn, m, n, k, a, lda, b, ldb, beta, c, ldc, parts):  # pragma: no cover
-    if m >= n:  # row blocks: each thread reads all of B, writes its rows of C
-        for p in numba_prange(parts):
-            start, count = _column_block(m, parts, p)
-            if count > 0:
-                _call_sgemm_ilp64(fn, count, n, k, a + start * lda * 4, lda, b, ldb, beta, c + start * ldc * 4, ldc)
-    else:  # column blocks
-        for p in numba_prange(parts):
-            start, count = _column_block(n, parts, p)
-            if count > 0:
-                _call_sgemm_ilp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
+    for p in numba_prange(parts):
+        start, count = _column_block(n, parts, p)
+        if count > 0:
+            _call_sgemm_ilp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
 
 
 def _sgemm_parts_lp64_py(fn, m, n, k, a, lda, b, ldb, beta, c, ldc, parts):  # pragma: no cover
-    if m >= n:  # row blocks: each thread reads all of B, writes its rows of C
-        for p in numba_prange(parts):
-            start, count = _column_block(m, parts, p)
-            if count > 0:
-                _call_sgemm_lp64(fn, count, n, k, a + start * lda * 4, lda, b, ldb, beta, c + start * ldc * 4, ldc)
-    else:  # column blocks
-        for p in numba_prange(parts):
-            start, count = _column_block(n, parts, p)
-            if count > 0:
-                _call_sgemm_lp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
+    for p in numba_prange(parts):
+        start, count = _column_block(n, parts, p)
+        if count > 0:
+            _call_sgemm_lp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
 
 
 def _sgemm_intrinsic(integer_bits: int):
