@@ -20,7 +20,6 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu import threads
 from ort_ep_cpu.kernels import _blas, _jit, nn
 
 
@@ -264,7 +263,6 @@ def test_compiled_depthwise_matches_onnxruntime(x_shape, w_shape, attrs, bias, l
     DEPTHWISE_FLAT_BYTES (forced off for "rows"); strided cases always take the row loop."""
     pytest.importorskip("numba", reason="numba (optional) is not installed: the numpy path runs")
     monkeypatch.setattr(_jit, "USE", True)
-    monkeypatch.setattr(threads, "PARALLEL_MIN_WORK", 1 << 60)  # the serial loops (test_parallel_mode: split)
     if loop == "rows":
         monkeypatch.setattr(nn, "DEPTHWISE_FLAT_BYTES", 0)
     used = []

@@ -18,9 +18,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import threads
-from . import _jit
-
 # (symbol, integer type): numpy's wheels ship OpenBLAS built for 64-bit integers with scipy's
 # symbol prefix and suffix; other builds export the plain CBLAS names (32-bit integers)
 _CANDIDATES = {
@@ -50,38 +47,6 @@ def gemm(dtype: np.dtype) -> Callable | None:
             if _found is None:
                 _found = _load()
     return _found.get(np.dtype(dtype))
-
-
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(a, b, out=out)``; in the parallel mode (``threads.py``), 2-D float32 operands
-    whose rows are laid out for BLAS go through ``gemm``, which splits them over the session's
-    threads (np.matmul would run on OpenBLAS, set to one thread in that mode)."""
-    if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == np.float32 and a.shape[1] == b.shape[0]
-            and threads.parallel_active() and _rows(a) and _rows(b)
-            and (out is None or (_rows(out) and out.dtype == np.float32 and out.shape == (a.shape[0], b.shape[1])))):
-        m, k = a.shape
-        n = b.shape[1]
-        function = gemm(np.float32)
-        if function is not None and threads.parallel_parts(m * n * k) > 1:
-            target = np.empty((m, n), dtype=np.float32) if out is None else out
-            function(m, n, k, a.ctypes.data, a.strides[0] // 4, b.ctypes.data, b.strides[0] // 4, 0.0,
-                     target.ctypes.data, target.strides[0] // 4)
-            return target
-    return np.matmul(a, b, out=out)
-
-
-def _rows(x: np.ndarray) -> bool:
-    """Whether a 2-D array is a BLAS operand as it is: unit column step, rows at least a row
-    apart (a broadcast or transposed view is not)."""
-    item = x.itemsize
-    return x.strides[1] == item and x.strides[0] >= item * max(1, x.shape[1]) and x.size > 0
-
-
-def sgemm_symbol() -> tuple[int, bool] | None:
-    """(address, whether its integers are 64-bit) of the float32 CBLAS GEMM, for compiled code
-    that calls it directly (``_jit``'s parallel GEMM); None where there is none."""
-    function = gemm(np.float32)
-    return None if function is None else function.symbol
 
 
 def _load() -> dict[np.dtype, Callable | None]:
@@ -116,14 +81,7 @@ def _bind(function, integer, scalar) -> Callable:
                          pointer, integer, pointer, integer, scalar, pointer, integer]
     function.restype = None
 
-    split = scalar is ctypes.c_float  # the parallel mode splits float32 GEMMs (threads.py)
-
     def call(m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int, beta: float, c: int, ldc: int) -> None:
-        parts = threads.parallel_parts(m * n * k) if split and n >= 32 else 1
-        if parts > 1:
-            _jit.parallel().sgemm(m, n, k, a, lda, b, ldb, beta, c, ldc, parts)
-        else:
-            function(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc)
+        function(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc)
 
-    call.symbol = (ctypes.cast(function, ctypes.c_void_p).value, integer is ctypes.c_int64)  # type: ignore[attr-defined]
     return call

@@ -28,12 +28,6 @@ _depthwise_flat: Callable | None = None
 _hard_sigmoid: Callable | None = None
 _gelu_rows: Callable | None = None
 _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
-_cached = False  # whether numba's on-disk cache is usable (set by _load)
-# globals of the parallel loops' bodies (set by _load)
-numba_prange: Callable | None = None
-_column_block: Callable | None = None
-_call_sgemm_ilp64: Callable | None = None
-_call_sgemm_lp64: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -73,74 +67,8 @@ def gelu_rows() -> Callable | None:
     return _gelu_rows
 
 
-class Parallel:
-    """The compiled loops split over threads (numba ``parallel=True``), each taking ``parts``
-    (the number of pieces; numba's threads take them): depthwise and HardSigmoid/Gelu loops by
-    channels or ranges, and a float32 GEMM by column blocks, each block a single-threaded CBLAS
-    call (``_blas``) made from the compiled code. With these, one pool (numba's) does all of a
-    run's parallel work: OpenBLAS's own threads, which spin for a while after every GEMM, would
-    otherwise hold the cores the compiled loops need (measured here: a GEMM then a parallel
-    elementwise loop, 8.0 ms that way against 1.3 ms with OpenBLAS at one thread and the GEMM
-    split here)."""
-
-    def __init__(self, numba, options: dict, cached: bool, symbol: tuple[int, bool]):
-        self.depthwise_rows = numba.njit(parallel=True, cache=cached, **options)(_depthwise_parts_py)
-        self.depthwise_flat = numba.njit(parallel=True, cache=cached, **options)(_depthwise_flat_parts_py)
-        self.hard_sigmoid = numba.njit(parallel=True, cache=cached, **options)(_hard_sigmoid_parts_py)
-        self.gelu_rows = numba.njit(parallel=True, cache=cached, **options)(_gelu_rows_parts_py)
-        address, ilp64 = symbol
-        parts_py = _sgemm_parts_ilp64_py if ilp64 else _sgemm_parts_lp64_py
-        compiled = numba.njit(parallel=True, cache=cached, nogil=True)(parts_py)
-        self._sgemm = compiled
-        self._address = address
-
-    def sgemm(self, m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int, beta: float, c: int,
-              ldc: int, parts: int) -> None:
-        """C = A @ B + beta * C (row-major float32, operands as addresses, as ``_blas.gemm``),
-        its columns split in ``parts`` blocks run in parallel."""
-        self._sgemm(self._address, m, n, k, a, lda, b, ldb, np.float32(beta), c, ldc, parts)
-
-
-_parallel: Parallel | None = None
-_parallel_tried = False
-
-
-def parallel() -> Parallel | None:
-    """The parallel loops, or None where they would not pay: numba not installed or switched
-    off, no CBLAS GEMM found, or a numba threading layer whose workers sleep between parallel
-    regions ("workqueue": 161 us to start an empty region here, against 2 us for "omp"). The
-    first call starts numba's thread pool (about a second, once per process)."""
-    global _parallel, _parallel_tried
-    if not enabled():
-        return None
-    if not _parallel_tried:
-        with _lock:
-            if not _parallel_tried:
-                _parallel = _make_parallel()
-                _parallel_tried = True
-    return _parallel
-
-
-def _make_parallel() -> Parallel | None:
-    import numba
-
-    from . import _blas
-
-    symbol = _blas.sgemm_symbol()
-    if symbol is None:
-        return None
-    options = {"nogil": True, "boundscheck": False, "fastmath": {"contract"}}
-    loops = Parallel(numba, options, _cached, symbol)
-    probe = np.zeros(4, dtype=np.float32)
-    loops.hard_sigmoid(probe, probe, np.float32(0.5), np.float32(0.5), 2)  # starts the pool
-    if numba.threading_layer() not in ("omp", "tbb"):
-        return None
-    return loops
-
-
 def _load() -> None:
-    global _depthwise, _depthwise_flat, _hard_sigmoid, _gelu_rows, _gelu_value, _taps_into, _tried, _cached
-    global numba_prange, _column_block, _call_sgemm_ilp64, _call_sgemm_lp64
+    global _depthwise, _depthwise_flat, _hard_sigmoid, _gelu_rows, _gelu_value, _taps_into, _tried
     if _tried:
         return
     with _lock:
@@ -158,7 +86,6 @@ def _load() -> None:
                     numba.njit(cache=True, **options)(_hard_sigmoid_py)
                 except RuntimeError:  # no writable cache location: compile in each process
                     cached = False
-                _cached = cached
                 # the tap loop is a global of the depthwise loops, so it is compiled first
                 _taps_into = numba.njit(inline="always", **options)(_taps_into_py)
                 _depthwise = numba.njit(cache=cached, **options)(_depthwise_py)
@@ -170,11 +97,6 @@ def _load() -> None:
                 # the scalar gelu is a global of the row loop, so it is compiled first
                 _gelu_value = numba.njit(inline="always", **elementwise)(_gelu_value_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
-                # globals of the parallel bodies (Parallel compiles those on first need)
-                numba_prange = numba.prange
-                _column_block = numba.njit(inline="always")(_column_block_py)
-                _call_sgemm_ilp64 = _sgemm_intrinsic(64)
-                _call_sgemm_lp64 = _sgemm_intrinsic(32)
             _tried = True
 
 
@@ -311,85 +233,3 @@ def _gelu_rows_py(x, b, y):  # pragma: no cover - compiled by numba
             yr = y[r]
             for i in range(h):
                 yr[i] = _gelu_value(xr[i] + b[i])
-
-
-# --- parallel versions (``Parallel``): each piece is the sequential compiled loop on its share
-
-
-def _depthwise_parts_py(xp, w, b, y, sh, starts, parts):  # pragma: no cover - compiled by numba
-    channels = y.shape[1]
-    for p in numba_prange(parts):
-        _depthwise(xp, w, b, y, sh, starts, channels * p // parts, channels * (p + 1) // parts)
-
-
-def _depthwise_flat_parts_py(xp, w, b, y, starts, parts):  # pragma: no cover - compiled by numba
-    channels = y.shape[1]
-    for p in numba_prange(parts):
-        _depthwise_flat(xp, w, b, y, starts, channels * p // parts, channels * (p + 1) // parts)
-
-
-def _hard_sigmoid_parts_py(x, y, alpha, beta, parts):  # pragma: no cover - compiled by numba
-    n = x.size
-    for p in numba_prange(parts):
-        lo, hi = n * p // parts, n * (p + 1) // parts
-        _hard_sigmoid(x[lo:hi], y[lo:hi], alpha, beta)
-
-
-def _gelu_rows_parts_py(x, b, y, parts):  # pragma: no cover - compiled by numba
-    rows = x.shape[0]
-    for p in numba_prange(parts):
-        lo, hi = rows * p // parts, rows * (p + 1) // parts
-        _gelu_rows(x[lo:hi], b, y[lo:hi])
-
-
-def _column_block_py(n, parts, p):  # pragma: no cover - compiled by numba
-    """Columns [start, start + count) of block p of n split in ``parts`` (multiples of 16:
-    whole SIMD panels for the GEMM kernel)."""
-    step = ((n + parts - 1) // parts + 15) // 16 * 16
-    start = min(n, p * step)
-    return start, min(n, start + step) - start
-
-
-def _sgemm_parts_ilp64_py(fn, m, n, k, a, lda, b, ldb, beta, c, ldc, parts):  # pragma: no cover
-    for p in numba_prange(parts):
-        start, count = _column_block(n, parts, p)
-        if count > 0:
-            _call_sgemm_ilp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
-
-
-def _sgemm_parts_lp64_py(fn, m, n, k, a, lda, b, ldb, beta, c, ldc, parts):  # pragma: no cover
-    for p in numba_prange(parts):
-        start, count = _column_block(n, parts, p)
-        if count > 0:
-            _call_sgemm_lp64(fn, m, count, k, a, lda, b + start * 4, ldb, beta, c + start * 4, ldc)
-
-
-def _sgemm_intrinsic(integer_bits: int):
-    """A numba intrinsic calling the CBLAS sgemm at the address ``fn`` (row-major, no
-    transposes, alpha 1) with ``integer_bits``-wide dimensions: the address is an argument, so
-    the compiled code is cacheable (a ctypes function as a global is baked in per process)."""
-    from llvmlite import ir as llvm
-    from numba import types
-    from numba.core.extending import intrinsic
-
-    @intrinsic
-    def call(typingctx, fn, m, n, k, a, lda, b, ldb, beta, c, ldc):
-        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
-                         types.int64, types.int64, types.float32, types.int64, types.int64)
-
-        def codegen(context, builder, signature, args):
-            fn, m, n, k, a, lda, b, ldb, beta, c, ldc = args
-            i32, f32, ptr = llvm.IntType(32), llvm.FloatType(), llvm.IntType(8).as_pointer()
-            dim = llvm.IntType(integer_bits)
-            if integer_bits != 64:
-                m, n, k, lda, ldb, ldc = (builder.trunc(v, dim) for v in (m, n, k, lda, ldb, ldc))
-            kind = llvm.FunctionType(llvm.VoidType(), [i32, i32, i32, dim, dim, dim, f32, ptr, dim, ptr, dim,
-                                                       f32, ptr, dim])
-            target = builder.inttoptr(fn, kind.as_pointer())
-            builder.call(target, [i32(101), i32(111), i32(111), m, n, k, f32(1.0), builder.inttoptr(a, ptr), lda,
-                                  builder.inttoptr(b, ptr), ldb, beta, builder.inttoptr(c, ptr), ldc])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return call

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel, lookup
 from . import _jit
@@ -80,11 +79,7 @@ def hard_sigmoid_into(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -
     else three numpy passes."""
     t = y.dtype.type
     if y.dtype in JIT_FLOATS and x.flags.c_contiguous and y.flags.c_contiguous and _jit.enabled():
-        parts = threads.parallel_parts(x.size)
-        if parts > 1:
-            _jit.parallel().hard_sigmoid(x.reshape(-1), y.reshape(-1), t(alpha), t(beta), parts)
-        else:
-            _jit.hard_sigmoid()(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
+        _jit.hard_sigmoid()(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
         return y
     np.multiply(x, t(alpha), out=y)
     y += t(beta)

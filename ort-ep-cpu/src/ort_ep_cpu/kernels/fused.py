@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
@@ -92,11 +91,7 @@ def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
         xc = np.ascontiguousarray(x).reshape(-1, h)
         y = np.empty(x.shape, dtype=np.float32)
         b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        parts = min(xc.shape[0], threads.parallel_parts(x.size))
-        if parts > 1:
-            _jit.parallel().gelu_rows(xc, b, y.reshape(-1, h), parts)
-        else:
-            _jit.gelu_rows()(xc, b, y.reshape(-1, h))
+        _jit.gelu_rows()(xc, b, y.reshape(-1, h))
         return y
     if bias is not None:
         x = x + bias

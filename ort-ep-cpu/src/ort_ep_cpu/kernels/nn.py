@@ -19,7 +19,6 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .. import threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit
@@ -31,8 +30,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul, with (..., K) @ (K, N) done as one (rows, K) @ (K, N) GEMM: one big BLAS call
     instead of one per leading index (better blocking and threading)."""
     if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
-        return _blas.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
-    return _blas.matmul(a, b)
+        return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
+    return np.matmul(a, b)
 
 
 @kernel("MatMul")
@@ -63,7 +62,7 @@ def build_gemm(node, request, activation: Activation | None = None):
             b = b_ready  # transposed once for transB, subnormals flushed
         elif trans_b:
             b = b.T
-        y = _blas.matmul(a.T if trans_a else a, b)
+        y = (a.T if trans_a else a) @ b
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
         if c is not None:
@@ -312,7 +311,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
             for i in range(n):
                 gemm(m, p, c, w2.ctypes.data, c, x3[i].ctypes.data, p, 1.0, y3[i].ctypes.data, p)
         else:
-            y3 = _blas.matmul(w2, x3[0])[None] if n == 1 else np.matmul(w2, x3)
+            y3 = np.matmul(w2, x3[0])[None] if n == 1 else np.matmul(w2, x3)
             if b is not None:
                 y3 += b.reshape(m, 1)
         y = y3.reshape((n, m) + out)
@@ -596,15 +595,7 @@ def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _
         c = x.shape[1]
         wk = np.ascontiguousarray(w.reshape(c, -1), dtype=y.dtype)
         bias = np.zeros(c, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
-        flat = sw == 1 and g.strides[0] == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES
-        parts = min(c, threads.parallel_parts(y.size * len(layout.starts)))
-        if parts > 1:
-            loops = _jit.parallel()
-            if flat:
-                loops.depthwise_flat(xp, wk, bias, y, layout.starts, parts)
-            else:
-                loops.depthwise_rows(xp, wk, bias, y, g.strides[0], layout.starts, parts)
-        elif flat:
+        if sw == 1 and g.strides[0] == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES:
             _jit.depthwise_flat()(xp, wk, bias, y, layout.starts, 0, c)
         else:
             _jit.depthwise_rows()(xp, wk, bias, y, g.strides[0], layout.starts, 0, c)
@@ -696,10 +687,7 @@ def _conv_wide(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g
         for copies, gs, cols, res, crop, ys, ms in work:
             for dst, src in copies:
                 np.copyto(dst, src)
-            if res.shape[0] == 1:  # one group: a 2-D GEMM (split over threads in parallel mode)
-                _blas.matmul(wmat[gs][0], cols[0], out=res[0])
-            else:
-                np.matmul(wmat[gs], cols, out=res)
+            np.matmul(wmat[gs], cols, out=res)
             if bias is None:
                 y[ys] = crop
             else:
