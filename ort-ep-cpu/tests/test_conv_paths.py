@@ -387,8 +387,16 @@ def test_max_pool_matches_onnxruntime(x_shape, attrs):
     ((1, 2, 3, 2, 4), (2, 2, 2, 2, 2), {"strides": [2, 2, 2]}),  # 3-D
 ])
 @pytest.mark.parametrize("bias", [False, True])
-def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias):
-    """ConvTranspose with stride == kernel and no padding: one copy per kernel offset (+ bias)."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias, compiled, monkeypatch):
+    """ConvTranspose with stride == kernel and no padding: one copy per kernel offset (+ bias),
+    or for 2-D with numba the compiled interleave."""
+    if compiled:
+        pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", compiled)
+    used = []
+    real = _jit.interleave
+    monkeypatch.setattr(_jit, "interleave", lambda: used.append(1) or real())
     rng = np.random.default_rng(11)
     w = rng.standard_normal(w_shape).astype(np.float32)
     m = w_shape[1] * attrs.get("group", 1)
@@ -406,6 +414,7 @@ def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias)
     y = got.run(None, {"x": x})[0]
     assert y.flags.c_contiguous
     np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert bool(used) == (compiled and len(x_shape) == 4)
 
 
 def test_convolutions_share_the_thread_scratch_and_survive_its_growth(monkeypatch):

@@ -1,5 +1,5 @@
-"""Resize nearest by an integer factor (the phase-copy path) against onnxruntime: exact, as it
-is a copy. Factors on one or several axes, on the last axis or not, factor 1 mixed in, uint8,
+"""Resize nearest by an integer factor (the phase-copy path, or with numba the compiled
+interleave for rows and columns) against onnxruntime: exact, as it is a copy. Factors on one or several axes, on the last axis or not, factor 1 mixed in, uint8,
 and a non-integer factor (the gather path) for contrast."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from ort_ep_cpu.kernels import _jit
 
 
 @pytest.mark.parametrize("shape,scales", [
@@ -21,7 +22,15 @@ import ort_core as ort
     ((1, 2, 5, 6), [1, 1, 1.5, 2]),  # non-integer on one axis: gathers
 ])
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.UINT8])
-def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem, compiled, monkeypatch):
+    """``compiled``: float rows/columns upsampling by the compiled interleave (numba)."""
+    if compiled:
+        pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", compiled)
+    used = []
+    real = _jit.interleave
+    monkeypatch.setattr(_jit, "interleave", lambda: used.append(1) or real())
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
@@ -38,3 +47,5 @@ def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem):
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+    rows_columns = scales[:2] == [1, 1] and all(float(f).is_integer() for f in scales)
+    assert bool(used) == (compiled and elem == TensorProto.FLOAT and rows_columns)

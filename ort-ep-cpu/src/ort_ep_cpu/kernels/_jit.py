@@ -28,6 +28,7 @@ _depthwise_flat: Callable | None = None
 _hard_sigmoid: Callable | None = None
 _gelu_rows: Callable | None = None
 _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
+_interleave: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -67,8 +68,18 @@ def gelu_rows() -> Callable | None:
     return _gelu_rows
 
 
+def interleave() -> Callable | None:
+    """The compiled loop ``(src, bias, y)``: y[n, c, i*kh + a, j*kw + b] = src[n, c, a, b, i, j]
+    + bias[c] for src (N, C, kh, kw, H, W) (any strides; a stride of 0 repeats) and C-contiguous
+    y (N, C, H*kh, W*kw); or None. Resize's integer nearest upsampling and ConvTranspose with
+    stride == kernel write their output this way: numpy can only do it with one copy per
+    (a, b) into a view whose inner step is kw values (2x slower on ocr-det's maps)."""
+    _load()
+    return _interleave
+
+
 def _load() -> None:
-    global _depthwise, _depthwise_flat, _hard_sigmoid, _gelu_rows, _gelu_value, _taps_into, _tried
+    global _depthwise, _depthwise_flat, _hard_sigmoid, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     if _tried:
         return
     with _lock:
@@ -76,7 +87,7 @@ def _load() -> None:
             try:
                 import numba
             except ImportError:  # optional dependency
-                _depthwise = _depthwise_flat = _hard_sigmoid = _gelu_rows = None
+                _depthwise = _depthwise_flat = _hard_sigmoid = _gelu_rows = _interleave = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -91,6 +102,7 @@ def _load() -> None:
                 _depthwise = numba.njit(cache=cached, **options)(_depthwise_py)
                 _depthwise_flat = numba.njit(cache=cached, **options)(_depthwise_flat_py)
                 _hard_sigmoid = numba.njit(cache=cached, **options)(_hard_sigmoid_py)
+                _interleave = numba.njit(cache=cached, **options)(_interleave_py)
                 # error_model "numpy": a float division by zero gives inf instead of raising
                 # (the check's branch kept LLVM from vectorising the loop: 8x slower)
                 elementwise = {**options, "error_model": "numpy"}
@@ -165,6 +177,21 @@ def _depthwise_flat_py(xp, w, b, y, starts, c0, c1):  # pragma: no cover - compi
                 yr = y[n, c, oy]
                 for i in range(ow):
                     yr[i] = acc[oy * wp + i]
+
+
+def _interleave_py(src, bias, y):  # pragma: no cover - compiled by numba
+    """See ``interleave``: per output row, the kw source rows of its phase written kw apart."""
+    n_img, channels, kh, kw, h, w = src.shape
+    for n in range(n_img):
+        for c in range(channels):
+            bc = bias[c]
+            for i in range(h):
+                for a in range(kh):
+                    yr = y[n, c, i * kh + a]
+                    for b in range(kw):
+                        s = src[n, c, a, b, i]
+                        for j in range(w):
+                            yr[j * kw + b] = s[j] + bc
 
 
 def _hard_sigmoid_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
