@@ -507,3 +507,28 @@ def test_concurrent_runs_do_not_share_buffers():
         together = list(pool.map(lambda f: sess.run(None, f)[0], feeds * 3))
     for k, got in enumerate(together):
         np.testing.assert_array_equal(got, alone[k % len(feeds)])
+
+
+def test_memory_stats_count_a_shared_buffer_once():
+    """get_memory_stats: an output written into its input's buffer, and a view (Reshape), add
+    no bytes. x (1 MiB, live to the end) -> Relu -> Sigmoid -> Neg -> Add(x) -> Reshape: with
+    in-place outputs x and Relu's buffer are all there is (2 MiB; counting each in-place output
+    or the view as new memory gave 3); without, each op's output is a new buffer next to its
+    input's (3 MiB)."""
+    n = 1 << 18  # float32: 1 MiB
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Neg", ["s"], ["u"]), helper.make_node("Add", ["u", "x"], ["a"]),
+             helper.make_node("Reshape", ["a", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [n])],
+                              [helper.make_tensor_value_info("y", F, [n])],
+                              [numpy_helper.from_array(np.array([n], dtype=np.int64), "shape")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = _f32(n)
+    peaks = {}
+    for enable in (True, False):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(data, options, providers=[(CPU, {"enable_inplace": "1" if enable else "0"})])
+        sess.run(None, {"x": x})
+        peaks[enable] = sess.get_memory_stats()["Cpu"]["peak_bytes"]
+    assert peaks == {True: 2 * x.nbytes, False: 3 * x.nbytes}

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+import numpy as np
+
 from .errors import EPFail, Fail
 from .graph.view import GraphView
 from .partition import Assignment, CopyPlacement
@@ -281,14 +283,48 @@ class Plan:
             raise self._error_at(failed.step, exc) from exc
 
     def _run_instrumented(self, values: list[Any], profile: list | None) -> None:
+        """Run the steps counting the bytes each memory holds. A buffer counts once however
+        many values refer to it: an output written into its input (in-place kernels), a view
+        (Reshape, Squeeze, a slice) and its source share the memory of the array that owns it,
+        which is counted while any of them is live."""
         live: dict[str, int] = {}
         peak: dict[str, int] = {}
-        sizes = [0] * len(values)
+        owners: dict[int, list] = {}  # id(owning buffer) -> [references, bytes, memory, buffer]
+        keys: list[int | None] = [None] * len(values)
         memory = self.slot_memory
+
+        def hold(slot: int, value: Any) -> None:
+            if value is None:
+                return
+            owner = value
+            while isinstance(owner, np.ndarray) and owner.base is not None:
+                owner = owner.base
+            size = getattr(owner, "nbytes", None)
+            if size is None:  # a view of bytes or another buffer object: the value's own size
+                owner, size = value, getattr(value, "nbytes", 0) or 0
+            key = keys[slot] = id(owner)
+            entry = owners.get(key)
+            if entry is not None:
+                entry[0] += 1
+                return
+            owners[key] = [1, size, memory[slot], owner]
+            m = memory[slot]
+            live[m] = live.get(m, 0) + size
+            if live[m] > peak.get(m, 0):
+                peak[m] = live[m]
+
+        def release(slot: int) -> None:
+            key, keys[slot] = keys[slot], None
+            entry = owners.get(key) if key is not None else None
+            if entry is None:
+                return
+            entry[0] -= 1
+            if not entry[0]:
+                del owners[key]
+                live[entry[2]] -= entry[1]
+
         for s in self.input_slots:
-            sizes[s] = getattr(values[s], "nbytes", 0)
-            live[memory[s]] = live.get(memory[s], 0) + sizes[s]
-        peak.update(live)
+            hold(s, values[s])
         clock = time.perf_counter_ns
         for k, (run, ins, outs, single, frees) in enumerate(self.steps):
             start = clock()
@@ -299,13 +335,10 @@ class Plan:
             end = clock()
             for slot, value in zip((outs,) if single else outs, (result,) if single else result):
                 values[slot] = value
-                sizes[slot] = getattr(value, "nbytes", 0) or 0
-                live[memory[slot]] = live.get(memory[slot], 0) + sizes[slot]
-                if live[memory[slot]] > peak.get(memory[slot], 0):
-                    peak[memory[slot]] = live[memory[slot]]
+                hold(slot, value)
             for slot in frees:
                 values[slot] = None
-                live[memory[slot]] -= sizes[slot]
+                release(slot)
             if profile is not None:
                 profile.append((k, start, end))
         with self._lock:
