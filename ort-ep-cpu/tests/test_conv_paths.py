@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
@@ -391,12 +392,7 @@ def test_max_pool_matches_onnxruntime(x_shape, attrs):
 def test_conv_transpose_tiled_matches_onnxruntime(x_shape, w_shape, attrs, bias, compiled, monkeypatch):
     """ConvTranspose with stride == kernel and no padding: one copy per kernel offset (+ bias),
     or for 2-D with numba the compiled interleave."""
-    if compiled:
-        pytest.importorskip("numba", reason="numba (optional) is not installed")
-    monkeypatch.setattr(_jit, "USE", compiled)
-    used = []
-    real = _jit.interleave
-    monkeypatch.setattr(_jit, "interleave", lambda: used.append(1) or real())
+    used = use_compiled(monkeypatch, compiled, "interleave")
     rng = np.random.default_rng(11)
     w = rng.standard_normal(w_shape).astype(np.float32)
     m = w_shape[1] * attrs.get("group", 1)

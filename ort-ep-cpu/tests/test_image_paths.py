@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import _jit
 
 
 @pytest.mark.parametrize("shape,scales", [
@@ -25,12 +25,7 @@ from ort_ep_cpu.kernels import _jit
 @pytest.mark.parametrize("compiled", [False, True])
 def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem, compiled, monkeypatch):
     """``compiled``: float rows/columns upsampling by the compiled interleave (numba)."""
-    if compiled:
-        pytest.importorskip("numba", reason="numba (optional) is not installed")
-    monkeypatch.setattr(_jit, "USE", compiled)
-    used = []
-    real = _jit.interleave
-    monkeypatch.setattr(_jit, "interleave", lambda: used.append(1) or real())
+    used = use_compiled(monkeypatch, compiled, "interleave")
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],

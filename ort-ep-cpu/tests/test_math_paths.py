@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
@@ -27,12 +28,7 @@ def _model(elem, shape, **attrs):
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("attrs", [{}, {"alpha": 0.3, "beta": 0.4}])
 def test_hard_sigmoid_matches_onnxruntime(compiled, attrs, monkeypatch):
-    if compiled:
-        pytest.importorskip("numba", reason="numba (optional) is not installed")
-    monkeypatch.setattr(_jit, "USE", compiled)
-    calls = []
-    real = _jit.hard_sigmoid
-    monkeypatch.setattr(_jit, "hard_sigmoid", lambda: calls.append(1) or real())
+    calls = use_compiled(monkeypatch, compiled, "hard_sigmoid")
     data = _model(TensorProto.FLOAT, (2, 5, 7), **attrs)
     x = np.random.default_rng(0).standard_normal((2, 5, 7)).astype(np.float32) * 4
     x[0, 0, :3] = [np.nan, np.inf, -np.inf]
