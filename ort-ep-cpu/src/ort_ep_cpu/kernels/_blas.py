@@ -3,7 +3,8 @@
 
 The large convolutions use it to sum one GEMM per kernel tap into one output, each reading
 the padded input at the tap's offset, instead of first copying K shifted images into a
-column matrix (``nn._conv_taps``). The library is the one numpy already loaded, found by
+column matrix (``nn._conv_taps``), and 1x1 convolutions to add their GEMM onto the bias
+written first. The library is the one numpy already loaded, found by
 threadpoolctl, so ``intra_op_num_threads`` (``threads.py``) governs these calls too; ctypes
 releases the GIL during them, so concurrent runs do not serialise. Where no CBLAS symbol is
 found (a numpy built against another BLAS that does not export one), ``gemm()`` returns None
