@@ -217,9 +217,19 @@ def test_float64():
     np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-10)
 
 
-def test_concurrent_runs_get_their_own_buffers():
+@pytest.mark.parametrize("taps", [False, True])
+def test_concurrent_runs_get_their_own_buffers(taps, monkeypatch):
     """Runs from several threads at once (the session allows it) each take a separate padded
-    buffer from the pool; each result matches its own input."""
+    buffer from the pool; each result matches its own input. ``taps``: the per-tap GEMM path
+    (its workspace holds raw addresses of its buffers), forced for this small case."""
+    if taps:
+        if _blas.gemm(np.float32) is None:
+            pytest.skip("numpy's BLAS exports no CBLAS GEMM here")
+        monkeypatch.setattr(nn, "TAPS_MIN_COLUMNS_BYTES", 0)
+        monkeypatch.setattr(nn, "TAPS_MIN_CHANNELS", 1)
+    taps_runs = []
+    real_taps = nn._conv_taps
+    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
     data, _ = _model((1, 8, 30, 30), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}, bias=True)
     ref, got = _pair(data)
     rng = np.random.default_rng(5)
@@ -240,6 +250,7 @@ def test_concurrent_runs_get_their_own_buffers():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+    assert bool(taps_runs) == taps
 
 
 DEPTHWISE_CASES = [
