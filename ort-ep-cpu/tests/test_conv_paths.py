@@ -97,6 +97,20 @@ CASES = [
 ]
 
 
+def _taps_spy(monkeypatch, force: bool) -> list[int]:
+    """Spy on ``nn._conv_taps`` (the returned list grows by one per call); ``force``: take the
+    per-tap path for every one-group size (skipped where numpy's BLAS has no CBLAS GEMM)."""
+    if force:
+        if _blas.gemm(np.float32) is None:
+            pytest.skip("numpy's BLAS exports no CBLAS GEMM here: the column path runs")
+        monkeypatch.setattr(nn, "TAPS_MIN_COLUMNS_BYTES", 0)
+        monkeypatch.setattr(nn, "TAPS_MIN_CHANNELS", 1)
+    runs: list[int] = []
+    real = nn._conv_taps
+    monkeypatch.setattr(nn, "_conv_taps", lambda *a: runs.append(1) or real(*a))
+    return runs
+
+
 def _plan_summary(plan):
     return [(na, da, nb, db) for _, _, _, _, (_, na, da), (_, nb, db) in plan.phases]
 
@@ -110,14 +124,7 @@ def test_wide_conv_matches_onnxruntime(x_shape, w_shape, attrs, expected, mode, 
     monkeypatch.setattr(nn, "SMALL_COLS", 0)  # small cases too: the wide path, not the gather
     if mode == "banded":
         monkeypatch.setattr(nn, "BAND_BYTES", 1)  # one output row / one group per band
-    if mode == "taps":
-        if _blas.gemm(np.float32) is None:
-            pytest.skip("numpy's BLAS exports no CBLAS GEMM here: the column path runs")
-        monkeypatch.setattr(nn, "TAPS_MIN_COLUMNS_BYTES", 0)
-        monkeypatch.setattr(nn, "TAPS_MIN_CHANNELS", 1)
-    taps_runs = []
-    real_taps = nn._conv_taps
-    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
+    taps_runs = _taps_spy(monkeypatch, force=mode == "taps")
     data, w = _model(x_shape, w_shape, attrs, bias=True)
     ref, got = _pair(data)
     x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
@@ -222,14 +229,7 @@ def test_concurrent_runs_get_their_own_buffers(taps, monkeypatch):
     """Runs from several threads at once (the session allows it) each take a separate padded
     buffer from the pool; each result matches its own input. ``taps``: the per-tap GEMM path
     (its workspace holds raw addresses of its buffers), forced for this small case."""
-    if taps:
-        if _blas.gemm(np.float32) is None:
-            pytest.skip("numpy's BLAS exports no CBLAS GEMM here")
-        monkeypatch.setattr(nn, "TAPS_MIN_COLUMNS_BYTES", 0)
-        monkeypatch.setattr(nn, "TAPS_MIN_CHANNELS", 1)
-    taps_runs = []
-    real_taps = nn._conv_taps
-    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
+    taps_runs = _taps_spy(monkeypatch, force=taps)
     data, _ = _model((1, 8, 30, 30), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}, bias=True)
     ref, got = _pair(data)
     rng = np.random.default_rng(5)
@@ -494,9 +494,7 @@ def test_large_conv_takes_the_tap_gemms_by_default(elem, monkeypatch):
 
     x_shape, w_shape = (2, 32, 130, 126), (16, 32, 3, 3)
     attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
-    taps_runs = []
-    real_taps = nn._conv_taps
-    monkeypatch.setattr(nn, "_conv_taps", lambda *a: taps_runs.append(1) or real_taps(*a))
+    taps_runs = _taps_spy(monkeypatch, force=False)
     data, _ = _model(x_shape, w_shape, attrs, bias=True, elem=elem)
     dtype = np.float32 if elem == TensorProto.FLOAT else np.float64
     x = np.random.default_rng(4).standard_normal(x_shape).astype(dtype)
