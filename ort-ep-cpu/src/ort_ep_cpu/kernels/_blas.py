@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import threads
+
 # (symbol, integer type): numpy's wheels ship OpenBLAS built for 64-bit integers with scipy's
 # symbol prefix and suffix; other builds export the plain CBLAS names (32-bit integers)
 _CANDIDATES = {
@@ -52,13 +54,8 @@ def gemm(dtype: np.dtype) -> Callable | None:
 
 def _load() -> dict[np.dtype, Callable | None]:
     found: dict[np.dtype, Callable | None] = {}
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return found
-    libraries = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
     # numpy's own library first (scipy may have loaded a second one)
-    libraries.sort(key=lambda c: "numpy" not in c.filepath)
+    libraries = sorted(threads.blas_libraries(), key=lambda c: "numpy" not in c.filepath)
     for dtype, candidates in _CANDIDATES.items():
         found[dtype] = None
         for controller in libraries:
