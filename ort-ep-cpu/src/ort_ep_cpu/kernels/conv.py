@@ -9,6 +9,7 @@ import numpy as np
 
 from ..registry import kernel, lookup
 from . import _jit
+from .elementwise import JIT_FLOATS
 
 
 def _auto_pad(node) -> str:
@@ -93,7 +94,7 @@ def _conv_transpose(node, request):
             # one copy per kernel offset into the output seen as (N, M, i1, k1, i2, k2, ...),
             # with the bias added on the way (one transposing copy had an inner loop of k
             # values and a second pass for the bias: 3x slower on ocr-det's 2x2)
-            if nd == 2 and cols.dtype in (np.float32, np.float64) and _jit.enabled():
+            if nd == 2 and cols.dtype in JIT_FLOATS and _jit.enabled():
                 # one compiled pass writing each output row once (numpy's copies below have an
                 # inner step of kw values: 2x slower on ocr-det's 2x2)
                 y = np.empty((n, m, *out_spatial), dtype=cols.dtype)

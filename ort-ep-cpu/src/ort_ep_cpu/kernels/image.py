@@ -11,8 +11,7 @@ import numpy as np
 from ..registry import kernel
 from . import _jit
 from ._util import normalize_axis
-
-_JIT_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+from .elementwise import JIT_FLOATS
 
 _COORD_MODES = (
     "half_pixel",
@@ -251,7 +250,7 @@ class _ResizeSpec:
                 # broadcast copy of the whole had an inner loop of f = 2 values: 2.3x slower)
                 out_shape, phase_axes = [], []
                 factors = {g[0]: g[4] for g in gathers}
-                if x.ndim == 4 and set(factors) <= {2, 3} and x.dtype in _JIT_FLOATS and _jit.enabled():
+                if x.ndim == 4 and set(factors) <= {2, 3} and x.dtype in JIT_FLOATS and _jit.enabled():
                     # rows and columns of NCHW: one compiled pass writes each output row once
                     fh, fw = factors.get(2, 1), factors.get(3, 1)
                     n, c, h, w = x.shape

@@ -23,7 +23,7 @@ from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit
 from ._util import constant_weight
-from .elementwise import hard_sigmoid_into
+from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -338,7 +338,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
     y = np.empty((n, m) + out, dtype=dtype)
     if len(out) <= 2 and not (k == 1 and not any(g.pads)) and x.dtype == dtype:
         g2 = g.as_2d() if len(out) == 1 else g  # 1-D as 2-D with one row: same code (views)
-        if group == c == m and dtype.kind == "f" and dtype.itemsize >= 4 and _jit.enabled():
+        if group == c == m and dtype in JIT_FLOATS and _jit.enabled():
             # depthwise: a compiled loop (numba, optional) instead of columns + batched GEMV
             if len(out) == 1:
                 _conv_depthwise_jit(x[:, :, None, :], w[:, :, None, :], b, g2, y[:, :, None, :])
