@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
-from ._util import const_input
+from ._util import SHAPE_CACHE_MAX, const_input
 
 
 def _small(dtype: np.dtype) -> bool:
@@ -245,6 +245,8 @@ def _global_avg_pool(node, request):
         key = (pixels, x.dtype)
         unit = ones.get(key)
         if unit is None:
+            if len(ones) >= SHAPE_CACHE_MAX:  # inputs of ever new sizes: keep the cache bounded
+                ones.clear()
             unit = ones[key] = np.ones(pixels, dtype=x.dtype)
         y = np.matmul(x.reshape(n * c, pixels), unit)
         np.divide(y, x.dtype.type(pixels), out=y)
