@@ -307,8 +307,8 @@ class Plan:
             if entry is not None:
                 entry[0] += 1
                 return
-            owners[key] = [1, size, memory[slot], owner]
             m = memory[slot]
+            owners[key] = [1, size, m, owner]
             live[m] = live.get(m, 0) + size
             if live[m] > peak.get(m, 0):
                 peak[m] = live[m]
