@@ -166,17 +166,7 @@ def _resize_reason(graph: GraphView, node: NodeView) -> str | None:
 
 def decline_reason(graph: GraphView, node: NodeView, device: str, hints: ShapeHints | None = None) -> str | None:
     """None when OpenVINO takes ``node`` on ``device`` (asked of OpenVINO), else why not."""
-    reason = type_reason(graph, node) or divergence_reason(graph, node)
-    if reason is not None:
-        return reason
-    key = (device, _signature(graph, node, hints))
-    with _cache_lock:
-        if key in _cache:
-            return _cache[key]
-    reason = _ask_openvino(graph, node, device, hints)
-    with _cache_lock:
-        _cache[key] = reason
-    return reason
+    return decline_reasons(graph, [node.index], device, hints)[node.index]
 
 
 def node_model(graph: GraphView, indices: Iterable[int], hints: ShapeHints | None = None) -> onnx.ModelProto:
@@ -223,8 +213,9 @@ def node_model(graph: GraphView, indices: Iterable[int], hints: ShapeHints | Non
 
 def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
                     hints: ShapeHints | None = None) -> dict[int, str | None]:
-    """``decline_reason`` of each node, the same answers, with the nodes OpenVINO must be asked
-    about converted one by one but queried on the device together: ``Core.query_model`` costs
+    """``decline_reason`` of each node: the type and divergence checks, then the answers kept
+    per (device, node signature), then OpenVINO asked, with the nodes converted one by one but
+    queried on the device together: ``Core.query_model`` costs
     10-30 ms a call whatever the model's size (40 one-node models: 540 ms alone, 32 ms as one
     model), and the device answers per operation, so side by side the one-node models get the
     answers they get alone. Should the joint query fail, each model is queried alone."""
@@ -241,7 +232,7 @@ def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
             if key in _cache:
                 reasons[i] = _cache[key]
                 continue
-        pending.setdefault(key, []).append(i)  # alike nodes: asked once, as decline_reason does
+        pending.setdefault(key, []).append(i)  # alike nodes: asked once
     if pending:
         answers = _ask_openvino_many(graph, [(key, nodes[0]) for key, nodes in pending.items()], device, hints)
         with _cache_lock:
@@ -250,11 +241,6 @@ def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
             for i in nodes:
                 reasons[i] = answers[key]
     return reasons
-
-
-def _ask_openvino(graph: GraphView, node: NodeView, device: str, hints: ShapeHints | None) -> str | None:
-    key = ("", "")
-    return _ask_openvino_many(graph, [(key, node.index)], device, hints)[key]
 
 
 def _ask_openvino_many(graph: GraphView, items: list[tuple[Any, int]], device: str,

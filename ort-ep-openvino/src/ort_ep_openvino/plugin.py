@@ -139,12 +139,13 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     # kept for kernel creation, which reuses the shapes it found (and keeps the view alive)
     ep.state.setdefault("surveys", {})[id(graph)] = (graph, found)
     # OpenVINO is asked about the nodes left together (one device query), see decline_reasons
-    asked = {} if found.all_supported else decline_reasons(graph, candidates, settings.device_type, found.hints)
+    asked = None if found.all_supported else decline_reasons(graph, candidates, settings.device_type, found.hints)
     for i in sorted(candidates):
-        node = graph.nodes[i]
-        reason = type_reason(graph, node) or divergence_reason(graph, node)
-        if reason is None and not found.all_supported:
-            reason = asked[i]
+        if asked is None:
+            node = graph.nodes[i]
+            reason = type_reason(graph, node) or divergence_reason(graph, node)
+        else:
+            reason = asked[i]  # those checks first, then OpenVINO's answer
         if reason is None:
             supported.add(i)
         else:
