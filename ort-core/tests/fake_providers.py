@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import ort_core
 from ort_core import (
     Capability,
     Claim,
@@ -201,9 +202,10 @@ class FakeDeviceProvider:
 
 
 class OnnxruntimeNodeProvider(HostProvider):
-    """Claims every node, com.microsoft ones too, and runs each one with onnxruntime: a provider
-    that has kernels for every op (MultiHeadAttention included) in ort-core's own tests, which
-    install no real provider."""
+    """Claims every node of the domains onnxruntime implements, com.microsoft too, and runs each
+    one with onnxruntime: a provider that has kernels for every op (MultiHeadAttention included)
+    in ort-core's own tests, which install no real provider. ort-core's own fused ops
+    (``CORE_DOMAIN``) it declines, as onnxruntime cannot run them."""
 
     def __init__(self, name: str = "CPUExecutionProvider"):
         super().__init__(name)
@@ -211,7 +213,14 @@ class OnnxruntimeNodeProvider(HostProvider):
 
     @hookimpl
     def ort_get_capability(self, ep, graph, candidates):
-        return Capability(claims=[Claim((i,)) for i in sorted(candidates)])
+        capability = Capability()
+        for i in sorted(candidates):
+            node = graph.nodes[i]
+            if node.domain == ort_core.CORE_DOMAIN:
+                capability.declined[i] = f"onnxruntime has no {node.qualified_op}"
+            else:
+                capability.claims.append(Claim((i,)))
+        return capability
 
     @hookimpl
     def ort_create_kernel(self, ep, request):

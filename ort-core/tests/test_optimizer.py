@@ -338,6 +338,38 @@ def test_matmul_scale_fusion_with_transpose():
     _check(model, out, {"q": _f32(2, 3, 5, 8), "k": _f32(2, 3, 7, 8)})
 
 
+def _hard_swish_model(opset: int, alpha: float = 1 / 6, times: str = "x"):
+    return make_model(
+        [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=0.5), helper.make_node("Mul", [times, "h"], ["y"])],
+        [_vi("x", [2, 3, 4]), _vi("z", [2, 3, 4])], [_vi("y", [2, 3, 4])], opset=opset,
+    )
+
+
+@pytest.mark.parametrize("opset,domain", [(14, ""), (17, ""), (12, ort_core.CORE_DOMAIN)])
+def test_hard_swish_fusion(opset, domain):
+    model = _hard_swish_model(opset)
+    out = _apply(model, fusion.HardSwishFusionPass(_everything))
+    assert _ops(out) == ["HardSwish"]
+    assert out.graph.node[0].domain == domain and list(out.graph.node[0].input) == ["x"]
+    if domain:  # below opset 14 the op is ort-core's own: its domain is imported
+        assert {o.domain: o.version for o in out.opset_import}[domain] == 1
+    else:
+        _check(model, out, {"x": _f32(2, 3, 4, scale=4), "z": _f32(2, 3, 4)})
+
+
+@pytest.mark.parametrize("alpha,times", [(0.2, "x"), (1 / 6, "z")])
+def test_hard_swish_fusion_needs_x_times_its_hard_sigmoid(alpha, times):
+    # another slope is no hard-swish; a product with another tensor is no hard-swish either
+    out = _apply(_hard_swish_model(17, alpha, times), fusion.HardSwishFusionPass(_everything))
+    assert _ops(out) == ["HardSigmoid", "Mul"]
+
+
+def test_hard_swish_fusion_not_applied_when_unsupported():
+    out = _apply(_hard_swish_model(12), fusion.HardSwishFusionPass(lambda node: False))
+    assert _ops(out) == ["HardSigmoid", "Mul"]
+    assert ort_core.CORE_DOMAIN not in {o.domain for o in out.opset_import}
+
+
 # --------------------------------------------------------------------------------- levels and gate
 
 
@@ -347,7 +379,7 @@ def test_levels():
     assert "ConvBatchNormFoldPass" in basic_names and "GeluFusionPass" not in basic_names
     extended = [type(p).__name__ for p in optimizer.passes_for_level(2, _everything)]
     assert "GeluFusionPass" in extended
-    assert [type(p).__name__ for p in optimizer.passes_for_level(99, _everything)] == extended
+    assert [type(p).__name__ for p in optimizer.passes_for_level(99, _everything)] == [*extended, "HardSwishFusionPass"]
     assert "GeluFusionPass" not in [type(p).__name__ for p in optimizer.passes_for_level(99, None)]
 
 

@@ -28,6 +28,7 @@ from .errors import (
 from .graph.view import GraphView, NodeView, ValueView
 from .hookspecs import ENTRY_POINT_GROUP, hookimpl
 from .memory import HostAllocator, OrtValue
+from .optimizer.fusion import CORE_DOMAIN
 from .partition import CopyPlacement, NodePlacement, Placement
 from .plugins import PluginFailure, plugin_failures, register, registry, unregister
 from .session import (
@@ -108,7 +109,7 @@ def set_default_logger_severity(severity: int) -> None:
 
 
 __all__ = [
-    "CONTRACT_VERSION", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
+    "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
     "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
     "EpDevice", "EpDevices", "ExecutionMode", "Fail", "GraphOptimizationLevel", "GraphView",
     "HostAllocator", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",

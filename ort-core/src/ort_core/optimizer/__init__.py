@@ -18,8 +18,10 @@ LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider claims the fused node
 (``gate.provider_gate``), since core knows no provider's kernels.
 
-``ORT_ENABLE_ALL`` (99): the same as EXTENDED; onnxruntime adds layout transformations (NCHWc)
-at this level, which this runtime does not have.
+``ORT_ENABLE_ALL`` (99): the extended passes, then x * HardSigmoid(x, 1/6, 1/2) fused into
+HardSwish: the standard op from opset 14, below it ort-core's own ``ort_core`` domain
+(``HardSwishFusionPass``), so a model written at this level may be for this runtime only, as
+onnxruntime's are with the layout transformations (NCHWc) it adds here.
 
 Each level includes the ones below it. Passes mutate the onnx-ir model in place.
 """
@@ -49,6 +51,7 @@ from .fusion import (
     ConvActivationFusionPass,
     GeluFusionPass,
     GemmActivationFusionPass,
+    HardSwishFusionPass,
     MatMulScaleFusionPass,
     Supports,
 )
@@ -101,6 +104,8 @@ def passes_for_level(level: int, supports: Supports | None = None) -> list[ir.pa
     passes = _basic()
     if level >= 2 and supports is not None:
         passes += _extended(supports)
+    if level >= 99 and supports is not None:
+        passes.append(HardSwishFusionPass(supports))
     return passes
 
 

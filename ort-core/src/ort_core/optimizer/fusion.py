@@ -22,6 +22,9 @@ import onnx_ir as ir
 from ._ir import attr, detach, graphs, is_op, only_use, replace, scalar
 
 MS_DOMAIN = "com.microsoft"
+#: ort-core's own domain, for fused ops that neither the ONNX standard (at the model's opset) nor
+#: onnxruntime's contrib ops have; made at level ORT_ENABLE_ALL only (see HardSwishFusionPass)
+CORE_DOMAIN = "ort_core"
 
 #: ``supports(node) -> bool``: whether the session's provider claims this (fused) node
 Supports = Callable[[ir.Node], bool]
@@ -248,3 +251,36 @@ class MatMulScaleFusionPass(_FusionPass):
         return ir.passes.PassResult(model, modified)
 
 
+
+
+class HardSwishFusionPass(_FusionPass):
+    """x * HardSigmoid(x, alpha=1/6, beta=0.5) -> HardSwish(x): one pass over the map instead
+    of two and an array (hard-swish is on every large feature map of MobileNetV3-style models;
+    ``HardSwishRewritePass`` turns the Add/Clip/Mul/Div spelling into this one first).
+
+    HardSwish is standard from opset 14; below it (PaddleOCR's models are opset 11 and 12) the
+    fused node is ``HardSwish`` of ort-core's own domain (``CORE_DOMAIN``), same semantics. That
+    is why this pass runs at ORT_ENABLE_ALL only: as with onnxruntime's layout ops at that
+    level, a model written with it is for this runtime, not for onnxruntime."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        standard = model.opset_imports.get("", 1) >= 14
+        domain = "" if standard else CORE_DOMAIN
+        modified = False
+        for graph in graphs(model.graph):
+            for hs in list(graph):
+                if not is_op(hs, "HardSigmoid"):
+                    continue
+                # float32 attributes: 1/6 is stored as 0.16666667
+                if abs(float(attr(hs, "alpha", 0.2)) - 1 / 6) > 1e-6 or abs(float(attr(hs, "beta", 0.5)) - 0.5) > 1e-6:
+                    continue
+                x = hs.inputs[0]
+                mul = only_use(hs.outputs[0])
+                if not is_op(mul, "Mul") or _other(mul, hs.outputs[0]) is not x:
+                    continue
+                fused = ir.Node(domain, "HardSwish", [x], num_outputs=1, name=f"{mul.name}_hardswish",
+                                version=None if standard else 1)
+                modified |= self.fuse(graph, [hs, mul], fused, mul.outputs[0])
+        if modified and not standard:
+            model.opset_imports.setdefault(CORE_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
