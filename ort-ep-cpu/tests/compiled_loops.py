@@ -7,13 +7,14 @@ import pytest
 from ort_ep_cpu.kernels import _jit
 
 
-def use_compiled(monkeypatch: pytest.MonkeyPatch, compiled: bool, accessor: str) -> list[int]:
+def use_compiled(monkeypatch: pytest.MonkeyPatch, compiled: bool, accessor: str) -> list[tuple]:
     """Turn the compiled loops on (skipping where numba is not installed) or off, and spy on
-    ``_jit.<accessor>``: the returned list grows by one each time a kernel asks for that loop."""
+    ``_jit.<accessor>``: the returned list grows by the arguments of each call a kernel makes to
+    it (which loop it asked ``_jit.activation`` for, say)."""
     if compiled:
         pytest.importorskip("numba", reason="numba (optional) is not installed")
     monkeypatch.setattr(_jit, "USE", compiled)
-    used: list[int] = []
+    used: list[tuple] = []
     real = getattr(_jit, accessor)
-    monkeypatch.setattr(_jit, accessor, lambda: used.append(1) or real())
+    monkeypatch.setattr(_jit, accessor, lambda *args: used.append(args) or real(*args))
     return used

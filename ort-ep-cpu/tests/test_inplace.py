@@ -76,7 +76,7 @@ def tracer():
     ort.unregister(plugin)
 
 
-def _model(nodes, inputs, outputs, inits=(), opset=17, ms=False):
+def _model(nodes, inputs, outputs, inits=(), opset=17, ms=False, domain=""):
     graph = helper.make_graph(
         nodes, "g",
         [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
@@ -84,6 +84,8 @@ def _model(nodes, inputs, outputs, inits=(), opset=17, ms=False):
         [numpy_helper.from_array(v, k) for k, v in inits],
     )
     opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(MS, 1)] if ms else [])
+    if domain not in ("", MS):
+        opsets.append(helper.make_opsetid(domain, 1))
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
     return model.SerializeToString()
@@ -134,7 +136,7 @@ def test_conv_relu_add_chain_runs_in_place(tracer, skip_first):
     np.testing.assert_array_equal(feeds["skip"], skip)
 
 
-UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf", "Clip"]
+UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Sqrt", "Reciprocal", "Erf", "Clip", "HardSwish"]
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -405,6 +407,7 @@ def _producer_cases():
         (MS, "FusedMatMul"): ([("a", x3), ("b", _f32(4, 5))], {"alpha": 2.0}),
         (MS, "Gelu"): ([("x", x2)], {}),
         (MS, "BiasGelu"): ([("x", x2), ("b", _f32(3))], {}),
+        (ort.CORE_DOMAIN, "HardSwish"): ([("x", x2)], {}),
     }
     for op in inplace.BINARY_UFUNCS:
         cases[("", op)] = ([("a", pos), ("b", pos.copy())], {})
@@ -425,7 +428,7 @@ def test_listed_producer_returns_a_fresh_array(tracer, key):
     domain, op = key
     inputs, attrs = PRODUCER_CASES[key]
     node = helper.make_node(op, [n for n, _ in inputs], ["y"], name="p", domain=domain, **attrs)
-    data = _model([node], [(n, list(a.shape)) for n, a in inputs], ["y"], ms=domain == MS)
+    data = _model([node], [(n, list(a.shape)) for n, a in inputs], ["y"], ms=domain == MS, domain=domain)
     feeds = dict(inputs)
     sess = _session(data)
     sess.run(None, feeds)

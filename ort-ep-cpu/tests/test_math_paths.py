@@ -1,6 +1,8 @@
-"""HardSigmoid through the compiled one-pass loop (numba, when installed) and through numpy,
-against onnxruntime (float32; rtol 1e-6, atol 1e-7: an FMA rounds once) and onnx.reference
-(float64); NaN stays NaN; a non-contiguous input (a transposed view) is read correctly."""
+"""HardSigmoid and HardSwish through the compiled one-pass loops (numba, when installed) and
+through numpy, against onnxruntime (float32; rtol 1e-6, atol 1e-7: an FMA rounds once) and
+onnx.reference (float64); NaN stays NaN; a non-contiguous input (a transposed view) is read
+correctly. ort-core's HardSwish fusion (level ALL) on a model below opset 14 runs the same loop
+through the ``ort_core`` domain's HardSwish."""
 
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ import ort_core as ort
 from ort_ep_cpu.kernels import _jit
 
 
-def _model(elem, shape, **attrs):
+def _model(elem, shape, op="HardSigmoid", opset=13, **attrs):
     nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
-             helper.make_node("HardSigmoid", ["xt"], ["y"], **attrs)]
+             helper.make_node(op, ["xt"], ["y"], **attrs)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, list(shape))],
                               [helper.make_tensor_value_info("y", elem, [None] * 3)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return model.SerializeToString()
 
@@ -28,14 +30,14 @@ def _model(elem, shape, **attrs):
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("attrs", [{}, {"alpha": 0.3, "beta": 0.4}])
 def test_hard_sigmoid_matches_onnxruntime(compiled, attrs, monkeypatch):
-    calls = use_compiled(monkeypatch, compiled, "hard_sigmoid")
+    calls = use_compiled(monkeypatch, compiled, "activation")
     data = _model(TensorProto.FLOAT, (2, 5, 7), **attrs)
     x = np.random.default_rng(0).standard_normal((2, 5, 7)).astype(np.float32) * 4
     x[0, 0, :3] = [np.nan, np.inf, -np.inf]
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # NaN positions must match too
-    assert bool(calls) == compiled
+    assert calls == ([("hard_sigmoid",)] if compiled else [])
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -56,9 +58,7 @@ def test_hard_sigmoid_float64(compiled, monkeypatch):
 @pytest.mark.parametrize("compiled", [False, True])
 def test_fused_conv_hard_sigmoid_activation(compiled, monkeypatch):
     """FusedConv's in-place HardSigmoid (the compiled pass over the conv output, or numpy's)."""
-    if compiled:
-        pytest.importorskip("numba", reason="numba (optional) is not installed")
-    monkeypatch.setattr(_jit, "USE", compiled)
+    calls = use_compiled(monkeypatch, compiled, "activation")
     rng = np.random.default_rng(2)
     w, b = rng.standard_normal((4, 3, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
     node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="com.microsoft", activation="HardSigmoid",
@@ -74,3 +74,71 @@ def test_fused_conv_hard_sigmoid_activation(compiled, monkeypatch):
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert 0 < (got == 1).sum() and 0 < (got == 0).sum()  # both clip bounds reached
+    assert calls == ([("hard_sigmoid_in_place",)] if compiled else [])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hard_swish_matches_onnxruntime(compiled, monkeypatch):
+    calls = use_compiled(monkeypatch, compiled, "activation")
+    data = _model(TensorProto.FLOAT, (2, 5, 7), op="HardSwish", opset=14)
+    x = np.random.default_rng(3).standard_normal((2, 5, 7)).astype(np.float32) * 4
+    x[0, 0, :2] = [np.nan, np.inf]
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert calls == ([("hard_swish",)] if compiled else [])  # a transposed view: not in place
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hard_swish_float64(compiled, monkeypatch):
+    use_compiled(monkeypatch, compiled, "activation")
+    from onnx.reference import ReferenceEvaluator
+
+    data = _model(TensorProto.DOUBLE, (3, 4, 6), op="HardSwish", opset=14)
+    x = np.random.default_rng(4).standard_normal((3, 4, 6)) * 4
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == np.float64
+    want = ReferenceEvaluator(onnx.load_from_string(data)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def _conv_hard_swish_model(opset: int) -> bytes:
+    """Conv then hard-swish as exporters write it before opset 14: x * Clip(x + 3, 0, 6) / 6."""
+    rng = np.random.default_rng(5)
+    inits = [onnx.numpy_helper.from_array(a, n) for n, a in (
+        ("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)), ("b", rng.standard_normal(4).astype(np.float32)),
+        ("three", np.array(3, np.float32)), ("lo", np.array(0, np.float32)), ("hi", np.array(6, np.float32)),
+        ("six", np.array(6, np.float32)))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "three"], ["a"]), helper.make_node("Clip", ["a", "lo", "hi"], ["k"]),
+             helper.make_node("Mul", ["c", "k"], ["m"]), helper.make_node("Div", ["m", "six"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("opset,domain", [(12, ort.CORE_DOMAIN), (14, "")])
+def test_hard_swish_fused_at_level_all(compiled, opset, domain, monkeypatch, tmp_path):
+    calls = use_compiled(monkeypatch, compiled, "activation")
+    data = _conv_hard_swish_model(opset)
+    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    got = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    written = onnx.load(so.optimized_model_filepath)
+    assert [(n.domain, n.op_type) for n in written.graph.node] == [("", "Conv"), (domain, "HardSwish")]
+    assert calls == ([("hard_swish_in_place",)] if compiled else [])  # into the Conv's fresh output
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert (got == 0).any() and (got > 3).any()  # both sides of the hard-swish's bend reached
+
+
+def test_hard_swish_not_fused_below_level_all(tmp_path):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(_conv_hard_swish_model(12), so, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node] == ["Conv", "HardSigmoid", "Mul"]

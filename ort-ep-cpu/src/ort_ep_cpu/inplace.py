@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from ort_core import GraphView, Kernel, KernelRequest, NodeView, ProviderContext
+from ort_core import CORE_DOMAIN, GraphView, Kernel, KernelRequest, NodeView, ProviderContext
 
 from ._lazy import special  # scipy.special, imported at first use
-from .kernels.elementwise import UNARY_UFUNCS, clip_v1_bounds, clip_values, sigmoid
+from .kernels.elementwise import UNARY_UFUNCS, clip_v1_bounds, clip_values, hard_swish_into, sigmoid
 
 MS = "com.microsoft"
 
@@ -80,6 +80,7 @@ FRESH_OUTPUT_OPS: dict[tuple[str, str], Callable[[NodeView], bool] | None] = {
     )},
     ("", "Clip"): _clip_has_bounds,
     **{(MS, op): None for op in ("FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "BiasGelu")},
+    (CORE_DOMAIN, "HardSwish"): None,
 }
 
 # ------------------------------------------------------------------------------------------
@@ -124,12 +125,18 @@ def _clip_into(node: NodeView) -> UnaryInto:
     return clip
 
 
+def _hard_swish_into(x: np.ndarray) -> np.ndarray:
+    return hard_swish_into(x, x)
+
+
 def unary_into(node: NodeView) -> UnaryInto | None:
     """The in-place form of ``node``'s kernel (a function writing into its first argument),
     or None if the op has none."""
+    op = node.op_type
+    if op == "HardSwish" and node.domain in ("", CORE_DOMAIN):
+        return _hard_swish_into
     if node.domain != "":
         return None
-    op = node.op_type
     if op in _UFUNC_UNARY:
         ufunc = _UFUNC_UNARY[op]
         return lambda x: ufunc(x, out=x)

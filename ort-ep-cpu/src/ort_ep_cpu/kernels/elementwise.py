@@ -73,17 +73,46 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 JIT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
+def _compiled_pass(loop: str, x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> bool:
+    """Run the compiled activation loop ``loop`` (see ``_jit.activation``) over flat views of
+    ``x`` and ``y`` (its in-place form when ``y`` is ``x``) if it applies: float32/float64,
+    both contiguous, numba there. Whether it ran."""
+    if y.dtype in JIT_FLOATS and x.flags.c_contiguous and y.flags.c_contiguous and _jit.enabled():
+        t = y.dtype.type
+        if y is x:
+            _jit.activation(loop + "_in_place")(x.reshape(-1), t(alpha), t(beta))
+        else:
+            _jit.activation(loop)(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
+        return True
+    return False
+
+
 def hard_sigmoid_into(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     """y = clip(alpha * x + beta, 0, 1) for float32/float64 ``x`` of ``y``'s shape and dtype
     (``y`` may be ``x``): one compiled pass where numba is installed and both are contiguous,
     else three numpy passes."""
-    t = y.dtype.type
-    if y.dtype in JIT_FLOATS and x.flags.c_contiguous and y.flags.c_contiguous and _jit.enabled():
-        _jit.hard_sigmoid()(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
+    if _compiled_pass("hard_sigmoid", x, y, alpha, beta):
         return y
+    t = y.dtype.type
     np.multiply(x, t(alpha), out=y)
     y += t(beta)
     return np.clip(y, t(0), t(1), out=y)
+
+
+#: HardSwish's fixed constants: y = x * clip(x / 6 + 1 / 2, 0, 1), with 1/6 as the float32
+#: attribute of the op's ONNX function body (HardSigmoid, then Mul): float64 inputs then give
+#: what onnx.reference and a HardSigmoid+Mul graph give
+HARD_SWISH_ALPHA, HARD_SWISH_BETA = float(np.float32(1 / 6)), 0.5
+
+
+def hard_swish_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y = x * clip(x / 6 + 1 / 2, 0, 1) for float32/float64 ``x`` of ``y``'s shape and dtype
+    (``y`` may be ``x``): one compiled pass, else HardSigmoid's passes and a multiply."""
+    if _compiled_pass("hard_swish", x, y, HARD_SWISH_ALPHA, HARD_SWISH_BETA):
+        return y
+    if y is x:
+        return np.multiply(x, hard_sigmoid_into(x, np.empty_like(x), HARD_SWISH_ALPHA, HARD_SWISH_BETA), out=y)
+    return np.multiply(x, hard_sigmoid_into(x, y, HARD_SWISH_ALPHA, HARD_SWISH_BETA), out=y)
 
 
 def _register(op_type: str, fn) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ort_core import CORE_DOMAIN
+
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from ._util import normalize_axis
-from .elementwise import JIT_FLOATS, binary, hard_sigmoid_into, is_small_float, unary
+from .elementwise import JIT_FLOATS, binary, hard_sigmoid_into, hard_swish_into, is_small_float, unary
 from .fused import gelu as fused_gelu
 
 # float16 inputs of multi-step activations are computed in float32: one rounding at the end
@@ -90,13 +92,18 @@ def _hard_sigmoid(node, request):
     return unary(hard_sigmoid, _HALF)
 
 
-@kernel("HardSwish", since=14)
 def _hard_swish(node, request):
     def hard_swish(x):
-        t = x.dtype.type
-        return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
+        if x.dtype in JIT_FLOATS:
+            x = np.ascontiguousarray(x)  # the compiled pass takes contiguous arrays
+        return hard_swish_into(x, np.empty_like(x))
 
     return unary(hard_swish, _HALF)
+
+
+kernel("HardSwish", since=14)(_hard_swish)
+# the same op for models below opset 14, made by ort-core's HardSwish fusion (level ALL)
+kernel("HardSwish", domain=CORE_DOMAIN)(_hard_swish)
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
