@@ -8,8 +8,7 @@ removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes ar
 constant folding of nodes whose inputs are all constants (shape-arithmetic ops with the
 numpy calls of ``_fold.py``, the rest through ``onnx.reference``),
 Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
-the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm, hard-swish
-written as Add/Clip/Mul/Div turned into HardSigmoid+Mul.
+the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
@@ -18,8 +17,9 @@ LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider claims the fused node
 (``gate.provider_gate``), since core knows no provider's kernels.
 
-``ORT_ENABLE_ALL`` (99): the extended passes, then x * HardSigmoid(x, 1/6, 1/2) fused into
-HardSwish: the standard op from opset 14, below it ort-core's own ``ort_core`` domain
+``ORT_ENABLE_ALL`` (99): the extended passes, then hard-swish (x * HardSigmoid(x, 1/6, 1/2), or
+x * Clip(x + 3, 0, 6) / 6) fused into HardSwish: the standard op from opset 14, below it
+ort-core's own ``ort_core`` domain
 (``HardSwishFusionPass``), so a model written at this level may be for this runtime only, as
 onnxruntime's are with the layout transformations (NCHWc) it adds here.
 
@@ -40,7 +40,6 @@ from .basic import (
     ConvBatchNormFoldPass,
     ConvMulFoldPass,
     DropoutEliminationPass,
-    HardSwishRewritePass,
     IdentityEliminationPass,
     LiftConstantsPass,
     MatMulAddToGemmPass,
@@ -75,7 +74,6 @@ def _basic() -> list[ir.passes.PassBase]:
         ConvMulFoldPass(),
         ConvAddFoldPass(),
         MatMulAddToGemmPass(),
-        HardSwishRewritePass(),
         common_passes.RemoveUnusedNodesPass(),
     ]
 

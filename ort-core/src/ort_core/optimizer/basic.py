@@ -411,62 +411,6 @@ class MatMulAddToGemmPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
-def _clip_bounds(clip: ir.Node) -> tuple[float | None, float | None]:
-    if "min" in clip.attributes or "max" in clip.attributes:  # opset < 11
-        return attr(clip, "min"), attr(clip, "max")
-    bounds = []
-    for k in (1, 2):
-        bounds.append(scalar(clip.inputs[k]) if len(clip.inputs) > k and clip.inputs[k] is not None else None)
-    return bounds[0], bounds[1]
-
-
-def _close(value: float | None, target: float) -> bool:
-    return value is not None and abs(value - target) <= 1e-5 * max(1.0, abs(target))
-
-
-class HardSwishRewritePass(ir.passes.InPlacePass):
-    """x * Clip(x + 3, 0, 6) / 6 (hard-swish as exporters write it before opset 14) becomes
-    x * HardSigmoid(x, alpha=1/6, beta=0.5): two nodes instead of four, standard since opset 6."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for clip in list(graph):
-                if not is_op(clip, "Clip"):
-                    continue
-                add = clip.inputs[0].producer()
-                if not is_op(add, "Add") or only_use(add.outputs[0]) is not clip:
-                    continue
-                if _close(scalar(add.inputs[1]), 3.0):
-                    x = add.inputs[0]
-                elif _close(scalar(add.inputs[0]), 3.0):
-                    x = add.inputs[1]
-                else:
-                    continue
-                low, high = _clip_bounds(clip)
-                if not (_close(low, 0.0) and _close(high, 6.0)):
-                    continue
-                mul = only_use(clip.outputs[0])
-                if not is_op(mul, "Mul") or x not in mul.inputs:
-                    continue
-                last = only_use(mul.outputs[0])
-                if is_op(last, "Div") and last.inputs[0] is mul.outputs[0] and _close(scalar(last.inputs[1]), 6.0):
-                    pass
-                elif is_op(last, "Mul") and _close(scalar(last.inputs[1] if last.inputs[0] is mul.outputs[0] else last.inputs[0]), 1 / 6):
-                    pass
-                else:
-                    continue
-                if x.type is not None and x.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
-                    continue
-                hs = ir.Node("", "HardSigmoid", [x], [ir.AttrFloat32("alpha", 1 / 6), ir.AttrFloat32("beta", 0.5)],
-                             num_outputs=1, name=f"{clip.name}_hardsigmoid")
-                hs.outputs[0].type, hs.outputs[0].shape = x.type, x.shape  # providers check types
-                product = ir.Node("", "Mul", [x, hs.outputs[0]], num_outputs=1, name=f"{mul.name}_hardswish")
-                replace(graph, [add, clip, mul, last], [hs, product], [last.outputs[0]], [product.outputs[0]])
-                modified = True
-        return ir.passes.PassResult(model, modified)
-
-
 #: initializers bigger than this many bytes are sent to shape inference as typed inputs without
 #: data (as onnx-ir's ShapeInferencePass does): serialising them costs more than it tells
 _INFERENCE_DATA_LIMIT = 1000
