@@ -15,7 +15,7 @@ from onnx import helper
 
 from ..graph.load import SHAPES_INFERRED
 from . import _fold
-from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
+from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace
 
 logger = logging.getLogger("ort_core")
 
