@@ -20,6 +20,7 @@ from conftest import initializer as _init
 from conftest import make_model
 from conftest import onnxruntime_unoptimized as _ort_run
 from conftest import tensor_info as _vi
+import ort_core
 from ort_core import optimizer
 from ort_core.optimizer import fusion, norm_fusion
 from ort_core.testing import models
@@ -169,6 +170,17 @@ def test_layernorm_fusion_below_opset_17_does_not_fire():
     assert "LayerNormalization" not in _ops(_apply(model, norm_fusion.LayerNormFusionPass(_everything)))
 
 
+def test_layernorm_fusion_below_opset_17_into_the_core_domain():
+    """At level ALL: ort-core's own LayerNormalization (the CPU provider's tests run it)."""
+    model = _ln_model(opset=12)
+    out = _apply(model, norm_fusion.LayerNormFusionPass(_everything, ort_core.CORE_DOMAIN))
+    assert [(n.domain, n.op_type) for n in out.graph.node] == [(ort_core.CORE_DOMAIN, "LayerNormalization"), ("", "Identity")]
+    assert {o.domain: o.version for o in out.opset_import}[ort_core.CORE_DOMAIN] == 1
+    # at opset 17 the standard op all the same
+    out = _apply(_ln_model(opset=17), norm_fusion.LayerNormFusionPass(_everything, ort_core.CORE_DOMAIN))
+    assert out.graph.node[0].domain == ""
+
+
 def test_layernorm_fusion_the_gate_declines_leaves_the_graph_unchanged():
     model = _ln_model(gamma=False)  # a declined probe must not leave its ones behind either
     out = _apply(model, norm_fusion.LayerNormFusionPass(_nothing))
@@ -226,6 +238,19 @@ def test_skip_layernorm_fusion_shapes_onnxruntime_accepts(a_shape, b_shape):
     out = _apply(model, norm_fusion.SkipLayerNormFusionPass(_everything))
     assert _ops(out) == ["SkipLayerNormalization"]
     _check(model, out, {"a": _f(*a_shape), "b": _f(*b_shape)})
+
+
+def test_skip_layernorm_fusion_takes_the_core_domain_layernorm():
+    """Below opset 17 the LayerNorm fusion (at ALL) makes ort-core's own LayerNormalization; the
+    residual Add before it fuses all the same (SkipLayerNormalization is com.microsoft's at any
+    opset)."""
+    ln = _ln("s")
+    ln.domain = ort_core.CORE_DOMAIN
+    model = make_model([helper.make_node("Add", ["a", "b"], ["s"]), ln],
+                       [_vi("a", [2, 5, H]), _vi("b", [2, 5, H])], [_vi("y", [2, 5, H])], _sln_inits(), opset=12)
+    model.opset_import.append(helper.make_opsetid(ort_core.CORE_DOMAIN, 1))
+    out = _apply(model, norm_fusion.SkipLayerNormFusionPass(_everything))
+    assert _ops(out) == ["SkipLayerNormalization"]
 
 
 def test_skip_layernorm_fusion_float16():

@@ -408,6 +408,7 @@ def _producer_cases():
         (MS, "Gelu"): ([("x", x2)], {}),
         (MS, "BiasGelu"): ([("x", x2), ("b", _f32(3))], {}),
         (ort.CORE_DOMAIN, "HardSwish"): ([("x", x2)], {}),
+        (ort.CORE_DOMAIN, "LayerNormalization"): ([("x", x3), ("s", _f32(4)), ("b", _f32(4))], {}),
     }
     for op in inplace.BINARY_UFUNCS:
         cases[("", op)] = ([("a", pos), ("b", pos.copy())], {})

@@ -80,7 +80,7 @@ FRESH_OUTPUT_OPS: dict[tuple[str, str], Callable[[NodeView], bool] | None] = {
     )},
     ("", "Clip"): _clip_has_bounds,
     **{(MS, op): None for op in ("FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "BiasGelu")},
-    (CORE_DOMAIN, "HardSwish"): None,
+    **{(CORE_DOMAIN, op): None for op in ("HardSwish", "LayerNormalization")},
 }
 
 # ------------------------------------------------------------------------------------------

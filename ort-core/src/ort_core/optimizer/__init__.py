@@ -17,10 +17,11 @@ LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider claims the fused node
 (``gate.provider_gate``), since core knows no provider's kernels.
 
-``ORT_ENABLE_ALL`` (99): the extended passes, then hard-swish (x * HardSigmoid(x, 1/6, 1/2), or
-x * Clip(x + 3, 0, 6) / 6) fused into HardSwish: the standard op from opset 14, below it
-ort-core's own ``ort_core`` domain
-(``HardSwishFusionPass``), so a model written at this level may be for this runtime only, as
+``ORT_ENABLE_ALL`` (99): the extended passes, with the decomposed LayerNorm fused below opset
+17 too, then hard-swish (x * HardSigmoid(x, 1/6, 1/2), or x * Clip(x + 3, 0, 6) / 6) fused into
+HardSwish (``HardSwishFusionPass``). Where the model's opset has no standard op for the fused
+node (LayerNormalization before 17, HardSwish before 14), it is the op of ort-core's own
+``ort_core`` domain, so a model written at this level may be for this runtime only, as
 onnxruntime's are with the layout transformations (NCHWc) it adds here.
 
 Each level includes the ones below it. Passes mutate the onnx-ir model in place.
@@ -47,6 +48,7 @@ from .basic import (
     ShapeInferenceQuietPass,
 )
 from .fusion import (
+    CORE_DOMAIN,
     ConvActivationFusionPass,
     GeluFusionPass,
     GemmActivationFusionPass,
@@ -78,12 +80,14 @@ def _basic() -> list[ir.passes.PassBase]:
     ]
 
 
-def _extended(supports: Supports) -> list[ir.passes.PassBase]:
+def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]:
+    """The fusions; ``core_domain`` (level ALL): also into ort-core's own ops where the model's
+    opset has no standard one."""
     return [
         ConvActivationFusionPass(supports),
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
-        LayerNormFusionPass(supports),
+        LayerNormFusionPass(supports, CORE_DOMAIN if core_domain else None),
         AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale
         MatMulScaleFusionPass(supports),
         BiasGeluFusionPass(supports),  # reads the Gelu GeluFusionPass makes
@@ -101,7 +105,7 @@ def passes_for_level(level: int, supports: Supports | None = None) -> list[ir.pa
         return []
     passes = _basic()
     if level >= 2 and supports is not None:
-        passes += _extended(supports)
+        passes += _extended(supports, core_domain=level >= 99)
     if level >= 99 and supports is not None:
         passes.append(HardSwishFusionPass(supports))
     return passes

@@ -3,7 +3,8 @@ onnxruntime's ``LayerNormFusion``, ``SkipLayerNormFusion`` and ``BiasGeluFusion`
 
     LayerNormalization      ReduceMean -> Sub -> Pow(2) | Mul(d, d) -> ReduceMean -> Add(eps)
                             -> Sqrt -> Div | Reciprocal+Mul -> [Mul(gamma)] -> [Add(beta)],
-                            all over the last axis (ONNX domain; opset >= 17 only)
+                            all over the last axis (ONNX domain from opset 17; below it
+                            ort_core's, at ALL only)
     SkipLayerNormalization  Add(a, b) [with an Add of a 1-D constant bias on either side]
                             -> LayerNormalization (com.microsoft)
     BiasGelu                Add(x, 1-D constant bias) -> Gelu (com.microsoft)
@@ -13,9 +14,11 @@ where ``supports(node)`` says the session's first provider claims it (see ``gate
 ``LayerNormalization`` is a standard op, but it is a fusion all the same (one node for nine),
 and onnxruntime runs it at EXTENDED for the providers with a kernel for it; so does this one.
 
-The decomposed LayerNorm is fused only where the model's default opset is 17 or more: the
-standard ``LayerNormalization`` does not exist in older opsets and a model is not upgraded
-behind the user's back. ``SkipLayerNormalization`` is fused only for float and float16, the
+The decomposed LayerNorm is fused into the standard op only where the model's default opset is
+17 or more: ``LayerNormalization`` does not exist in older opsets and a model is not upgraded
+behind the user's back. At ORT_ENABLE_ALL, older models get ``LayerNormalization`` of
+ort-core's own domain (``domain_below_17=CORE_DOMAIN``: the same op; onnxruntime does the
+same with its own registration of the op below opset 17), as with ``HardSwishFusionPass``. ``SkipLayerNormalization`` is fused only for float and float16, the
 types of onnxruntime's schema (so that an optimized model written by
 ``optimized_model_filepath`` still loads in onnxruntime), and only for 2-D or 3-D inputs whose
 skip onnxruntime accepts (same shape, ``[1, S, H]`` or ``[S, H]``).
@@ -27,7 +30,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
-from .fusion import MS_DOMAIN, Supports, _FusionPass, _other, _typed_like
+from .fusion import CORE_DOMAIN, MS_DOMAIN, Supports, _FusionPass, _other, _typed_like
 
 __all__ = ["BiasGeluFusionPass", "LayerNormFusionPass", "SkipLayerNormFusionPass", "Supports"]
 
@@ -126,10 +129,17 @@ class LayerNormFusionPass(_FusionPass):
     axis' length, and every intermediate value read only inside the pattern.
     """
 
+    def __init__(self, supports: Supports, domain_below_17: str | None = None):
+        super().__init__(supports)
+        self.domain_below_17 = domain_below_17
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+        domain = ""
         if opset < 17:  # LayerNormalization is opset 17's
-            return ir.passes.PassResult(model, False)
+            if self.domain_below_17 is None:
+                return ir.passes.PassResult(model, False)
+            domain = self.domain_below_17
         modified = False
         for graph in graphs(model.graph):
             namer = None
@@ -144,9 +154,9 @@ class LayerNormFusionPass(_FusionPass):
                     namer = namer or Namer(graph)
                     gamma = initializer(graph, namer, "layernorm_scale", np.ones(_last_dim(x), _dtype(x).numpy()))
                 inputs = [x, gamma] + ([beta] if beta is not None else [])
-                fused = ir.Node("", "LayerNormalization", inputs,
+                fused = ir.Node(domain, "LayerNormalization", inputs,
                                 [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps)],
-                                num_outputs=1, name=f"{node.name}_layernorm")
+                                num_outputs=1, name=f"{node.name}_layernorm", version=1 if domain else None)
                 _typed_like(fused.outputs[0], out)  # the probe shows providers typed values
                 if not self.claimed(fused):
                     if not gamma.uses() and gamma.name in graph.initializers and gamma.name.startswith("layernorm_scale"):
@@ -154,6 +164,8 @@ class LayerNormFusionPass(_FusionPass):
                     continue
                 replace(graph, nodes, [fused], [out], [fused.outputs[0]])
                 modified = True
+        if modified and domain:
+            model.opset_imports.setdefault(domain, 1)
         return ir.passes.PassResult(model, modified)
 
     @staticmethod
@@ -287,7 +299,8 @@ class SkipLayerNormFusionPass(_FusionPass):
         for graph in graphs(model.graph):
             reordered = False
             for ln in list(graph):
-                if ln.graph is not graph or not is_op(ln, "LayerNormalization"):
+                # the standard op, or ort-core's own below opset 17 (same semantics)
+                if ln.graph is not graph or not (is_op(ln, "LayerNormalization") or is_op(ln, "LayerNormalization", CORE_DOMAIN)):
                     continue
                 match = self._match(ln)
                 if match is None:

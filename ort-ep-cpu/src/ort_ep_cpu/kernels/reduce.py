@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ort_core import CORE_DOMAIN
+
 from ..registry import kernel
 from ._util import SHAPE_CACHE_MAX, const_input
 
@@ -192,7 +194,6 @@ for _name, _fn in {"Softmax": softmax, "LogSoftmax": log_softmax, "Hardmax": har
     kernel(_name, 13)(lambda node, request, fn=_fn: _on_axis(int(node.attr("axis", -1)), fn))
 
 
-@kernel("LayerNormalization", since=17)
 def _layer_norm(node, request):
     axis = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
@@ -213,6 +214,11 @@ def _layer_norm(node, request):
         return (y, mean, inv_std)[:n_out]
 
     return layer_norm
+
+
+kernel("LayerNormalization", since=17)(_layer_norm)
+# the same op for models below opset 17, made by ort-core's LayerNorm fusion (level ALL)
+kernel("LayerNormalization", domain=CORE_DOMAIN)(_layer_norm)
 
 
 @kernel("BatchNormalization", since=1)
