@@ -16,11 +16,11 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
+import ort_core
 from conftest import initializer as _init
 from conftest import make_model
 from conftest import onnxruntime_unoptimized as _ort_run
 from conftest import tensor_info as _vi
-import ort_core
 from ort_core import optimizer
 from ort_core.optimizer import fusion, norm_fusion
 from ort_core.testing import models
