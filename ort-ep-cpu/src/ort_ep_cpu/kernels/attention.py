@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
+from .reduce import EXP_SUM_TINY, ones_vector, row_sums
 
 
 def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -220,8 +221,6 @@ _MHA_INPUTS = ("query", "key", "value", "bias", "key_padding_mask", "attention_b
                "past_value", "past_sequence_length", "cache_indirection")
 _MHA_SUPPORTED = _MHA_INPUTS[:6]
 _MHA_OUTPUTS = ("output", "present_key", "present_value", "qk")
-# a row whose exponentials sum below this (or to inf/NaN) is redone with the max subtracted
-_TINY_SUM = np.float32(1e-30)
 
 
 def _mha_unsupported(node) -> str | None:
@@ -283,12 +282,6 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
         raise ValueError(f"MultiHeadAttention {node_name!r}: input key_padding_mask has shape {mask.shape}; "
                          f"expected {forms}")
     return np.where(keep, np.float32(0), fill).reshape(shape)
-
-
-def _row_sums(scores: np.ndarray, ones: np.ndarray) -> np.ndarray:
-    """Sums over the last axis as one GEMV with a ones vector (BLAS; numpy's sum reduces each
-    short row separately, about 6x slower on (B, N, S, 64))."""
-    return np.matmul(scores.reshape(-1, ones.shape[0]), ones).reshape(scores.shape[:-1] + (1,))
 
 
 @kernel("MultiHeadAttention", domain=_MS, check=_check_mha)
@@ -365,7 +358,7 @@ def _multi_head_attention(node, request):
                                  "as j <= i and leaves the last row unmasked)")
             biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
                 np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf))))
-        ones = cached(("ones", kv_seq), lambda: np.ones(kv_seq, f32))
+        ones = ones_vector(kv_seq, np.dtype(f32))
 
         def scores():
             s = np.matmul(qh, kh)  # (B, N, S, L), contiguous
@@ -378,13 +371,13 @@ def _multi_head_attention(node, request):
         # is subtracted only when some row overflowed, underflowed or is NaN, and then for all
         with np.errstate(over="ignore", under="ignore"):
             np.exp(probs, out=probs)
-        sums = _row_sums(probs, ones)
-        if not (sums.min() > _TINY_SUM and sums.max() < np.inf):  # (NaN fails both)
+        sums = row_sums(probs, ones)
+        if not (sums.min() > EXP_SUM_TINY and sums.max() < np.inf):  # (NaN fails both)
             probs = scores()
             with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # all -inf rows: NaN, as onnxruntime
                 probs -= probs.max(axis=-1, keepdims=True)
                 np.exp(probs, out=probs)
-            sums = _row_sums(probs, ones)
+            sums = row_sums(probs, ones)
         out = np.empty((batch, seq, heads, v_head), f32)
         np.matmul(probs, vh, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)
         np.reciprocal(sums, out=sums)
