@@ -143,9 +143,13 @@ class GemmActivationFusionPass(_ActivationFusionPass):
         return [ir.AttrFloat32(name, v) for name, v in zip(("activation_alpha", "activation_beta"), params)]
 
 
-def _near(value: ir.Value | None, target: float, tol: float = 1e-4) -> bool:
-    v = scalar(value)
+def _close(v: float | None, target: float, tol: float = 1e-4) -> bool:
     return v is not None and abs(v - target) <= tol * max(1.0, abs(target))
+
+
+def _near(value: ir.Value | None, target: float, tol: float = 1e-4) -> bool:
+    """``value`` is a constant scalar within ``tol`` (relative) of ``target``."""
+    return _close(scalar(value), target, tol)
 
 
 def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
@@ -251,19 +255,6 @@ class MatMulScaleFusionPass(_FusionPass):
         return ir.passes.PassResult(model, modified)
 
 
-def _clip_bounds(clip: ir.Node) -> tuple[float | None, float | None]:
-    if "min" in clip.attributes or "max" in clip.attributes:  # opset < 11
-        return attr(clip, "min"), attr(clip, "max")
-    bounds = []
-    for k in (1, 2):
-        bounds.append(scalar(clip.inputs[k]) if len(clip.inputs) > k and clip.inputs[k] is not None else None)
-    return bounds[0], bounds[1]
-
-
-def _close(value: float | None, target: float) -> bool:
-    return value is not None and abs(value - target) <= 1e-5 * max(1.0, abs(target))
-
-
 #: what a hard-swish match is: x, the nodes it replaces, and the value they produce
 _HardSwishMatch = tuple[ir.Value, list[ir.Node], ir.Value]
 
@@ -271,7 +262,7 @@ _HardSwishMatch = tuple[ir.Value, list[ir.Node], ir.Value]
 def _hard_swish_from_hard_sigmoid(hs: ir.Node) -> _HardSwishMatch | None:
     """x * HardSigmoid(x, alpha=1/6, beta=0.5)."""
     # float32 attributes: 1/6 is stored as 0.16666667
-    if not (_close(float(attr(hs, "alpha", 0.2)), 1 / 6) and _close(float(attr(hs, "beta", 0.5)), 0.5)):
+    if not (_close(float(attr(hs, "alpha", 0.2)), 1 / 6, 1e-5) and _close(float(attr(hs, "beta", 0.5)), 0.5, 1e-5)):
         return None
     x = hs.inputs[0]
     mul = only_use(hs.outputs[0])
@@ -285,22 +276,22 @@ def _hard_swish_from_clip(clip: ir.Node) -> _HardSwishMatch | None:
     add = clip.inputs[0].producer() if clip.inputs and clip.inputs[0] is not None else None
     if not is_op(add, "Add") or only_use(add.outputs[0]) is not clip:
         return None
-    if _close(scalar(add.inputs[1]), 3.0):
+    if _near(add.inputs[1], 3.0, 1e-5):
         x = add.inputs[0]
-    elif _close(scalar(add.inputs[0]), 3.0):
+    elif _near(add.inputs[0], 3.0, 1e-5):
         x = add.inputs[1]
     else:
         return None
-    low, high = _clip_bounds(clip)
-    if not (_close(low, 0.0) and _close(high, 6.0)):
+    bounds = _activation_params(clip)  # [min, max], absent ones as float32's limits
+    if bounds is None or not (_close(bounds[0], 0.0, 1e-5) and _close(bounds[1], 6.0, 1e-5)):
         return None
     mul = only_use(clip.outputs[0])
     if not is_op(mul, "Mul") or _other(mul, clip.outputs[0]) is not x:
         return None
     last = only_use(mul.outputs[0])
-    if is_op(last, "Div") and last.inputs[0] is mul.outputs[0] and _close(scalar(last.inputs[1]), 6.0):
+    if is_op(last, "Div") and last.inputs[0] is mul.outputs[0] and _near(last.inputs[1], 6.0, 1e-5):
         pass
-    elif is_op(last, "Mul") and _close(scalar(_other(last, mul.outputs[0])), 1 / 6):
+    elif is_op(last, "Mul") and _near(_other(last, mul.outputs[0]), 1 / 6, 1e-5):
         pass
     else:
         return None
