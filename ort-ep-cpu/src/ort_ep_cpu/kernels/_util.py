@@ -51,6 +51,30 @@ def normalize_axis(axis: int, rank: int) -> int:
 SHAPE_CACHE_MAX = 64
 
 
+_vectors: dict[tuple[int, int, np.dtype], np.ndarray] = {}
+
+
+def _constant_vector(value: int, n: int, dtype: np.dtype) -> np.ndarray:
+    key = (value, n, np.dtype(dtype))
+    vector = _vectors.get(key)
+    if vector is None:
+        if len(_vectors) >= SHAPE_CACHE_MAX:  # inputs of ever new sizes: keep it bounded
+            _vectors.clear()
+        vector = _vectors[key] = np.full(n, value, dtype=dtype)
+    return vector
+
+
+def ones_vector(n: int, dtype: np.dtype) -> np.ndarray:
+    """A vector of ``n`` ones, kept per (n, dtype): row sums as GEMVs. Shared: not to be written."""
+    return _constant_vector(1, n, dtype)
+
+
+def zeros_vector(n: int, dtype: np.dtype) -> np.ndarray:
+    """A vector of ``n`` zeros, kept per (n, dtype): the bias of a compiled loop given none,
+    without an allocation per run. Shared: not to be written."""
+    return _constant_vector(0, n, dtype)
+
+
 def per_shape(node: NodeView, request: KernelRequest, params: range,
               compute: Callable[..., Any]) -> Callable[..., Any] | None:
     """For ops whose parameter inputs (input indices ``params``) are usually constants: a

@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
-from .reduce import EXP_SUM_TINY, ones_vector, row_sums
+from ._util import ones_vector
+from .reduce import EXP_SUM_TINY, row_sums
 
 
 def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:

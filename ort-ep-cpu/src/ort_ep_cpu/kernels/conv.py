@@ -9,6 +9,7 @@ import numpy as np
 
 from ..registry import kernel, lookup
 from . import _jit
+from ._util import zeros_vector
 from .elementwise import JIT_FLOATS
 
 
@@ -98,7 +99,7 @@ def _conv_transpose(node, request):
                 # one compiled pass writing each output row once (numpy's copies below have an
                 # inner step of kw values: 2x slower on ocr-det's 2x2)
                 y = np.empty((n, m, *out_spatial), dtype=cols.dtype)
-                bias = np.zeros(m, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
+                bias = zeros_vector(m, y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
                 _jit.interleave()(cols, bias, y)
                 return y
             y = np.empty((n, m) + tuple(v for d in range(nd) for v in (in_spatial[d], kernel_shape[d])),

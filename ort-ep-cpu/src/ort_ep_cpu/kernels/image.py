@@ -10,7 +10,7 @@ import numpy as np
 
 from ..registry import kernel
 from . import _jit
-from ._util import normalize_axis
+from ._util import normalize_axis, zeros_vector
 from .elementwise import JIT_FLOATS
 
 _COORD_MODES = (
@@ -257,7 +257,7 @@ class _ResizeSpec:
                     src = np.lib.stride_tricks.as_strided(
                         x, (n, c, fh, fw, h, w), (x.strides[0], x.strides[1], 0, 0, x.strides[2], x.strides[3]))
                     y = np.empty((n, c, h * fh, w * fw), dtype=x.dtype)
-                    _jit.interleave()(src, np.zeros(c, dtype=x.dtype), y)
+                    _jit.interleave()(src, zeros_vector(c, x.dtype), y)
                     return y
                 for a, d in enumerate(x.shape):
                     out_shape.append(d)

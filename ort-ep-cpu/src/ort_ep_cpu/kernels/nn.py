@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit
-from ._util import constant_weight
+from ._util import constant_weight, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 
@@ -594,7 +594,7 @@ def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _
                 xp[dst] = x[src]
         c = x.shape[1]
         wk = np.ascontiguousarray(w.reshape(c, -1), dtype=y.dtype)
-        bias = np.zeros(c, dtype=y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
+        bias = zeros_vector(c, y.dtype) if b is None else np.ascontiguousarray(b, dtype=y.dtype)
         if sw == 1 and g.strides[0] == 1 and ((g.out[0] - 1) * g.padded[1] + g.out[1]) * y.itemsize <= DEPTHWISE_FLAT_BYTES:
             _jit.depthwise_flat()(xp, wk, bias, y, layout.starts, 0, c)
         else:

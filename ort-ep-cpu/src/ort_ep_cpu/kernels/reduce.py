@@ -7,7 +7,8 @@ import numpy as np
 from ort_core import CORE_DOMAIN
 
 from ..registry import kernel
-from ._util import SHAPE_CACHE_MAX, const_input
+from ._util import const_input, ones_vector
+from .elementwise import JIT_FLOATS
 
 
 def _small(dtype: np.dtype) -> bool:
@@ -132,9 +133,6 @@ kernel("ArgMax", 1)(_arg("ArgMax", np.argmax))
 kernel("ArgMin", 1)(_arg("ArgMin", np.argmin))
 
 
-_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def _coerced(axis: int, fn):
     """Opsets before 13: the input is seen as 2-D [prod(shape[:axis]), prod(shape[axis:])]."""
 
@@ -169,20 +167,6 @@ def _in_float(half: bool):
     return wrap
 
 
-_ones: dict[tuple[int, np.dtype], np.ndarray] = {}
-
-
-def ones_vector(n: int, dtype: np.dtype) -> np.ndarray:
-    """A vector of ``n`` ones, kept per (n, dtype) (bounded: inputs of ever new sizes)."""
-    key = (n, dtype)
-    unit = _ones.get(key)
-    if unit is None:
-        if len(_ones) >= SHAPE_CACHE_MAX:
-            _ones.clear()
-        unit = _ones[key] = np.ones(n, dtype=dtype)
-    return unit
-
-
 def row_sums(x: np.ndarray, ones: np.ndarray) -> np.ndarray:
     """Sums over the last axis of contiguous ``x`` as one GEMV with a ones vector (BLAS; numpy's
     sum reduces each row separately: about 6x slower on (B, N, S, 64)), keeping that axis."""
@@ -196,7 +180,7 @@ EXP_SUM_TINY = np.float32(1e-30)
 
 @_in_float(half=False)
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    if axis == x.ndim - 1 and x.dtype in _BLAS_FLOATS and x.flags.c_contiguous and x.size:
+    if axis == x.ndim - 1 and x.dtype in JIT_FLOATS and x.flags.c_contiguous and x.size:
         # exp, row sums as a GEMV, one multiply by their reciprocals: 2 passes instead of 5
         # (1.8x on ocr-rec's (1, 40, 6625) output, 2.8x on (8, 12, 128, 128) scores); the max,
         # a slow reduction, is only subtracted where a row needs it, and then for all
