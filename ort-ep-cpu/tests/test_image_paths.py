@@ -1,6 +1,7 @@
 """Resize nearest by an integer factor (the phase-copy path, or with numba the compiled
-interleave for rows and columns) against onnxruntime: exact, as it is a copy. Factors on one or several axes, on the last axis or not, factor 1 mixed in, uint8,
-and a non-integer factor (the gather path) for contrast."""
+interleave for rows and columns) against onnxruntime: exact, as it is a copy. Factors on one
+or several axes, on the last axis or not, factor 1 mixed in, uint8, and a non-integer factor
+(the gather path) for contrast."""
 
 from __future__ import annotations
 

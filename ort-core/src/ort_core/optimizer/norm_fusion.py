@@ -18,8 +18,8 @@ The decomposed LayerNorm is fused into the standard op only where the model's de
 17 or more: ``LayerNormalization`` does not exist in older opsets and a model is not upgraded
 behind the user's back. At ORT_ENABLE_ALL, older models get ``LayerNormalization`` of
 ort-core's own domain (``domain_below_17=CORE_DOMAIN``: the same op; onnxruntime does the
-same with its own registration of the op below opset 17), as with ``HardSwishFusionPass``. ``SkipLayerNormalization`` is fused only for float and float16, the
-types of onnxruntime's schema (so that an optimized model written by
+same with its own registration of the op below opset 17), as with ``HardSwishFusionPass``.
+``SkipLayerNormalization`` is fused only for float and float16, the types of onnxruntime's schema (so that an optimized model written by
 ``optimized_model_filepath`` still loads in onnxruntime), and only for 2-D or 3-D inputs whose
 skip onnxruntime accepts (same shape, ``[1, S, H]`` or ``[S, H]``).
 """

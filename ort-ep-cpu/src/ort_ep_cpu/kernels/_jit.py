@@ -6,12 +6,11 @@ multiply/add over the output; both are memory-bound (about 2 ms for ocr-rec's 24
 layer on this machine). A compiled loop reads each padded row from L1, four taps a pass
 over an accumulator row, and vectorises over the output row (ocr-rec's 240-channel 12x80 5x5
 layer: 398 us). numba is optional (``pip install ort-ep-cpu[numba]``): without it, or with
-``ORT_EP_CPU_NUMBA=0`` in the environment, the numpy path runs. Functions compile on first use per dtype (``cache=True`` keeps the machine code on
-disk for the next process).
+``ORT_EP_CPU_NUMBA=0`` in the environment, the numpy path runs. Functions compile on first use
+per dtype (``cache=True`` keeps the machine code on disk for the next process).
 
 Elementwise chains compile too where numpy needs many passes: HardSigmoid (three), HardSwish
-(four) and
-Gelu / BiasGelu (about fifteen, most of them erf's: one pass here, 5-7x).
+(four) and Gelu / BiasGelu (about fifteen, most of them erf's: one pass here, 5-7x).
 """
 
 from __future__ import annotations
