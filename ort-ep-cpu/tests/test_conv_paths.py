@@ -7,6 +7,8 @@ tiny (bands of one output row, chunks of one group), and as per-tap GEMMs accumu
 (phase count, taps per phase and their step, the no-copy direct case), so that a wrong phase
 split or band offset cannot pass unnoticed. Tolerance: rtol 1e-4, atol 1e-4 on float32
 (sums in a different order than onnxruntime's), 1e-10 on float64 against onnx.reference.
+
+oneDNN is switched off here (these are the numpy paths); ``test_onednn_paths.py`` has its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import _blas, _jit, nn
+from ort_ep_cpu.kernels import _blas, _jit, _onednn, nn
+
+
+@pytest.fixture(autouse=True)
+def numpy_paths(monkeypatch):
+    monkeypatch.setattr(_onednn, "USE", False)
 
 
 def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):

@@ -19,6 +19,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
+from .kernels import _onednn
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -84,7 +85,9 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
 @hookimpl
 def ort_session_start(ep: ProviderContext) -> None:
     if ep.name == PROVIDER_NAME:  # BLAS pools are per process: see threads.py
-        ep.state["blas_threads"] = threads.limit(int(ep.intra_op_num_threads or 0))
+        count = int(ep.intra_op_num_threads or 0)
+        # with oneDNN, its OpenMP pool is the one that runs in parallel (see threads.py)
+        ep.state["blas_threads"] = threads.limit(count, blas=1 if _onednn.available() else count)
         if ep.session_config.get("session.enable_cpu_mem_arena", "1") != "0":
             ep.state["arena"] = arena.enable()  # see arena.py
 

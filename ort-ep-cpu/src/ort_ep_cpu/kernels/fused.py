@@ -22,10 +22,11 @@ MS = "com.microsoft"
 
 @kernel("FusedConv", domain=MS)
 def _fused_conv(node, request):
-    activation = make_activation(str(node.attr("activation", "") or ""), list(node.attr("activation_params") or []))
+    name, params = str(node.attr("activation", "") or ""), list(node.attr("activation_params") or [])
     has_z = len(node.inputs) > 3 and bool(node.inputs[3])
     if not has_z:
-        return build_conv(node, request, activation)
+        return build_conv(node, request, name, params)
+    activation = make_activation(name, params)
     plain = build_conv(node, request)
 
     def fused_conv_sum(x, w, b=None, z=None):  # Y = activation(conv + Z)
@@ -49,8 +50,7 @@ def _fused_gemm(node, request):
         params.append(0.5)
     if name == "Clip":
         params = [float(node.attr("activation_alpha", -np.inf)), float(node.attr("activation_beta", np.inf))]
-    activation = make_activation(name, params if name in ("LeakyRelu", "HardSigmoid", "Clip") else [])
-    return build_gemm(node, request, activation)
+    return build_gemm(node, request, name, params if name in ("LeakyRelu", "HardSigmoid", "Clip") else [])
 
 
 # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7 over the reals, below float32's resolution

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from . import _blas, _jit
+from . import _blas, _jit, _onednn
 from ._util import constant_weight, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
@@ -34,11 +34,62 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
+#: products (rows x K x N multiply-adds) smaller than this keep numpy's BLAS call; oneDNN's
+#: call costs a few microseconds more (see ``_onednn``)
+ONEDNN_MIN_GEMM_MACS = 1 << 16
+
+
+class _ConstantProduct:
+    """``a @ b`` for a float32 ``a`` (..., K) and the constant float32 ``b`` (K, N), plus a
+    constant ``bias`` (N,) and an activation post-op, by oneDNN; its primitives (B packed in
+    its layout once) are kept per row count. ``__call__`` returns None where oneDNN is not
+    taken (not installed, small, another dtype, unimplemented): the caller runs numpy's."""
+
+    def __init__(self, b: np.ndarray, bias: np.ndarray | None = None, post_op: tuple | None = None):
+        self.b, self.bias, self.post_op = b, bias, post_op
+        self.plans: dict[int, _onednn.MatMul | None] = {}
+
+    def __call__(self, a: np.ndarray) -> np.ndarray | None:
+        if a.dtype != np.float32 or not _onednn.USE:
+            return None
+        k, n = self.b.shape
+        if a.shape[-1] != k:
+            return None  # numpy's matmul names the mismatch
+        rows = a.size // k if k else 0
+        plan = self.plans.get(rows, False)
+        if plan is False:
+            plan = None
+            lib = _onednn.library()
+            if lib is not None and rows * k * n >= ONEDNN_MIN_GEMM_MACS:
+                try:
+                    plan = _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op)
+                except _onednn.OneDNNError:
+                    plan = None
+            self.plans[rows] = plan
+        if plan is None:
+            return None
+        y = np.empty(a.shape[:-1] + (n,), dtype=np.float32)
+        plan.run(np.ascontiguousarray(a), y)
+        return y
+
+
+def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None:
+    """A ``_ConstantProduct`` for a constant 2-D float32 ``b``, else None."""
+    if b is None or not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype != np.float32:
+        return None
+    return _ConstantProduct(np.ascontiguousarray(b), **kwargs)
+
+
 @kernel("MatMul")
 def _matmul(node, request):
     b_given, b_ready = constant_weight(node, request, 1)
+    product = _constant_product(b_ready)
 
     def matmul_kernel(a, b):
+        if b is b_given and product is not None and a.ndim >= 1:
+            y = product(a)
+            if y is not None:
+                return y
         y = matmul(a, b_ready if b is b_given else b)
         # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
         return y if y.dtype == a.dtype else y.astype(a.dtype)
@@ -46,18 +97,32 @@ def _matmul(node, request):
     return matmul_kernel
 
 
-def build_gemm(node, request, activation: Activation | None = None):
-    """The Gemm kernel (also FusedGemm's, with an activation applied in place)."""
+def build_gemm(node, request, activation_name: str = "", activation_params: list[float] | None = None):
+    """The Gemm kernel (also FusedGemm's, with an activation: onnxruntime's name, parameters)."""
     alpha = float(node.attr("alpha", 1.0))
     beta = float(node.attr("beta", 1.0))
     trans_a = bool(node.attr("transA", 0))
     trans_b = bool(node.attr("transB", 0))
+    activation = make_activation(activation_name, activation_params or [])
     # a constant B (the weights) is transposed once here: OpenBLAS is about 2x faster on a
     # contiguous (K, N) B than on the transposed view when A has few rows (batch 1-8)
     b_const, b_weights = constant_weight(node, request, 1)
     b_ready = np.ascontiguousarray(b_weights.T) if trans_b and b_weights is not None else b_weights
+    # oneDNN: alpha folded into B, beta * C as the bias where C is a constant row of N
+    c_const = constant_weight(node, request, 2)[0] if len(node.inputs) > 2 and node.inputs[2] else None
+    product = None
+    if b_ready is not None and (c_const is None or (isinstance(c_const, np.ndarray) and c_const.dtype == np.float32
+                                                    and c_const.shape in ((b_ready.shape[-1],), (1, b_ready.shape[-1])))):
+        post_op = _onednn.POST_OPS[activation_name](activation_params or []) if activation_name in _onednn.POST_OPS else None
+        bias = None if c_const is None else (c_const.reshape(-1) * np.float32(beta)).astype(np.float32)
+        scaled = b_ready if alpha == 1.0 or b_ready.dtype != np.float32 else b_ready * np.float32(alpha)
+        product = _constant_product(scaled, bias=bias, post_op=post_op) if post_op or not activation_name else None
 
     def gemm(a, b, c=None):
+        if product is not None and b is b_const and c is c_const and not trans_a:
+            y = product(a)
+            if y is not None:
+                return y
         if b is b_const and b_ready is not None:  # not an overridden initializer
             b = b_ready  # transposed once for transB, subnormals flushed
         elif trans_b:
@@ -713,13 +778,69 @@ def _conv_taps(work: tuple, wtaps: np.ndarray, bias: np.ndarray | None, y: np.nd
             np.add(crop, bias, out=y[i])
 
 
-def build_conv(node, request, activation: Activation | None = None):
-    """The Conv kernel (also used by FusedConv with an activation)."""
+#: convolutions of fewer multiply-adds than this keep the numpy path: oneDNN's primitive calls
+#: cost more than they save (measured, us numpy / oneDNN at two threads: 16->16 3x3 on 8x8,
+#: 0.15M MACs, 18 / 19; 8->8 3x3 on 32x32, 0.6M, 38 / 30; 32->32 3x3 on 16x16, 2.4M, 127 / 48)
+ONEDNN_MIN_MACS = 1 << 18
+#: 1x1 convolutions at stride 1 run oneDNN's GEMM on the NCHW data as it is (no reorders: they
+#: cost more than a 1x1 kernel saves); on sums of fewer than 64 channels or under 1M MACs
+#: numpy's GEMM is as fast or faster (16->88 on 12x48: 65 / 76 us; 32->128 on 40x40: 203 /
+#: 232; 128->32 on 40x40: 232 / 117; 64->64 on 16x16: 52 / 45)
+ONEDNN_POINTWISE_MIN_CHANNELS = 64
+ONEDNN_POINTWISE_MIN_MACS = 1 << 20
+
+
+def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
+    """Whether a convolution (float32, constant weights) goes to oneDNN. Depthwise ones do
+    only with more than one thread: oneDNN's loop is parallel where numba's is not, but slower
+    on one core (240-channel 5x5 on 8x12x80: 5.2 ms numba, 7.8 oneDNN at one thread; at two,
+    6.8 and 3.4)."""
+    if x.ndim not in (3, 4):
+        return False
+    macs = w.size * math.prod(g.out) * x.shape[0]
+    if g.pointwise and group == 1:
+        return x.shape[1] >= ONEDNN_POINTWISE_MIN_CHANNELS and macs >= ONEDNN_POINTWISE_MIN_MACS
+    depthwise = group > 1 and group == x.shape[1] == w.shape[0]
+    return macs >= ONEDNN_MIN_MACS and (threads > 1 or not depthwise)
+
+
+def build_conv(node, request, activation_name: str = "", activation_params: list[float] | None = None):
+    """The Conv kernel (also used by FusedConv with an activation, onnxruntime's spelling)."""
     group = int(node.attr("group", 1))
     geometry = _GeometryCache(node)
     attr_kernel = node.attr("kernel_shape")
     prepared: dict = {}  # reordered weight matrices (see _conv_wide)
     w_given, w_ready = constant_weight(node, request, 1)
+    b_given = constant_weight(node, request, 2)[0] if len(node.inputs) > 2 else None
+    activation = make_activation(activation_name, activation_params or [])
+    post_op = _onednn.POST_OPS[activation_name](activation_params or []) if activation_name in _onednn.POST_OPS else None
+    onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
+
+    def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
+        """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
+        enough), or None where it is not taken."""
+        plan = onednn.get(x.shape, False)
+        if plan is False:
+            plan = None
+            lib = _onednn.library()
+            if lib is not None and _takes_onednn(x, w, group, g, lib.threads()):
+                g2 = g.as_2d() if x.ndim == 3 else g
+                shape4 = x.shape if x.ndim == 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
+                w4 = w if w.ndim == 4 else w[:, :, None, :]
+                try:
+                    plan = _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides,
+                                               g2.dilations, g2.pads, (shape4[0], w.shape[0]) + g2.out, post_op,
+                                               blocked=not (g.pointwise and group == 1))
+                except _onednn.OneDNNError:
+                    plan = None  # a shape oneDNN does not implement: the numpy path
+            onednn[x.shape] = plan
+        if plan is None:
+            return None
+        y = np.empty((x.shape[0], w.shape[0]) + g.out, dtype=np.float32)
+        plan.run(np.ascontiguousarray(x), y)
+        if post_op is None and activation is not None:
+            activation(y)
+        return y
 
     def conv_kernel(x, w, b=None):
         if w is w_given:
@@ -730,6 +851,10 @@ def build_conv(node, request, activation: Activation | None = None):
             return conv_kernel(x.astype(np.float32), w.astype(np.float32), b32).astype(x.dtype)
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
+        if w is w_ready and b is b_given and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:
+            y = onednn_conv(x, w, b, g)
+            if y is not None:
+                return y
         return conv(x, w, b, group, g, kernel_shape, activation, prepared)
 
     return conv_kernel
@@ -807,6 +932,35 @@ def _separable_unpadded(x: np.ndarray, g: _Geometry, op, init) -> np.ndarray:
     return y
 
 
+#: pools over inputs of fewer values than this keep the numpy path (oneDNN's call costs more)
+ONEDNN_MIN_POOL = 1 << 14
+
+
+def _onednn_pooling(plans: dict, x: np.ndarray, g: _Geometry, algorithm: int) -> np.ndarray | None:
+    """The 1-D or 2-D float32 pooling of ``x`` by oneDNN (plans per input shape in ``plans``),
+    or None where it is not taken (no library, small, other dtype or rank, unimplemented)."""
+    if x.dtype != np.float32 or not _onednn.USE:
+        return None
+    plan = plans.get(x.shape, False)
+    if plan is False:
+        plan = None
+        lib = _onednn.library()
+        if lib is not None and x.ndim in (3, 4) and x.size >= ONEDNN_MIN_POOL:
+            g2 = g.as_2d() if x.ndim == 3 else g
+            shape4 = x.shape if x.ndim == 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
+            try:
+                plan = _onednn.Pooling(lib, shape4, algorithm, g2.kernel, g2.strides, g2.dilations, g2.pads,
+                                       shape4[:2] + g2.out)
+            except _onednn.OneDNNError:
+                plan = None
+        plans[x.shape] = plan
+    if plan is None:
+        return None
+    y = np.empty(x.shape[:2] + g.out, dtype=np.float32)
+    plan.run(np.ascontiguousarray(x), y)
+    return y
+
+
 class _PoolFake:
     """Shape-only stand-in so that ``_pool_params`` can run on a cached input shape."""
 
@@ -826,8 +980,13 @@ def _max_pool(node, request):
         win = _windows(x, ks, strides, dilations, pads, low)
         return win.max(axis=tuple(range(-len(ks), 0))), None
 
+    onednn: dict = {}
+
     def max_pool(x):
         g = geometry.get(x.shape, kernel_shape)
+        y = _onednn_pooling(onednn, x, g, _onednn.POOLING_MAX)
+        if y is not None:
+            return y
         low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
         return _separable_unpadded(x, g, np.maximum, low)
 
@@ -866,8 +1025,16 @@ def _avg_pool(node, request):
             counts_cache[key] = counts
         return counts
 
+    onednn: dict = {}
+    algorithm = _onednn.POOLING_AVERAGE_INCLUDE_PADDING if include_pad else _onednn.POOLING_AVERAGE_EXCLUDE_PADDING
+
     def avg_pool(x):
         g = geometry.get(x.shape, kernel_shape)
+        # oneDNN counts all padding in or none; ceil_mode's extra end padding is not to be counted
+        if not include_pad or list(g.pads) == list(conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)):
+            y = _onednn_pooling(onednn, x, g, algorithm)
+            if y is not None:
+                return y
         y = _separable_unpadded(x, g, np.add, 0)
         y /= counts_for(x, g)
         return y

@@ -1,0 +1,333 @@
+"""Parity of the oneDNN convolutions and pools (``kernels/_onednn.py``) with onnxruntime.
+
+The size thresholds are set to 0 here, so that every case below runs through oneDNN, and each
+asserts that it did (or, where oneDNN must not be used, that it did not). Tolerance: rtol 1e-4,
+atol 1e-4 on float32 (sums in another order than onnxruntime's; oneDNN's tanh/logistic post-ops
+are its own vector approximations). Skipped, with the reason, where oneDNN is not installed
+(``pip install ort-ep-cpu[onednn]``: Linux x86-64).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import _onednn, nn
+
+pytestmark = pytest.mark.skipif(not _onednn.available(), reason=f"oneDNN not used: {_onednn.info().get('reason')}")
+
+TOL = 1e-4
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Every size takes oneDNN; returns the list of (kind, implementation) of each oneDNN run."""
+    monkeypatch.setattr(nn, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(nn, "ONEDNN_MIN_POOL", 0)
+    monkeypatch.setattr(nn, "ONEDNN_POINTWISE_MIN_MACS", 0)
+    monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)
+    seen: list[tuple[str, str]] = []
+    real = _onednn._Primitive.run
+
+    def spy(self, x, y):
+        seen.append((type(self).__name__, self.implementation))
+        return real(self, x, y)
+
+    monkeypatch.setattr(_onednn._Primitive, "run", spy)
+    return seen
+
+
+def _model(op: str, x_shape, attrs: dict, w_shape=None, bias=True, domain="", seed=0, const_w=True) -> bytes:
+    rng = np.random.default_rng(seed)
+    inits, inputs = [], ["x"]
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
+    if w_shape is not None:
+        inputs.append("w")
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        if const_w:
+            inits.append(onnx.numpy_helper.from_array(w, "w"))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w_shape)))
+        if bias:
+            inputs.append("b")
+            inits.append(onnx.numpy_helper.from_array(rng.standard_normal(w_shape[0]).astype(np.float32), "b"))
+    node = helper.make_node(op, inputs, ["y"], domain=domain, **attrs)
+    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+def _check(data: bytes, x_shape, threads: int = 2, feeds: dict | None = None) -> np.ndarray:
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
+    feeds = {"x": x, **(feeds or {})}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    return got
+
+
+CONVS = [
+    ((1, 8, 12, 12), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 8, 12, 12), (16, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 8, 13, 11), (16, 8, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 8, 12, 12), (16, 8, 3, 3), {"pads": [0, 1, 2, 1]}),  # asymmetric
+    ((1, 8, 12, 12), (16, 8, 5, 5), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 8, 12, 12), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
+    ((1, 16, 12, 12), (16, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 16}),  # depthwise (two threads)
+    ((1, 16, 12, 12), (32, 16, 1, 1), {"strides": [2, 2]}),  # 1x1 at stride 2
+    ((2, 64, 6, 7), (24, 64, 1, 1), {}),  # 1x1 at stride 1: oneDNN's GEMM on NCHW as it is
+    ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1]}),  # first layer: three channels
+    ((2, 8, 30), (16, 8, 3), {"pads": [1, 1]}),  # 1-D
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", CONVS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_matches_onnxruntime(runs, x_shape, w_shape, attrs, bias):
+    _check(_model("Conv", x_shape, attrs, w_shape, bias=bias), x_shape)
+    assert [kind for kind, _ in runs] == ["Convolution"]
+
+
+@pytest.mark.parametrize("activation, params", [
+    ("Relu", []), ("LeakyRelu", [0.1]), ("Tanh", []), ("Sigmoid", []), ("Clip", [-0.5, 0.7]),
+    ("HardSigmoid", [0.3, 0.4]),
+])
+def test_fused_conv_activation_is_a_post_op(runs, monkeypatch, activation, params):
+    attrs = {"pads": [1, 1, 1, 1], "activation": activation}
+    if params:
+        attrs["activation_params"] = params
+    # the numpy activation must not run: oneDNN applies it
+    monkeypatch.setattr(nn, "make_activation", lambda name, p: (lambda y: pytest.fail("numpy activation ran")) if name else None)
+    _check(_model("FusedConv", (1, 8, 12, 12), attrs, (16, 8, 3, 3), domain="com.microsoft"), (1, 8, 12, 12))
+    assert [kind for kind, _ in runs] == ["Convolution"]
+
+
+def test_pointwise_over_few_channels_and_depthwise_on_one_thread_keep_numpy(runs):
+    _check(_model("Conv", (1, 16, 12, 12), {}, (32, 16, 1, 1)), (1, 16, 12, 12))
+    _check(_model("Conv", (1, 16, 12, 12), {"pads": [1, 1, 1, 1], "group": 16}, (16, 1, 3, 3)), (1, 16, 12, 12), threads=1)
+    assert runs == []
+
+
+def test_weights_fed_at_run_time_keep_numpy(runs):
+    w = np.random.default_rng(3).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    _check(_model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3), const_w=False), (1, 8, 12, 12),
+           feeds={"w": w})
+    assert runs == []
+
+
+def test_small_convolution_keeps_numpy(monkeypatch, runs):
+    monkeypatch.setattr(nn, "ONEDNN_MIN_MACS", 10**9)
+    _check(_model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3)), (1, 8, 12, 12))
+    assert runs == []
+
+
+def test_unimplemented_shape_falls_back_once(runs, monkeypatch):
+    made = []
+
+    def refuse(*args, **kwargs):
+        made.append(1)
+        raise _onednn.OneDNNError("dnnl_convolution_forward_primitive_desc_create failed with dnnl_status_t 3")
+
+    monkeypatch.setattr(_onednn, "Convolution", refuse)
+    data = _model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(3):
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=TOL, atol=TOL)
+    assert made == [1]  # asked once per input shape, then the numpy path
+
+
+POOLS = [
+    ("MaxPool", (1, 8, 16, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (2, 8, 15, 15), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 8, 30), {"kernel_shape": [3], "strides": [2]}),
+    ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", (1, 8, 15, 15), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+]
+
+
+@pytest.mark.parametrize("op, x_shape, attrs", POOLS)
+def test_pool_matches_onnxruntime(runs, op, x_shape, attrs):
+    _check(_model(op, x_shape, attrs), x_shape)
+    assert [kind for kind, _ in runs] == ["Pooling"]
+
+
+def test_average_pool_counting_padding_with_ceil_extension_keeps_numpy(runs):
+    # oneDNN would count ceil_mode's extra padding too; ONNX counts only the explicit pads
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1, "ceil_mode": 1}
+    _check(_model("AveragePool", (1, 8, 16, 16), attrs), (1, 8, 16, 16))
+    assert runs == []
+
+
+def test_reference_implementations_are_declined(runs, monkeypatch):
+    # oneDNN 3.x has only its reference loop for dilated max pooling: numpy's path runs instead
+    made = []
+    real = _onednn._Primitive._finish
+
+    def finish(self, pd):
+        made.append(self.lib.implementation(pd))
+        return real(self, pd)
+
+    monkeypatch.setattr(_onednn._Primitive, "_finish", finish)
+    _check(_model("MaxPool", (1, 8, 16, 16), {"kernel_shape": [2, 2], "dilations": [2, 2]}), (1, 8, 16, 16))
+    assert made == ["ref:any"] and runs == []
+
+
+def test_concurrent_runs_of_one_session(runs):
+    data = _model("Conv", (2, 8, 16, 16), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((2, 8, 16, 16)).astype(np.float32) for _ in range(4)]
+    reference = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    wants = [reference.run(None, {"x": x})[0] for x in xs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(session.run(None, {"x": xs[i]})[0], wants[i], rtol=TOL, atol=TOL)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]
+    assert len(runs) == 80
+
+
+def test_intra_op_num_threads_sets_the_openmp_count(runs):
+    lib = _onednn.library()
+    for threads in (1, 2):
+        _check(_model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3)), (1, 8, 12, 12), threads=threads)
+        assert lib.local.threads == threads
+        assert lib.gomp.omp_get_max_threads() == threads
+
+
+def test_info_names_the_library():
+    info = _onednn.info()
+    assert info["used"] and info["version"].startswith("3.") and info["path"].endswith(_onednn.LIBRARY)
+
+
+def _product_model(op: str, a_shape, b_shape, attrs: dict, c_shape=None, domain="") -> bytes:
+    rng = np.random.default_rng(2)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(b_shape).astype(np.float32), "b")]
+    inputs = ["x", "b"]
+    if c_shape is not None:
+        inits.append(onnx.numpy_helper.from_array(rng.standard_normal(c_shape).astype(np.float32), "c"))
+        inputs.append("c")
+    node = helper.make_node(op, inputs, ["y"], domain=domain, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(a_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((5, 16), (16, 24)), ((2, 7, 16), (16, 24)), ((16,), (16, 24)),
+                                               ((3, 2, 4, 16), (16, 8))])
+def test_matmul_with_constant_weights_matches_onnxruntime(runs, a_shape, b_shape):
+    _check(_product_model("MatMul", a_shape, b_shape, {}), a_shape)
+    assert [kind for kind, _ in runs] == ["MatMul"]
+
+
+@pytest.mark.parametrize("attrs, c_shape, used", [
+    ({}, None, True),
+    ({"transB": 1}, (24,), True),
+    ({"alpha": 0.5, "beta": 2.0}, (1, 24), True),
+    ({}, (5, 24), False),  # a full C matrix: numpy adds it
+    ({"transA": 1}, (24,), False),
+])
+def test_gemm_matches_onnxruntime(runs, attrs, c_shape, used):
+    a_shape = (16, 5) if attrs.get("transA") else (5, 16)
+    b_shape = (24, 16) if attrs.get("transB") else (16, 24)
+    _check(_product_model("Gemm", a_shape, b_shape, attrs, c_shape), a_shape)
+    assert [kind for kind, _ in runs] == (["MatMul"] if used else [])
+
+
+@pytest.mark.parametrize("activation, extra", [("Relu", {}), ("LeakyRelu", {"activation_alpha": 0.2}),
+                                               ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4})])
+def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra):
+    monkeypatch.setattr(nn, "make_activation", lambda name, p: (lambda y: pytest.fail("numpy activation ran")) if name else None)
+    attrs = {"activation": activation, "transB": 1, **extra}
+    _check(_product_model("FusedGemm", (5, 16), (24, 16), attrs, (24,), domain="com.microsoft"), (5, 16))
+    assert [kind for kind, _ in runs] == ["MatMul"]
+
+
+def test_matmul_shape_mismatch_names_the_shapes(runs):
+    data = _product_model("MatMul", (5, 16), (16, 24), {})
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="16"):
+        session.run(None, {"x": np.zeros((5, 15), np.float32)})
+    assert runs == []
+
+
+def test_sessions_give_blas_one_thread_and_restore_it():
+    from ort_ep_cpu import threads
+
+    libraries = threads.blas_libraries(refresh=True)
+    before = [lib.get_num_threads() for lib in libraries]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(_product_model("MatMul", (5, 16), (16, 24), {}), options,
+                                   providers=["CPUExecutionProvider"])
+    assert [lib.get_num_threads() for lib in threads.blas_libraries()] == [1] * len(libraries)
+    assert threads.count() == 2
+    del session
+    import gc
+
+    gc.collect()
+    assert [lib.get_num_threads() for lib in libraries] == before
+
+
+_FAMILIES = r"^test_(basic_conv|conv|maxpool|averagepool|gemm|matmul)"
+
+
+def _weights_as_constants(case):
+    """The case with every input after the first made an initializer holding the value of its
+    first data set: the backend tests feed weights as inputs, and oneDNN takes constant ones."""
+    import copy
+    import dataclasses
+
+    model = copy.deepcopy(case.model)
+    inputs, outputs = case.data_sets[0]
+    graph = model.graph
+    real = [i for i in graph.input if i.name not in {t.name for t in graph.initializer}]
+    for info, value in list(zip(real, inputs))[1:]:
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            graph.initializer.append(onnx.numpy_helper.from_array(value, info.name))
+            graph.input.remove(info)
+    return dataclasses.replace(case, model=model, data_sets=[(inputs[:1], outputs)])
+
+
+@pytest.fixture(scope="module")
+def family_cases():
+    from ort_core.testing.conformance import load_cases
+
+    return [_weights_as_constants(c) for c in load_cases(["node"], _FAMILIES)]
+
+
+def test_backend_node_cases_of_these_ops_pass_through_onednn(runs, family_cases):
+    """ONNX's own test cases of the ops oneDNN takes, weights made constant and every size
+    routed to oneDNN (the float32 ones run it; the rest must still take numpy's path and pass)."""
+    from ort_core.testing.conformance import run_case
+
+    assert len(family_cases) > 70
+    failed = [r for r in (run_case(c, ["CPUExecutionProvider"]) for c in family_cases) if r.status != "passed"]
+    assert not failed, [(r.name, r.message) for r in failed]
+    kinds = {kind for kind, _ in runs}
+    assert kinds == {"Convolution", "MatMul", "Pooling"} and len(runs) > 30, runs
+    assert not [name for _, name in runs if name.startswith("ref:")]
