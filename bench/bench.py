@@ -309,6 +309,15 @@ def blas_info() -> list[dict[str, Any]]:
     ]
 
 
+def onednn_info() -> dict[str, Any]:
+    """Whether the CPU provider runs oneDNN here (its optional extra), and which."""
+    try:
+        from ort_ep_cpu.kernels import _onednn
+    except ImportError:
+        return {"used": False, "reason": "ort-ep-cpu not installed"}
+    return _onednn.info()
+
+
 def bench_case(label: str, name: str, batch: int, providers: list[str], args) -> dict[str, Any]:
     data, feeds = load_case(name, batch)
     kinds = ["ort"] + [f"core:{p}" for p in providers]
@@ -477,6 +486,8 @@ def main() -> int:
           f"ort-core {ort_core.__version__}, threads {args.threads}, optimization level {args.level}")
     blas = blas_info()
     print("BLAS:", "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in blas))
+    onednn = onednn_info()
+    print("oneDNN:", ", ".join(f"{k}={v}" for k, v in onednn.items()))
     print("OPENBLAS_CORETYPE:", os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
           "OPENBLAS_L2_SIZE:", os.environ.get("OPENBLAS_L2_SIZE", "(unset)"))
     load_before = os.getloadavg()
@@ -504,7 +515,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "python": platform.python_version(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
-        "ort_core": ort_core.__version__, "threads": args.threads, "level": args.level, "blas": blas,
+        "ort_core": ort_core.__version__, "threads": args.threads, "level": args.level, "blas": blas, "onednn": onednn,
         "cpu": platform.processor() or platform.machine(), "rtol": RTOL, "atol": ATOL,
         "executor_overhead": overhead, "rows": rows,
         "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count(),

@@ -56,16 +56,8 @@ class _ConstantProduct:
         if a.shape[-1] != k:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
-        plan = self.plans.get(rows, False)
-        if plan is False:
-            plan = None
-            lib = _onednn.library()
-            if lib is not None and rows * k * n >= ONEDNN_MIN_GEMM_MACS:
-                try:
-                    plan = _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op)
-                except _onednn.OneDNNError:
-                    plan = None
-            self.plans[rows] = plan
+        plan = _onednn.plan_for(self.plans, rows, lambda lib: _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op)
+                                if rows * k * n >= ONEDNN_MIN_GEMM_MACS else None)
         if plan is None:
             return None
         y = np.empty(a.shape[:-1] + (n,), dtype=np.float32)
@@ -790,6 +782,14 @@ ONEDNN_POINTWISE_MIN_CHANNELS = 64
 ONEDNN_POINTWISE_MIN_MACS = 1 << 20
 
 
+def _as_2d(x_shape: tuple, g: _Geometry) -> tuple[_Geometry, tuple]:
+    """A 1-D geometry and NCW input shape as 2-D ones with one row (oneDNN's primitives here
+    are 2-D); 2-D ones as they are."""
+    if len(x_shape) == 4:
+        return g, x_shape
+    return g.as_2d(), (x_shape[0], x_shape[1], 1, x_shape[2])
+
+
 def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
     """Whether a convolution (float32, constant weights) goes to oneDNN. Depthwise ones do
     only with more than one thread: oneDNN's loop is parallel where numba's is not, but slower
@@ -819,21 +819,16 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
         """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
         enough), or None where it is not taken."""
-        plan = onednn.get(x.shape, False)
-        if plan is False:
-            plan = None
-            lib = _onednn.library()
-            if lib is not None and _takes_onednn(x, w, group, g, lib.threads()):
-                g2 = g.as_2d() if x.ndim == 3 else g
-                shape4 = x.shape if x.ndim == 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
-                w4 = w if w.ndim == 4 else w[:, :, None, :]
-                try:
-                    plan = _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides,
-                                               g2.dilations, g2.pads, (shape4[0], w.shape[0]) + g2.out, post_op,
-                                               blocked=not (g.pointwise and group == 1))
-                except _onednn.OneDNNError:
-                    plan = None  # a shape oneDNN does not implement: the numpy path
-            onednn[x.shape] = plan
+        def make(lib: _onednn._Library) -> _onednn.Convolution | None:
+            if not _takes_onednn(x, w, group, g, lib.threads()):
+                return None
+            g2, shape4 = _as_2d(x.shape, g)
+            w4 = w if w.ndim == 4 else w[:, :, None, :]
+            return _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides, g2.dilations,
+                                       g2.pads, (shape4[0], w.shape[0]) + g2.out, post_op,
+                                       blocked=not (g.pointwise and group == 1))
+
+        plan = _onednn.plan_for(onednn, x.shape, make)
         if plan is None:
             return None
         y = np.empty((x.shape[0], w.shape[0]) + g.out, dtype=np.float32)
@@ -941,19 +936,14 @@ def _onednn_pooling(plans: dict, x: np.ndarray, g: _Geometry, algorithm: int) ->
     or None where it is not taken (no library, small, other dtype or rank, unimplemented)."""
     if x.dtype != np.float32 or not _onednn.USE:
         return None
-    plan = plans.get(x.shape, False)
-    if plan is False:
-        plan = None
-        lib = _onednn.library()
-        if lib is not None and x.ndim in (3, 4) and x.size >= ONEDNN_MIN_POOL:
-            g2 = g.as_2d() if x.ndim == 3 else g
-            shape4 = x.shape if x.ndim == 4 else (x.shape[0], x.shape[1], 1, x.shape[2])
-            try:
-                plan = _onednn.Pooling(lib, shape4, algorithm, g2.kernel, g2.strides, g2.dilations, g2.pads,
-                                       shape4[:2] + g2.out)
-            except _onednn.OneDNNError:
-                plan = None
-        plans[x.shape] = plan
+
+    def make(lib: _onednn._Library) -> _onednn.Pooling | None:
+        if x.ndim not in (3, 4) or x.size < ONEDNN_MIN_POOL:
+            return None
+        g2, shape4 = _as_2d(x.shape, g)
+        return _onednn.Pooling(lib, shape4, algorithm, g2.kernel, g2.strides, g2.dilations, g2.pads, shape4[:2] + g2.out)
+
+    plan = _onednn.plan_for(plans, x.shape, make)
     if plan is None:
         return None
     y = np.empty(x.shape[:2] + g.out, dtype=np.float32)
