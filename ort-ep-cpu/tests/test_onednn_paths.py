@@ -331,3 +331,30 @@ def test_backend_node_cases_of_these_ops_pass_through_onednn(runs, family_cases)
     kinds = {kind for kind, _ in runs}
     assert kinds == {"Convolution", "MatMul", "Pooling"} and len(runs) > 30, runs
     assert not [name for _, name in runs if name.startswith("ref:")]
+
+
+def _fresh_load(monkeypatch, found):
+    for name, value in (("_tried", False), ("_library", None), ("_problem", None)):
+        monkeypatch.setattr(_onednn, name, value)
+    monkeypatch.setattr(_onednn, "_find", lambda: found)
+
+
+def test_a_broken_install_warns_once_and_the_numpy_paths_run(monkeypatch, caplog):
+    from pathlib import Path
+
+    _fresh_load(monkeypatch, Path("/nonexistent/libdnnl.so.3"))
+    with caplog.at_level("WARNING", logger="ort_core"):
+        assert _onednn.library() is None
+        assert _onednn.library() is None
+    assert caplog.text.count("oneDNN not used") == 1
+    assert "/nonexistent/libdnnl.so.3" in _onednn.info()["reason"]
+    _check(_model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3)), (1, 8, 12, 12))
+
+
+def test_not_installed_is_reported_quietly(monkeypatch, caplog):
+    _fresh_load(monkeypatch, None)
+    with caplog.at_level("WARNING", logger="ort_core"):
+        assert _onednn.library() is None
+    assert caplog.text == ""
+    assert _onednn.info() == {"library": "oneDNN", "used": False,
+                              "reason": f"the {_onednn.DISTRIBUTION} distribution is not installed"}

@@ -1,30 +1,32 @@
-"""2-D float32 convolutions through oneDNN (Intel's deep-learning primitives library), called
-through its C API with ctypes, where its PyPI build is installed (``pip install
-ort-ep-cpu[onednn]``: the ``onednn-cpu-gomp`` wheel, Linux x86-64; it needs the system's
-``libgomp.so.1``).
+"""oneDNN (Intel's deep-learning primitives library) for the CPU provider's float32
+convolutions, pools and products with constant weights, called through its C API with ctypes
+where its PyPI build is installed (``pip install ort-ep-cpu[onednn]``: the ``onednn-cpu-gomp``
+wheel, oneDNN 3.2, Linux x86-64; it needs the system's ``libgomp.so.1``).
 
 Why: a convolution done as column copies + numpy's BLAS (OpenBLAS) SGEMM reaches about half of
-the CPU's peak on the small-channel layers of a ResNet, and onnxruntime does those layers
-about 3x faster with its own direct convolution on channel-blocked data (NCHWc). oneDNN does
-the same: it picks its kernel for the shape and the CPU (here ``brgconv:avx512_core``), on
-data in a channel-blocked layout of its choosing. A convolution is then three primitives run
-back to back: the input reordered from NCHW into that layout, the convolution (with the fused
-activation as a post-op), the output reordered back to NCHW. Measured on a 32->32 3x3 layer at
-32x32 (one thread / two): 158 / 143 us, against 485 / 388 us for the column path and 131 / 103
-us for onnxruntime.
+the CPU's peak on the small-channel layers of a ResNet; onnxruntime does those layers about 3x
+faster with direct kernels on channel-blocked data (NCHWc). oneDNN does the same: it picks its
+kernel for the shape and the CPU (here ``brgconv:avx512_core``) on a blocked layout of its
+choosing, so a convolution is three primitives back to back: the input reordered from NCHW
+into that layout, the convolution (the fused activation as a post-op), the output reordered
+back. A 32->32 3x3 layer at 32x32 (one thread / two): 158 / 143 us, against 485 / 388 us for
+the column path and 131 / 103 us for onnxruntime.
 
-Everything but the two NCHW buffers is made once per input shape (``Convolution``): the
-primitives, the weights in their blocked layout, and per concurrent caller the blocked
-buffers and the scratchpad. Without the library, or with ``ORT_EP_CPU_ONEDNN=0`` in the
-environment, ``available()`` is False and the numpy path runs.
+Each primitive (``Convolution``, ``Pooling``, ``MatMul``) is made for one input shape, at its
+first run (``plan_for``), with its constant weights copied once into oneDNN's layout; the
+blocked intermediates and the scratchpad are views of a per-thread scratch. oneDNN's
+reference implementations (``ref:``) are declined. Without the library, or with
+``ORT_EP_CPU_ONEDNN=0`` in the environment, ``library()`` is None and the numpy paths run.
 
-oneDNN's OpenMP runtime sizes its parallel regions by the calling thread's OpenMP setting;
-each call sets it to ``intra_op_num_threads`` (``threads.count()``) where it differs.
+Threads: oneDNN's OpenMP runtime sizes a parallel region by the calling thread's OpenMP
+setting, which each call sets to ``intra_op_num_threads`` (``threads.count()``) where it
+differs; while oneDNN is in use the BLAS libraries get one thread (``threads.py`` says why).
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 import weakref
@@ -46,12 +48,6 @@ LIBRARY = "libdnnl.so.3"
 # the C API's constants (oneDNN 3.x: dnnl_types.h / dnnl_common_types.h)
 _F32 = 3
 _TAG_ANY, _TAG_A = 1, 2
-
-
-def _plain(ndim: int) -> int:
-    """The format tag of a dense row-major array of ``ndim`` (1-5) dimensions: a, ab, ..., abcde."""
-    return _TAG_A + ndim - 1
-
 _CPU_ENGINE, _IN_ORDER_STREAM = 1, 1
 _FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 96, 1
 _QUERY_IMPL_INFO_STR, _QUERY_SRC_MD, _QUERY_WEIGHTS_MD, _QUERY_DST_MD, _QUERY_SCRATCHPAD_MD = 8, 129, 131, 133, 136
@@ -78,12 +74,18 @@ _P = ctypes.c_void_p
 _Dims = ctypes.c_int64 * 12
 
 
+def _plain(ndim: int) -> int:
+    """The format tag of a dense row-major array of ``ndim`` (1-5) dimensions: a, ab, ..., abcde."""
+    return _TAG_A + ndim - 1
+
+
 class _ExecArg(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_int), ("memory", _P)]
 
 
 class OneDNNError(RuntimeError):
-    pass
+    """A oneDNN call failed (its message names the call and the status); where a primitive is
+    being made, the caller runs its numpy path instead."""
 
 
 class _Library:
@@ -214,6 +216,8 @@ def library() -> _Library | None:
                         _library = _Library(path)
                     except (OSError, OneDNNError, AttributeError) as error:
                         _problem = f"{path}: {error}"
+                        # installed on purpose and not loadable: say so once (numpy's paths run)
+                        logging.getLogger("ort_core").warning("CPUExecutionProvider: oneDNN not used: %s", _problem)
                 _tried = True
     return _library
 
@@ -223,7 +227,7 @@ def available() -> bool:
 
 
 def info() -> dict:
-    """What the provider reports about oneDNN (``CPUExecutionProvider`` info)."""
+    """Whether oneDNN is used here, which build, or why not (the bench prints it)."""
     lib = library()
     if lib is None:
         return {"library": "oneDNN", "used": False, "reason": "switched off (ORT_EP_CPU_ONEDNN=0)" if not USE else _problem}
