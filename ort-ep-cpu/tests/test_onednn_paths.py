@@ -358,3 +358,20 @@ def test_not_installed_is_reported_quietly(monkeypatch, caplog):
     assert caplog.text == ""
     assert _onednn.info() == {"library": "oneDNN", "used": False,
                               "reason": f"the {_onednn.DISTRIBUTION} distribution is not installed"}
+
+
+def test_a_thread_s_stream_is_destroyed_when_the_thread_ends(runs, monkeypatch):
+    lib = _onednn.library()
+    destroyed = []
+    real = lib.dnnl.dnnl_stream_destroy
+    monkeypatch.setattr(lib.dnnl, "dnnl_stream_destroy", lambda stream: destroyed.append(stream) or real(stream))
+    session = ort.InferenceSession(_model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3)),
+                                   providers=["CPUExecutionProvider"])
+    x = np.zeros((1, 8, 12, 12), np.float32)
+    worker = threading.Thread(target=lambda: session.run(None, {"x": x}))
+    worker.start()
+    worker.join()
+    import gc
+
+    gc.collect()
+    assert len(runs) == 1 and len(destroyed) == 1

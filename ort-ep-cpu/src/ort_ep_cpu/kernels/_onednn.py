@@ -88,6 +88,10 @@ class OneDNNError(RuntimeError):
     being made, the caller runs its numpy path instead."""
 
 
+class _StreamOwner:
+    """Lives in a thread's locals beside its stream; its finalizer destroys the stream."""
+
+
 class _Library:
     """libdnnl and libgomp loaded, with the CPU engine."""
 
@@ -132,6 +136,9 @@ class _Library:
                        "dnnl_stream_create")
             local.stream = stream
             local.threads = None
+            # destroyed with the thread's locals when the thread ends
+            local.owner = _StreamOwner()
+            weakref.finalize(local.owner, self.dnnl.dnnl_stream_destroy, stream)
         wanted = self.threads()
         if local.threads != wanted:
             self.gomp.omp_set_num_threads(wanted)
