@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import _onednn, nn
+from ort_ep_cpu.kernels import _jit, _onednn, nn
 
 pytestmark = pytest.mark.skipif(not _onednn.available(), reason=f"oneDNN not used: {_onednn.info().get('reason')}")
 
@@ -112,10 +112,18 @@ def test_fused_conv_activation_is_a_post_op(runs, monkeypatch, activation, param
     assert [kind for kind, _ in runs] == ["Convolution"]
 
 
-def test_pointwise_over_few_channels_and_depthwise_on_one_thread_keep_numpy(runs):
+def test_pointwise_over_few_channels_keeps_numpy(runs):
     _check(_model("Conv", (1, 16, 12, 12), {}, (32, 16, 1, 1)), (1, 16, 12, 12))
-    _check(_model("Conv", (1, 16, 12, 12), {"pads": [1, 1, 1, 1], "group": 16}, (16, 1, 3, 3)), (1, 16, 12, 12), threads=1)
     assert runs == []
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_depthwise_on_one_thread_takes_numba_where_it_is(runs, monkeypatch, compiled):
+    if compiled and not _jit.enabled():
+        pytest.skip("numba not installed")
+    monkeypatch.setattr(_jit, "USE", compiled)
+    _check(_model("Conv", (1, 16, 12, 12), {"pads": [1, 1, 1, 1], "group": 16}, (16, 1, 3, 3)), (1, 16, 12, 12), threads=1)
+    assert [kind for kind, _ in runs] == ([] if compiled else ["Convolution"])
 
 
 def test_weights_fed_at_run_time_keep_numpy(runs):

@@ -70,6 +70,15 @@ POST_OPS = {
     "HardSigmoid": lambda p: (0x28, p[0] if p else 0.2, p[1] if len(p) > 1 else 0.5),
 }
 
+
+
+def post_op(activation: str, params: list[float]) -> tuple[int, float, float] | None:
+    """The eltwise post-op of a FusedConv/FusedGemm activation, or None where oneDNN has none
+    for it (or there is no activation)."""
+    make = POST_OPS.get(activation)
+    return None if make is None else make(params)
+
+
 _P = ctypes.c_void_p
 _Dims = ctypes.c_int64 * 12
 

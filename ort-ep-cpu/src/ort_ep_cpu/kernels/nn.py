@@ -105,10 +105,11 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
     product = None
     if b_ready is not None and (c_const is None or (isinstance(c_const, np.ndarray) and c_const.dtype == np.float32
                                                     and c_const.shape in ((b_ready.shape[-1],), (1, b_ready.shape[-1])))):
-        post_op = _onednn.POST_OPS[activation_name](activation_params or []) if activation_name in _onednn.POST_OPS else None
+        post_op = _onednn.post_op(activation_name, activation_params or [])
         bias = None if c_const is None else (c_const.reshape(-1) * np.float32(beta)).astype(np.float32)
         scaled = b_ready if alpha == 1.0 or b_ready.dtype != np.float32 else b_ready * np.float32(alpha)
-        product = _constant_product(scaled, bias=bias, post_op=post_op) if post_op or not activation_name else None
+        if post_op is not None or not activation_name:  # else an activation only numpy applies
+            product = _constant_product(scaled, bias=bias, post_op=post_op)
 
     def gemm(a, b, c=None):
         if product is not None and b is b_const and c is c_const and not trans_a:
@@ -792,16 +793,16 @@ def _as_2d(x_shape: tuple, g: _Geometry) -> tuple[_Geometry, tuple]:
 
 def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
     """Whether a convolution (float32, constant weights) goes to oneDNN. Depthwise ones do
-    only with more than one thread: oneDNN's loop is parallel where numba's is not, but slower
-    on one core (240-channel 5x5 on 8x12x80: 5.2 ms numba, 7.8 oneDNN at one thread; at two,
-    6.8 and 3.4)."""
+    with more than one thread, or without numba: oneDNN's loop is parallel where numba's is
+    not, but slower on one core (240-channel 5x5 on 8x12x80: 5.2 ms numba, 7.8 oneDNN at one
+    thread; at two, 6.8 and 3.4)."""
     if x.ndim not in (3, 4):
         return False
     macs = w.size * math.prod(g.out) * x.shape[0]
     if g.pointwise and group == 1:
         return x.shape[1] >= ONEDNN_POINTWISE_MIN_CHANNELS and macs >= ONEDNN_POINTWISE_MIN_MACS
     depthwise = group > 1 and group == x.shape[1] == w.shape[0]
-    return macs >= ONEDNN_MIN_MACS and (threads > 1 or not depthwise)
+    return macs >= ONEDNN_MIN_MACS and (threads > 1 or not depthwise or not _jit.enabled())
 
 
 def build_conv(node, request, activation_name: str = "", activation_params: list[float] | None = None):
@@ -813,7 +814,7 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     w_given, w_ready = constant_weight(node, request, 1)
     b_given = constant_weight(node, request, 2)[0] if len(node.inputs) > 2 else None
     activation = make_activation(activation_name, activation_params or [])
-    post_op = _onednn.POST_OPS[activation_name](activation_params or []) if activation_name in _onednn.POST_OPS else None
+    post_op = _onednn.post_op(activation_name, activation_params or [])
     onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
 
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
