@@ -34,9 +34,11 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-#: products (rows x K x N multiply-adds) smaller than this keep numpy's BLAS call; oneDNN's
-#: call costs a few microseconds more (see ``_onednn``)
-ONEDNN_MIN_GEMM_MACS = 1 << 16
+#: products (rows x K x N multiply-adds) smaller than this keep numpy's BLAS call (on one
+#: thread while oneDNN is in use): a oneDNN matmul call costs about 18 us however small, so the
+#: crossover lies between 0.5M and 0.85M MACs (measured, us numpy / oneDNN: 8x128x128 4 / 19;
+#: 2x512x512 16 / 24; 1x128x6625 119 / 53; 4x512x512 69 / 27)
+ONEDNN_MIN_GEMM_MACS = 3 << 18
 
 
 class _ConstantProduct:
