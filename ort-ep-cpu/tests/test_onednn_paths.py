@@ -383,3 +383,33 @@ def test_a_thread_s_stream_is_destroyed_when_the_thread_ends(runs, monkeypatch):
 
     gc.collect()
     assert len(runs) == 1 and len(destroyed) == 1
+
+
+def _forked_child(data: bytes, x: np.ndarray, session, queue) -> None:
+    fresh = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    queue.put((fresh.run(None, {"x": x})[0], session.run(None, {"x": x})[0], _onednn.info()["reason"]))
+
+
+def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
+    import multiprocessing
+
+    data = _model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
+    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0]
+    assert len(runs) == 1  # the parent's OpenMP pool has run
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_child, args=(data, x, session, queue))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung")
+    assert child.exitcode == 0
+    fresh, reused, reason = queue.get(timeout=5)
+    np.testing.assert_allclose(fresh, want, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(reused, want, rtol=TOL, atol=TOL)
+    assert "fork" in reason

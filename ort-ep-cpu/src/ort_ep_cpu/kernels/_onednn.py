@@ -130,6 +130,7 @@ class _Library:
         self.engine = _P()
         self.check(d.dnnl_engine_create(ctypes.byref(self.engine), _CPU_ENGINE, 0), "dnnl_engine_create")
         self.local = threading.local()  # per thread: its stream and its OpenMP thread count
+        os.register_at_fork(after_in_child=_after_fork)
 
     def check(self, status: int, what: str) -> None:
         if status != 0:
@@ -247,8 +248,18 @@ def info() -> dict:
     """Whether oneDNN is used here, which build, or why not (the bench prints it)."""
     lib = library()
     if lib is None:
-        return {"library": "oneDNN", "used": False, "reason": "switched off (ORT_EP_CPU_ONEDNN=0)" if not USE else _problem}
+        reason = _problem if _problem or USE else "switched off (ORT_EP_CPU_ONEDNN=0)"
+        return {"library": "oneDNN", "used": False, "reason": reason}
     return {"library": "oneDNN", "used": True, "version": lib.version, "path": str(lib.path)}
+
+
+def _after_fork() -> None:
+    """In a process forked from one that loaded oneDNN: the numpy paths from now on. GNU
+    OpenMP's worker threads do not survive fork(), and oneDNN's primitives ask for their
+    thread count explicitly, so a parallel region in the child waits for them forever."""
+    global USE, _problem
+    USE = False
+    _problem = "forked from a process that had loaded oneDNN (its OpenMP threads do not survive fork)"
 
 
 def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) -> _Primitive | None:
