@@ -301,6 +301,24 @@ def test_sessions_give_blas_one_thread_and_restore_it():
     assert [lib.get_num_threads() for lib in libraries] == before
 
 
+def test_blas_stays_at_one_thread_until_the_last_session_ends():
+    import gc
+
+    from ort_ep_cpu import threads
+
+    libraries = threads.blas_libraries(refresh=True)
+    before = [lib.get_num_threads() for lib in libraries]
+    data = _product_model("MatMul", (5, 16), (16, 24), {})
+    first = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    second = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    del first
+    gc.collect()
+    assert [lib.get_num_threads() for lib in threads.blas_libraries()] == [1] * len(libraries)
+    del second
+    gc.collect()
+    assert [lib.get_num_threads() for lib in libraries] == before
+
+
 _FAMILIES = r"^test_(basic_conv|conv|maxpool|averagepool|gemm|matmul)"
 
 

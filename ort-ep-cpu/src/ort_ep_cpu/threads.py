@@ -3,8 +3,9 @@
 numpy's (and scipy's) BLAS libraries keep one thread pool per process, not per session, so
 the setting is applied when a session starts and undone when it ends (threadpoolctl finds the
 libraries and sets their thread counts through their own C calls). With several live sessions
-that ask for different counts, the most recently created one's count holds. 0 (the default)
-leaves the libraries at their own default (one thread per core).
+that ask for different counts, the most recently created one's count holds, and the
+libraries' own counts come back when the last session ends. 0 (the default) leaves the
+libraries at their own default (one thread per core).
 
 Where oneDNN is used (``kernels/_onednn.py``), it runs the convolutions and the products with
 constant weights on ``intra_op_num_threads`` OpenMP threads, and the BLAS libraries get ONE
@@ -21,7 +22,9 @@ from typing import Any
 
 _lock = threading.Lock()
 _controllers: list[Any] | None = None
-_count = 0  # the count the last limit() set, 0 after restore() (libraries' default)
+_count = 0  # the count the last limit() set, 0 once no session lives (libraries' default)
+_live = 0  # sessions between limit() and restore()
+_saved: dict[str, tuple[Any, int]] = {}  # library path -> (controller, its count before the first)
 
 
 def count() -> int:
@@ -45,30 +48,37 @@ def blas_libraries(refresh: bool = False) -> list[Any]:
     return _controllers
 
 
-def limit(threads: int, blas: int | None = None) -> list[tuple[Any, int]] | None:
-    """Record ``threads`` as the session's count and set every BLAS library to ``blas``
-    threads (default: ``threads``; 0 leaves them as they are); return what to restore."""
-    global _count
+def limit(threads: int, blas: int | None = None) -> bool:
+    """A session starts: record ``threads`` as the count and set every BLAS library to ``blas``
+    threads (default: ``threads``; 0 leaves them as they are). Returns the token to hand to
+    ``restore`` when the session ends."""
+    global _count, _live
     blas = threads if blas is None else blas
-    _count = max(threads, 0)
-    if blas <= 0:
-        return None
-    previous = []
     with _lock:
-        for lib in blas_libraries(refresh=True):
-            previous.append((lib, lib.get_num_threads()))
-            lib.set_num_threads(blas)
-    return previous
+        _live += 1
+        _count = max(threads, 0)
+        if blas > 0:
+            for lib in blas_libraries(refresh=True):
+                _saved.setdefault(lib.filepath, (lib, lib.get_num_threads()))
+                lib.set_num_threads(blas)
+    return True
 
 
-def restore(previous: list[tuple[Any, int]] | None) -> None:
-    global _count
-    _count = 0
-    if not previous:
+def restore(started: bool | None) -> None:
+    """A session ends. The libraries get back the counts they had before the first live
+    session only when the last one ends: one session's end must not undo the setting another
+    still runs with (with oneDNN, that would put two spinning pools back on the cores)."""
+    global _count, _live
+    if not started:
         return
     with _lock:
-        for lib, count in previous:
+        _live -= 1
+        if _live > 0:
+            return
+        _count = 0
+        for lib, count in _saved.values():
             lib.set_num_threads(count)
+        _saved.clear()
 
 
 def info() -> list[dict[str, Any]]:
