@@ -431,3 +431,31 @@ def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
     np.testing.assert_allclose(fresh, want, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(reused, want, rtol=TOL, atol=TOL)
     assert "fork" in reason
+
+
+def test_primitives_kept_per_node_are_bounded(runs, monkeypatch):
+    import gc
+    import weakref
+
+    made: list = []
+    real = _onednn._Primitive.__init__
+
+    def spy(self, *args, **kwargs):
+        made.append(weakref.ref(self))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(_onednn._Primitive, "__init__", spy)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.ones((16, 8, 3, 3), np.float32), "w")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    reference = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for width in range(4, 4 + 3 * _onednn.MAX_PLANS):
+        x = np.random.default_rng(width).standard_normal((1, 8, 6, width)).astype(np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], reference.run(None, {"x": x})[0], rtol=TOL, atol=TOL)
+    gc.collect()
+    assert len(made) == 3 * _onednn.MAX_PLANS
+    assert sum(ref() is not None for ref in made) == _onednn.MAX_PLANS

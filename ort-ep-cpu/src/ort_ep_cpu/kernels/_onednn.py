@@ -262,10 +262,16 @@ def _after_fork() -> None:
     _problem = "forked from a process that had loaded oneDNN (its OpenMP threads do not survive fork)"
 
 
+#: primitives kept per node: inputs of ever new shapes (an OCR recogniser fed lines of every
+#: width) would otherwise keep a primitive and a copy of the weights for each
+MAX_PLANS = 8
+
+
 def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) -> _Primitive | None:
     """The primitive kept in ``plans`` under ``key`` (an input shape), made by ``make(library)``
     at the first ask; None, kept as well, where oneDNN is not installed, ``make`` declines
-    (returns None) or oneDNN does not implement it (the caller then runs its numpy path)."""
+    (returns None) or oneDNN does not implement it (the caller then runs its numpy path).
+    Past ``MAX_PLANS`` shapes the oldest is dropped (a run still using it keeps it alive)."""
     plan = plans.get(key, False)
     if plan is False:
         lib = library()
@@ -273,6 +279,11 @@ def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) ->
             plan = None if lib is None else make(lib)
         except OneDNNError:
             plan = None
+        while len(plans) >= MAX_PLANS:
+            try:
+                del plans[next(iter(plans))]
+            except (KeyError, StopIteration, RuntimeError):  # another thread got there first
+                break
         plans[key] = plan
     return plan
 
