@@ -295,10 +295,11 @@ def _destroy(lib: _Library, owned: list[tuple[str, _P]]) -> None:
 
 
 class _Primitive:
-    """One oneDNN primitive between contiguous float32 NCHW arrays, for one input shape:
-    ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (oneDNN's
+    """One oneDNN primitive between contiguous row-major (NCHW) float32 arrays, for one input
+    shape: ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (oneDNN's
     channel-blocked ones), a reorder runs before or after it. Subclasses create the primitive
-    descriptor (``_descriptor``) from the NCHW descriptors and the "any layout" ones."""
+    descriptor from the row-major descriptors (``x_md``, ``y_md``) or "any layout" ones, and
+    hand it to ``_finish``."""
 
     implementation: str
 
@@ -309,7 +310,7 @@ class _Primitive:
         self.x_md = self._descriptor_of(x_shape, _plain(len(x_shape)))
         self.y_md = self._descriptor_of(y_shape, _plain(len(y_shape)))
         self.constant_args: list[tuple[int, _P]] = []  # weights, bias
-        self.free: list[tuple] = []  # bindings not in use (list.pop/append are atomic)
+        self.free: list[list] = []  # bindings not in use (list.pop/append are atomic)
 
     def _finish(self, pd: _P) -> None:
         """Take the primitive of ``pd`` (owned), with the reorders its layouts need."""
