@@ -118,7 +118,8 @@ class FakeDeviceProvider:
             return None
         if not self.has_devices:
             return EpDevices((), "no fake device plugged in")
-        return EpDevices((EpDevice(self.name, "tests", "GPU", "Fake GPU", memory=self.memory),))
+        return EpDevices((EpDevice(self.name, "tests", "GPU", "Fake GPU", memory=self.memory,
+                                   metadata={"driver": "fake 1.0"}),))
 
     @hookimpl
     def ort_session_start(self, ep):

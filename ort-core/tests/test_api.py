@@ -159,6 +159,7 @@ def test_cli_providers_and_placement(host, fake, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FakeDeviceExecutionProvider 0.0.1 ((in-process), kernel) - usable" in out
     assert "memory Fake:0" in out
+    assert "        metadata: driver=fake 1.0" in out  # the device's ep_metadata, as onnxruntime's OrtEpDevice has
     assert cli.main(["placement", str(path), "--providers", "FakeDeviceExecutionProvider,CPUExecutionProvider"]) == 0
     out = capsys.readouterr().out
     assert "mul Mul -> CPUExecutionProvider" in out

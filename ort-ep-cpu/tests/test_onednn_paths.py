@@ -459,3 +459,13 @@ def test_primitives_kept_per_node_are_bounded(runs, monkeypatch):
     gc.collect()
     assert len(made) == 3 * _onednn.MAX_PLANS
     assert sum(ref() is not None for ref in made) == _onednn.MAX_PLANS
+
+
+def test_the_device_says_whether_onednn_runs(monkeypatch):
+    from ort_ep_cpu import plugin
+
+    (device,) = plugin.ort_ep_devices("CPUExecutionProvider").devices
+    assert device.metadata["onednn"] == _onednn.library().version
+    monkeypatch.setattr(_onednn, "USE", False)
+    (device,) = plugin.ort_ep_devices("CPUExecutionProvider").devices
+    assert device.metadata["onednn"] == "not used (switched off (ORT_EP_CPU_ONEDNN=0))"

@@ -29,7 +29,7 @@ def _providers(args: argparse.Namespace) -> int:
             "usable": bool(devices.devices),
             "devices": [
                 {"type": d.device_type, "name": d.name, "id": d.device_id, "memory": d.memory,
-                 "hardware": d.hardware}
+                 "hardware": d.hardware, "metadata": dict(d.metadata)}
                 for d in devices.devices
             ],
             "reason": devices.unavailable_reason,
@@ -47,6 +47,8 @@ def _providers(args: argparse.Namespace) -> int:
         for d in r["devices"]:
             kind = "hardware" if d["hardware"] else "software"
             print(f"    device {d['id']}: {d['type']} {d['name']} [memory {d['memory']}, {kind}]")
+            if d["metadata"]:
+                print(f"        metadata: {', '.join(f'{k}={v}' for k, v in d['metadata'].items())}")
         if r["options"]:
             print(f"    options: {', '.join(r['options'])}")
     for f in failures:

@@ -79,7 +79,10 @@ def ort_register_providers() -> list[ProviderSpec]:
 def ort_ep_devices(provider: str) -> EpDevices | None:
     if provider != PROVIDER_NAME:
         return None
-    return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine()),))
+    # which accelerated library runs the heavy ops here (`ort-core providers` shows it)
+    onednn = _onednn.info()
+    metadata = {"onednn": onednn["version"] if onednn["used"] else f"not used ({onednn['reason']})"}
+    return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine(), metadata=metadata),))
 
 
 @hookimpl
