@@ -358,7 +358,8 @@ class _Primitive:
         """A constant input (weights, bias) copied once into the primitive's layout ``md``."""
         lib = self.lib
         memory = self._own("dnnl_memory_destroy", lib.memory(md, _ALLOCATE))
-        source = lib.memory(plain_md, np.ascontiguousarray(array, dtype=np.float32).ctypes.data)
+        plain = np.ascontiguousarray(array, dtype=np.float32)  # held until the reorder has read it
+        source = lib.memory(plain_md, plain.ctypes.data)
         reorder = self._reorder(plain_md, md)
         try:
             args = (_ExecArg * 2)(_ExecArg(_ARG_SRC, source), _ExecArg(_ARG_DST, memory))
