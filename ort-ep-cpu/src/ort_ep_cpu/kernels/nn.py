@@ -934,14 +934,16 @@ def _separable_unpadded(x: np.ndarray, g: _Geometry, op, init) -> np.ndarray:
 ONEDNN_MIN_POOL = 1 << 14
 
 
-def _onednn_pooling(plans: dict, x: np.ndarray, g: _Geometry, algorithm: int) -> np.ndarray | None:
+def _onednn_pooling(plans: dict, x: np.ndarray, g: _Geometry, algorithm: int,
+                    applies: Callable[[], bool] | None = None) -> np.ndarray | None:
     """The 1-D or 2-D float32 pooling of ``x`` by oneDNN (plans per input shape in ``plans``),
-    or None where it is not taken (no library, small, other dtype or rank, unimplemented)."""
+    or None where it is not taken (no library, small, other dtype or rank, unimplemented, or
+    ``applies()`` false: asked once per input shape)."""
     if x.dtype != np.float32 or not _onednn.USE:
         return None
 
     def make(lib: _onednn._Library) -> _onednn.Pooling | None:
-        if x.ndim not in (3, 4) or x.size < ONEDNN_MIN_POOL:
+        if x.ndim not in (3, 4) or x.size < ONEDNN_MIN_POOL or (applies is not None and not applies()):
             return None
         g2, shape4 = _as_2d(x.shape, g)
         return _onednn.Pooling(lib, shape4, algorithm, g2.kernel, g2.strides, g2.dilations, g2.pads, shape4[:2] + g2.out)
@@ -1024,10 +1026,10 @@ def _avg_pool(node, request):
     def avg_pool(x):
         g = geometry.get(x.shape, kernel_shape)
         # oneDNN counts all padding in or none; ceil_mode's extra end padding is not to be counted
-        if not include_pad or list(g.pads) == list(conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)):
-            y = _onednn_pooling(onednn, x, g, algorithm)
-            if y is not None:
-                return y
+        y = _onednn_pooling(onednn, x, g, algorithm, lambda: not include_pad or list(g.pads) == list(
+            conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)))
+        if y is not None:
+            return y
         y = _separable_unpadded(x, g, np.add, 0)
         y /= counts_for(x, g)
         return y
