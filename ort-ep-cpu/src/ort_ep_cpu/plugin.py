@@ -90,7 +90,8 @@ def ort_session_start(ep: ProviderContext) -> None:
     if ep.name == PROVIDER_NAME:  # BLAS pools are per process: see threads.py
         count = int(ep.intra_op_num_threads or 0)
         # with oneDNN, its OpenMP pool is the one that runs in parallel (see threads.py)
-        ep.state["blas_threads"] = threads.limit(count, blas=1 if _onednn.available() else count)
+        threads.limit(count, blas=1 if _onednn.available() else count)
+        ep.state["threads_limited"] = True
         if ep.session_config.get("session.enable_cpu_mem_arena", "1") != "0":
             ep.state["arena"] = arena.enable()  # see arena.py
 
@@ -98,7 +99,8 @@ def ort_session_start(ep: ProviderContext) -> None:
 @hookimpl
 def ort_session_end(ep: ProviderContext) -> None:
     if ep.name == PROVIDER_NAME:
-        threads.restore(ep.state.pop("blas_threads", None))
+        if ep.state.pop("threads_limited", False):
+            threads.restore()
 
 
 @hookimpl

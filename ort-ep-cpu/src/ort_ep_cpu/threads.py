@@ -48,10 +48,10 @@ def blas_libraries(refresh: bool = False) -> list[Any]:
     return _controllers
 
 
-def limit(threads: int, blas: int | None = None) -> bool:
+def limit(threads: int, blas: int | None = None) -> None:
     """A session starts: record ``threads`` as the count and set every BLAS library to ``blas``
-    threads (default: ``threads``; 0 leaves them as they are). Returns the token to hand to
-    ``restore`` when the session ends."""
+    threads (default: ``threads``; 0 leaves them as they are). Each call is paired with one
+    ``restore`` when that session ends."""
     global _count, _live
     blas = threads if blas is None else blas
     with _lock:
@@ -61,16 +61,13 @@ def limit(threads: int, blas: int | None = None) -> bool:
             for lib in blas_libraries(refresh=True):
                 _saved.setdefault(lib.filepath, (lib, lib.get_num_threads()))
                 lib.set_num_threads(blas)
-    return True
 
 
-def restore(started: bool | None) -> None:
+def restore() -> None:
     """A session ends. The libraries get back the counts they had before the first live
     session only when the last one ends: one session's end must not undo the setting another
     still runs with (with oneDNN, that would put two spinning pools back on the cores)."""
     global _count, _live
-    if not started:
-        return
     with _lock:
         _live -= 1
         if _live > 0:
