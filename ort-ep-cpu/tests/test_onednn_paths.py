@@ -9,6 +9,7 @@ are its own vector approximations). Skipped, with the reason, where oneDNN is no
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -295,15 +296,11 @@ def test_sessions_give_blas_one_thread_and_restore_it():
     assert [lib.get_num_threads() for lib in threads.blas_libraries()] == [1] * len(libraries)
     assert threads.count() == 2
     del session
-    import gc
-
     gc.collect()
     assert [lib.get_num_threads() for lib in libraries] == before
 
 
 def test_blas_stays_at_one_thread_until_the_last_session_ends():
-    import gc
-
     from ort_ep_cpu import threads
 
     libraries = threads.blas_libraries(refresh=True)
@@ -397,8 +394,6 @@ def test_a_thread_s_stream_is_destroyed_when_the_thread_ends(runs, monkeypatch):
     worker = threading.Thread(target=lambda: session.run(None, {"x": x}))
     worker.start()
     worker.join()
-    import gc
-
     gc.collect()
     assert len(runs) == 1 and len(destroyed) == 1
 
@@ -434,7 +429,6 @@ def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
 
 
 def test_primitives_kept_per_node_are_bounded(runs, monkeypatch):
-    import gc
     import weakref
 
     made: list = []
