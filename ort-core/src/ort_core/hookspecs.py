@@ -149,7 +149,8 @@ def ort_get_capability(
     nodes no earlier provider took; claim only among them. Called once per provider and graph
     (control-flow bodies are graphs too), in the priority order the user gave.
 
-    Kernel providers return one ``Claim((i,))`` per node. Compiling providers return groups
+    Kernel providers return one ``Claim((i,))`` per node, and may return a group they run as
+    one kernel of their own as ``Claim(nodes, fuse=True)``. Compiling providers return groups
     ``Claim(nodes, fuse=True)``; core refuses a group whose fusion would create a cycle and
     reports its nodes as declined with that reason. Give every declined candidate a reason in
     ``Capability.declined``.

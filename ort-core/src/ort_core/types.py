@@ -50,8 +50,9 @@ class OptionSpec:
 class ProviderSpec:
     """A provider a plugin offers. Returned by ``ort_register_providers``.
 
-    ``kind`` is ``"kernel"`` for providers that run claimed nodes one by one and ``"compiling"``
-    for providers that fuse claimed groups and compile each into one callable.
+    ``kind`` is ``"kernel"`` for providers that run claimed nodes one by one (and may fuse
+    groups they run as one kernel of their own, as the CPU provider's oneDNN groups) and
+    ``"compiling"`` for providers that fuse claimed groups and compile each into one callable.
     ``contract_version`` is the version of this contract the provider was written against
     (``ort_core.CONTRACT_VERSION`` at the time); core refuses an incompatible one.
     """
@@ -128,8 +129,8 @@ class ProviderContext:
 class Claim:
     """Nodes a provider takes. ``nodes`` are indices into ``GraphView.nodes``.
 
-    A kernel provider claims one node per Claim. A compiling provider claims a group with
-    ``fuse=True``; core fuses it into one step unless fusing would create a cycle, in which
+    A kernel provider claims one node per Claim (or a group it runs as one kernel of its own,
+    with ``fuse=True``). A compiling provider claims a group with ``fuse=True``; core fuses it into one step unless fusing would create a cycle, in which
     case the nodes are declined with that reason.
     """
 

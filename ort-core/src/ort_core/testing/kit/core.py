@@ -390,7 +390,6 @@ class Kit:
             return [f"{where}: ort_get_capability returned None for its own provider"], set()
         if not isinstance(answer, Capability):
             return [f"{where}: ort_get_capability returned {type(answer).__name__}, not a Capability"], set()
-        kind = self._provider().spec.kind
         claimed: set[int] = set()
         for claim in answer.claims:
             if not isinstance(claim, Claim):
@@ -411,8 +410,6 @@ class Kit:
             if twice:
                 problems.append(f"{where}: claimed nodes twice: {sorted(set(twice))}")
             if claim.fuse and len(set(nodes)) > 1:
-                if kind == "kernel":
-                    problems.append(f"{where}: a 'kernel' provider claimed a fused group {sorted(nodes)}")
                 if _creates_cycle(graph, set(nodes)):
                     problems.append(f"{where}: fused group {sorted(nodes)} would create a cycle")
             claimed.update(nodes)
