@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -54,6 +54,9 @@ _QUERY_IMPL_INFO_STR, _QUERY_SRC_MD, _QUERY_WEIGHTS_MD, _QUERY_DST_MD, _QUERY_SC
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 _SCRATCHPAD_USER = 1
 _ALLOCATE = ctypes.c_void_p(-1)  # DNNL_MEMORY_ALLOCATE: the library allocates the buffer
+#: 4-D layouts oneDNN's convolutions choose, by name: their format tags (dnnl_acdb,
+#: dnnl_aBcd16b, dnnl_aBcd8b)
+LAYOUTS = {"nhwc": 22, "nChw16c": 78, "nChw8c": 102}
 
 #: pooling algorithms: MaxPool, AveragePool with count_include_pad 0 / 1
 POOLING_MAX, POOLING_AVERAGE_EXCLUDE_PADDING, POOLING_AVERAGE_INCLUDE_PADDING = 0x1FF, 0x3FF, 0x2FF
@@ -69,6 +72,15 @@ POST_OPS = {
     "Clip": lambda p: (0x2E, max(p[0], -_F32_MAX) if p else -_F32_MAX, min(p[1], _F32_MAX) if len(p) > 1 else _F32_MAX),
     "HardSigmoid": lambda p: (0x28, p[0] if p else 0.2, p[1] if len(p) > 1 else 0.5),
 }
+
+
+#: eltwise algorithms a group of ``onednn_group.py`` also applies as post-ops
+ELTWISE_LINEAR, ELTWISE_HARDSWISH = 0x26, 0x34  # alpha * x + beta; x * clip(alpha * x + beta, 0, 1)
+
+#: a post-op: an eltwise one as (algorithm, alpha, beta), or ``SUM``: the output's prior
+#: content is added (y = op(x) + y), as a residual Add is
+PostOp = tuple[int, float, float] | str
+SUM = "sum"
 
 
 def post_op(activation: str, params: list[float]) -> tuple[int, float, float] | None:
@@ -117,6 +129,7 @@ class _Library:
         d.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, _P]
         d.dnnl_stream_wait.argtypes = [_P]
         d.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+        d.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
 
         class Version(ctypes.Structure):
             _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
@@ -166,6 +179,28 @@ class _Library:
     def threads(self) -> int:
         """The thread count oneDNN runs with: intra_op_num_threads, else one per usable core."""
         return threads.count() or len(os.sched_getaffinity(0))
+
+    def layout(self) -> str:
+        """The layout (a key of ``LAYOUTS``) oneDNN's convolutions choose for their input and
+        output on this CPU, or "" where it is none of those: asked once, of a 64->64 3x3
+        convolution. (oneDNN 3.2 on AVX-512: nhwc, for its brgconv kernels.)"""
+        layout = getattr(self, "_layout", None)
+        if layout is None:
+            layout = ""
+            shape = (1, 64, 8, 8)
+            probe = _Primitive(self, shape, shape)
+            pd = probe._own("dnnl_primitive_desc_destroy", _P())
+            status = self.dnnl.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(pd), self.engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
+                probe._descriptor_of(shape, _TAG_ANY), probe._descriptor_of((64, 64, 3, 3), _TAG_ANY), None,
+                probe._descriptor_of(shape, _TAG_ANY), _Dims(1, 1), _Dims(0, 0), _Dims(1, 1), _Dims(1, 1), None)
+            if status == 0:
+                chosen = self.query_md(pd, _QUERY_DST_MD)
+                for name, tag in LAYOUTS.items():
+                    if self.dnnl.dnnl_memory_desc_equal(chosen, probe._descriptor_of(shape, tag)):
+                        layout = name
+            self._layout = layout
+        return layout
 
     def memory_desc(self, shape: tuple[int, ...], tag: int) -> _P:
         md = _P()
@@ -296,18 +331,22 @@ def _destroy(lib: _Library, owned: list[tuple[str, _P]]) -> None:
 class _Primitive:
     """One oneDNN primitive between contiguous row-major (NCHW) float32 arrays, for one input
     shape: ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (oneDNN's
-    channel-blocked ones), a reorder runs before or after it. Subclasses create the primitive
+    channel-blocked ones), a reorder runs before or after it. ``x_layout``/``y_layout`` say
+    that the arrays given to ``run`` are themselves in one of ``LAYOUTS`` (``layout_shape``),
+    as inside a group of ``onednn_group.py``. Subclasses create the primitive
     descriptor from the row-major descriptors (``x_md``, ``y_md``) or "any layout" ones, and
     hand it to ``_finish``."""
 
     implementation: str
 
-    def __init__(self, lib: _Library, x_shape: tuple[int, ...], y_shape: tuple[int, ...]):
+    def __init__(self, lib: _Library, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
+                 x_layout: str = "", y_layout: str = ""):
         self.lib = lib
         self.owned: list[tuple[str, _P]] = []  # (destroy function, handle), destroyed in reverse
         self._finalizer = weakref.finalize(self, _destroy, lib, self.owned)
-        self.x_md = self._descriptor_of(x_shape, _plain(len(x_shape)))
-        self.y_md = self._descriptor_of(y_shape, _plain(len(y_shape)))
+        # the arrays run() is given: row-major, or 4-D ones in a layout of LAYOUTS
+        self.x_md = self._descriptor_of(x_shape, LAYOUTS[x_layout] if x_layout else _plain(len(x_shape)))
+        self.y_md = self._descriptor_of(y_shape, LAYOUTS[y_layout] if y_layout else _plain(len(y_shape)))
         self.constant_args: list[tuple[int, _P]] = []  # weights, bias
         self.free: list[list] = []  # bindings not in use (list.pop/append are atomic)
 
@@ -335,18 +374,22 @@ class _Primitive:
     def _descriptor_of(self, shape: tuple[int, ...], tag: int) -> _P:
         return self._own("dnnl_memory_desc_destroy", self.lib.memory_desc(tuple(shape), tag))
 
-    def _attributes(self, post_op: tuple[int, float, float] | None = None) -> _P:
+    def _attributes(self, post_ops: Sequence[PostOp] = ()) -> _P:
         """Attributes: the scratchpad is ours (in the calling thread's scratch, so concurrent
-        runs do not share it), and the eltwise post-op if any."""
+        runs do not share it), and the post-ops in order."""
         lib, d = self.lib, self.lib.dnnl
         attr = self._own("dnnl_primitive_attr_destroy", _P())
         lib.check(d.dnnl_primitive_attr_create(ctypes.byref(attr)), "dnnl_primitive_attr_create")
         lib.check(d.dnnl_primitive_attr_set_scratchpad_mode(attr, _SCRATCHPAD_USER), "set_scratchpad_mode")
-        if post_op is not None:
-            post_ops = self._own("dnnl_post_ops_destroy", _P())
-            lib.check(d.dnnl_post_ops_create(ctypes.byref(post_ops)), "dnnl_post_ops_create")
-            lib.check(d.dnnl_post_ops_append_eltwise(post_ops, *post_op), f"eltwise post-op {post_op}")
-            lib.check(d.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
+        if post_ops:
+            chain = self._own("dnnl_post_ops_destroy", _P())
+            lib.check(d.dnnl_post_ops_create(ctypes.byref(chain)), "dnnl_post_ops_create")
+            for op in post_ops:
+                if op == SUM:  # scale 1, no zero point, the output's data type
+                    lib.check(d.dnnl_post_ops_append_sum(chain, 1.0, 0, 0), "sum post-op")
+                else:
+                    lib.check(d.dnnl_post_ops_append_eltwise(chain, *op), f"eltwise post-op {op}")
+            lib.check(d.dnnl_primitive_attr_set_post_ops(attr, chain), "set_post_ops")
         return attr
 
     def _reorder(self, src_md: _P, dst_md: _P) -> _P:
@@ -394,7 +437,7 @@ class _Primitive:
         src = x_mem if self.reorder_x is None else in_scratch(self.x_blocked)
         dst = y_mem if self.reorder_y is None else in_scratch(self.y_blocked)
         args = [(_ARG_SRC, src), (_ARG_DST, dst)] + self.constant_args
-        if lib.dnnl.dnnl_memory_desc_get_size(self.scratchpad_md):
+        if self.scratchpad_md is not None and lib.dnnl.dnnl_memory_desc_get_size(self.scratchpad_md):
             args.append((_ARG_SCRATCHPAD, in_scratch(self.scratchpad_md)))
         steps = []
         if self.reorder_x is not None:
@@ -440,16 +483,21 @@ class _Primitive:
 
 
 class Convolution(_Primitive):
-    """A 2-D convolution (``pads``: top, left, bottom, right; ``post_op``: from ``post_op()``,
+    """A 2-D convolution (``pads``: top, left, bottom, right; ``post_ops`` applied in order,
     or None), with its weights and bias kept in oneDNN's layout. oneDNN chooses every layout
     (``_TAG_ANY``): for the input and output that is a channel-blocked one on AVX-512, where
     its direct kernels run; ``blocked=False`` keeps them NCHW (1x1 convolutions, whose GEMM
-    gains less than the reorders cost)."""
+    gains less than the reorders cost). With ``x_layout``/``y_layout`` the input/output array
+    is in that layout itself and is not reordered."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
-                 strides, dilations, pads, y_shape: tuple[int, ...], post_op: tuple[int, float, float] | None,
-                 blocked: bool = True):
-        super().__init__(lib, x_shape, y_shape)
+                 strides, dilations, pads, y_shape: tuple[int, ...], post_ops: Sequence[PostOp] = (),
+                 blocked: bool = True, x_layout: str = "", y_layout: str = ""):
+        super().__init__(lib, x_shape, y_shape, x_layout, y_layout)
+        # the layout of the primitive's input and output: the given array's where it has one,
+        # else oneDNN's choice (reordered from and to NCHW) or NCHW as it is
+        src = self.x_md if x_layout or not blocked else self._descriptor_of(x_shape, _TAG_ANY)
+        dst = self.y_md if y_layout or not blocked else self._descriptor_of(y_shape, _TAG_ANY)
         m = w.shape[0]
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
         w_plain = self._descriptor_of(w_dims, _plain(len(w_dims)))
@@ -458,9 +506,8 @@ class Convolution(_Primitive):
         top, left, bottom, right = pads
         lib.check(lib.dnnl.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
-            self._descriptor_of(x_shape, _TAG_ANY) if blocked else self.x_md, self._descriptor_of(w_dims, _TAG_ANY), b_md,
-            self._descriptor_of(y_shape, _TAG_ANY) if blocked else self.y_md, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
-            _Dims(top, left), _Dims(bottom, right), self._attributes(post_op)),
+            src, self._descriptor_of(w_dims, _TAG_ANY), b_md, dst, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
+            _Dims(top, left), _Dims(bottom, right), self._attributes(post_ops)),
             f"convolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
         self._finish(pd)
         self._constant(_ARG_WEIGHTS, w_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), w)
@@ -471,11 +518,12 @@ class Convolution(_Primitive):
 class Pooling(_Primitive):
     """2-D max or average pooling (``algorithm``: one of the ``POOLING_*`` constants) on the
     NCHW input as it is: oneDNN's AVX-512 pooling reads it directly (the cnn's MaxPool, once
-    measured: 51 us so, 46 with reorders into and out of the blocked layout; not taken)."""
+    measured: 51 us so, 46 with reorders into and out of the blocked layout; not taken), or on
+    input and output in ``layout`` inside a group of ``onednn_group.py``."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], algorithm: int, kernel, strides, dilations, pads,
-                 y_shape: tuple[int, ...]):
-        super().__init__(lib, x_shape, y_shape)
+                 y_shape: tuple[int, ...], layout: str = ""):
+        super().__init__(lib, x_shape, y_shape, layout, layout)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         top, left, bottom, right = pads
         lib.check(lib.dnnl.dnnl_pooling_forward_primitive_desc_create(
@@ -499,8 +547,31 @@ class MatMul(_Primitive):
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         lib.check(lib.dnnl.dnnl_matmul_primitive_desc_create(
             ctypes.byref(pd), lib.engine, self.x_md, self._descriptor_of((k, n), _TAG_ANY), bias_md, self.y_md,
-            self._attributes(post_op)), f"matmul ({m}, {k}) @ ({k}, {n})")
+            self._attributes(() if post_op is None else (post_op,))), f"matmul ({m}, {k}) @ ({k}, {n})")
         self._finish(pd)
         self._constant(_ARG_WEIGHTS, b_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
         if bias is not None:
             self._constant(_ARG_BIAS, bias_md, bias_md, bias.reshape(1, n))
+
+
+class Reorder(_Primitive):
+    """A 4-D array copied between NCHW and one of ``LAYOUTS`` (``x_layout`` to ``y_layout``,
+    one of them ""): the boundary of a group of ``onednn_group.py``."""
+
+    def __init__(self, lib: _Library, shape: tuple[int, ...], x_layout: str, y_layout: str):
+        super().__init__(lib, shape, shape, x_layout, y_layout)
+        self.implementation = "reorder"
+        self.primitive = self._own("dnnl_primitive_destroy", self._reorder(self.x_md, self.y_md))
+        self.reorder_x = self.reorder_y = None
+        self.scratchpad_md = None
+
+
+def layout_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The numpy shape of an (N, C, H, W) array in ``layout`` (a key of ``LAYOUTS``): (N, H, W,
+    C) for nhwc; (N, C/b rounded up, H, W, b) for the blocked ones, whose padding channels are
+    computed like the others (from zero weights) and never read back."""
+    n, c, h, w = shape
+    if layout == "nhwc":
+        return (n, h, w, c)
+    block = 16 if layout == "nChw16c" else 8
+    return (n, -(-c // block), h, w, block)
