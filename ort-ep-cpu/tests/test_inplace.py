@@ -20,6 +20,7 @@ from real_model_cases import fetch_or_skip
 import ort_core as ort
 from ort_core.testing import models
 from ort_ep_cpu import inplace
+from ort_ep_cpu.kernels import onednn_group
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
@@ -66,6 +67,13 @@ class ArrayTracer:
             any(isinstance(a, np.ndarray) and isinstance(r, np.ndarray) and np.shares_memory(r, a) for a in args)
             for args, r in self.calls.values()
         )
+
+
+@pytest.fixture(autouse=True)
+def single_node_kernels(monkeypatch):
+    """These tests follow the buffers of single-node kernels: no oneDNN groups (a group's nodes
+    run inside one kernel, onednn_group.py)."""
+    monkeypatch.setattr(onednn_group, "groups", lambda graph, claimed: [])
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
-from .kernels import _onednn
+from .kernels import _onednn, onednn_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -108,12 +108,18 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     if ep.name != PROVIDER_NAME:
         return None
     capability = Capability()
+    taken = []
     for i in sorted(candidates):
         reason = decline_reason(graph.nodes[i])
         if reason is None:
-            capability.claims.append(Claim((i,)))
+            taken.append(i)
         else:
             capability.declined[i] = reason
+    # chains of convolutions and pools run as one kernel in oneDNN's layout (onednn_group.py)
+    grouped = onednn_group.groups(graph, taken)
+    capability.claims.extend(Claim(group, fuse=True) for group in grouped)
+    in_groups = {i for group in grouped for i in group}
+    capability.claims.extend(Claim((i,)) for i in taken if i not in in_groups)
     return capability
 
 
@@ -121,6 +127,8 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
 def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
     if ep.name != PROVIDER_NAME:
         return None
+    if request.fused:
+        return onednn_group.build(request, build_kernel)
     kernel = build_kernel(request.node, request)
     if ep.options.get("enable_inplace", True):
         kernel = inplace.adapt(ep, request, kernel)

@@ -1,0 +1,516 @@
+"""Chains of convolutions and pools that stay in oneDNN's layout from one to the next.
+
+A oneDNN convolution on its own is three primitives: the NCHW input reordered into the layout
+oneDNN's kernels want (nhwc for oneDNN 3.2's AVX-512 kernels, channel-blocked on others), the
+convolution, and the output reordered back. On the bench's cnn those reorders were 22-27% of a
+run (cnn b8: 1.41 of 6.47 ms) and on ocr-det 14%. onnxruntime's answer is its NCHWc layout
+transformer; this is the same idea on oneDNN's layout: the CPU provider claims each connected
+chain of such nodes as one fused group (``groups``) whose kernel (``build``) keeps every value
+between its members in oneDNN's layout and reorders only where a value enters or leaves.
+
+What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
+has as a post-op), MaxPool, AveragePool and GlobalAveragePool (oneDNN's pooling), and the
+elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
+or Mul of two 4-D values with the same channel count). Elementwise ops run their usual CPU
+kernels on the arrays as they are: an elementwise op does not care how the array is laid out,
+and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds in nhwc ((N, 1, 1,
+C) over (N, H, W, C)) and in the blocked layouts alike.
+
+The group's kernel makes a program per input shape at its first run. A member oneDNN declines
+for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
+reorders around it; inputs that are not 4-D float32 run every member's own kernel in order.
+A group forms only where oneDNN is in use and chooses one of ``_onednn.LAYOUTS`` on this CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ort_core import CORE_DOMAIN, Kernel, KernelRequest
+from ort_core.graph.view import GraphView, NodeView
+
+from . import _onednn
+from .nn import _Geometry, _pool_params, _PoolFake, conv_pads
+
+MS = "com.microsoft"
+
+#: elementwise ops a group runs on its arrays as they are (one input; f(x) per element);
+#: HardSwish also in ort-core's domain, where its fusion writes it below opset 14
+UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
+#: elementwise ops of two 4-D inputs with the same channel count, or of one and a constant of
+#: one element (a scale or shift: the same for every element in any layout)
+BINARY = frozenset({"Add", "Mul"})
+
+#: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair
+MIN_PRIMITIVES = 2
+
+
+# --------------------------------------------------------------------------------------------
+# which nodes
+# --------------------------------------------------------------------------------------------
+
+
+_UNKNOWN = "?"  # the channel count of a 4-D value whose channel dimension is not known
+
+
+class _Values:
+    """The 4-D float32 values of a graph with their channel counts: from the shapes inference
+    gave, and for the outputs of the nodes classified so far (inference does not know
+    onnxruntime's FusedConv, so what follows one has no inferred shape)."""
+
+    def __init__(self, graph: GraphView):
+        self.graph = graph
+        self.made: dict[str, int | str] = {}
+
+    def channels(self, name: str) -> int | str | None:
+        """The channel count (an int, a symbolic dimension's name, or ``_UNKNOWN``) of a 4-D
+        float32 value, or None where ``name`` is not known to be one."""
+        if not name:
+            return None
+        if name in self.made:
+            return self.made[name]
+        value = self.graph.value(name)
+        if value.dtype != np.float32 or value.shape is None or len(value.shape) != 4:
+            return None
+        return _UNKNOWN if value.shape[1] is None else value.shape[1]
+
+
+def _fixed_constant(graph: GraphView, name: str) -> np.ndarray | None:
+    """The value of a constant the user cannot override at run time (an initializer that is not
+    a graph input, or a Constant node's output), else None. A group reads its weights from the
+    graph once; an overridable initializer would arrive as a feed the group never sees."""
+    value = graph.value(name)
+    if value.is_graph_input:
+        return None
+    return value.const_value
+
+
+def _conv_channels(node: NodeView, values: _Values) -> int | None:
+    """The output channel count of a convolution a group can hold, else None."""
+    graph = values.graph
+    if node.op_type == "FusedConv":
+        activation = str(node.attr("activation", "") or "")
+        if (len(node.inputs) > 3 and node.inputs[3]) or (activation and activation not in _onednn.POST_OPS):
+            return None
+    if len(node.inputs) < 2 or values.channels(node.inputs[0]) is None:
+        return None
+    w = _fixed_constant(graph, node.inputs[1])
+    if w is None or w.dtype != np.float32 or w.ndim != 4:
+        return None
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    if has_bias and _fixed_constant(graph, node.inputs[2]) is None:
+        return None
+    return int(w.shape[0])
+
+
+def _pool_member(node: NodeView, values: _Values) -> bool:
+    if values.channels(node.inputs[0]) is None or (len(node.outputs) > 1 and node.outputs[1]):
+        return False  # MaxPool's Indices output: its own kernel
+    if node.op_type == "GlobalAveragePool":
+        return True
+    if any(d != 1 for d in node.attr("dilations") or []):
+        return False  # oneDNN 3.2 has only its reference loop for dilated pooling
+    # oneDNN counts all padding or none; ceil_mode's extra end padding is not to be counted
+    return not (node.op_type == "AveragePool" and node.attr("count_include_pad", 0) and node.attr("ceil_mode", 0))
+
+
+def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
+    """The output channel count of an elementwise op a group can hold, else None."""
+    if node.op_type in UNARY:
+        return values.channels(node.inputs[0]) if len(node.inputs) == 1 else None
+    if len(node.inputs) != 2 or not all(node.inputs):
+        return None
+    tensors = [name for name in node.inputs if not _one_element(values.graph, name)]
+    channels = {values.channels(name) for name in tensors}
+    if not tensors or len(channels) != 1 or None in channels or _UNKNOWN in channels:
+        return None
+    return channels.pop()
+
+
+def _one_element(graph: GraphView, name: str) -> bool:
+    constant = _fixed_constant(graph, name)
+    return constant is not None and constant.size == 1 and constant.dtype == np.float32
+
+
+def _kind(node: NodeView, values: _Values) -> str | None:
+    """"primitive" (a convolution or pool oneDNN runs), "elementwise", or None (not in groups).
+    A member's output is recorded in ``values`` as a 4-D float32 value."""
+    kind, channels = None, None
+    if node.domain == MS and node.op_type == "FusedConv" or not node.domain and node.op_type == "Conv":
+        channels = _conv_channels(node, values)
+        kind = "primitive"
+    elif node.domain == CORE_DOMAIN and node.op_type == "HardSwish" or not node.domain and (
+            node.op_type in UNARY or node.op_type in BINARY):
+        channels = _elementwise_channels(node, values)
+        kind = "elementwise"
+    elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+        channels = values.channels(node.inputs[0]) if _pool_member(node, values) else None
+        kind = "primitive"
+    if channels is None:
+        return None
+    values.made[node.outputs[0]] = channels
+    return kind
+
+
+def groups(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, ...]]:
+    """The groups (node indices, each of ``MIN_PRIMITIVES`` or more convolutions and pools)
+    among the ``claimed`` nodes of ``graph``, in oneDNN's layout here; none where oneDNN is not
+    used or chooses no layout of ``_onednn.LAYOUTS``.
+
+    Nodes join in topological order: a convolution or pool starts a group where no group of its
+    producers can take it; a node joins its producer's group unless another of its inputs comes
+    through a node outside that group that depends on the group (the fused group would then
+    depend on itself: core refuses such a group).
+    """
+    lib = _onednn.library()
+    if lib is None or not lib.layout():
+        return []
+    claimed = set(claimed)
+    values = _Values(graph)
+    producer = graph.producer
+    group_of: dict[int, int] = {}
+    depends: list[frozenset[int]] = []  # per node: the groups it depends on, its own included
+    members: dict[int, list[int]] = {}
+    primitives: set[int] = set()
+    for node in graph.nodes:
+        sources = [producer[name] for name in (*node.inputs, *node.implicit_inputs) if name in producer]
+        upstream = frozenset().union(*(depends[p] for p in sources))
+        kind = _kind(node, values) if node.index in claimed else None
+        chosen = None
+        if kind is not None:
+            for g in dict.fromkeys(group_of[p] for p in sources if p in group_of):
+                if all(group_of.get(p) == g or g not in depends[p] for p in sources):
+                    chosen = g
+                    break
+            if chosen is None and kind == "primitive":
+                chosen = len(members)
+                members[chosen] = []
+        if chosen is not None:
+            if kind == "primitive":
+                primitives.add(node.index)
+            group_of[node.index] = chosen
+            members[chosen].append(node.index)
+            upstream |= {chosen}
+        depends.append(upstream)
+    return [tuple(indices) for indices in members.values() if sum(i in primitives for i in indices) >= MIN_PRIMITIVES]
+
+
+# --------------------------------------------------------------------------------------------
+# the group's kernel
+# --------------------------------------------------------------------------------------------
+
+
+class _Program:
+    """A group's steps for one set of input shapes: each step is (function, input slots, output
+    slot, slots to free after it); a slot holds a value in NCHW or in oneDNN's layout."""
+
+    def __init__(self, lib: _onednn._Library, layout: str, nodes: Sequence[NodeView],
+                 kernels: Sequence[Kernel], graph: GraphView, inputs: Sequence[str],
+                 outputs: Sequence[str], shapes: Sequence[tuple[int, ...]]):
+        self.lib, self.layout, self.graph = lib, layout, graph
+        self.members = {node.index for node in nodes}
+        self.absorbed: set[int] = set()  # elementwise members a convolution applies as post-ops
+        self.shape: dict[str, tuple[int, ...]] = dict(zip(inputs, shapes))
+        self.where: dict[str, dict[str, int]] = {}  # value -> {layout ("" for NCHW): slot}
+        self.steps: list[tuple[Callable, tuple[int, ...], int]] = []
+        self.slots = 0
+        self.input_slots = [self._new(name, "") for name in inputs]
+        self.primitives = 0  # members oneDNN runs (the rest run their own kernels)
+        for node, kernel in zip(nodes, kernels):
+            if node.index not in self.absorbed:
+                self._add(node, kernel)
+        self.output_slots = [self._slot(name, "") for name in outputs]
+        self._schedule_frees()
+
+    # ---------------------------------------------------------------- building
+    def _new(self, name: str, layout: str) -> int:
+        slot = self.slots
+        self.slots += 1
+        self.where.setdefault(name, {})[layout] = slot
+        return slot
+
+    def _slot(self, name: str, layout: str) -> int:
+        """The slot of ``name`` in ``layout``, with a reorder step where it is held only in
+        the other one."""
+        held = self.where[name]
+        if layout in held:
+            return held[layout]
+        source_layout, source = next(iter(held.items()))
+        reorder = _onednn.Reorder(self.lib, self.shape[name], source_layout, layout)
+        self.steps.append((_into(reorder, self._numpy_shape(name, layout)), (source,), self._new(name, layout)))
+        return self.where[name][layout]
+
+    def _numpy_shape(self, name: str, layout: str) -> tuple[int, ...]:
+        shape = self.shape[name]
+        return _onednn.layout_shape(shape, layout) if layout else shape
+
+    def _add(self, node: NodeView, kernel: Kernel) -> None:
+        out = node.outputs[0]
+        try:
+            if node.op_type in ("Conv", "FusedConv"):
+                try:
+                    self._convolution(node, absorb=True)
+                except _onednn.OneDNNError:
+                    self._convolution(node, absorb=False)
+                return
+            if node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+                self._pooling(node)
+                return
+        except (_onednn.OneDNNError, ValueError):
+            pass  # this shape runs the node's own kernel (below)
+        names = [n for n in node.inputs if n]
+        if node.op_type in UNARY or node.op_type in BINARY:
+            if any(n not in self.where for n in names):  # a one-element constant operand
+                kernel = _with_constants(node, kernel, self.graph)
+                names = [n for n in names if n in self.where]
+            self.shape[out] = tuple(np.broadcast_shapes(*[self.shape[n] for n in names]))
+            # in oneDNN's layout unless every input is at hand in NCHW (after a member that ran
+            # its own kernel): then NCHW, without reorders
+            layout = "" if all("" in self.where[n] for n in names) else self.layout
+        elif out in self.shape:  # a convolution or pool oneDNN declined: its kernel on NCHW
+            layout = ""
+            names = names[:1]  # its weights are constants, bound below
+            kernel = _with_constants(node, kernel, self.graph)
+        else:
+            raise _onednn.OneDNNError(f"{node.name}: no output shape for input shape {self.shape[node.inputs[0]]}")
+        ins = tuple(self._slot(n, layout) for n in names)
+        self.steps.append((_single(kernel), ins, self._new(out, layout)))
+
+    def _convolution(self, node: NodeView, absorb: bool) -> None:
+        """The convolution's step, with the elementwise members after it that oneDNN can apply
+        as post-ops (``absorb``; see ``_post_ops``)."""
+        graph = self.graph
+        x_name = node.inputs[0]
+        x_shape = self.shape[x_name]
+        if len(x_shape) != 4:
+            raise ValueError(f"{node.name}: input of rank {len(x_shape)}")
+        w = np.ascontiguousarray(graph.value(node.inputs[1]).const_value)
+        b = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
+        group = int(node.attr("group", 1))
+        kernel_shape = list(node.attr("kernel_shape") or w.shape[2:])
+        strides = list(node.attr("strides") or [1, 1])
+        dilations = list(node.attr("dilations") or [1, 1])
+        pads = conv_pads(node, x_shape[2:], kernel_shape, strides, dilations)
+        g = _Geometry(x_shape[2:], kernel_shape, strides, dilations, pads)
+        y_shape = (x_shape[0], w.shape[0]) + g.out
+        self.shape[node.outputs[0]] = y_shape
+        activation = str(node.attr("activation", "") or "") if node.op_type == "FusedConv" else ""
+        first = _onednn.post_op(activation, list(node.attr("activation_params") or []))
+        post_ops, absorbed, out, addend = self._post_ops(node, y_shape) if absorb else ([], [], node.outputs[0], None)
+        if first is not None:
+            post_ops.insert(0, first)
+        # an input made inside the group is in oneDNN's layout; one from outside is NCHW, which
+        # the convolution reorders into the layout it chooses (NCHW as it is, for 3 channels)
+        x_layout = self.layout if self.layout in self.where[x_name] else ""
+        prim = _onednn.Convolution(self.lib, x_shape, w, None if b is None else np.ascontiguousarray(b, np.float32),
+                                   group, g.strides, g.dilations, g.pads, y_shape, post_ops,
+                                   x_layout=x_layout, y_layout=self.layout)
+        x = self._slot(x_name, x_layout)
+        y_numpy_shape = _onednn.layout_shape(y_shape, self.layout)
+        if addend is None:
+            self.steps.append((_into(prim, y_numpy_shape), (x,), self._new(out, self.layout)))
+        else:
+            self.steps.append((_SumInto(prim), (x, self._slot(addend, self.layout)), self._new(out, self.layout)))
+        self.absorbed.update(absorbed)
+        self.primitives += 1
+
+    def _post_ops(self, node: NodeView, y_shape: tuple[int, ...]) -> tuple[list, list[int], str, str | None]:
+        """The elementwise members that follow a convolution, each the only reader of the value
+        before it, as oneDNN post-ops: (post-ops, their node indices, the last one's output
+        name, the residual Add's other operand or None). A residual Add (the sum post-op) needs
+        that operand made already and of the output's own shape (the sum does not broadcast)."""
+        graph = self.graph
+        post_ops: list = []
+        absorbed: list[int] = []
+        out, addend = node.outputs[0], None
+        while True:
+            readers = graph.consumers.get(out, [])
+            if len(readers) != 1 or readers[0] not in self.members or out in graph.outputs:
+                break
+            reader = graph.nodes[readers[0]]
+            op = _eltwise(reader, graph)
+            if op is None and reader.op_type == "Add" and not reader.domain and addend is None:
+                other = reader.inputs[1] if reader.inputs[0] == out else reader.inputs[0]
+                if other != out and other in self.where and self.shape.get(other) == y_shape:
+                    op, addend = _onednn.SUM, other
+            if op is None:
+                break
+            post_ops.append(op)
+            absorbed.append(reader.index)
+            out = reader.outputs[0]
+            self.shape[out] = y_shape
+        return post_ops, absorbed, out, addend
+
+    def _pooling(self, node: NodeView) -> None:
+        x_shape = self.shape[node.inputs[0]]
+        if len(x_shape) != 4:
+            raise ValueError(f"{node.name}: input of rank {len(x_shape)}")
+        if node.op_type == "GlobalAveragePool":
+            kernel, strides, dilations, pads = list(x_shape[2:]), [1, 1], [1, 1], [0, 0, 0, 0]
+            algorithm = _onednn.POOLING_AVERAGE_EXCLUDE_PADDING
+        else:
+            kernel, strides, dilations, pads = _pool_params(node, _PoolFake(x_shape))
+            if node.op_type == "MaxPool":
+                algorithm = _onednn.POOLING_MAX
+            elif node.attr("count_include_pad", 0):
+                algorithm = _onednn.POOLING_AVERAGE_INCLUDE_PADDING
+            else:
+                algorithm = _onednn.POOLING_AVERAGE_EXCLUDE_PADDING
+        g = _Geometry(x_shape[2:], kernel, strides, dilations, pads)
+        y_shape = x_shape[:2] + g.out
+        self.shape[node.outputs[0]] = y_shape
+        prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
+                               layout=self.layout)
+        x = self._slot(node.inputs[0], self.layout)
+        self.steps.append((_into(prim, _onednn.layout_shape(y_shape, self.layout)), (x,),
+                           self._new(node.outputs[0], self.layout)))
+        self.primitives += 1
+
+    def _schedule_frees(self) -> None:
+        """Each step drops the slots no later step reads (the outputs are kept)."""
+        last: dict[int, int] = {}
+        for k, (_, ins, _) in enumerate(self.steps):
+            for slot in ins:
+                last[slot] = k
+        keep = set(self.output_slots)
+        frees: list[list[int]] = [[] for _ in self.steps]
+        for slot, k in last.items():
+            if slot not in keep:
+                frees[k].append(slot)
+        for k, (fn, ins, _) in enumerate(self.steps):
+            if isinstance(fn, _SumInto):
+                # nothing reads the addend after this step and it is the group's own array
+                fn.in_place = last[ins[1]] == k and ins[1] not in keep and ins[1] not in self.input_slots
+        self.steps = [(fn, ins, out, tuple(frees[k])) for k, (fn, ins, out) in enumerate(self.steps)]
+
+    # ---------------------------------------------------------------- running
+    def run(self, args: Sequence[np.ndarray]) -> list[Any]:
+        values: list[Any] = [None] * self.slots
+        for slot, value in zip(self.input_slots, args):
+            values[slot] = np.ascontiguousarray(value)
+        for fn, ins, out, frees in self.steps:
+            values[out] = fn(*[values[i] for i in ins])
+            for slot in frees:
+                values[slot] = None
+        return [values[slot] for slot in self.output_slots]
+
+
+def _into(primitive: _onednn._Primitive, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    """A step that runs ``primitive`` into a new float32 array of ``shape``."""
+    def run(x: np.ndarray) -> np.ndarray:
+        y = np.empty(shape, dtype=np.float32)
+        primitive.run(x, y)
+        return y
+    return run
+
+
+class _SumInto:
+    """A step running a convolution with the sum post-op: the output starts as the addend (a
+    copy, or the addend's own array where nothing reads it later) and the convolution adds to
+    it."""
+
+    def __init__(self, primitive: _onednn.Convolution):
+        self.primitive = primitive
+        self.in_place = False
+
+    def __call__(self, x: np.ndarray, addend: np.ndarray) -> np.ndarray:
+        y = addend if self.in_place else addend.copy()
+        self.primitive.run(x, y)
+        return y
+
+
+_ELTWISE_OPS = {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish"}
+
+
+def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | None:
+    """A member as a oneDNN eltwise post-op: an activation, or a Mul / Add by a one-element
+    constant (``alpha * x + beta``); None for others."""
+    if node.domain not in ("", CORE_DOMAIN) or (node.domain and node.op_type != "HardSwish"):
+        return None
+    if node.op_type in _ELTWISE_OPS:
+        if node.op_type == "HardSwish":
+            return (_onednn.ELTWISE_HARDSWISH, 1 / 6, 0.5)
+        if node.op_type == "LeakyRelu":
+            return _onednn.post_op("LeakyRelu", [float(node.attr("alpha", 0.01))])
+        if node.op_type == "HardSigmoid":
+            return _onednn.post_op("HardSigmoid", [float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))])
+        return _onednn.post_op(node.op_type, [])
+    if node.op_type in BINARY:
+        scalars = [_fixed_constant(graph, n) for n in node.inputs]
+        constant = next((c for c in scalars if c is not None and c.size == 1), None)
+        if constant is None:
+            return None
+        value = float(constant.reshape(()))
+        return (_onednn.ELTWISE_LINEAR, value, 0.0) if node.op_type == "Mul" else (_onednn.ELTWISE_LINEAR, 1.0, value)
+    return None
+
+
+def _single(kernel: Kernel) -> Callable[..., Any]:
+    """A member's own kernel as a step returning its (first) output."""
+    if kernel.single_output:
+        return kernel.run
+    return lambda *args: kernel.run(*args)[0]
+
+
+def _with_constants(node: NodeView, kernel: Kernel, graph: GraphView) -> Kernel:
+    """A member's own kernel taking only its inputs that are not the graph's constants (a
+    convolution's weights, a one-element scale), in order; the constants are bound here."""
+    constants = [graph.value(n).const_value if n else None for n in node.inputs]
+    variable = [k for k, c in enumerate(constants) if c is None and node.inputs[k]]
+    run = _single(kernel)
+
+    def run_with_constants(*args: Any) -> Any:
+        full = list(constants)
+        for k, value in zip(variable, args):
+            full[k] = value
+        return run(*full)
+    return Kernel(run=run_with_constants, single_output=True)
+
+
+def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest], Kernel]) -> Kernel:
+    """The kernel of a group that ``groups`` formed. ``build_node`` builds a member's own CPU
+    kernel (for the elementwise members, and for whatever oneDNN declines)."""
+    graph = request.graph
+    nodes = request.nodes
+    kernels = [
+        build_node(node, dataclasses.replace(request, nodes=(node,), inputs=node.inputs + node.implicit_inputs,
+                                             outputs=node.outputs, fused=False))
+        for node in nodes
+    ]
+    inputs, outputs = request.inputs, request.outputs
+    lib = _onednn.library()
+    layout = lib.layout() if lib is not None else ""
+    programs: dict[tuple, _Program | None] = {}
+
+    def run_each(args: Sequence[Any]) -> list[Any]:
+        """Every member's own kernel in order, on NCHW values."""
+        values = dict(zip(inputs, args))
+        for node, kernel in zip(nodes, kernels):
+            feeds = [values[n] if n in values else graph.value(n).const_value if n else None for n in node.inputs]
+            result = kernel.run(*feeds)
+            results = (result,) if kernel.single_output else result
+            values.update(zip(node.outputs, results))
+        return [values[n] for n in outputs]
+
+    def run_group(*args: Any) -> Any:
+        key = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args)
+        # a process forked from this one has oneDNN switched off (_onednn._after_fork)
+        program = programs.get(key, False) if _onednn.USE else None
+        if program is False:
+            def make(lib: _onednn._Library) -> _Program | None:
+                if not layout or any(k is None or k[1] != np.float32 or len(k[0]) != 4 for k in key):
+                    return None
+                try:
+                    return _Program(lib, layout, nodes, kernels, graph, inputs, outputs, [k[0] for k in key])
+                except ValueError:  # shapes that do not fit: the members' own kernels say how
+                    return None
+            program = _onednn.plan_for(programs, key, make)
+        results = run_each(args) if program is None else program.run(args)
+        return results[0] if len(outputs) == 1 else results
+
+    note = f"oneDNN group of {len(nodes)} nodes in its {layout or 'own'} layout"
+    return Kernel(run=run_group, single_output=len(outputs) == 1, note=note)

@@ -1,0 +1,366 @@
+"""Groups of convolutions and pools kept in oneDNN's layout (``kernels/onednn_group.py``).
+
+Each model is compared with onnxruntime at rtol/atol 1e-4 (float32 sums in another order;
+oneDNN's own tanh/logistic post-ops), and each test asserts how the group formed and ran: which
+nodes it holds, which members became post-ops, how many reorders a run makes. Skipped, with the
+reason, where oneDNN is not installed.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import _onednn, onednn_group
+
+pytestmark = pytest.mark.skipif(not _onednn.available(), reason=f"oneDNN not used: {_onednn.info().get('reason')}")
+
+TOL = 1e-4
+
+
+class Net:
+    """A small model written node by node; weights are seeded initializers."""
+
+    def __init__(self, x_shape, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.x_shape = list(x_shape)
+        self.nodes, self.inits, self.outputs = [], [], []
+        self.count = 0
+
+    def _name(self, stem):
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def const(self, array):
+        name = self._name("c")
+        self.inits.append(onnx.numpy_helper.from_array(np.asarray(array, np.float32), name))
+        return name
+
+    def op(self, op_type, inputs, domain="", **attrs):
+        out = self._name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out, domain=domain, **attrs))
+        return out
+
+    def conv(self, x, c_in, c_out, k=3, group=1, activation="", **attrs):
+        attrs.setdefault("pads", [k // 2] * 4)
+        attrs = {key: value for key, value in attrs.items() if value is not None}
+        w = self.const(self.rng.standard_normal((c_out, c_in // group, k, k)) * (1.0 / np.sqrt(c_in * k * k)))
+        b = self.const(self.rng.standard_normal(c_out) * 0.1)
+        if activation:
+            return self.op("FusedConv", [x, w, b], domain="com.microsoft", kernel_shape=[k, k], group=group,
+                           activation=activation, **attrs)
+        return self.op("Conv", [x, w, b], kernel_shape=[k, k], group=group, **attrs)
+
+    def model(self, *outputs) -> bytes:
+        graph = helper.make_graph(
+            self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.x_shape)],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], self.inits)
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+        return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+@pytest.fixture
+def reorders(monkeypatch):
+    """Counts the Reorder primitives run (the group's boundary crossings)."""
+    seen: list[int] = []
+    real = _onednn.Reorder.run
+
+    def spy(self, x, y):
+        seen.append(1)
+        return real(self, x, y)
+
+    monkeypatch.setattr(_onednn.Reorder, "run", spy)
+    return seen
+
+
+def _session(data: bytes, threads: int = 2) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph as written
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def _check(data: bytes, x_shape, session: ort.InferenceSession | None = None, seed: int = 1) -> list[np.ndarray]:
+    x = np.random.default_rng(seed).standard_normal(x_shape).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = (session or _session(data)).run(None, {"x": x})
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL)
+    return got
+
+
+def _groups(session: ort.InferenceSession) -> dict[int, list[str]]:
+    """Fused group id -> op types of its nodes (main graph)."""
+    result: dict[int, list[str]] = {}
+    for p in session.get_placement().nodes:
+        if p.group is not None and p.graph == "":
+            result.setdefault(p.group, []).append(p.op_type)
+    return result
+
+
+def _programs() -> list[onednn_group._Program]:
+    return [o for o in gc.get_objects() if isinstance(o, onednn_group._Program)]
+
+
+def _resnet_block(n: Net, x, c):
+    a = n.conv(x, c, c, activation="Relu")
+    b = n.conv(a, c, c)
+    return n.op("Relu", [n.op("Add", [b, x])])
+
+
+def test_a_residual_chain_is_one_group_with_reorders_only_at_its_edges(reorders):
+    n = Net((2, 3, 20, 20))
+    x = n.conv("x", 3, 32, activation="Relu", strides=[2, 2])
+    x = n.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = _resnet_block(n, x, 32)
+    x = _resnet_block(n, x, 32)
+    y = n.op("GlobalAveragePool", [x])
+    data = n.model(y)
+    session = _session(data)
+    assert list(_groups(session).values()) == [
+        ["FusedConv", "MaxPool", "FusedConv", "Conv", "Add", "Relu", "FusedConv", "Conv", "Add", "Relu",
+         "GlobalAveragePool"]]
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (2, 3, 20, 20), session)
+    assert len(reorders) == 1  # the output back to NCHW; the input goes into the first convolution as it is
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert program.primitives == 7
+    # each residual Add and the Relu after it ride on the second convolution (sum + eltwise)
+    assert len(program.absorbed) == 4
+    assert sum(isinstance(step[0], onednn_group._SumInto) for step in program.steps) == 2
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}),
+])
+def test_activations_after_a_convolution_become_post_ops(op, attrs):
+    n = Net((1, 8, 9, 11))
+    a = n.op(op, [n.conv("x", 8, 20)], **attrs)
+    data = n.model(n.op(op, [n.conv(a, 20, 24, k=1, pads=[0, 0, 0, 0])], **attrs))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 8, 9, 11))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert len(program.absorbed) == 2
+
+
+def test_scale_and_shift_by_constants_become_a_linear_post_op():
+    n = Net((1, 16, 12, 12))
+    a = n.conv("x", 16, 16)
+    a = n.op("Add", [n.op("Mul", [a, n.const([0.75])]), n.const(np.float32(-0.25))])
+    data = n.model(n.conv(a, 16, 16))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 16, 12, 12))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert len(program.absorbed) == 2
+
+
+def test_squeeze_excite_broadcast_mul_runs_in_the_layout(reorders):
+    n = Net((2, 40, 10, 10))
+    x = n.conv("x", 40, 40, group=40, activation="Relu")  # depthwise
+    se = n.op("GlobalAveragePool", [x])
+    se = n.conv(se, 40, 10, k=1, pads=[0, 0, 0, 0], activation="Relu")
+    se = n.op("HardSigmoid", [n.conv(se, 10, 40, k=1, pads=[0, 0, 0, 0])], alpha=0.2, beta=0.5)
+    y = n.conv(n.op("Mul", [x, se]), 40, 24, k=1, pads=[0, 0, 0, 0])
+    data = n.model(y)
+    session = _session(data)
+    assert list(_groups(session).values()) == [["FusedConv", "GlobalAveragePool", "FusedConv", "Conv",
+                                                "HardSigmoid", "Mul", "Conv"]]
+    _check(data, (2, 40, 10, 10), session)
+    assert len(reorders) == 1
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2]},
+    {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
+    {"pads": [0, 1, 2, 0]},
+    {"auto_pad": "SAME_UPPER", "strides": [2, 1], "pads": None},
+])
+def test_convolution_geometries(attrs):
+    n = Net((1, 12, 13, 9))
+    a = n.conv("x", 12, 20, **attrs)
+    data = n.model(n.conv(a, 20, 8, group=4, activation="Relu"))
+    assert len(_groups(_session(data))) == 1
+    _check(data, (1, 12, 13, 9))
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [0, 1, 1, 0]}),
+])
+def test_pools_between_convolutions(op, attrs):
+    n = Net((1, 16, 11, 12))
+    a = n.op(op, [n.conv("x", 16, 16, activation="Relu")], **attrs)
+    data = n.model(n.conv(n.op("Relu", [a]), 16, 16))  # a Relu after a pool: numpy on the layout
+    assert list(_groups(_session(data)).values()) == [["FusedConv", op, "Relu", "Conv"]]
+    _check(data, (1, 16, 11, 12))
+
+
+def test_values_read_outside_the_group_and_graph_outputs_inside_it():
+    n = Net((1, 8, 8, 8))
+    a = n.conv("x", 8, 16, activation="Relu")
+    b = n.conv(a, 16, 16)  # a graph output that a member reads too: no post-op absorbs it
+    c = n.op("Relu", [b])
+    d = n.conv(c, 16, 16)
+    outside = n.op("Softmax", [a], axis=1)
+    data = n.model(d, b, outside)
+    session = _session(data)
+    assert list(_groups(session).values()) == [["FusedConv", "Conv", "Relu", "Conv"]]
+    _check(data, (1, 8, 8, 8), session)
+
+
+def test_residual_addend_made_after_the_convolution_and_read_twice():
+    n = Net((1, 16, 8, 8))
+    x = n.conv("x", 16, 16, activation="Relu")
+    main = n.conv(x, 16, 16)
+    shortcut = n.conv(x, 16, 16, k=1, pads=[0, 0, 0, 0])  # made after main: the sum goes on it
+    y = n.op("Relu", [n.op("Add", [main, shortcut])])
+    z = n.op("Add", [y, x])  # x is read again: the sum into it copies it first
+    data = n.model(n.conv(z, 16, 8))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 16, 8, 8))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    sums = [step[0] for step in program.steps if isinstance(step[0], onednn_group._SumInto)]
+    assert len(sums) == 1  # the second Add's convolution output is read by a Relu first: not absorbed
+    assert len(program.absorbed) == 2
+
+
+def test_no_cycle_through_a_node_outside_the_group():
+    n = Net((1, 8, 6, 6))
+    a = n.conv("x", 8, 8)
+    outside = n.op("Softmax", [a], axis=1)  # not a member, reads the group, feeds it again
+    b = n.conv(a, 8, 8)
+    data = n.model(n.conv(n.op("Add", [b, outside]), 8, 8))
+    session = _session(data)
+    placement = session.get_placement()
+    assert not any(p.declined for p in placement.nodes)
+    groups = _groups(session)
+    assert ["Conv", "Conv"] in groups.values()  # the Add cannot join the first convolutions' group
+    _check(data, (1, 8, 6, 6), session)
+
+
+def test_new_batch_sizes_make_new_programs():
+    n = Net(("batch", 8, 10, 10))
+    data = n.model(_resnet_block(n, n.conv("x", 8, 16, activation="Relu"), 16))
+    session = _session(data)
+    for batch in (1, 3, 1):
+        _check(data, (batch, 8, 10, 10), session, seed=batch)
+
+
+def test_members_oneDNN_declines_run_their_own_kernels(monkeypatch):
+    n = Net((1, 8, 10, 10))
+    x = n.op("MaxPool", [n.conv("x", 8, 16, activation="Relu")], kernel_shape=[2, 2])
+    data = n.model(_resnet_block(n, x, 16))
+    real = _onednn.Convolution
+
+    def second_declined(lib, x_shape, w, *args, **kwargs):
+        if w.shape[:2] == (16, 16) and kwargs.get("x_layout") and len(calls) == 0:
+            calls.append(1)
+            raise _onednn.OneDNNError("declined for the test")
+        return real(lib, x_shape, w, *args, **kwargs)
+
+    calls: list[int] = []
+    monkeypatch.setattr(_onednn, "Convolution", second_declined)
+    _check(data, (1, 8, 10, 10))
+    assert calls == [1]
+
+    def all_declined(*args, **kwargs):
+        raise _onednn.OneDNNError("declined for the test")
+
+    monkeypatch.setattr(_onednn, "Convolution", all_declined)
+    monkeypatch.setattr(_onednn, "Pooling", all_declined)
+    _check(data, (1, 8, 10, 10))
+
+
+def test_what_does_not_form_a_group():
+    n = Net((1, 8, 6, 6))
+    single = n.model(n.op("Relu", [n.conv("x", 8, 8)]))  # one convolution saves no reorder
+    assert _groups(_session(single)) == {}
+
+    n = Net((1, 8, 6))  # 1-D convolutions
+    w = n.const(np.ones((8, 8, 3), np.float32))
+    a = n.op("Conv", ["x", w], kernel_shape=[3], pads=[1, 1])
+    assert _groups(_session(n.model(n.op("Conv", [a, w], kernel_shape=[3], pads=[1, 1])))) == {}
+
+
+def test_weights_fed_at_run_time_keep_the_node_out_of_groups():
+    n = Net((1, 4, 5, 5))
+    a = n.conv("x", 4, 4)
+    w = n.const(np.ones((4, 4, 3, 3), np.float32))
+    b = n.op("Conv", [a, w], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    proto = onnx.load_from_string(n.model(n.conv(b, 4, 4)))
+    proto.graph.input.append(helper.make_tensor_value_info(w, TensorProto.FLOAT, [4, 4, 3, 3]))
+    session = _session(proto.SerializeToString())
+    assert all("Conv" not in ops or len(ops) < 3 for ops in _groups(session).values())
+    x = np.ones((1, 4, 5, 5), np.float32)
+    fed = {"x": x, w: np.full((4, 4, 3, 3), 2.0, np.float32)}
+    want = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, fed)
+    np.testing.assert_allclose(session.run(None, fed)[0], want[0], rtol=TOL, atol=TOL)
+
+
+def test_switched_off_without_onednn(monkeypatch):
+    n = Net((1, 8, 6, 6))
+    data = n.model(_resnet_block(n, n.conv("x", 8, 8), 8))
+    monkeypatch.setattr(_onednn, "USE", False)
+    assert _groups(_session(data)) == {}
+
+
+def _forked_child(session, x, queue) -> None:
+    queue.put(session.run(None, {"x": x})[0])
+
+
+def test_a_forked_child_runs_the_members_own_kernels():
+    import multiprocessing
+
+    n = Net((1, 16, 10, 10))
+    data = n.model(_resnet_block(n, n.conv("x", 16, 16, activation="Relu"), 16))
+    session = _session(data)
+    assert _groups(session)
+    x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype(np.float32)
+    want = session.run(None, {"x": x})[0]  # the parent's OpenMP pool has run
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_child, args=(session, x, queue))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung")
+    assert child.exitcode == 0
+    np.testing.assert_allclose(queue.get(timeout=5), want, rtol=TOL, atol=TOL)
+
+
+def test_concurrent_runs():
+    n = Net((2, 16, 12, 12))
+    data = n.model(_resnet_block(n, _resnet_block(n, n.conv("x", 16, 16, activation="Relu"), 16), 16))
+    session = _session(data)
+    xs = [np.random.default_rng(k).standard_normal((2, 16, 12, 12)).astype(np.float32) for k in range(4)]
+    want = [session.run(None, {"x": x})[0] for x in xs]
+    errors: list[BaseException] = []
+
+    def worker(k):
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(session.run(None, {"x": xs[k]})[0], want[k])
+        except BaseException as error:  # noqa: BLE001  (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
