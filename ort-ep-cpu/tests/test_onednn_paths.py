@@ -253,6 +253,17 @@ def test_matmul_with_constant_weights_matches_onnxruntime(runs, a_shape, b_shape
     assert [kind for kind, _ in runs] == ["MatMul"]
 
 
+@pytest.mark.parametrize("n, used", [(512, True), (64, False)])
+def test_one_row_products_take_onednn_by_the_size_of_their_weights(monkeypatch, n, used):
+    # thresholds as shipped: (1, 512) @ (512, 512) is 256K multiply-adds, under
+    # ONEDNN_MIN_GEMM_MACS, but its 1 MB of weights is at ONEDNN_MIN_GEMM_WEIGHTS
+    seen: list[str] = []
+    real = _onednn._Primitive.run
+    monkeypatch.setattr(_onednn._Primitive, "run", lambda self, x, y: seen.append(type(self).__name__) or real(self, x, y))
+    _check(_product_model("MatMul", (1, 512), (512, n), {}), (1, 512))
+    assert seen == (["MatMul"] if used else [])
+
+
 @pytest.mark.parametrize("attrs, c_shape, used", [
     ({}, None, True),
     ({"transB": 1}, (24,), True),

@@ -39,6 +39,11 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 #: crossover lies between 0.5M and 0.85M MACs (measured, us numpy / oneDNN: 8x128x128 4 / 19;
 #: 2x512x512 16 / 24; 1x128x6625 119 / 53; 4x512x512 69 / 27)
 ONEDNN_MIN_GEMM_MACS = 3 << 18
+#: ... and products whose constant B has this many elements or more take oneDNN however few
+#: the rows: in a model's run such weights (512 KB and up) are not in the core's cache from
+#: the last run, and one BLAS thread streams them alone where oneDNN's two split them (the
+#: bench's mlp at batch 1, 256->512->512->512, in a loop of runs: 117 -> 72 us)
+ONEDNN_MIN_GEMM_WEIGHTS = 1 << 17
 
 
 class _ConstantProduct:
@@ -59,7 +64,7 @@ class _ConstantProduct:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
         plan = _onednn.plan_for(self.plans, rows, lambda lib: _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op)
-                                if rows * k * n >= ONEDNN_MIN_GEMM_MACS else None)
+                                if rows * k * n >= ONEDNN_MIN_GEMM_MACS or k * n >= ONEDNN_MIN_GEMM_WEIGHTS else None)
         if plan is None:
             return None
         y = np.empty(a.shape[:-1] + (n,), dtype=np.float32)
