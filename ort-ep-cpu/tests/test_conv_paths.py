@@ -21,6 +21,7 @@ import onnxruntime
 import pytest
 from compiled_loops import use_compiled
 from onnx import TensorProto, helper
+from parallel_runs import runs_agree
 
 import ort_core as ort
 from ort_ep_cpu.kernels import _blas, _jit, _onednn, nn
@@ -242,21 +243,7 @@ def test_concurrent_runs_get_their_own_buffers(taps, monkeypatch):
     rng = np.random.default_rng(5)
     xs = [rng.standard_normal((1, 8, 30, 30)).astype(np.float32) for _ in range(8)]
     wants = [ref.run(None, {"x": x})[0] for x in xs]
-    errors: list[BaseException] = []
-
-    def work(i):
-        try:
-            for _ in range(20):
-                np.testing.assert_allclose(got.run(None, {"x": xs[i]})[0], wants[i], rtol=1e-4, atol=1e-4)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    runs_agree(lambda x: got.run(None, {"x": x})[0], xs, wants, rtol=1e-4, atol=1e-4)
     assert bool(taps_runs) == taps
 
 

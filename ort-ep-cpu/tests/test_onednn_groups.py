@@ -9,13 +9,13 @@ reason, where oneDNN is not installed.
 from __future__ import annotations
 
 import gc
-import threading
 
 import numpy as np
 import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from parallel_runs import in_forked_child, runs_agree
 
 import ort_core as ort
 from ort_ep_cpu.kernels import _onednn, onednn_group
@@ -252,6 +252,21 @@ def test_no_cycle_through_a_node_outside_the_group():
     _check(data, (1, 8, 6, 6), session)
 
 
+def test_a_group_inside_a_control_flow_body_reads_outer_values():
+    n = Net((1, 8, 6, 6))
+    body = Net((1, 8, 6, 6), seed=3)
+    a = body.conv("x", 8, 8, activation="Relu")  # "x" is the outer graph's input
+    b = body.op("Relu", [body.op("Add", [body.conv(a, 8, 8), "x"])])
+    branch = helper.make_graph(body.nodes, "branch", [], [helper.make_tensor_value_info(b, TensorProto.FLOAT, None)],
+                               body.inits)
+    n.inits.append(onnx.numpy_helper.from_array(np.array(True), "cond"))
+    y = n.op("If", ["cond"], then_branch=branch, else_branch=branch)
+    session = _session(n.model(y))
+    in_body = [p for p in session.get_placement().nodes if p.graph]  # both branches, 4 nodes each
+    assert len(in_body) == 8 and {p.group for p in in_body} == {0}
+    _check(n.model(y), (1, 8, 6, 6), session)
+
+
 def test_new_batch_sizes_make_new_programs():
     n = Net(("batch", 8, 10, 10))
     data = n.model(_resnet_block(n, n.conv("x", 8, 16, activation="Relu"), 16))
@@ -318,29 +333,18 @@ def test_switched_off_without_onednn(monkeypatch):
     assert _groups(_session(data)) == {}
 
 
-def _forked_child(session, x, queue) -> None:
-    queue.put(session.run(None, {"x": x})[0])
+def _run_session(session, x):
+    return session.run(None, {"x": x})[0]
 
 
 def test_a_forked_child_runs_the_members_own_kernels():
-    import multiprocessing
-
     n = Net((1, 16, 10, 10))
     data = n.model(_resnet_block(n, n.conv("x", 16, 16, activation="Relu"), 16))
     session = _session(data)
     assert _groups(session)
     x = np.random.default_rng(1).standard_normal((1, 16, 10, 10)).astype(np.float32)
     want = session.run(None, {"x": x})[0]  # the parent's OpenMP pool has run
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_forked_child, args=(session, x, queue))
-    child.start()
-    child.join(60)
-    if child.is_alive():
-        child.kill()
-        pytest.fail("the forked child hung")
-    assert child.exitcode == 0
-    np.testing.assert_allclose(queue.get(timeout=5), want, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(in_forked_child(_run_session, session, x), want, rtol=TOL, atol=TOL)
 
 
 def test_concurrent_runs():
@@ -348,19 +352,5 @@ def test_concurrent_runs():
     data = n.model(_resnet_block(n, _resnet_block(n, n.conv("x", 16, 16, activation="Relu"), 16), 16))
     session = _session(data)
     xs = [np.random.default_rng(k).standard_normal((2, 16, 12, 12)).astype(np.float32) for k in range(4)]
-    want = [session.run(None, {"x": x})[0] for x in xs]
-    errors: list[BaseException] = []
-
-    def worker(k):
-        try:
-            for _ in range(20):
-                np.testing.assert_array_equal(session.run(None, {"x": xs[k]})[0], want[k])
-        except BaseException as error:  # noqa: BLE001  (reported below)
-            errors.append(error)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    wants = [session.run(None, {"x": x})[0] for x in xs]
+    runs_agree(lambda x: session.run(None, {"x": x})[0], xs, wants)  # the same values as one at a time

@@ -17,6 +17,7 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from parallel_runs import in_forked_child, runs_agree
 
 import ort_core as ort
 from ort_ep_cpu.kernels import _jit, _onednn, nn
@@ -201,21 +202,7 @@ def test_concurrent_runs_of_one_session(runs):
     xs = [rng.standard_normal((2, 8, 16, 16)).astype(np.float32) for _ in range(4)]
     reference = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     wants = [reference.run(None, {"x": x})[0] for x in xs]
-    errors: list[BaseException] = []
-
-    def work(i: int) -> None:
-        try:
-            for _ in range(20):
-                np.testing.assert_allclose(session.run(None, {"x": xs[i]})[0], wants[i], rtol=TOL, atol=TOL)
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    assert not errors, errors[0]
+    runs_agree(lambda x: session.run(None, {"x": x})[0], xs, wants, rtol=TOL, atol=TOL)
     assert len(runs) == 80
 
 
@@ -409,14 +396,12 @@ def test_a_thread_s_stream_is_destroyed_when_the_thread_ends(runs, monkeypatch):
     assert len(runs) == 1 and len(destroyed) == 1
 
 
-def _forked_child(data: bytes, x: np.ndarray, session, queue) -> None:
+def _fresh_and_reused(data: bytes, x: np.ndarray, session) -> tuple:
     fresh = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    queue.put((fresh.run(None, {"x": x})[0], session.run(None, {"x": x})[0], _onednn.info()["reason"]))
+    return fresh.run(None, {"x": x})[0], session.run(None, {"x": x})[0], _onednn.info()["reason"]
 
 
 def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
-    import multiprocessing
-
     data = _model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
     x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
     options = ort.SessionOptions()
@@ -424,16 +409,7 @@ def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     want = session.run(None, {"x": x})[0]
     assert len(runs) == 1  # the parent's OpenMP pool has run
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_forked_child, args=(data, x, session, queue))
-    child.start()
-    child.join(60)
-    if child.is_alive():
-        child.kill()
-        pytest.fail("the forked child hung")
-    assert child.exitcode == 0
-    fresh, reused, reason = queue.get(timeout=5)
+    fresh, reused, reason = in_forked_child(_fresh_and_reused, data, x, session)
     np.testing.assert_allclose(fresh, want, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(reused, want, rtol=TOL, atol=TOL)
     assert "fork" in reason
