@@ -11,10 +11,13 @@ between its members in oneDNN's layout and reorders only where a value enters or
 What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
 has as a post-op), MaxPool, AveragePool and GlobalAveragePool (oneDNN's pooling), and the
 elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
-or Mul of two 4-D values with the same channel count). Elementwise ops run their usual CPU
-kernels on the arrays as they are: an elementwise op does not care how the array is laid out,
-and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds in nhwc ((N, 1, 1,
-C) over (N, H, W, C)) and in the blocked layouts alike.
+or Mul of two 4-D values with the same channel count or by a one-element constant). Those that
+follow a convolution, each the only reader of the value before it, become the convolution's
+post-ops: the activations and scalar scales/shifts as eltwise ones, a residual Add as the sum
+post-op (the output starts as the other operand). The others run their usual CPU kernels on
+the arrays as they are: an elementwise op does not care how the array is laid out, and numpy's
+broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds in nhwc ((N, 1, 1, C) over (N,
+H, W, C)) and in the blocked layouts alike.
 
 The group's kernel makes a program per input shape at its first run. A member oneDNN declines
 for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
@@ -423,15 +426,12 @@ class _SumInto:
         return y
 
 
-_ELTWISE_OPS = {"Relu", "LeakyRelu", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish"}
-
-
 def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | None:
     """A member as a oneDNN eltwise post-op: an activation, or a Mul / Add by a one-element
     constant (``alpha * x + beta``); None for others."""
     if node.domain not in ("", CORE_DOMAIN) or (node.domain and node.op_type != "HardSwish"):
         return None
-    if node.op_type in _ELTWISE_OPS:
+    if node.op_type in UNARY:
         if node.op_type == "HardSwish":
             return (_onednn.ELTWISE_HARDSWISH, 1 / 6, 0.5)
         if node.op_type == "LeakyRelu":
