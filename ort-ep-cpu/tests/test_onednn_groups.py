@@ -300,6 +300,45 @@ def test_members_oneDNN_declines_run_their_own_kernels(monkeypatch):
     _check(data, (1, 8, 10, 10))
 
 
+@pytest.mark.parametrize("layout", sorted(_onednn.LAYOUTS))
+def test_reorders_into_each_layout_and_back(layout):
+    lib = _onednn.library()
+    x = np.random.default_rng(0).standard_normal((2, 20, 5, 7)).astype(np.float32)  # 20: not a block multiple
+    inside = np.full(_onednn.layout_shape(x.shape, layout), np.nan, np.float32)
+    _onednn.Reorder(lib, x.shape, "", layout).run(x, inside)
+    if layout == "nhwc":
+        want = x.transpose(0, 2, 3, 1)
+    else:
+        block = inside.shape[-1]
+        padded = np.zeros((2, inside.shape[1] * block, 5, 7), np.float32)
+        padded[:, :20] = x
+        want = padded.reshape(2, inside.shape[1], block, 5, 7).transpose(0, 1, 3, 4, 2)
+    np.testing.assert_array_equal(inside, want)  # the padding channels are zeros, not left as they were
+    back = np.empty_like(x)
+    _onednn.Reorder(lib, x.shape, layout, "").run(inside, back)
+    np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("layout", ["nChw16c", "nChw8c"])
+def test_groups_in_the_blocked_layouts_other_cpus_get(monkeypatch, layout):
+    # this CPU's oneDNN chooses nhwc; a group in a blocked layout (channels padded to the block)
+    # must give the same values, the elementwise members and broadcasts included
+    monkeypatch.setattr(_onednn._Library, "layout", lambda self: layout)
+    n = Net((2, 20, 9, 9))
+    x = _resnet_block(n, n.conv("x", 20, 20, activation="Relu"), 20)
+    se = n.op("GlobalAveragePool", [x])
+    se = n.op("HardSigmoid", [n.conv(se, 20, 20, k=1, pads=[0, 0, 0, 0])], alpha=0.2, beta=0.5)
+    y = n.op("MaxPool", [n.op("Mul", [x, se])], kernel_shape=[2, 2], strides=[2, 2])
+    data = n.model(n.conv(n.op("Mul", [y, n.const([1.5])]), 20, 12))
+    session = _session(data)
+    assert len(_groups(session)) == 1
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (2, 20, 9, 9), session)
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert program.layout == layout and program.primitives == 7
+
+
 def test_what_does_not_form_a_group():
     n = Net((1, 8, 6, 6))
     single = n.model(n.op("Relu", [n.conv("x", 8, 8)]))  # one convolution saves no reorder
