@@ -17,6 +17,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from real_model_cases import fetch_or_skip
@@ -74,9 +75,31 @@ def _same_as_onnxruntime(data, feeds, tol):
 @pytest.mark.parametrize("outputs", [("y",), ("y", "mean", "inv_std", "sum"), ("y", "", "", "sum")],
                          ids=["output", "all", "output+sum"])
 @pytest.mark.parametrize("beta,bias", [(True, True), (False, False), (True, False)], ids=["beta+bias", "neither", "beta"])
-def test_skip_layernorm_matches_onnxruntime(dtype, outputs, beta, bias):
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
+def test_skip_layernorm_matches_onnxruntime(dtype, outputs, beta, bias, compiled, monkeypatch):
+    used = use_compiled(monkeypatch, compiled, "layer_norm_rows")
     data, feeds = _sln_model([2, 7, H], [2, 7, H], dtype, beta=beta, bias=bias, outputs=outputs)
     _same_as_onnxruntime(data, feeds, TOL[dtype])
+    # the compiled rows: float32, and no mean / inv_std output (they give none)
+    assert bool(used) == (compiled and dtype == np.float32 and "mean" not in outputs)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "compiled"])
+@pytest.mark.parametrize("shape, axis, bias", [((3, 5, H), -1, True), ((4, 100), 1, False), ((2, 3, 8), 1, True)])
+def test_layernorm_matches_onnxruntime(compiled, shape, axis, bias, monkeypatch):
+    used = use_compiled(monkeypatch, compiled, "layer_norm_rows")
+    names = ["x", "scale", "bias"] if bias else ["x", "scale"]
+    node = helper.make_node("LayerNormalization", names, ["y"], axis=axis, epsilon=1e-5)
+    inits = [numpy_helper.from_array(_f(*shape[axis:]), "scale")] + ([numpy_helper.from_array(_f(*shape[axis:]), "bias")]
+                                                                       if bias else [])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = _f(*shape) * 3 + 1
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = _cpu_session(data).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, **TOL[np.float32])
+    assert bool(used) == (compiled and axis in (-1, len(shape) - 1))  # the compiled rows: the last axis only
 
 
 @pytest.mark.parametrize("x_shape,skip_shape", [([7, H], [7, H]), ([3, 7, H], [1, 7, H]), ([3, 7, H], [7, H])])

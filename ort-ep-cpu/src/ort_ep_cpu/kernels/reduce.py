@@ -7,6 +7,7 @@ import numpy as np
 from ort_core import CORE_DOMAIN
 
 from ..registry import kernel
+from . import _jit
 from ._util import const_input, ones_vector
 from .elementwise import JIT_FLOATS
 
@@ -228,12 +229,44 @@ for _name, _fn in {"Softmax": softmax, "LogSoftmax": log_softmax, "Hardmax": har
     kernel(_name, 13)(lambda node, request, fn=_fn: _on_axis(int(node.attr("axis", -1)), fn))
 
 
+# "absent" for the compiled row loop's optional arrays (one type per argument: one compilation)
+_ABSENT_ROWS = np.empty((0, 0), np.float32)
+_ABSENT_VECTOR = np.empty(0, np.float32)
+
+
+def compiled_layer_norm(x: np.ndarray, skip: np.ndarray | None, bias: np.ndarray | None, gamma: np.ndarray,
+                        beta: np.ndarray | None, eps: float, total: bool) -> tuple | None:
+    """LayerNorm over the last axis of float32 ``x`` (+ ``skip`` + ``bias``) by the compiled
+    row loop (``_jit.layer_norm_rows``): (y, the sum x + skip + bias or None where ``total`` is
+    false); None where it does not apply (numba not installed, another dtype, a broadcast skip,
+    non-contiguous arrays): the caller's numpy path runs."""
+    if x.dtype != np.float32 or not x.ndim or not x.size or not x.flags.c_contiguous or not _jit.enabled():
+        return None
+    h = x.shape[-1]
+    if skip is not None and (skip.shape != x.shape or skip.dtype != np.float32 or not skip.flags.c_contiguous):
+        return None
+    for v in (bias, gamma, beta):
+        if v is not None and (v.shape != (h,) or v.dtype != np.float32 or not v.flags.c_contiguous):
+            return None
+    y = np.empty_like(x)
+    out = np.empty_like(x) if total else None
+    _jit.layer_norm_rows()(
+        x.reshape(-1, h), _ABSENT_ROWS if skip is None else skip.reshape(-1, h),
+        _ABSENT_VECTOR if bias is None else bias, gamma, _ABSENT_VECTOR if beta is None else beta, np.float32(eps),
+        y.reshape(-1, h), _ABSENT_ROWS if out is None else out.reshape(-1, h))
+    return y, out
+
+
 def _layer_norm(node, request):
     axis = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
     n_out = len(node.outputs)
 
     def layer_norm(x, scale, bias=None):
+        if n_out == 1 and axis in (-1, x.ndim - 1):
+            compiled = compiled_layer_norm(x, None, None, scale, bias, eps, total=False)
+            if compiled is not None:
+                return compiled[0]
         a = axis if axis >= 0 else axis + x.ndim
         axes = tuple(range(a, x.ndim))
         mean = x.mean(axis=axes, keepdims=True)
