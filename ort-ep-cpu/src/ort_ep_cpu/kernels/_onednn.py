@@ -6,15 +6,15 @@ wheel, oneDNN 3.2, Linux x86-64; it needs the system's ``libgomp.so.1``).
 Why: a convolution done as column copies + numpy's BLAS (OpenBLAS) SGEMM reaches about half of
 the CPU's peak on the small-channel layers of a ResNet; onnxruntime does those layers about 3x
 faster with direct kernels on channel-blocked data (NCHWc). oneDNN does the same: it picks its
-kernel for the shape and the CPU (here ``brgconv:avx512_core``) on a blocked layout of its
-choosing, so a convolution is three primitives back to back: the input reordered from NCHW
+kernel for the shape and the CPU (here ``brgconv:avx512_core``) on a layout of its choosing
+(nhwc here; channel-blocked on other CPUs), so a convolution is three primitives back to back: the input reordered from NCHW
 into that layout, the convolution (the fused activation as a post-op), the output reordered
 back. A 32->32 3x3 layer at 32x32 (one thread / two): 158 / 143 us, against 485 / 388 us for
 the column path and 131 / 103 us for onnxruntime.
 
 Each primitive (``Convolution``, ``Pooling``, ``MatMul``) is made for one input shape, at its
 first run (``plan_for``), with its constant weights copied once into oneDNN's layout; the
-blocked intermediates and the scratchpad are views of a per-thread scratch. oneDNN's
+reordered intermediates and the scratchpad are views of a per-thread scratch. oneDNN's
 reference implementations (``ref:``) are declined. Without the library, or with
 ``ORT_EP_CPU_ONEDNN=0`` in the environment, ``library()`` is None and the numpy paths run.
 
@@ -358,14 +358,15 @@ class _Primitive:
             # oneDNN's reference loops are there for correctness, slower than numpy's path
             raise OneDNNError(f"only oneDNN's reference implementation ({self.implementation}) does this")
         self.primitive = self._own("dnnl_primitive_destroy", lib.primitive(pd))
-        self.x_blocked = lib.query_md(pd, _QUERY_SRC_MD)  # owned by pd
-        self.y_blocked = lib.query_md(pd, _QUERY_DST_MD)
+        # the layouts the primitive runs on (owned by pd): reordered from and to x_md / y_md
+        self.x_inner = lib.query_md(pd, _QUERY_SRC_MD)
+        self.y_inner = lib.query_md(pd, _QUERY_DST_MD)
         self.scratchpad_md = lib.query_md(pd, _QUERY_SCRATCHPAD_MD)
         self.reorder_x = self.reorder_y = None
-        if not d.dnnl_memory_desc_equal(self.x_md, self.x_blocked):
-            self.reorder_x = self._own("dnnl_primitive_destroy", self._reorder(self.x_md, self.x_blocked))
-        if not d.dnnl_memory_desc_equal(self.y_md, self.y_blocked):
-            self.reorder_y = self._own("dnnl_primitive_destroy", self._reorder(self.y_blocked, self.y_md))
+        if not d.dnnl_memory_desc_equal(self.x_md, self.x_inner):
+            self.reorder_x = self._own("dnnl_primitive_destroy", self._reorder(self.x_md, self.x_inner))
+        if not d.dnnl_memory_desc_equal(self.y_md, self.y_inner):
+            self.reorder_y = self._own("dnnl_primitive_destroy", self._reorder(self.y_inner, self.y_md))
 
     def _own(self, destroy: str, handle: _P) -> _P:
         self.owned.append((destroy, handle))
@@ -417,7 +418,7 @@ class _Primitive:
         """Memory objects and argument arrays for one caller at a time: [x memory, y memory,
         scratch memories with their offsets, scratch bytes, steps, and the x, y and scratch
         addresses they were last given], where each step is (primitive, argument count,
-        argument array). The blocked buffers and the scratchpad live in the calling thread's
+        argument array). The reordered buffers and the scratchpad live in the calling thread's
         scratch (``_Library.scratch``), shared by every primitive
         the thread runs: one primitive's intermediates are dead when the next one starts, and
         per-primitive buffers added up to 1.8x onnxruntime's peak memory on ocr-rec."""
@@ -434,8 +435,8 @@ class _Primitive:
             offset += -(-lib.dnnl.dnnl_memory_desc_get_size(md) // 64) * 64
             return memory
 
-        src = x_mem if self.reorder_x is None else in_scratch(self.x_blocked)
-        dst = y_mem if self.reorder_y is None else in_scratch(self.y_blocked)
+        src = x_mem if self.reorder_x is None else in_scratch(self.x_inner)
+        dst = y_mem if self.reorder_y is None else in_scratch(self.y_inner)
         args = [(_ARG_SRC, src), (_ARG_DST, dst)] + self.constant_args
         if self.scratchpad_md is not None and lib.dnnl.dnnl_memory_desc_get_size(self.scratchpad_md):
             args.append((_ARG_SCRATCHPAD, in_scratch(self.scratchpad_md)))
@@ -485,19 +486,19 @@ class _Primitive:
 class Convolution(_Primitive):
     """A 2-D convolution (``pads``: top, left, bottom, right; ``post_ops`` applied in order,
     or None), with its weights and bias kept in oneDNN's layout. oneDNN chooses every layout
-    (``_TAG_ANY``): for the input and output that is a channel-blocked one on AVX-512, where
-    its direct kernels run; ``blocked=False`` keeps them NCHW (1x1 convolutions, whose GEMM
+    (``_TAG_ANY``): for the input and output that is nhwc on AVX-512 (oneDNN 3.2's brgconv
+    kernels), channel-blocked on other CPUs; ``any_layout=False`` keeps them NCHW (1x1 convolutions, whose GEMM
     gains less than the reorders cost). With ``x_layout``/``y_layout`` the input/output array
     is in that layout itself and is not reordered."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
                  strides, dilations, pads, y_shape: tuple[int, ...], post_ops: Sequence[PostOp] = (),
-                 blocked: bool = True, x_layout: str = "", y_layout: str = ""):
+                 any_layout: bool = True, x_layout: str = "", y_layout: str = ""):
         super().__init__(lib, x_shape, y_shape, x_layout, y_layout)
         # the layout of the primitive's input and output: the given array's where it has one,
         # else oneDNN's choice (reordered from and to NCHW) or NCHW as it is
-        src = self.x_md if x_layout or not blocked else self._descriptor_of(x_shape, _TAG_ANY)
-        dst = self.y_md if y_layout or not blocked else self._descriptor_of(y_shape, _TAG_ANY)
+        src = self.x_md if x_layout or not any_layout else self._descriptor_of(x_shape, _TAG_ANY)
+        dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY)
         m = w.shape[0]
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
         w_plain = self._descriptor_of(w_dims, _plain(len(w_dims)))

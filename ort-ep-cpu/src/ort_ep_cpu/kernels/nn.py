@@ -834,7 +834,7 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             w4 = w if w.ndim == 4 else w[:, :, None, :]
             return _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides, g2.dilations,
                                        g2.pads, (shape4[0], w.shape[0]) + g2.out, () if post_op is None else (post_op,),
-                                       blocked=not (g.pointwise and group == 1))
+                                       any_layout=not (g.pointwise and group == 1))
 
         plan = _onednn.plan_for(onednn, x.shape, make)
         if plan is None:
