@@ -365,6 +365,21 @@ def test_weights_fed_at_run_time_keep_the_node_out_of_groups():
     np.testing.assert_allclose(session.run(None, fed)[0], want[0], rtol=TOL, atol=TOL)
 
 
+def test_a_failure_forming_groups_is_logged_and_the_nodes_run_one_by_one(monkeypatch, caplog):
+    n = Net((1, 8, 6, 6))
+    data = n.model(_resnet_block(n, n.conv("x", 8, 8), 8))
+
+    def broken(graph, claimed):
+        raise RuntimeError("a bug in group forming")
+
+    monkeypatch.setattr(onednn_group, "groups", broken)
+    with caplog.at_level("WARNING", logger="ort_core"):
+        session = _session(data)
+    assert _groups(session) == {}
+    assert "no oneDNN groups in graph main: RuntimeError: a bug in group forming" in caplog.text
+    _check(data, (1, 8, 6, 6), session)
+
+
 def test_switched_off_without_onednn(monkeypatch):
     n = Net((1, 8, 6, 6))
     data = n.model(_resnet_block(n, n.conv("x", 8, 8), 8))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import platform
 
 from ort_core import (
@@ -115,8 +116,14 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             taken.append(i)
         else:
             capability.declined[i] = reason
-    # chains of convolutions and pools run as one kernel in oneDNN's layout (onednn_group.py)
-    grouped = onednn_group.groups(graph, taken)
+    # chains of convolutions and pools run as one kernel in oneDNN's layout (onednn_group.py);
+    # an optimisation: where forming them fails, the nodes run one by one and the error is logged
+    try:
+        grouped = onednn_group.groups(graph, taken)
+    except Exception as error:  # noqa: BLE001
+        logging.getLogger("ort_core").warning("CPUExecutionProvider: no oneDNN groups in graph %s: %s: %s",
+                                              graph.path or "main", type(error).__name__, error)
+        grouped = []
     capability.claims.extend(Claim(group, fuse=True) for group in grouped)
     in_groups = {i for group in grouped for i in group}
     capability.claims.extend(Claim((i,)) for i in taken if i not in in_groups)
