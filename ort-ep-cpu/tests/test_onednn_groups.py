@@ -380,6 +380,29 @@ def test_a_failure_forming_groups_is_logged_and_the_nodes_run_one_by_one(monkeyp
     _check(data, (1, 8, 6, 6), session)
 
 
+def test_errors_inside_a_group_name_the_member_node(monkeypatch):
+    # shapes that do not fit: the program is not made and the members' own kernels say why
+    n = Net((1, 8, "h", "w"))
+    a = n.conv("x", 8, 8, activation="Relu")
+    b = n.conv(a, 8, 8, strides=[2, 2])
+    data = n.model(n.conv(n.op("Add", [a, b]), 8, 8))
+    session = _session(data)
+    assert len(_groups(session)) == 1
+    with pytest.raises(ort.Fail, match=r"Add node 'add\d+' of the oneDNN group: ValueError: operands could not be"):
+        session.run(None, {"x": np.ones((1, 8, 6, 6), np.float32)})
+    # a step of a program that fails at run time
+    n = Net((1, 8, 6, 6))
+    x = n.op("MaxPool", [n.conv("x", 8, 8, activation="Relu")], kernel_shape=[2, 2])
+    data = n.model(n.conv(x, 8, 8))
+
+    def fails(self, x, y):
+        raise _onednn.OneDNNError("dnnl_primitive_execute failed for the test")
+
+    monkeypatch.setattr(_onednn.Pooling, "run", fails)
+    with pytest.raises(ort.Fail, match=r"MaxPool node 'maxpool\d+' of the oneDNN group: OneDNNError: dnnl_primitive"):
+        _session(data).run(None, {"x": np.ones((1, 8, 6, 6), np.float32)})
+
+
 def test_switched_off_without_onednn(monkeypatch):
     n = Net((1, 8, 6, 6))
     data = n.model(_resnet_block(n, n.conv("x", 8, 8), 8))

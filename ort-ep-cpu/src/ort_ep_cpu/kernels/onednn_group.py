@@ -220,6 +220,7 @@ class _Program:
         self.shape: dict[str, tuple[int, ...]] = dict(zip(inputs, shapes))
         self.where: dict[str, dict[str, int]] = {}  # value -> {layout ("" for NCHW): slot}
         self.steps: list[tuple[Callable, tuple[int, ...], int]] = []
+        self.labels: list[str] = []  # per step, what it is: errors name the member node
         self.slots = 0
         self.input_slots = [self._new(name, "") for name in inputs]
         self.primitives = 0  # members oneDNN runs (the rest run their own kernels)
@@ -230,6 +231,10 @@ class _Program:
         self._schedule_frees()
 
     # ---------------------------------------------------------------- building
+    def _step(self, fn: Callable, ins: tuple[int, ...], out: int, label: str) -> None:
+        self.steps.append((fn, ins, out))
+        self.labels.append(label)
+
     def _new(self, name: str, layout: str) -> int:
         slot = self.slots
         self.slots += 1
@@ -244,7 +249,8 @@ class _Program:
             return held[layout]
         source_layout, source = next(iter(held.items()))
         reorder = _onednn.Reorder(self.lib, self.shape[name], source_layout, layout)
-        self.steps.append((_into(reorder, self._numpy_shape(name, layout)), (source,), self._new(name, layout)))
+        self._step(_into(reorder, self._numpy_shape(name, layout)), (source,), self._new(name, layout),
+                   f"the reorder of value {name!r} into {layout or 'NCHW'}")
         return self.where[name][layout]
 
     def _numpy_shape(self, name: str, layout: str) -> tuple[int, ...]:
@@ -281,7 +287,7 @@ class _Program:
         else:
             raise _onednn.OneDNNError(f"{node.name}: no output shape for input shape {self.shape[node.inputs[0]]}")
         ins = tuple(self._slot(n, layout) for n in names)
-        self.steps.append((_single(kernel), ins, self._new(out, layout)))
+        self._step(_single(kernel), ins, self._new(out, layout), _label(node))
 
     def _convolution(self, node: NodeView, absorb: bool) -> None:
         """The convolution's step, with the elementwise members after it that oneDNN can apply
@@ -315,9 +321,9 @@ class _Program:
         x = self._slot(x_name, x_layout)
         y_numpy_shape = _onednn.layout_shape(y_shape, self.layout)
         if addend is None:
-            self.steps.append((_into(prim, y_numpy_shape), (x,), self._new(out, self.layout)))
+            self._step(_into(prim, y_numpy_shape), (x,), self._new(out, self.layout), _label(node))
         else:
-            self.steps.append((_SumInto(prim), (x, self._slot(addend, self.layout)), self._new(out, self.layout)))
+            self._step(_SumInto(prim), (x, self._slot(addend, self.layout)), self._new(out, self.layout), _label(node))
         self.absorbed.update(absorbed)
         self.primitives += 1
 
@@ -369,8 +375,8 @@ class _Program:
         prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
                                layout=self.layout)
         x = self._slot(node.inputs[0], self.layout)
-        self.steps.append((_into(prim, _onednn.layout_shape(y_shape, self.layout)), (x,),
-                           self._new(node.outputs[0], self.layout)))
+        self._step(_into(prim, _onednn.layout_shape(y_shape, self.layout)), (x,),
+                   self._new(node.outputs[0], self.layout), _label(node))
         self.primitives += 1
 
     def _schedule_frees(self) -> None:
@@ -395,11 +401,23 @@ class _Program:
         values: list[Any] = [None] * self.slots
         for slot, value in zip(self.input_slots, args):
             values[slot] = np.ascontiguousarray(value)
-        for fn, ins, out, frees in self.steps:
-            values[out] = fn(*[values[i] for i in ins])
-            for slot in frees:
-                values[slot] = None
+        k = 0
+        try:
+            for k, (fn, ins, out, frees) in enumerate(self.steps):  # noqa: B007  (k: read below)
+                values[out] = fn(*[values[i] for i in ins])
+                for slot in frees:
+                    values[slot] = None
+        except Exception as error:
+            raise _MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
         return [values[slot] for slot in self.output_slots]
+
+
+class _MemberError(RuntimeError):
+    """A step of a group failed; the message names the member node (core names only the group)."""
+
+
+def _label(node: NodeView) -> str:
+    return f"{node.op_type} node {node.name!r} of the oneDNN group"
 
 
 def _into(primitive: _onednn._Primitive, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
@@ -491,7 +509,10 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
         values = dict(zip(inputs, args))
         for node, kernel in zip(nodes, kernels):
             feeds = [values[n] if n in values else graph.value(n).const_value if n else None for n in node.inputs]
-            result = kernel.run(*feeds)
+            try:
+                result = kernel.run(*feeds)
+            except Exception as error:
+                raise _MemberError(f"{_label(node)}: {type(error).__name__}: {error}") from error
             results = (result,) if kernel.single_output else result
             values.update(zip(node.outputs, results))
         return [values[n] for n in outputs]
