@@ -300,6 +300,47 @@ def test_members_oneDNN_declines_run_their_own_kernels(monkeypatch):
     _check(data, (1, 8, 10, 10))
 
 
+def _fpn(n: Net, x: str, c: int, mode: str = "nearest", **resize_attrs) -> str:
+    """A feature-pyramid head: two levels, the coarse one resized up and added to the fine one,
+    both resized to the finest and joined along channels (as PaddleOCR's detector does)."""
+    fine = n.conv(x, c, c, activation="Relu")
+    coarse = n.conv(fine, c, c, strides=[2, 2], activation="Relu")
+    up = n.op("Resize", [coarse, "", n.const([1, 1, 2, 2])], mode=mode, **resize_attrs)
+    merged = n.conv(n.op("Add", [up, fine]), c, c)
+    joined = n.op("Concat", [merged, n.op("Resize", [coarse, "", n.const([1, 1, 2, 2])], mode=mode, **resize_attrs)],
+                  axis=1)
+    return n.conv(joined, 2 * c, c)
+
+
+@pytest.mark.parametrize("mode, attrs", [
+    ("nearest", {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}),
+    ("nearest", {}),
+    ("linear", {}),
+    ("linear", {"coordinate_transformation_mode": "align_corners"}),
+])
+def test_resize_and_concat_join_the_group(reorders, mode, attrs):
+    n = Net((2, 16, 10, 12))
+    data = n.model(_fpn(n, "x", 16, mode, **attrs))
+    session = _session(data)
+    assert list(_groups(session).values()) == [["FusedConv", "FusedConv", "Resize", "Add", "Conv", "Resize", "Concat",
+                                                "Conv"]]
+    _check(data, (2, 16, 10, 12), session)
+    assert len(reorders) == 1  # the output back to NCHW: nothing in between leaves the layout
+
+
+def test_resize_and_concat_that_stay_out_of_groups():
+    n = Net((1, 8, 6, 6))
+    a = n.conv("x", 8, 8)
+    sized = n.op("Resize", [a, "", "", n.const(np.array([1, 8, 12, 12], np.int64))], mode="nearest")
+    n.inits[-1] = onnx.numpy_helper.from_array(np.array([1, 8, 12, 12], np.int64), n.inits[-1].name)
+    widths = n.op("Concat", [n.conv(sized, 8, 8), sized], axis=3)  # along W
+    data = n.model(n.conv(widths, 8, 8))
+    session = _session(data)
+    grouped = [op for ops in _groups(session).values() for op in ops]
+    assert "Resize" not in grouped and "Concat" not in grouped
+    _check(data, (1, 8, 6, 6), session)
+
+
 @pytest.mark.parametrize("layout", sorted(_onednn.LAYOUTS))
 def test_reorders_into_each_layout_and_back(layout):
     lib = _onednn.library()
@@ -329,14 +370,17 @@ def test_groups_in_the_blocked_layouts_other_cpus_get(monkeypatch, layout):
     se = n.op("GlobalAveragePool", [x])
     se = n.op("HardSigmoid", [n.conv(se, 20, 20, k=1, pads=[0, 0, 0, 0])], alpha=0.2, beta=0.5)
     y = n.op("MaxPool", [n.op("Mul", [x, se])], kernel_shape=[2, 2], strides=[2, 2])
-    data = n.model(n.conv(n.op("Mul", [y, n.const([1.5])]), 20, 12))
+    y = _fpn(n, n.conv(n.op("Mul", [y, n.const([1.5])]), 20, 12), 12)  # Resize on the blocked array, Concat in NCHW
+    data = n.model(y)
     session = _session(data)
     assert len(_groups(session)) == 1
     gc.collect()
     before = set(map(id, _programs()))
     _check(data, (2, 20, 9, 9), session)
     (program,) = [p for p in _programs() if id(p) not in before]
-    assert program.layout == layout and program.primitives == 7
+    # oneDNN runs what it implements in that layout here (on this AVX-512 CPU, not the 12-channel
+    # convolutions in nChw16c: its reference loop only); the rest run their own kernels
+    assert program.layout == layout and program.primitives >= 1
 
 
 def test_what_does_not_form_a_group():

@@ -139,9 +139,27 @@ def _one_element(graph: GraphView, name: str) -> bool:
     return constant is not None and constant.size == 1 and constant.dtype == np.float32
 
 
+def _resize_scales(node: NodeView, graph: GraphView) -> np.ndarray | None:
+    """The (1, 1, h, w) scales of a Resize a group can hold (fixed, spatial only; no sizes, roi
+    crop, axes or antialias), else None. Its kernel resizes each axis on its own, so in oneDNN's
+    layout it runs on the same array with the scales moved to where H and W are."""
+    if node.opset < 11 or len(node.inputs) < 3 or not node.inputs[2] or (len(node.inputs) > 3 and node.inputs[3]):
+        return None
+    if node.attr("axes") is not None or node.attr("antialias", 0) or str(node.attr("keep_aspect_ratio_policy", "stretch") or "stretch") != "stretch":
+        return None
+    coord = node.attr("coordinate_transformation_mode", "half_pixel")
+    if (coord.decode() if isinstance(coord, bytes) else str(coord)) == "tf_crop_and_resize":
+        return None
+    scales = _fixed_constant(graph, node.inputs[2])
+    if scales is None or scales.shape != (4,) or scales[0] != 1 or scales[1] != 1:
+        return None
+    return scales.astype(np.float32)
+
+
 def _kind(node: NodeView, values: _Values) -> str | None:
-    """"primitive" (a convolution or pool oneDNN runs), "elementwise", or None (not in groups).
-    A member's output is recorded in ``values`` as a 4-D float32 value."""
+    """"primitive" (a convolution or pool oneDNN runs), "elementwise" (another member: the
+    elementwise ops, Resize, Concat), or None (not in groups). A member's output is recorded in
+    ``values`` as a 4-D float32 value."""
     kind, channels = None, None
     if node.domain == MS and node.op_type == "FusedConv" or not node.domain and node.op_type == "Conv":
         channels = _conv_channels(node, values)
@@ -153,6 +171,13 @@ def _kind(node: NodeView, values: _Values) -> str | None:
     elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
         channels = values.channels(node.inputs[0]) if _pool_member(node, values) else None
         kind = "primitive"
+    elif not node.domain and node.op_type == "Resize":
+        channels = values.channels(node.inputs[0]) if _resize_scales(node, values.graph) is not None else None
+        kind = "elementwise"
+    elif not node.domain and node.op_type == "Concat" and int(node.attr("axis", 0)) in (1, -3):
+        parts = [values.channels(name) for name in node.inputs]
+        channels = sum(parts) if parts and all(isinstance(c, int) for c in parts) else None
+        kind = "elementwise"
     if channels is None:
         return None
     values.made[node.outputs[0]] = channels
@@ -259,6 +284,12 @@ class _Program:
 
     def _add(self, node: NodeView, kernel: Kernel) -> None:
         out = node.outputs[0]
+        if node.op_type == "Resize":
+            self._resize(node, kernel)
+            return
+        if node.op_type == "Concat":
+            self._concat(node, kernel)
+            return
         try:
             if node.op_type in ("Conv", "FusedConv"):
                 try:
@@ -277,9 +308,7 @@ class _Program:
                 kernel = _with_constants(node, kernel, self.graph)
                 names = [n for n in names if n in self.where]
             self.shape[out] = tuple(np.broadcast_shapes(*[self.shape[n] for n in names]))
-            # in oneDNN's layout unless every input is at hand in NCHW (after a member that ran
-            # its own kernel): then NCHW, without reorders
-            layout = "" if all("" in self.where[n] for n in names) else self.layout
+            layout = self._held_in(names)
         elif out in self.shape:  # a convolution or pool oneDNN declined: its kernel on NCHW
             layout = ""
             names = names[:1]  # its weights are constants, bound below
@@ -378,6 +407,41 @@ class _Program:
         self._step(_into(prim, _onednn.layout_shape(y_shape, self.layout)), (x,),
                    self._new(node.outputs[0], self.layout), _label(node))
         self.primitives += 1
+
+    def _held_in(self, names: list[str]) -> str:
+        """The layout a member that works in either takes its inputs in: NCHW where every input
+        is at hand in NCHW (after a member that ran its own kernel), else oneDNN's."""
+        return "" if all("" in self.where[n] for n in names) else self.layout
+
+    def _resize(self, node: NodeView, kernel: Kernel) -> None:
+        x_name = node.inputs[0]
+        n, c, h, w = self.shape[x_name]
+        scales = _resize_scales(node, self.graph)
+        self.shape[node.outputs[0]] = (n, c, int(np.floor(scales[2] * h)), int(np.floor(scales[3] * w)))
+        layout = self._held_in([x_name])
+        # the scales where the array has H and W: (N, H, W, C) in nhwc, (N, C/b, H, W, b) blocked
+        if layout == "nhwc":
+            moved = np.array([1, scales[2], scales[3], 1], np.float32)
+        elif layout:
+            moved = np.array([1, 1, scales[2], scales[3], 1], np.float32)
+        else:
+            moved = scales
+        run = _single(kernel)
+        self._step(lambda x: run(x, None, moved), (self._slot(x_name, layout),), self._new(node.outputs[0], layout),
+                   _label(node))
+
+    def _concat(self, node: NodeView, kernel: Kernel) -> None:
+        names = list(node.inputs)
+        shapes = [self.shape[name] for name in names]
+        if any(s[:1] + s[2:] != shapes[0][:1] + shapes[0][2:] for s in shapes):
+            raise ValueError(f"{node.name}: inputs of shapes {shapes} do not concatenate along channels")
+        self.shape[node.outputs[0]] = (shapes[0][0], sum(s[1] for s in shapes)) + shapes[0][2:]
+        # channels are the last axis in nhwc; a blocked layout pads each input's channels to
+        # the block, so there the inputs are joined in NCHW by the node's own kernel
+        layout = self._held_in(names) if self.layout == "nhwc" else ""
+        fn = (lambda *xs: np.concatenate(xs, axis=3)) if layout else _single(kernel)
+        self._step(fn, tuple(self._slot(name, layout) for name in names), self._new(node.outputs[0], layout),
+                   _label(node))
 
     def _schedule_frees(self) -> None:
         """Each step drops the slots no later step reads (the outputs are kept)."""
