@@ -11,7 +11,10 @@ between its members in oneDNN's layout and reorders only where a value enters or
 What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
 has as a post-op), MaxPool, AveragePool and GlobalAveragePool (oneDNN's pooling), and the
 elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
-or Mul of two 4-D values with the same channel count or by a one-element constant). Those that
+or Mul of two 4-D values with the same channel count or by a one-element constant), and Resize
+(fixed spatial scales: its kernel resizes the layout's H and W axes) and Concat along channels
+(the last axis in nhwc; in the blocked layouts, which pad each input's channels, it runs on
+NCHW) of a feature pyramid. Those that
 follow a convolution, each the only reader of the value before it, become the convolution's
 post-ops: the activations and scalar scales/shifts as eltwise ones, a residual Add as the sum
 post-op (the output starts as the other operand). The others run their usual CPU kernels on
