@@ -383,6 +383,27 @@ def test_groups_in_the_blocked_layouts_other_cpus_get(monkeypatch, layout):
     assert program.layout == layout and program.primitives >= 1
 
 
+def test_subnormal_weights_are_flushed_as_elsewhere(monkeypatch):
+    # a subnormal weight costs oneDNN a microcode assist per multiply as it does BLAS
+    # (_util.constant_weight): the group's convolutions get the flushed copy too
+    n = Net((1, 16, 8, 8))
+    a = n.conv("x", 16, 16, activation="Relu")
+    data = n.model(n.conv(a, 16, 16))
+    proto = onnx.load_from_string(data)
+    for init in proto.graph.initializer:
+        w = onnx.numpy_helper.to_array(init).copy()
+        if w.ndim == 4:
+            w[np.random.default_rng(0).random(w.shape) < 0.3] = np.float32(1e-39)
+            init.CopyFrom(onnx.numpy_helper.from_array(w, init.name))
+    given: list[np.ndarray] = []
+    real = _onednn.Convolution
+    monkeypatch.setattr(_onednn, "Convolution", lambda lib, x_shape, w, *a, **k: given.append(w) or real(lib, x_shape, w, *a, **k))
+    data = proto.SerializeToString()
+    _check(data, (1, 16, 8, 8))
+    assert len(given) == 2
+    assert not any(((np.abs(w) < np.finfo(np.float32).tiny) & (w != 0)).any() for w in given)
+
+
 def test_what_does_not_form_a_group():
     n = Net((1, 8, 6, 6))
     single = n.model(n.op("Relu", [n.conv("x", 8, 8)]))  # one convolution saves no reorder

@@ -30,13 +30,20 @@ def constant_weight(node: NodeView, request: KernelRequest, k: int) -> tuple[np.
     given = const_input(node, request, k)
     if given is None or not isinstance(given, np.ndarray) or given.dtype.kind != "f":
         return given, given
-    tiny = np.finfo(given.dtype).tiny
-    subnormal = (np.abs(given) < tiny) & (given != 0)
+    return given, without_subnormals(given)
+
+
+def without_subnormals(weights: np.ndarray) -> np.ndarray:
+    """Float ``weights`` with their subnormal values set to 0 (a copy), or ``weights`` itself
+    where there are none (see ``constant_weight``; oneDNN's kernels take the same assists: a
+    1x1 convolution 480->120 with a third of its weights subnormal, 90 against 8.5 us)."""
+    tiny = np.finfo(weights.dtype).tiny
+    subnormal = (np.abs(weights) < tiny) & (weights != 0)
     if not subnormal.any():
-        return given, given
-    flushed = given.copy()
+        return weights
+    flushed = weights.copy()
     flushed[subnormal] = 0
-    return given, flushed
+    return flushed
 
 
 def has_input(node: NodeView, k: int) -> bool:

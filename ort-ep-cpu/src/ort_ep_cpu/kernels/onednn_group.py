@@ -40,6 +40,7 @@ from ort_core import CORE_DOMAIN, Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
 from . import _onednn
+from ._util import without_subnormals
 from .nn import _Geometry, _pool_params, _PoolFake, conv_pads
 
 MS = "com.microsoft"
@@ -329,7 +330,8 @@ class _Program:
         x_shape = self.shape[x_name]
         if len(x_shape) != 4:
             raise ValueError(f"{node.name}: input of rank {len(x_shape)}")
-        w = np.ascontiguousarray(graph.value(node.inputs[1]).const_value)
+        # subnormal weights flushed, as every CPU kernel has them (_util.constant_weight)
+        w = without_subnormals(np.ascontiguousarray(graph.value(node.inputs[1]).const_value))
         b = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
         group = int(node.attr("group", 1))
         kernel_shape = list(node.attr("kernel_shape") or w.shape[2:])
