@@ -11,16 +11,17 @@ between its members in oneDNN's layout and reorders only where a value enters or
 What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
 has as a post-op), MaxPool, AveragePool and GlobalAveragePool (oneDNN's pooling), and the
 elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
-or Mul of two 4-D values with the same channel count or by a one-element constant), and Resize
-(fixed spatial scales: its kernel resizes the layout's H and W axes) and Concat along channels
-(the last axis in nhwc; in the blocked layouts, which pad each input's channels, it runs on
-NCHW) of a feature pyramid. Those that
-follow a convolution, each the only reader of the value before it, become the convolution's
-post-ops: the activations and scalar scales/shifts as eltwise ones, a residual Add as the sum
-post-op (the output starts as the other operand). The others run their usual CPU kernels on
-the arrays as they are: an elementwise op does not care how the array is laid out, and numpy's
-broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds in nhwc ((N, 1, 1, C) over (N,
-H, W, C)) and in the blocked layouts alike.
+or Mul of two 4-D values with the same channel count or by a one-element constant), and a
+feature pyramid's Resize (fixed spatial scales: its kernel resizes the layout's H and W axes)
+and Concat along channels (the last axis in nhwc; in the blocked layouts, which pad each
+input's channels, it runs on NCHW).
+
+The elementwise members that follow a convolution, each the only reader of the value before
+it, become the convolution's post-ops: the activations and scalar scales/shifts as eltwise
+ones, a residual Add as the sum post-op (the output starts as the other operand). The others
+run their usual CPU kernels on the arrays as they are: an elementwise op does not care how the
+array is laid out, and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds
+in nhwc ((N, 1, 1, C) over (N, H, W, C)) and in the blocked layouts alike.
 
 The group's kernel makes a program per input shape at its first run. A member oneDNN declines
 for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
@@ -41,7 +42,8 @@ from ort_core.graph.view import GraphView, NodeView
 
 from . import _onednn
 from ._util import without_subnormals
-from .nn import _Geometry, _pool_params, _PoolFake, conv_pads
+from .image import _text
+from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
 
 MS = "com.microsoft"
 
@@ -149,10 +151,10 @@ def _resize_scales(node: NodeView, graph: GraphView) -> np.ndarray | None:
     layout it runs on the same array with the scales moved to where H and W are."""
     if node.opset < 11 or len(node.inputs) < 3 or not node.inputs[2] or (len(node.inputs) > 3 and node.inputs[3]):
         return None
-    if node.attr("axes") is not None or node.attr("antialias", 0) or str(node.attr("keep_aspect_ratio_policy", "stretch") or "stretch") != "stretch":
+    if node.attr("axes") is not None or node.attr("antialias", 0) or _text(
+            node.attr("keep_aspect_ratio_policy"), "stretch") != "stretch":
         return None
-    coord = node.attr("coordinate_transformation_mode", "half_pixel")
-    if (coord.decode() if isinstance(coord, bytes) else str(coord)) == "tf_crop_and_resize":
+    if _text(node.attr("coordinate_transformation_mode"), "half_pixel") == "tf_crop_and_resize":
         return None
     scales = _fixed_constant(graph, node.inputs[2])
     if scales is None or scales.shape != (4,) or scales[0] != 1 or scales[1] != 1:
@@ -334,11 +336,7 @@ class _Program:
         w = without_subnormals(np.ascontiguousarray(graph.value(node.inputs[1]).const_value))
         b = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
         group = int(node.attr("group", 1))
-        kernel_shape = list(node.attr("kernel_shape") or w.shape[2:])
-        strides = list(node.attr("strides") or [1, 1])
-        dilations = list(node.attr("dilations") or [1, 1])
-        pads = conv_pads(node, x_shape[2:], kernel_shape, strides, dilations)
-        g = _Geometry(x_shape[2:], kernel_shape, strides, dilations, pads)
+        g = _GeometryCache(node).get(tuple(x_shape), node.attr("kernel_shape") or w.shape[2:])
         y_shape = (x_shape[0], w.shape[0]) + g.out
         self.shape[node.outputs[0]] = y_shape
         activation = str(node.attr("activation", "") or "") if node.op_type == "FusedConv" else ""
@@ -569,15 +567,20 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
         for node in nodes
     ]
     inputs, outputs = request.inputs, request.outputs
+    made = {name for node in nodes for name in node.outputs}
     lib = _onednn.library()
     layout = lib.layout() if lib is not None else ""
     programs: dict[tuple, _Program | None] = {}
 
+    # per member input: its value's name, or (where the group does not receive it) the constant
+    sources = [[(n, None) if not n or n in inputs or n in made else ("", graph.value(n).const_value)
+                for n in node.inputs] for node in nodes]
+
     def run_each(args: Sequence[Any]) -> list[Any]:
         """Every member's own kernel in order, on NCHW values."""
         values = dict(zip(inputs, args))
-        for node, kernel in zip(nodes, kernels):
-            feeds = [values[n] if n in values else graph.value(n).const_value if n else None for n in node.inputs]
+        for node, kernel, node_sources in zip(nodes, kernels, sources):
+            feeds = [values[n] if n else constant for n, constant in node_sources]
             try:
                 result = kernel.run(*feeds)
             except Exception as error:
