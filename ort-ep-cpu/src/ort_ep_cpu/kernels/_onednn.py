@@ -7,9 +7,9 @@ Why: a convolution done as column copies + numpy's BLAS (OpenBLAS) SGEMM reaches
 the CPU's peak on the small-channel layers of a ResNet; onnxruntime does those layers about 3x
 faster with direct kernels on channel-blocked data (NCHWc). oneDNN does the same: it picks its
 kernel for the shape and the CPU (here ``brgconv:avx512_core``) on a layout of its choosing
-(nhwc here; channel-blocked on other CPUs), so a convolution is three primitives back to back: the input reordered from NCHW
-into that layout, the convolution (the fused activation as a post-op), the output reordered
-back. A 32->32 3x3 layer at 32x32 (one thread / two): 158 / 143 us, against 485 / 388 us for
+(nhwc here; channel-blocked on other CPUs), so a convolution is three primitives back to back:
+the input reordered from NCHW into that layout, the convolution (the fused activation as a
+post-op), the output reordered back. A 32->32 3x3 layer at 32x32 (one thread / two): 158 / 143 us, against 485 / 388 us for
 the column path and 131 / 103 us for onnxruntime.
 
 Each primitive (``Convolution``, ``Pooling``, ``MatMul``) is made for one input shape, at its
@@ -142,6 +142,7 @@ class _Library:
         self.engine = _P()
         self.check(d.dnnl_engine_create(ctypes.byref(self.engine), _CPU_ENGINE, 0), "dnnl_engine_create")
         self.local = threading.local()  # per thread: its stream and its OpenMP thread count
+        self._layout: str | None = None  # layout(), asked at its first call
         os.register_at_fork(after_in_child=_after_fork)
 
     def check(self, status: int, what: str) -> None:
@@ -184,7 +185,7 @@ class _Library:
         """The layout (a key of ``LAYOUTS``) oneDNN's convolutions choose for their input and
         output on this CPU, or "" where it is none of those: asked once, of a 64->64 3x3
         convolution. (oneDNN 3.2 on AVX-512: nhwc, for its brgconv kernels.)"""
-        layout = getattr(self, "_layout", None)
+        layout = self._layout
         if layout is None:
             layout = ""
             shape = (1, 64, 8, 8)
@@ -330,8 +331,8 @@ def _destroy(lib: _Library, owned: list[tuple[str, _P]]) -> None:
 
 class _Primitive:
     """One oneDNN primitive between contiguous row-major (NCHW) float32 arrays, for one input
-    shape: ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (oneDNN's
-    channel-blocked ones), a reorder runs before or after it. ``x_layout``/``y_layout`` say
+    shape: ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (nhwc or a
+    channel-blocked one), a reorder runs before or after it. ``x_layout``/``y_layout`` say
     that the arrays given to ``run`` are themselves in one of ``LAYOUTS`` (``layout_shape``),
     as inside a group of ``onednn_group.py``. Subclasses create the primitive
     descriptor from the row-major descriptors (``x_md``, ``y_md``) or "any layout" ones, and
@@ -484,11 +485,11 @@ class _Primitive:
 
 
 class Convolution(_Primitive):
-    """A 2-D convolution (``pads``: top, left, bottom, right; ``post_ops`` applied in order,
-    or None), with its weights and bias kept in oneDNN's layout. oneDNN chooses every layout
+    """A 2-D convolution (``pads``: top, left, bottom, right; ``post_ops`` applied in order),
+    with its weights and bias kept in oneDNN's layout. oneDNN chooses every layout
     (``_TAG_ANY``): for the input and output that is nhwc on AVX-512 (oneDNN 3.2's brgconv
-    kernels), channel-blocked on other CPUs; ``any_layout=False`` keeps them NCHW (1x1 convolutions, whose GEMM
-    gains less than the reorders cost). With ``x_layout``/``y_layout`` the input/output array
+    kernels), channel-blocked on other CPUs; ``any_layout=False`` keeps them NCHW (1x1
+    convolutions, whose GEMM gains less than the reorders cost). With ``x_layout``/``y_layout`` the input/output array
     is in that layout itself and is not reordered."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
