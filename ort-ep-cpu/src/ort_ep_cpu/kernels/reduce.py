@@ -179,20 +179,15 @@ def row_sums(x: np.ndarray, ones: np.ndarray) -> np.ndarray:
 EXP_SUM_TINY = np.float32(1e-30)
 
 
-#: inputs of fewer elements take the plain softmax: the fast path's fixed costs (an errstate,
-#: the GEMV, the checks of the sums) are about 8 us; the plain one takes 4 on (1, 10), and they
-#: cross near 2K elements (16x128: 10.0 / 9.1 us; 32x128: 11.5 / 14.5)
+#: inputs of fewer elements take the plain softmax (the max subtracted): the fast path's fixed
+#: costs (an errstate, the GEMV, the checks of the sums) are about 8 us; the plain one takes 4
+#: on (1, 10), and they cross near 2K elements (16x128: 10.0 / 9.1 us; 32x128: 11.5 / 14.5)
 SMALL_SOFTMAX = 2048
 
 
 @_in_float(half=False)
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    if x.size < SMALL_SOFTMAX:
-        e = np.subtract(x, np.maximum.reduce(x, axis, keepdims=True))
-        np.exp(e, out=e)
-        np.divide(e, np.add.reduce(e, axis, keepdims=True), out=e)
-        return e
-    if axis == x.ndim - 1 and x.dtype in JIT_FLOATS and x.flags.c_contiguous and x.size:
+    if axis == x.ndim - 1 and x.dtype in JIT_FLOATS and x.flags.c_contiguous and x.size >= SMALL_SOFTMAX:
         # exp, row sums as a GEMV, one multiply by their reciprocals: 2 passes instead of 5
         # (1.8x on ocr-rec's (1, 40, 6625) output, 2.8x on (8, 12, 128, 128) scores); the max,
         # a slow reduction, is only subtracted where a row needs it, and then for all
