@@ -1,7 +1,7 @@
 """Attention (opset 23-25: MHA/GQA/MQA, masks, causal with cache offsets, sliding windows,
 softcap, KV cache outputs), RotaryEmbedding (opset 23), LinearAttention (opset 27) and
-onnxruntime's com.microsoft MultiHeadAttention (the op ort-core's optimizer fuses BERT-style
-attention into)."""
+onnxruntime's com.microsoft Attention and MultiHeadAttention (the ops ort-core's optimizer
+fuses BERT-style attention into)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
-from ._util import ones_vector
+from ._util import constant_weight, ones_vector
+from .nn import _constant_product, matmul
 from .reduce import EXP_SUM_TINY, row_sums
 
 
@@ -265,9 +266,11 @@ def _mha_rank_error(node_name: str, name: str, rank: int) -> str:
             f"(it takes {name} as (batch, sequence, hidden))")
 
 
-def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.float32, node_name: str) -> np.ndarray:
-    """key_padding_mask as an additive bias broadcastable to (B, N, S, L): 0 where a key is
-    attended, ``mask_filter_value`` where it is not (onnxruntime: a mask entry attends when > 0)."""
+def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.float32, where: str,
+                  input_name: str = "key_padding_mask") -> np.ndarray:
+    """A key padding mask (MultiHeadAttention's key_padding_mask, Attention's mask_index) as an
+    additive bias broadcastable to (B, N, S, L): 0 where a key is attended, ``mask_filter_value``
+    where it is not (onnxruntime: a mask entry attends when > 0)."""
     if mask.shape == (batch,):  # right padding given as each key sequence's length
         keep = np.arange(kv_seq)[None, :] < mask[:, None]
         shape = (batch, 1, 1, kv_seq)
@@ -277,11 +280,11 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
         keep, shape = mask > 0, (batch, 1, seq, kv_seq)
     else:
         forms = f"({batch},), ({batch}, {kv_seq}) or ({batch}, {seq}, {kv_seq})"
-        if mask.shape == (3 * batch + 2,):
-            raise ValueError(f"MultiHeadAttention {node_name!r}: input key_padding_mask of shape (3 * batch + 2) "
-                             f"is not supported by the CPU kernel; it takes {forms}")
-        raise ValueError(f"MultiHeadAttention {node_name!r}: input key_padding_mask has shape {mask.shape}; "
-                         f"expected {forms}")
+        for form, n in (("(3 * batch + 2)", 3 * batch + 2), ("(2 * batch)", 2 * batch)):
+            if mask.shape == (n,):
+                raise ValueError(f"{where}: input {input_name} of shape {form} is not supported by the CPU "
+                                 f"kernel; it takes {forms}")
+        raise ValueError(f"{where}: input {input_name} has shape {mask.shape}; expected {forms}")
     return np.where(keep, np.float32(0), fill).reshape(shape)
 
 
@@ -290,11 +293,18 @@ def _multi_head_attention(node, request):
     reason = _mha_unsupported(node)
     if reason is not None:
         raise ValueError(reason)
+    return _heads_attention(node, f"MultiHeadAttention {node.name!r}")
+
+
+def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
+    """The attention of com.microsoft MultiHeadAttention (and of Attention after its input
+    projection): ``(query, key, value, bias, key_padding_mask, attention_bias) -> output`` for the
+    node's num_heads, scale, mask_filter_value and unidirectional. ``where`` opens its errors,
+    which call the padding mask ``mask_name``."""
     heads = int(node.attr("num_heads"))
     scale_attr = float(node.attr("scale", 0.0) or 0.0)
     fill = np.float32(node.attr("mask_filter_value", -10000.0))
     causal = bool(node.attr("unidirectional", 0))
-    name = node.name
     cache: dict[tuple, np.ndarray] = {}  # per run shape: ones vectors, causal masks
 
     def cached(key: tuple, make) -> np.ndarray:
@@ -308,15 +318,15 @@ def _multi_head_attention(node, request):
     def multi_head_attention(query, key, value, bias=None, key_padding_mask=None, attention_bias=None):
         for arg, x in (("query", query), ("key", key), ("value", value)):
             if x.ndim != 3:
-                raise ValueError(_mha_rank_error(name, arg, x.ndim))
+                raise ValueError(_mha_rank_error(node.name, arg, x.ndim))
         dtype = query.dtype
         if dtype not in (np.float32, np.float16):
-            raise ValueError(f"MultiHeadAttention {name!r}: input query is {dtype}; the CPU kernel takes float32 and float16")
+            raise ValueError(f"{where}: input query is {dtype}; the CPU kernel takes float32 and float16")
         batch, seq, hidden = query.shape
         kv_seq, v_hidden = key.shape[1], value.shape[2]
         if hidden % heads or v_hidden % heads or key.shape[2] != hidden or value.shape[1] != kv_seq \
                 or key.shape[0] != batch or value.shape[0] != batch:
-            raise ValueError(f"MultiHeadAttention {name!r}: query {query.shape}, key {key.shape}, value {value.shape} "
+            raise ValueError(f"{where}: query {query.shape}, key {key.shape}, value {value.shape} "
                              f"do not fit num_heads={heads} (hidden sizes must divide by it; key and value "
                              "must share batch and sequence; key's hidden size must be query's)")
         head, v_head = hidden // heads, v_hidden // heads
@@ -324,7 +334,7 @@ def _multi_head_attention(node, request):
         scale = f32(scale_attr or 1.0 / np.sqrt(head))
         if bias is not None:
             if bias.shape != (2 * hidden + v_hidden,):
-                raise ValueError(f"MultiHeadAttention {name!r}: input bias has shape {bias.shape}, expected ({2 * hidden + v_hidden},)")
+                raise ValueError(f"{where}: input bias has shape {bias.shape}, expected ({2 * hidden + v_hidden},)")
             bias = bias.astype(f32, copy=False)
             q = np.add(query, bias[:hidden], dtype=f32)
             q *= scale
@@ -347,14 +357,14 @@ def _multi_head_attention(node, request):
         if attention_bias is not None:
             if (attention_bias.ndim != 4 or attention_bias.shape[0] not in (1, batch)
                     or attention_bias.shape[1] not in (1, heads) or attention_bias.shape[2:] != (seq, kv_seq)):
-                raise ValueError(f"MultiHeadAttention {name!r}: input attention_bias has shape {attention_bias.shape}; "
+                raise ValueError(f"{where}: input attention_bias has shape {attention_bias.shape}; "
                                  f"expected ({batch} or 1, {heads} or 1, {seq}, {kv_seq})")
             biases.append(attention_bias.astype(f32, copy=False))
         if key_padding_mask is not None:
-            biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, name))
+            biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, where, mask_name))
         if causal:  # query i sees keys j <= i
             if seq != kv_seq:  # which keys are "previous" is ambiguous; onnxruntime's answer is odd
-                raise ValueError(f"MultiHeadAttention {name!r}: attribute unidirectional=1 needs query and key of one "
+                raise ValueError(f"{where}: attribute unidirectional=1 needs query and key of one "
                                  f"length on the CPU kernel (got {seq} and {kv_seq}; onnxruntime masks rows 0..S-2 "
                                  "as j <= i and leaves the last row unmasked)")
             biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
@@ -387,3 +397,80 @@ def _multi_head_attention(node, request):
         return out if dtype == f32 else out.astype(dtype)
 
     return multi_head_attention
+
+
+_ATTENTION_INPUTS = ("input", "weights", "bias", "mask_index", "past", "attention_bias", "past_sequence_length")
+_ATTENTION_SUPPORTED = _ATTENTION_INPUTS[:4] + _ATTENTION_INPUTS[5:6]
+
+
+def _check_attention(node) -> str | None:
+    """The first input/output/attribute of com.microsoft Attention this kernel does not
+    support, as a sentence; None if it runs the node."""
+    where = f"Attention {node.name!r}"
+    for k, name in enumerate(_ATTENTION_INPUTS):
+        if k < len(node.inputs) and node.inputs[k] and name not in _ATTENTION_SUPPORTED:
+            return (f"{where}: input {name} is not supported by the CPU kernel (supported inputs: "
+                    f"{', '.join(_ATTENTION_SUPPORTED)})")
+    if len(node.inputs) > len(_ATTENTION_INPUTS):
+        return f"{where}: has {len(node.inputs)} inputs; the op has {len(_ATTENTION_INPUTS)}"
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return f"{where}: output present is not supported by the CPU kernel (only output)"
+    for name in ("do_rotary", "past_present_share_buffer"):
+        if node.attr(name, 0):
+            return f"{where}: attribute {name}={node.attr(name)} is not supported by the CPU kernel"
+    if not node.attr("num_heads"):
+        return f"{where}: attribute num_heads is required (a positive int)"
+    sizes = list(node.attr("qkv_hidden_sizes") or [])
+    if sizes and (len(sizes) != 3 or sizes[0] != sizes[1] or min(sizes) <= 0):
+        return (f"{where}: attribute qkv_hidden_sizes={sizes}; expected three positive sizes with "
+                "Q's equal to K's")
+    if len(node.inputs) < 2 or not node.inputs[0] or not node.inputs[1]:
+        return f"{where}: inputs input and weights are required"
+    data = node.graph.value(node.inputs[0])
+    if data.dtype is not None and data.dtype not in (np.float32, np.float16):
+        return f"{where}: input input is {data.type}; the CPU kernel takes float and float16"
+    if data.shape is not None and len(data.shape) != 3:
+        return f"{where}: input input has rank {len(data.shape)}; expected 3 (batch, sequence, input_hidden_size)"
+    return None
+
+
+@kernel("Attention", domain=_MS, check=_check_attention)
+def _ms_attention(node, request):
+    """onnxruntime's com.microsoft Attention: the input projection to Q, K and V as one GEMM by
+    the merged weights (the form ort-core's optimizer fuses a BERT layer's three projections
+    into), then MultiHeadAttention's attention on views of its three column blocks."""
+    reason = _check_attention(node)
+    if reason is not None:
+        raise ValueError(reason)
+    where = f"Attention {node.name!r}"
+    attend = _heads_attention(node, where, "mask_index")
+    sizes = [int(s) for s in node.attr("qkv_hidden_sizes") or []]
+    w_given, w_ready = constant_weight(node, request, 1)
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    b_given = constant_weight(node, request, 2)[0] if has_bias else None
+    # constant weights (and bias): one oneDNN product with the bias added in it; None: numpy's
+    product = None if has_bias and b_given is None else _constant_product(w_ready, bias=b_given)
+
+    def attention(data, weights, bias=None, mask_index=None, past=None, attention_bias=None):  # (past: declined)
+        if data.ndim != 3:
+            raise ValueError(f"{where}: input input has shape {data.shape}; expected (batch, sequence, "
+                             "input_hidden_size)")
+        width = weights.shape[1] if weights.ndim == 2 else 0
+        if weights.ndim != 2 or weights.shape[0] != data.shape[2] or width == 0 \
+                or width != (sum(sizes) if sizes else width - width % 3):
+            expected = f"({data.shape[2]}, {sum(sizes) if sizes else '3 * hidden_size'})"
+            raise ValueError(f"{where}: input weights has shape {weights.shape}; expected {expected} for input "
+                             f"{data.shape}")
+        if bias is not None and bias.shape != (width,):
+            raise ValueError(f"{where}: input bias has shape {bias.shape}; expected ({width},)")
+        q_size = k_size = sizes[0] if sizes else width // 3
+        qkv = product(data) if product is not None and weights is w_given and bias is b_given else None
+        if qkv is None:
+            qkv = matmul(data, w_ready if weights is w_given else weights)
+            if bias is not None:
+                qkv += bias
+        # Q, K and V as views of the product's column blocks: the attention reads them strided
+        query, key, value = qkv[..., :q_size], qkv[..., q_size:q_size + k_size], qkv[..., q_size + k_size:]
+        return attend(query, key, value, None, mask_index, attention_bias)
+
+    return attention

@@ -1,0 +1,154 @@
+"""The CPU kernel for com.microsoft Attention (the packed-projection form ort-core's optimizer
+fuses a BERT layer into) against onnxruntime's own CPU kernel running the same node.
+Tolerances: float32 rtol 1e-4 / atol 1e-5; float16 rtol 1e-2 / atol 2e-3 (onnxruntime computes
+float16 attention with float16 intermediates, this kernel in float32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+
+RNG = np.random.default_rng(1)
+_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+         np.dtype(np.int32): TensorProto.INT32}
+B, S, N, H = 2, 5, 3, 4
+D = N * H
+IN = 10  # input hidden size
+
+
+def _model(inputs: list[str], feeds: dict[str, np.ndarray], constants=(), outputs=("y",), **attrs) -> bytes:
+    """One Attention node; the inputs named in ``constants`` are initializers, the rest graph inputs."""
+    node = helper.make_node("Attention", inputs, list(outputs), domain="com.microsoft", name="attn", **attrs)
+    elem = _ELEM[feeds[inputs[0]].dtype]
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, _ELEM[feeds[n].dtype], list(feeds[n].shape))
+         for n in inputs if n and n not in constants],
+        [helper.make_tensor_value_info(o, elem, []) for o in outputs if o],
+        [numpy_helper.from_array(feeds[n], n) for n in constants],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _ours(data: bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+
+def _compare(inputs, feeds, constants=("w", "b"), rtol=1e-4, atol=1e-5, **attrs):
+    data = _model(inputs, feeds, constants=[c for c in constants if c in inputs], **attrs)
+    fed = {n: feeds[n] for n in inputs if n and n not in constants}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, fed)[0]
+    sess = _ours(data)
+    assert [(p.op_type, p.provider) for p in sess.get_placement().nodes] == [("Attention", "CPUExecutionProvider")]
+    got = sess.run(None, fed)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=rtol, atol=atol)
+    return got
+
+
+def _feeds(v_hidden=D, dtype=np.float32, seq=S):
+    return {
+        "x": RNG.standard_normal((B, seq, IN)).astype(dtype),
+        "w": (RNG.standard_normal((IN, 2 * D + v_hidden)) / np.sqrt(IN)).astype(dtype),
+        "b": (0.1 * RNG.standard_normal(2 * D + v_hidden)).astype(dtype),
+    }
+
+
+@pytest.mark.parametrize("constants", [("w", "b"), ("w",), ()], ids=["constant", "fed-bias", "fed"])
+def test_self_attention(constants):
+    _compare(["x", "w", "b"], _feeds(), constants=constants, num_heads=N)
+
+
+def test_without_bias_and_with_scale():
+    _compare(["x", "w"], _feeds(), num_heads=N, scale=0.3)
+
+
+def test_value_hidden_size_of_its_own():
+    _compare(["x", "w", "b"], _feeds(v_hidden=2 * D), num_heads=N, qkv_hidden_sizes=[D, D, 2 * D])
+
+
+@pytest.mark.parametrize("form", ["lengths", "2d", "3d"])
+def test_mask_index(form):
+    if form == "lengths":
+        mask = np.array([3, 5], np.int32)
+    elif form == "2d":
+        mask = np.array([[1, 1, 0, 1, 0], [1, 1, 1, 1, 0]], np.int32)
+    else:
+        mask = (RNG.random((B, S, S)) > 0.3).astype(np.int32)
+        mask[..., 0] = 1
+    _compare(["x", "w", "b", "m"], _feeds() | {"m": mask}, num_heads=N, mask_filter_value=-3.0)
+
+
+@pytest.mark.parametrize("shape", [(B, N, S, S), (1, 1, S, S)])
+def test_attention_bias_with_mask_index(shape):
+    feeds = _feeds() | {"m": np.array([4, 5], np.int32), "ab": RNG.standard_normal(shape).astype(np.float32)}
+    _compare(["x", "w", "b", "m", "", "ab"], feeds, num_heads=N)
+
+
+def test_unidirectional():
+    _compare(["x", "w", "b"], _feeds(), num_heads=N, unidirectional=1)
+
+
+def test_float16():
+    _compare(["x", "w", "b"], _feeds(dtype=np.float16), rtol=1e-2, atol=2e-3, num_heads=N)
+
+
+def test_the_constant_weights_take_one_product_with_the_bias_in_it(monkeypatch):
+    """With oneDNN, constant weights and bias are one product whose bias is added inside it; a
+    weights array fed at run time takes numpy's product (same values)."""
+    from ort_ep_cpu.kernels import _onednn, nn
+    if not _onednn.available():
+        pytest.skip("oneDNN is not installed")
+    monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)  # this product is small
+    feeds = _feeds()
+    data = _model(["x", "w", "b"], feeds, constants=["w", "b"], num_heads=N)
+    made, runs = [], []
+    make, run = _onednn.MatMul.__init__, _onednn.MatMul.run
+    monkeypatch.setattr(_onednn.MatMul, "__init__", lambda self, lib, m, b, bias, *a: made.append(bias) or make(self, lib, m, b, bias, *a))
+    monkeypatch.setattr(_onednn.MatMul, "run", lambda self, *a: runs.append(self) or run(self, *a))
+    got = _ours(data).run(None, {"x": feeds["x"]})[0]
+    assert len(made) == len(runs) == 1 and made[0] is not None and made[0].shape == (3 * D,)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feeds["x"]})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- forms not supported
+
+
+@pytest.mark.parametrize("inputs,name", [(["x", "w", "b", "", "p"], "past"),
+                                         (["x", "w", "b", "", "", "", "p"], "past_sequence_length")])
+def test_past_inputs_are_declined_with_the_input_named(inputs, name):
+    feeds = _feeds() | {"p": np.zeros((2, B, N, 2, H), np.float32)}
+    if name == "past_sequence_length":
+        feeds["p"] = np.array(2, np.int32)
+    with pytest.raises(Exception, match=f"input {name} is not supported"):
+        _ours(_model(inputs, feeds, constants=["w", "b"], num_heads=N))
+
+
+def test_present_output_and_rotary_are_declined_by_name():
+    with pytest.raises(Exception, match="output present"):
+        _ours(_model(["x", "w", "b"], _feeds(), constants=["w", "b"], outputs=("y", "present"), num_heads=N))
+    with pytest.raises(Exception, match="do_rotary=1"):
+        _ours(_model(["x", "w", "b"], _feeds(), constants=["w", "b"], num_heads=N, do_rotary=1))
+
+
+def test_left_padding_mask_is_an_error_naming_mask_index():
+    feeds = _feeds() | {"m": np.array([5, 5, 0, 0], np.int32)}
+    sess = _ours(_model(["x", "w", "b", "m"], feeds, constants=["w", "b"], num_heads=N))
+    with pytest.raises(ort.Fail, match=r"mask_index of shape \(2 \* batch\) is not supported"):
+        sess.run(None, {"x": feeds["x"], "m": feeds["m"]})
+
+
+def test_weights_of_a_wrong_shape_are_an_error_naming_them():
+    feeds = _feeds()
+    feeds["w"] = feeds["w"][:, :-1]
+    sess = _ours(_model(["x", "w"], feeds, constants=[], num_heads=N))
+    with pytest.raises(ort.Fail, match=r"input weights has shape \(10, 35\); expected \(10, 3 \* hidden_size\)"):
+        sess.run(None, {"x": feeds["x"], "w": feeds["w"]})
