@@ -1,6 +1,7 @@
 """Attention fusion (optimizer/attention_fusion.py): BERT-style scaled-dot-product attention
-becomes one com.microsoft MultiHeadAttention where every piece is proven, and nothing changes
-where one is not. The reference is onnxruntime (its own optimizations off) running the ORIGINAL
+becomes one com.microsoft Attention (with the Q/K/V projections of one input merged into it)
+or, where the projections are not of that form or the provider declines Attention, one
+MultiHeadAttention, where every piece is proven; nothing changes where one is not. The reference is onnxruntime (its own optimizations off) running the ORIGINAL
 model; it also runs the optimized one, since it has MultiHeadAttention. ort-core's tests have no
 CPU provider, so the session tests use a test provider that runs each node through onnxruntime.
 Tolerances: float32 rtol 1e-4, atol 1e-5 on one layer, atol 1e-4 on the 2-3 layer transformer
@@ -33,6 +34,11 @@ D = N * HD
 
 def _everything(node) -> bool:
     return True
+
+
+def _no_attention(node) -> bool:
+    """A gate that declines com.microsoft Attention: the pass makes MultiHeadAttention."""
+    return node.op_type != "Attention"
 
 
 def _apply(model: onnx.ModelProto, supports=_everything) -> onnx.ModelProto:
@@ -166,28 +172,41 @@ def _feeds(model: onnx.ModelProto, batch=B, seq=S, dtype=np.float32):
 # ------------------------------------------------------------------------ the pass fires
 
 
-def _mha(model: onnx.ModelProto) -> onnx.NodeProto:
-    (node,) = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+def _fused(model: onnx.ModelProto, op_type: str) -> onnx.NodeProto:
+    (node,) = [n for n in model.graph.node if n.op_type == op_type]
     return node
 
 
-@pytest.mark.parametrize("variant", [
+_VARIANTS = [
     {}, {"scale": "mul"}, {"scale": "none"}, {"k_form": "one"}, {"reshape": "const"}, {"mask": "none"},
     {"mask": "full"}, {"mask": "made", "mask_first": True}, {"seq": "seq"}, {"reshape": "minus1"},
     {"reshape": "batch-minus1"}, {"scale": "q"}, {"scale": "both", "k_form": "one"},
-], ids=["div-b11s", "mul", "no-scale", "k-one-transpose", "const-reshape", "no-mask", "full-mask",
-        "made-mask-first", "dynamic-seq", "minus1-reshape", "batch-minus1-reshape", "q-scaled", "q-k-scaled"])
-def test_fires_and_computes_the_same(variant):
+]
+_VARIANT_IDS = ["div-b11s", "mul", "no-scale", "k-one-transpose", "const-reshape", "no-mask", "full-mask",
+                "made-mask-first", "dynamic-seq", "minus1-reshape", "batch-minus1-reshape", "q-scaled", "q-k-scaled"]
+
+
+@pytest.mark.parametrize("op_type", ["Attention", "MultiHeadAttention"])
+@pytest.mark.parametrize("variant", _VARIANTS, ids=_VARIANT_IDS)
+def test_fires_and_computes_the_same(variant, op_type):
     model = _layer(**variant)
-    out = _apply(model)
+    out = _apply(model, _everything if op_type == "Attention" else _no_attention)
     counts = _count(out)
-    assert counts["MultiHeadAttention"] == 1
+    assert counts[op_type] == 1 and counts["Attention" if op_type != "Attention" else "MultiHeadAttention"] == 0
     assert counts["Softmax"] == counts["Transpose"] == counts["Reshape"] == 0
-    node = _mha(out)
+    node = _fused(out, op_type)
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    assert attrs["num_heads"] == N
+    assert attrs["num_heads"] == N and "qkv_hidden_sizes" not in attrs
     assert attrs["scale"] == pytest.approx(1.0 if variant.get("scale") == "none" else 1 / np.sqrt(HD), rel=1e-6)
-    assert list(node.input[:3]) == ["q", "k", "v"]
+    if op_type == "Attention":  # the three projections merged into its weights and bias
+        assert counts["MatMul"] == counts["Add"] == 0
+        assert node.input[0] == "x"
+        inits = {i.name: onnx.numpy_helper.to_array(i) for i in out.graph.initializer}
+        given = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+        np.testing.assert_array_equal(inits[node.input[1]], np.concatenate([given[f"w{c}"] for c in "qkv"], axis=1))
+        np.testing.assert_array_equal(inits[node.input[2]], np.concatenate([given[f"b{c}"] for c in "qkv"]))
+    else:
+        assert list(node.input[:3]) == ["q", "k", "v"] and counts["MatMul"] == counts["Add"] == 3
     if variant.get("mask") == "none":
         assert len(node.input) == 3
     else:
@@ -199,11 +218,69 @@ def test_fires_and_computes_the_same(variant):
         _check(model, out, _feeds(model, batch=3, seq=9))
 
 
-def test_float16():
+@pytest.mark.parametrize("op_type", ["Attention", "MultiHeadAttention"])
+def test_float16(op_type):
     model = _layer(dtype=np.float16)
-    out = _apply(model)
-    assert _count(out)["MultiHeadAttention"] == 1
+    out = _apply(model, _everything if op_type == "Attention" else _no_attention)
+    assert _count(out)[op_type] == 1
     _check(model, out, _feeds(model, dtype=np.float16), rtol=1e-2, atol=1e-2)
+
+
+def _without_bias(model: onnx.ModelProto, letters: str) -> onnx.ModelProto:
+    """The layer with the bias Adds of the projections ``letters`` removed."""
+    for c in letters:
+        (add,) = [n for n in model.graph.node if n.op_type == "Add" and n.input[1] == f"b{c}"]
+        model.graph.node.remove(add)
+        for n in model.graph.node:
+            n.input[:] = [f"{c}mm" if i == c else i for i in n.input]
+    return model
+
+
+def test_projections_without_biases_merge_without_a_bias_input():
+    model = _without_bias(_layer(mask="none"), "qkv")
+    out = _apply(model)
+    assert len(_fused(out, "Attention").input) == 2
+    _check(model, out, _feeds(model))
+
+
+def test_value_projection_of_its_own_width_sets_qkv_hidden_sizes():
+    model = _layer(mask="none")
+    for init in model.graph.initializer:  # V's heads twice as wide as Q's and K's
+        if init.name in ("wv", "bv"):
+            shape = (D, 2 * D) if init.name == "wv" else (2 * D,)
+            init.CopyFrom(_init(init.name, RNG.standard_normal(shape).astype(np.float32)))
+    for n in model.graph.node:
+        if n.op_type == "Reshape" and n.input[0] == "v":
+            n.input[1] = "split_v"
+        if n.op_type == "Reshape" and n.output[0] == "y":
+            n.input[1] = "merge_v"
+    model.graph.initializer.extend([_init("split_v", np.array([0, 0, N, 2 * HD], np.int64)),
+                                    _init("merge_v", np.array([0, 0, 2 * D], np.int64))])
+    out = _apply(model)
+    attrs = {a.name: helper.get_attribute_value(a) for a in _fused(out, "Attention").attribute}
+    assert attrs["qkv_hidden_sizes"] == [D, D, 2 * D]
+    _check(model, out, _feeds(model))
+
+
+@pytest.mark.parametrize("change", ["one-bias-missing", "runtime-weights", "two-inputs", "q-read-elsewhere"])
+def test_projections_not_of_one_form_leave_multi_head_attention(change):
+    model = _layer(mask="none")
+    if change == "one-bias-missing":
+        model = _without_bias(model, "k")
+    elif change == "runtime-weights":  # an overridable initializer may be fed at run time
+        model.graph.input.append(helper.make_tensor_value_info("wk", TensorProto.FLOAT, [D, D]))
+    elif change == "two-inputs":  # cross-attention: K and V from another value
+        model.graph.input.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["batch", S, D]))
+        for n in model.graph.node:
+            if n.op_type == "MatMul" and n.input[1] in ("wk", "wv"):
+                n.input[0] = "x2"
+    else:
+        model.graph.output.append(helper.make_tensor_value_info("q", TensorProto.FLOAT, None))
+    out = _apply(model)
+    counts = _count(out)
+    assert counts["Attention"] == 0 and counts["MultiHeadAttention"] == 1 and counts["MatMul"] == 3
+    feeds = _feeds(model) | ({"x2": RNG.standard_normal((B, S, D)).astype(np.float32)} if change == "two-inputs" else {})
+    _check(model, out, feeds)
 
 
 @pytest.mark.parametrize("layers", [2, 3])
@@ -211,7 +288,7 @@ def test_fires_on_every_layer_of_the_transformer(layers):
     model = models.transformer(layers=layers, seq=16, dim=64)
     out = _apply(model)
     counts = _count(out)
-    assert counts["MultiHeadAttention"] == layers
+    assert counts["Attention"] == layers and counts["MultiHeadAttention"] == 0
     assert counts["Softmax"] == 0
     assert counts["Expand"] == 1  # the padding mask is expanded once, for every layer
     _check(model, out, models.random_inputs(model, batch=3), atol=1e-4)
@@ -232,7 +309,7 @@ def test_fires_on_every_layer_of_the_transformer(layers):
 def test_does_not_fire(variant):
     model = _layer(**variant)
     out = _apply(model)
-    assert "MultiHeadAttention" not in _count(out)
+    assert "MultiHeadAttention" not in _count(out) and "Attention" not in _count(out)
     assert _count(out) == _count(model)
     _check(model, out, _feeds(model))
 
@@ -254,7 +331,7 @@ def test_does_not_fire_when_an_intermediate_has_another_reader():
     model = _layer()
     model.graph.node.append(helper.make_node("Relu", ["kt"], ["extra"]))
     model.graph.output.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, None))
-    assert "MultiHeadAttention" not in _count(_apply(model))
+    assert {"MultiHeadAttention", "Attention"}.isdisjoint(_count(_apply(model)))
 
 
 def test_does_not_fire_when_the_reshape_does_not_keep_the_batch():
@@ -264,7 +341,7 @@ def test_does_not_fire_when_the_reshape_does_not_keep_the_batch():
         if init.name == "split":
             init.CopyFrom(_init("split", np.array([1, -1, N, HD], np.int64)))
     out = _apply(model)
-    assert "MultiHeadAttention" not in _count(out)
+    assert {"MultiHeadAttention", "Attention"}.isdisjoint(_count(out))
 
 
 def test_does_not_fire_when_the_provider_does_not_claim_it():
@@ -288,8 +365,8 @@ def test_session_fuses_every_layer_and_matches_onnxruntime(ort_nodes, tmp_path):
     so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     written = onnx.load(so.optimized_model_filepath)
-    assert _count(written)["MultiHeadAttention"] == 2  # transformer() has 2 layers
-    assert ort_nodes.ops_built.count("MultiHeadAttention") == 2
+    assert _count(written)["Attention"] == 2  # transformer() has 2 layers
+    assert ort_nodes.ops_built.count("Attention") == 2
     for batch in (1, 8):
         feeds = models.random_inputs(model, batch=batch)
         np.testing.assert_allclose(sess.run(None, feeds)[0], _ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
@@ -299,4 +376,4 @@ def test_session_basic_level_does_not_fuse(ort_nodes):
     so = ort_core.SessionOptions()
     so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort_core.InferenceSession(models.transformer().SerializeToString(), so, providers=["CPUExecutionProvider"])
-    assert "MultiHeadAttention" not in [p.op_type for p in sess.get_placement().nodes]
+    assert {"MultiHeadAttention", "Attention"}.isdisjoint(p.op_type for p in sess.get_placement().nodes)

@@ -13,8 +13,11 @@ The subgraph exporters write for one attention layer, from the per-head reshapes
     y = Reshape(Transpose(MatMul(probs, v4), [0, 2, 1, 3]), [B, S, N * Hv])
 
 becomes ``y = MultiHeadAttention(q, k, v, attention_bias=mask', num_heads=N, scale=1/c)`` with
-``q, k, v`` the (B, S, hidden) values the reshapes read (the projections, bias Adds included,
-stay as they are). The mask is an additive bias; the op wants it as (B or 1, N or 1, S, L), so a
+``q, k, v`` the (B, S, hidden) values the reshapes read. Where those are the three input
+projections of one value, ``MatMul(x, W) + b`` with constant weights and biases (a BERT layer's
+self-attention), the projections go into the node too, as onnxruntime's fusion does: ``y =
+Attention(x, [Wq Wk Wv], [bq bk bv], attention_bias=mask', ...)`` (com.microsoft), one GEMM
+instead of three GEMMs and three Adds. The mask is an additive bias; the op wants it as (B or 1, N or 1, S, L), so a
 mask broadcast along S or L (a BERT padding mask is (B, 1, 1, L)) is expanded once per mask and
 shape by an ``Expand`` shared by every layer that reads it. The mask is kept as the exact
 additive bias rather than rewritten as ``key_padding_mask``: that form would only agree for
@@ -327,14 +330,72 @@ def _mask_fits(mask: ir.Value, batch, heads: int, seq, kv_seq, dtype) -> bool:
     return all(d == 1 or _same(d, full[4 - len(dims) + i]) for i, d in enumerate(dims))
 
 
+def _stand_in(data: np.ndarray) -> ir.Value:
+    """A value typed and shaped like ``data``, for a probe (its initializer is made only if the
+    provider claims the node)."""
+    return ir.Value(name="stand_in", type=ir.TensorType(ir.DataType.from_numpy(data.dtype)), shape=ir.Shape(data.shape))
+
+
 def _bias_ready(m: _Match) -> bool:
     """The mask already has attention_bias's shape (B|1, N|1, S, L)."""
     dims = _dims(m.mask)
     return len(dims) == 4 and _same(dims[2], _dims(m.q)[1]) and _same(dims[3], _dims(m.k)[1])
 
 
+class _Projections:
+    """Q, K and V as ``MatMul(x, W) [+ b]`` of one ``x`` with constant 2-D weights (and 1-D
+    biases, all three or none): what com.microsoft Attention takes merged."""
+
+    def __init__(self, x: ir.Value, weights: np.ndarray, bias: np.ndarray | None, nodes: list[ir.Node]):
+        self.x, self.weights, self.bias, self.nodes = x, weights, bias, nodes
+
+
+def _projection(value: ir.Value) -> tuple[ir.Value, np.ndarray, np.ndarray | None, list[ir.Node]] | None:
+    """(x, W, b or None, its nodes) when ``value`` = MatMul(x, W) [+ b], W constant (K, N), b
+    constant (N,), each intermediate read only by the next; else None."""
+    if only_use(value) is None:
+        return None
+    node, bias, nodes = value.producer(), None, []
+    if is_op(node, "Add"):
+        for i in (0, 1):
+            b, product = const(node.inputs[1 - i]), node.inputs[i]
+            if b is not None and b.ndim == 1 and is_op(product.producer(), "MatMul") and only_use(product) is node:
+                bias, nodes, value = b, [node], product
+                break
+        else:
+            return None
+        node = value.producer()
+    if not is_op(node, "MatMul"):
+        return None
+    x, weights = node.inputs[0], const(node.inputs[1])
+    if weights is None or weights.ndim != 2 or (bias is not None and bias.shape != weights.shape[1:]):
+        return None
+    return x, weights, bias, [node, *nodes]
+
+
+def _projections(m: _Match) -> _Projections | None:
+    """The merged projections of ``m``'s Q, K and V, or None where they are not of that form."""
+    found = [_projection(v) for v in (m.q, m.k, m.v)]
+    if any(f is None for f in found):
+        return None
+    (x, *_), dims = found[0], _dims(found[0][0])
+    if dims is None or len(dims) != 3 or any(f[0] is not x for f in found):
+        return None
+    weights = [f[1] for f in found]
+    biases = [f[2] for f in found]
+    widths = [m.heads * m.head, m.heads * m.head, m.heads * m.v_head]
+    if [w.shape[1] for w in weights] != widths or len({w.shape[0] for w in weights}) != 1 \
+            or len({w.dtype for w in weights}) != 1 or m.q.type is None \
+            or ir.DataType.from_numpy(weights[0].dtype) != m.q.type.dtype \
+            or (any(b is None for b in biases) and not all(b is None for b in biases)):
+        return None
+    bias = None if biases[0] is None else np.concatenate(biases).astype(weights[0].dtype)
+    return _Projections(x, np.concatenate(weights, axis=1), bias, [n for f in found for n in f[3]])
+
+
 class AttentionFusionPass(_FusionPass):
-    """Scaled-dot-product attention on split heads -> com.microsoft MultiHeadAttention."""
+    """Scaled-dot-product attention on split heads -> com.microsoft Attention (with its three
+    input projections) or MultiHeadAttention."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
@@ -348,34 +409,59 @@ class AttentionFusionPass(_FusionPass):
                 m = _match(softmax, opset)
                 if m is None or (opset < 8 and m.mask is not None and not _bias_ready(m)):
                     continue  # (Expand, needed to shape the mask, came with opset 8)
-                probe_inputs: list[ir.Value | None] = [m.q, m.k, m.v]
+                attention_bias = None
                 if m.mask is not None:  # the gate sees the node with its bias input, as it will run
-                    probe_inputs += [None, None, ir.Value(
-                        name="attention_bias", type=m.mask.type,
-                        shape=ir.Shape([_dims(m.q)[0], 1, _dims(m.q)[1], _dims(m.k)[1]]))]
-                probe = ir.Node(MS_DOMAIN, "MultiHeadAttention", probe_inputs,
-                                [ir.AttrInt64("num_heads", m.heads), ir.AttrFloat32("scale", float(m.scale))],
-                                num_outputs=1, name=f"{softmax.name}_mha", version=1)
-                probe.outputs[0].type, probe.outputs[0].shape = m.out.type, m.out.shape
-                if not self.claimed(probe):
+                    attention_bias = ir.Value(name="attention_bias", type=m.mask.type,
+                                              shape=ir.Shape([_dims(m.q)[0], 1, _dims(m.q)[1], _dims(m.k)[1]]))
+                projections = _projections(m)
+                probe = None if projections is None else self._probe(
+                    "Attention", m, softmax, [projections.x, _stand_in(projections.weights),
+                                              None if projections.bias is None else _stand_in(projections.bias),
+                                              None, None, attention_bias])
+                if probe is None:
+                    probe = self._probe("MultiHeadAttention", m, softmax, [m.q, m.k, m.v, None, None, attention_bias])
+                if probe is None:
                     continue
-                detach(probe)  # the node inserted below reads the real bias, not the probe's stand-in
+                detach(probe)  # the node inserted below reads the real inputs, not the probe's stand-ins
                 new_nodes: list[ir.Node] = []
-                inputs = [m.q, m.k, m.v]
+                if probe.op_type == "Attention":
+                    inputs = [projections.x, initializer(graph, namer, "qkv_weights", projections.weights),
+                              None if projections.bias is None else initializer(graph, namer, "qkv_bias", projections.bias)]
+                    removed = m.nodes + projections.nodes
+                    lengths = (projections.x, projections.x)  # (self-attention: S = L)
+                else:
+                    inputs, removed, lengths = [m.q, m.k, m.v], m.nodes, (m.q, m.k)
                 if m.mask is not None:
-                    inputs += [None, None, self._bias(graph, namer, m, expanded, new_nodes)]
-                fused = ir.Node(MS_DOMAIN, "MultiHeadAttention", inputs, list(probe.attributes.values()),
+                    inputs += [None] * (5 - len(inputs)) + [self._bias(graph, namer, m, expanded, new_nodes, lengths)]
+                while inputs[-1] is None:
+                    inputs.pop()
+                fused = ir.Node(MS_DOMAIN, probe.op_type, inputs, list(probe.attributes.values()),
                                 num_outputs=1, name=probe.name, version=1)
                 new_nodes.append(fused)
-                replace(graph, m.nodes, new_nodes, [m.out], [fused.outputs[0]])
+                replace(graph, removed, new_nodes, [m.out], [fused.outputs[0]])
                 modified = True
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)
 
+    def _probe(self, op_type: str, m: _Match, softmax: ir.Node, inputs: list[ir.Value | None]) -> ir.Node | None:
+        """The fused node ``op_type`` on ``inputs`` if the provider claims it, else None."""
+        while inputs[-1] is None:
+            inputs = inputs[:-1]
+        attributes = [ir.AttrInt64("num_heads", m.heads), ir.AttrFloat32("scale", float(m.scale))]
+        if op_type == "Attention" and m.v_head != m.head:
+            attributes.append(ir.AttrInt64s("qkv_hidden_sizes", [m.heads * m.head] * 2 + [m.heads * m.v_head]))
+        suffix = "attention" if op_type == "Attention" else "mha"
+        probe = ir.Node(MS_DOMAIN, op_type, inputs, attributes, num_outputs=1, name=f"{softmax.name}_{suffix}",
+                        version=1)
+        probe.outputs[0].type, probe.outputs[0].shape = m.out.type, m.out.shape
+        return probe if self.claimed(probe) else None
+
     @staticmethod
-    def _bias(graph: ir.Graph, namer: Namer, m: _Match, expanded: dict, new_nodes: list[ir.Node]) -> ir.Value:
-        """The mask as attention_bias: itself when already (B|1, N|1, S, L), else expanded."""
+    def _bias(graph: ir.Graph, namer: Namer, m: _Match, expanded: dict, new_nodes: list[ir.Node],
+              sources: tuple[ir.Value, ir.Value]) -> ir.Value:
+        """The mask as attention_bias: itself when already (B|1, N|1, S, L), else expanded (to S
+        and L read from ``sources``' axis 1 where they are known only at run time)."""
         mask = m.mask
         dims = _dims(mask)
         seq, kv_seq = _dims(m.q)[1], _dims(m.k)[1]
@@ -401,7 +487,7 @@ class AttentionFusionPass(_FusionPass):
         one_one = initializer(graph, namer, "ones_2", np.array([1, 1], np.int64))
         index = initializer(graph, namer, "axis_1", np.array([1], np.int64))
         parts = [one_one]
-        for src in (m.q, m.k):
+        for src in sources:
             shape = ir.Node("", "Shape", [src], num_outputs=1, name=namer("attention_shape"))
             gather = ir.Node("", "Gather", [shape.outputs[0], index], [ir.AttrInt64("axis", 0)], num_outputs=1,
                              name=namer("attention_len"))
