@@ -6,7 +6,6 @@ float16 attention with float16 intermediates, this kernel in float32)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
