@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from .binding import IOBinding
 from .errors import (
     EPFail,
     Fail,
@@ -112,7 +113,7 @@ __all__ = [
     "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
     "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
     "EpDevice", "EpDevices", "ExecutionMode", "Fail", "GraphOptimizationLevel", "GraphView",
-    "HostAllocator", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
+    "HostAllocator", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
     "Kernel", "KernelRequest", "MemoryInfo", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
     "OrtError", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",

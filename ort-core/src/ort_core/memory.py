@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,14 @@ class OrtValue:
         if device_type.lower() != "cpu":
             raise ValueError(f"OrtValue on {device_type!r}: only 'cpu' is supported by ort-core itself")
         return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
+                                     device_id: int = 0) -> OrtValue:
+        """A new (uninitialised) tensor of ``shape`` and ``element_type`` (a numpy type)."""
+        if device_type.lower() != "cpu":
+            raise ValueError(f"OrtValue on {device_type!r}: only 'cpu' is supported by ort-core itself")
+        return OrtValue(np.empty(tuple(int(d) for d in shape), dtype=np.dtype(element_type)), "cpu", device_id)
 
     def numpy(self) -> np.ndarray:
         return np.asarray(self._data)

@@ -18,9 +18,11 @@ import numpy as np
 import onnx_ir as ir
 
 from . import optimizer
+from .binding import IOBinding
 from .errors import EPFail, InvalidArgument, NoSuchProvider, OrtError
 from .graph.load import ModelSource, load_model
 from .graph.view import GraphView
+from .memory import OrtValue
 from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
 from .plan import Plan, PlanRunner, _claim_io
 from .plugins import registry
@@ -60,6 +62,18 @@ class SessionOptions:
         self.enable_mem_pattern: bool = True
         self.enable_cpu_mem_arena: bool = True
         self._config: dict[str, str] = {}
+        self._free_dimensions: dict[str, int] = {}
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dimension ``dim_name`` of the graph's inputs to ``dim_value``: the
+        optimizer then knows it (shape computations on it fold), and inputs must have it."""
+        if int(dim_value) < 0:
+            raise InvalidArgument(f"free dimension override {dim_name!r}: value {dim_value} is negative")
+        self._free_dimensions[str(dim_name)] = int(dim_value)
+
+    @property
+    def free_dimension_overrides(self) -> dict[str, int]:
+        return dict(self._free_dimensions)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -292,6 +306,7 @@ class InferenceSession:
 
         requested = _normalise_providers(providers, provider_options)
         self._model: ir.Model = load_model(path_or_bytes)
+        _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides)
         self._providers = self._bind_providers(requested)
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
@@ -524,6 +539,26 @@ class InferenceSession:
                 bp.hooks.ort_run_end(ep=bp.ctx, run_options=run_options)
         return [_to_output(outputs[k]) for k in wanted]
 
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """``run`` on OrtValues in and out."""
+        outputs = self.run(output_names, input_dict_ort_values, run_options)
+        return [OrtValue(o) for o in outputs]
+
+    def io_binding(self) -> IOBinding:
+        """A new I/O binding for this session (see ``ort_core.binding``)."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        """Run on ``iobinding``'s bound inputs; its outputs are then ``iobinding.get_outputs()``."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise InvalidArgument("run_with_iobinding needs an IOBinding made by this session's io_binding()")
+        iobinding.run(run_options)
+
     def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
@@ -541,7 +576,10 @@ class InferenceSession:
             if name not in input_feed:  # an overridable initializer not overridden
                 feeds.append(self._graph.value(name).const_value)
                 continue
-            feeds.append(_check_input(name, input_feed[name], dtype, shape, type_str))
+            value = input_feed[name]
+            if isinstance(value, OrtValue):
+                value = value.numpy()
+            feeds.append(_check_input(name, value, dtype, shape, type_str))
         return feeds
 
     def _output_indices(self, output_names: Sequence[str] | None) -> list[int]:
@@ -586,6 +624,17 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profile_start
+
+
+def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> None:
+    """Replace the symbolic dimensions named in ``overrides`` in the graph inputs' shapes."""
+    if not overrides:
+        return
+    for value in graph.inputs:
+        if value.shape is None:
+            continue
+        dims = [overrides.get(getattr(d, "value", None), d) if not isinstance(d, int) else d for d in value.shape]
+        value.shape = ir.Shape(dims)
 
 
 def _end_session(providers: list[BoundProvider]) -> None:
