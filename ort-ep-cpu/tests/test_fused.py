@@ -142,6 +142,31 @@ def test_intra_op_num_threads_sets_blas_threads_for_the_session():
     assert blas_threads() == before
 
 
+def test_a_session_ending_inside_the_thread_setting_does_not_deadlock(monkeypatch):
+    """The garbage collector can finalise a dead session (its end restores the thread counts)
+    while a new session's start holds the thread-setting lock on the same thread: seen as the
+    CPU suite hanging in threads.limit. The finaliser's restore is simulated inside limit."""
+    import threading
+
+    from ort_ep_cpu import threads
+
+    threads.limit(1)  # the session that the collector will finalise
+    finalised = []
+
+    def libraries_after_a_collection(refresh=False):
+        threads.restore()
+        finalised.append(True)
+        return []
+
+    monkeypatch.setattr(threads, "blas_libraries", libraries_after_a_collection)
+    worker = threading.Thread(target=threads.limit, args=(1,), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive() and finalised == [True]
+    threads.restore()  # the new session's end
+    assert threads.count() == 0
+
+
 def test_memory_stats_come_from_the_first_run_of_each_shape():
     model = models.mlp()
     sess = _session(model.SerializeToString(), "all")

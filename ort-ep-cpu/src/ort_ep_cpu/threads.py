@@ -20,7 +20,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-_lock = threading.Lock()
+# re-entrant: a session's end can run inside limit() or restore() on the same thread, when the
+# allocation of another call there sets off the garbage collector and it finalises a dead
+# session (InferenceSession's weakref.finalize); a plain Lock deadlocked the process there
+_lock = threading.RLock()
 _controllers: list[Any] | None = None
 _count = 0  # the count the last limit() set, 0 once no session lives (libraries' default)
 _live = 0  # sessions between limit() and restore()
