@@ -17,16 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .memory import OrtValue
+from .memory import OrtValue, require_host
 
 if TYPE_CHECKING:
     from .session import InferenceSession, RunOptions
-
-
-def _host(device_type: str, what: str) -> None:
-    if str(device_type).lower() != "cpu":
-        raise InvalidArgument(f"{what}: device {device_type!r} is not supported; ort-core binds host memory "
-                              "('cpu') only")
 
 
 def array_at(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
@@ -55,11 +49,11 @@ class IOBinding:
     def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any,
                    shape: Sequence[int], buffer_ptr: int) -> None:
         """Bind input ``name`` to ``shape`` elements of ``element_type`` at ``buffer_ptr``."""
-        _host(device_type, f"bind_input {name!r}")
+        require_host(device_type, f"bind_input {name!r}")
         self._inputs[self._input_name(name)] = array_at(buffer_ptr, element_type, shape)
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
-        _host(ortvalue.device_name(), f"bind_ortvalue_input {name!r}")
+        require_host(ortvalue.device_name(), f"bind_ortvalue_input {name!r}")
         self._inputs[self._input_name(name)] = ortvalue.numpy()
 
     def synchronize_inputs(self) -> None:
@@ -73,7 +67,7 @@ class IOBinding:
                     shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
         """Bind output ``name``: allocated by each run, or written into ``shape`` elements of
         ``element_type`` at ``buffer_ptr`` when those are given."""
-        _host(device_type, f"bind_output {name!r}")
+        require_host(device_type, f"bind_output {name!r}")
         buffer = None
         if buffer_ptr is not None:
             if element_type is None or shape is None:
@@ -83,7 +77,7 @@ class IOBinding:
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
         """Bind output ``name`` to ``ortvalue``: each run writes the output into its array."""
-        _host(ortvalue.device_name(), f"bind_ortvalue_output {name!r}")
+        require_host(ortvalue.device_name(), f"bind_ortvalue_output {name!r}")
         self._outputs[self._output_name(name)] = ortvalue.numpy()
 
     def synchronize_outputs(self) -> None:
@@ -127,7 +121,5 @@ class IOBinding:
         return name
 
     def _output_name(self, name: str) -> str:
-        known = [a.name for a in self._session.get_outputs()]
-        if name not in known:
-            raise InvalidArgument(f"unknown output name {name!r}; the model's outputs are: {', '.join(map(repr, known))}")
+        self._session._output_indices([name])  # the session's own check: names the valid outputs
         return name

@@ -8,7 +8,16 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidArgument
 from .types import HOST_MEMORY, Allocator, AllocatorStats, MemoryInfo
+
+
+def require_host(device_type: str, what: str) -> None:
+    """Refuse ``device_type`` unless it is host memory: ort-core's OrtValues and I/O bindings
+    live there (a provider's device memory stays inside a run)."""
+    if str(device_type).lower() != "cpu":
+        raise InvalidArgument(f"{what}: device {device_type!r} is not supported; ort-core keeps OrtValues "
+                              "and bindings in host memory ('cpu') only")
 
 
 class HostAllocator(Allocator):
@@ -65,16 +74,14 @@ class OrtValue:
 
     @staticmethod
     def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
-        if device_type.lower() != "cpu":
-            raise ValueError(f"OrtValue on {device_type!r}: only 'cpu' is supported by ort-core itself")
+        require_host(device_type, "OrtValue")
         return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
 
     @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
                                      device_id: int = 0) -> OrtValue:
         """A new (uninitialised) tensor of ``shape`` and ``element_type`` (a numpy type)."""
-        if device_type.lower() != "cpu":
-            raise ValueError(f"OrtValue on {device_type!r}: only 'cpu' is supported by ort-core itself")
+        require_host(device_type, "OrtValue")
         return OrtValue(np.empty(tuple(int(d) for d in shape), dtype=np.dtype(element_type)), "cpu", device_id)
 
     def numpy(self) -> np.ndarray:

@@ -330,6 +330,14 @@ def _mask_fits(mask: ir.Value, batch, heads: int, seq, kv_seq, dtype) -> bool:
     return all(d == 1 or _same(d, full[4 - len(dims) + i]) for i, d in enumerate(dims))
 
 
+def _without_trailing_none(inputs: list[ir.Value | None]) -> list[ir.Value | None]:
+    """The node's inputs without the absent optional ones at the end (ONNX leaves them off)."""
+    end = len(inputs)
+    while end and inputs[end - 1] is None:
+        end -= 1
+    return inputs[:end]
+
+
 def _stand_in(data: np.ndarray) -> ir.Value:
     """A value typed and shaped like ``data``, for a probe (its initializer is made only if the
     provider claims the node)."""
@@ -385,7 +393,7 @@ def _projections(m: _Match) -> _Projections | None:
     biases = [f[2] for f in found]
     widths = [m.heads * m.head, m.heads * m.head, m.heads * m.v_head]
     if [w.shape[1] for w in weights] != widths or len({w.shape[0] for w in weights}) != 1 \
-            or len({w.dtype for w in weights}) != 1 or m.q.type is None \
+            or len({w.dtype for w in weights}) != 1 \
             or ir.DataType.from_numpy(weights[0].dtype) != m.q.type.dtype \
             or (any(b is None for b in biases) and not all(b is None for b in biases)):
         return None
@@ -433,9 +441,7 @@ class AttentionFusionPass(_FusionPass):
                     inputs, removed, lengths = [m.q, m.k, m.v], m.nodes, (m.q, m.k)
                 if m.mask is not None:
                     inputs += [None] * (5 - len(inputs)) + [self._bias(graph, namer, m, expanded, new_nodes, lengths)]
-                while inputs[-1] is None:
-                    inputs.pop()
-                fused = ir.Node(MS_DOMAIN, probe.op_type, inputs, list(probe.attributes.values()),
+                fused = ir.Node(MS_DOMAIN, probe.op_type, _without_trailing_none(inputs), list(probe.attributes.values()),
                                 num_outputs=1, name=probe.name, version=1)
                 new_nodes.append(fused)
                 replace(graph, removed, new_nodes, [m.out], [fused.outputs[0]])
@@ -446,8 +452,7 @@ class AttentionFusionPass(_FusionPass):
 
     def _probe(self, op_type: str, m: _Match, softmax: ir.Node, inputs: list[ir.Value | None]) -> ir.Node | None:
         """The fused node ``op_type`` on ``inputs`` if the provider claims it, else None."""
-        while inputs[-1] is None:
-            inputs = inputs[:-1]
+        inputs = _without_trailing_none(inputs)
         attributes = [ir.AttrInt64("num_heads", m.heads), ir.AttrFloat32("scale", float(m.scale))]
         if op_type == "Attention" and m.v_head != m.head:
             attributes.append(ir.AttrInt64s("qkv_hidden_sizes", [m.heads * m.head] * 2 + [m.heads * m.v_head]))
