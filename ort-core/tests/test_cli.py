@@ -136,10 +136,11 @@ def test_fused_groups_are_outlined(registry, host, tmp_path):
     pytest.importorskip("graphviz")
     if shutil.which("dot") is None:
         pytest.skip("Graphviz's dot program is not installed (apt-get install graphviz)")
+    from test_api import chain_model
+
     import ort_core
     from fake_providers import FakeDeviceProvider
     from ort_core.placement_view import placement_html
-    from test_api import chain_model
 
     assert ort_core.register(FakeDeviceProvider("FusingExecutionProvider", ops={"Add", "Relu", "Mul"}, fuse=True), "fusing")
     session = ort_core.InferenceSession(chain_model().SerializeToString(),
