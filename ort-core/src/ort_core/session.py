@@ -26,6 +26,7 @@ from .memory import OrtValue
 from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
 from .plan import Plan, PlanRunner, _claim_io
 from .plugins import registry
+from .progress import progress
 from .types import HOST_MEMORY, DataTransfer, Kernel, KernelRequest, ProviderContext
 
 logger = logging.getLogger("ort_core")
@@ -212,7 +213,11 @@ class _GraphCompiler:
             assignment = partition(graph, self.providers, excluded)
             failed = False
             kernels: list[Kernel] = []
-            for bp, claim in assignment.claims:
+            to_compile = sum(1 for bp, c in assignment.claims if c.fuse and (bp.name, c.nodes, c.fuse) not in built)
+            claims = assignment.claims
+            if to_compile >= 2:  # compiling groups can take seconds each: show it on a terminal
+                claims = progress(claims, desc=f"building kernels ({to_compile} fused groups)")
+            for bp, claim in claims:
                 key = (bp.name, claim.nodes, claim.fuse)
                 kernel = built.get(key)
                 if kernel is None:

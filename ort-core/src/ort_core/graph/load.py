@@ -39,6 +39,8 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
         base_dir = None
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_dir():
+            raise NoSuchFile(f"model path {str(path)!r} is a directory, not an ONNX model file")
         if not path.is_file():
             raise NoSuchFile(f"model file not found: {str(path)!r}")
         data = path.read_bytes()
