@@ -8,12 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
-import onnxruntime
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
-import ort_core
+from onnx import helper
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):

@@ -31,6 +31,9 @@ from .types import HOST_MEMORY, DataTransfer, Kernel, KernelRequest, ProviderCon
 logger = logging.getLogger("ort_core")
 
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+#: session config key: constant folding leaves a node whose outputs would take more bytes
+#: (default ``optimizer.MAX_FOLD_BYTES``, onnxruntime's 1 GiB)
+MAX_FOLD_BYTES = "session.max_fold_bytes"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -310,7 +313,8 @@ class InferenceSession:
         self._providers = self._bind_providers(requested)
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
-            optimizer.optimize(self._model, self._options.graph_optimization_level, supports)
+            optimizer.optimize(self._model, self._options.graph_optimization_level, supports,
+                               _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES))
             if self._options.optimized_model_filepath:
                 ir.save(self._model, self._options.optimized_model_filepath)
         except BaseException:
@@ -624,6 +628,20 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profile_start
+
+
+def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
+    """A session config entry that is a count of bytes (a non-negative integer)."""
+    text = config.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgument(f"session config entry {key!r}: {text!r} is not a byte count (an integer >= 0)")
+    return value
 
 
 def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
@@ -145,19 +147,76 @@ def _give_io_shapes(graph: onnx.GraphProto) -> bool:
     return changed
 
 
+#: onnx's data propagation holds a 1-D value's data as a list of numbers, whatever its length;
+#: a constant 1-D value longer than this (a ConstantOfShape of [10^9]) turns it off, or it
+#: materialises the value in Python (10^7 elements took 6 s; shape vectors are short)
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _small_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The graph's initializers and Constant outputs of at most 8 elements, as arrays."""
+    result = {}
+    for t in graph.initializer:
+        if math.prod(t.dims) <= 8 and t.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                result[t.name] = onnx.numpy_helper.to_array(t)
+            except Exception:  # unreadable: not a constant to this estimate
+                pass
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and len(node.attribute) == 1:
+            attr = node.attribute[0]
+            if attr.name == "value" and math.prod(attr.t.dims) <= 8:
+                try:
+                    result[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+                except Exception:
+                    pass
+            elif attr.name == "value_ints" and len(attr.ints) <= 8:
+                result[node.output[0]] = np.array(attr.ints, np.int64)
+    return result
+
+
+def _long_1d_constant(graph: onnx.GraphProto) -> bool:
+    """Whether a node of ``graph`` (or of its subgraphs) makes a constant 1-D value longer than
+    ``DATA_PROP_MAX_LENGTH`` from constant inputs (ConstantOfShape, Expand, Tile, Range)."""
+    consts = _small_constants(graph)
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                if _long_1d_constant(sub):
+                    return True
+        ins = [consts.get(n) for n in node.input]
+        try:
+            if node.op_type == "ConstantOfShape" and ins and ins[0] is not None and ins[0].size == 1:
+                length = int(ins[0].reshape(-1)[0])
+            elif node.op_type in ("Expand", "Tile") and len(ins) > 1 and ins[1] is not None and ins[1].size == 1:
+                length = int(ins[1].reshape(-1)[0])
+            elif node.op_type == "Range" and len(ins) == 3 and all(x is not None and x.size == 1 for x in ins):
+                start, limit, delta = (float(x.reshape(-1)[0]) for x in ins)
+                length = math.ceil((limit - start) / delta) if delta else 0
+            else:
+                continue
+        except (ValueError, TypeError, OverflowError):  # inf, NaN: the op's own error later
+            continue
+        if length > DATA_PROP_MAX_LENGTH:
+            return True
+    return False
+
+
 def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """ONNX type and shape inference. A type error (e.g. Add of float and double) is an
     InvalidGraph naming the node; other inference failures keep the model as it was (``model``
     itself is returned). ``data``: the model's bytes, if the caller has them."""
     source = model if data is None else data
+    data_prop = not _long_1d_constant(model.graph)
     try:
-        return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=data_prop)
     except onnx.shape_inference.InferenceError as exc:
         # Strict mode also fails on what is not a type error, e.g. inside the function body of
         # an op whose attribute takes its default (MeanVarianceNormalization without axes);
         # type errors still fail without it.
         try:
-            inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False,
+                                                         data_prop=data_prop)
         except onnx.shape_inference.InferenceError:
             raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
         except Exception:
