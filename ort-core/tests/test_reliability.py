@@ -9,7 +9,7 @@ import time
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 import ort_core
 from conftest import make_model, tensor_info
@@ -134,3 +134,100 @@ def test_max_fold_bytes_must_be_a_byte_count(ort_nodes, bad):
     so.add_session_config_entry("session.max_fold_bytes", bad)
     with pytest.raises(ort_core.InvalidArgument, match=r"session\.max_fold_bytes.*byte count"):
         ort_core.InferenceSession(_const_of_shape_model(4).SerializeToString(), so)
+
+
+# ------------------------------------------------------------------ 4. errors that escaped unnamed
+def _tensor(name, array):
+    return onnx.numpy_helper.from_array(np.asarray(array), name)
+
+
+def test_shape_gather_with_an_out_of_range_index_is_a_named_error(ort_nodes):
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i"], ["g"]),
+             helper.make_node("Neg", ["g"], ["y"])]
+    model = make_model(nodes, [tensor_info("x", ["N", 3])], [tensor_info("y", None, TensorProto.INT64)],
+                       [_tensor("i", np.int64(5))])
+    sess = ort_core.InferenceSession(model.SerializeToString())  # was PassError (IndexError) here
+    with pytest.raises(ort_core.OrtError, match="Gather"):
+        sess.run(None, {"x": np.zeros((2, 3), np.float32)})
+
+
+def test_conv_batchnorm_with_lengths_that_differ_is_not_folded(ort_nodes):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "sc", "b", "mn", "vr"], ["y"], name="bn")]
+    inits = [_tensor("w", np.ones((2, 1, 1, 1), np.float32))] + [_tensor(n, np.ones(3, np.float32)) for n in ("sc", "b", "mn", "vr")]
+    model = make_model(nodes, [tensor_info("x", [1, 1, 2, 2])], [tensor_info("y", None)], inits)
+    with pytest.raises(ort_core.OrtError, match="'bn'.*BatchNormalization"):  # was PassError (broadcast)
+        ort_core.InferenceSession(model.SerializeToString()).run(None, {"x": np.zeros((1, 1, 2, 2), np.float32)})
+
+
+def test_an_initializer_with_more_data_than_its_shape_is_invalid_graph(ort_nodes):
+    t = _tensor("w", np.ones(6, np.float32))
+    del t.dims[:]
+    t.dims.extend([2])
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)], [t])
+    with pytest.raises(ort_core.InvalidGraph, match=r"tensor 'w'.*\[2\] needs 8 bytes.*holds 24"):
+        ort_core.InferenceSession(model.SerializeToString())
+
+
+def _external_model(tmp_path, location: str, **entries: str):
+    (tmp_path / "w.bin").write_bytes(np.ones(2, np.float32).tobytes())
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2])
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    for key, value in entries.items():
+        t.external_data.add(key=key, value=value)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)], [t])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+@pytest.mark.parametrize("offset", ["-1", "abc"])
+def test_bad_external_data_offset_is_invalid_graph(ort_nodes, tmp_path, offset):
+    with pytest.raises(ort_core.InvalidGraph, match=rf"initializer 'w': bad external data entry.*'offset': '{offset}'") as info:
+        ort_core.InferenceSession(_external_model(tmp_path, "w.bin", offset=offset))
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_nul_in_external_data_location_is_invalid_graph(ort_nodes, tmp_path):
+    with pytest.raises(ort_core.InvalidGraph, match="initializer 'w'.*NUL"):
+        ort_core.InferenceSession(_external_model(tmp_path, "w\0.bin"))
+
+
+def test_fifo_or_directory_as_external_data_says_what_it_is(ort_nodes, tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.bin")
+    (tmp_path / "dir.bin").mkdir()
+    with pytest.raises(ort_core.InvalidGraph, match="fifo.bin' is not a regular file"):
+        ort_core.InferenceSession(_external_model(tmp_path, "fifo.bin"))
+    with pytest.raises(ort_core.InvalidGraph, match="dir.bin' is a directory"):
+        ort_core.InferenceSession(_external_model(tmp_path, "dir.bin"))
+
+
+def test_list_feed_that_overflows_the_dtype_is_invalid_argument(host):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2], TensorProto.INT8)],
+                       [tensor_info("y", None, TensorProto.INT8)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    with pytest.raises(ort_core.InvalidArgument, match=r"input 'x'.*tensor\(int8\).*1000") as info:
+        sess.run(None, {"x": [1000, 2]})
+    assert isinstance(info.value.__cause__, OverflowError)
+
+
+def test_output_with_an_invalid_utf8_name_produced_by_no_node_is_invalid_graph(host):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])],
+                       [tensor_info("y", None), tensor_info("Q", None)])
+    raw = model.SerializeToString()
+    at = raw.rfind(b"\n\x01Q")
+    raw = raw[:at] + b"\n\x01\xff" + raw[at + 3:]  # was KeyError from the graph view
+    with pytest.raises(ort_core.InvalidGraph, match="is produced by no node"):
+        ort_core.InferenceSession(raw)
+
+
+# ------------------------------------------------------------------ 5./11. None feeds
+@pytest.mark.parametrize("shape", [[], [2, 3]])
+def test_none_fed_to_a_tensor_input_is_refused_by_name(host, shape):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", shape)], [tensor_info("y", None)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    with pytest.raises(ort_core.InvalidArgument, match=r"input 'x': expected tensor\(float\) of shape .*given None"):
+        sess.run(None, {"x": None})  # rank 0 became NaN; [2, 3] said "wrong rank ... given 0"

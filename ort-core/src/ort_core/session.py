@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from . import optimizer
 from .binding import IOBinding
-from .errors import EPFail, InvalidArgument, NoSuchProvider, OrtError
+from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import ModelSource, load_model
 from .graph.view import GraphView
 from .memory import OrtValue
@@ -317,6 +317,13 @@ class InferenceSession:
                                _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES))
             if self._options.optimized_model_filepath:
                 ir.save(self._model, self._options.optimized_model_filepath)
+        except OrtError:
+            self._end_providers()
+            raise
+        except ir.passes.PassError as exc:  # a pass met a graph it does not expect: named
+            self._end_providers()
+            cause = exc.__cause__ or exc
+            raise InvalidGraph(f"graph optimization failed: {type(cause).__name__}: {cause}") from exc
         except BaseException:
             self._end_providers()
             raise
@@ -674,11 +681,14 @@ def _to_output(value: Any) -> Any:
 def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
     if dtype is None:  # sequences and optionals: lists of arrays and None, as onnxruntime takes them
         return _check_non_tensor(name, value, type_str)
+    if value is None:  # numpy makes NaN of it for a float input, onnxruntime refuses it
+        expected = "" if shape is None else f" of shape {list(shape)}"
+        raise InvalidArgument(f"input {name!r}: expected {type_str}{expected}, given None")
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # Overflow: 1000 for an int8 input
+            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from exc
     elif dtype.kind == "O" and value.dtype.kind in ("U", "S"):
         # strings as numpy unicode/bytes arrays, as onnxruntime takes them
         value = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(object)

@@ -85,21 +85,32 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
     for tensor in _tensors(model):
         if not external_data_helper.uses_external_data(tensor):
             continue
-        info = external_data_helper.ExternalDataInfo(tensor)
+        try:  # offset or length not a non-negative integer
+            info = external_data_helper.ExternalDataInfo(tensor)
+        except ValueError as exc:
+            entries = {e.key: e.value for e in tensor.external_data}
+            raise InvalidGraph(f"initializer {tensor.name!r}: bad external data entry {entries}: {exc}") from exc
+        if "\0" in info.location:
+            raise InvalidGraph(f"initializer {tensor.name!r}: external data path {info.location!r} holds a NUL byte")
         target = (base_dir / info.location).resolve()
         if os.path.isabs(info.location) or not target.is_relative_to(base_dir):
             raise InvalidGraph(
                 f"initializer {tensor.name!r}: external data path {info.location!r} "
                 f"escapes the model's folder {str(base_dir)!r}; refused"
             )
-        if not target.is_file():
+        if not target.exists():
             raise NoSuchFile(
                 f"initializer {tensor.name!r}: external data file not found: {str(target)!r}"
+            )
+        if not target.is_file():  # a FIFO would block the read forever, a directory fails it
+            kind = "a directory" if target.is_dir() else "not a regular file"
+            raise InvalidGraph(
+                f"initializer {tensor.name!r}: external data path {str(target)!r} is {kind}"
             )
     try:
         external_data_helper.load_external_data_for_model(model, str(base_dir))
     except Exception as exc:
-        raise InvalidGraph(f"external data could not be read: {exc}") from None
+        raise InvalidGraph(f"external data could not be read: {type(exc).__name__}: {exc}") from exc
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
@@ -249,15 +260,73 @@ def load_model(source: ModelSource) -> ir.Model:
     check_proto(proto if data is None else data)
     if proto.functions:
         proto, data = onnx.inliner.inline_local_functions(proto), None
+    _check_tensor_sizes(proto)
     inferred = infer_shapes(proto, data)
     _untype_maps(inferred.graph)
     try:
         model = ir.serde.deserialize_model(inferred)
     except Exception as exc:
-        raise InvalidGraph(f"model could not be read into the IR: {exc}") from None
+        raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
+    _check_outputs_produced(model.graph)
     if inferred is not proto and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     return model
+
+
+#: TensorProto's typed data fields, by the data types stored in them
+_TYPED_FIELDS = {
+    "float_data": (onnx.TensorProto.FLOAT, onnx.TensorProto.COMPLEX64),
+    "int32_data": (onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8, onnx.TensorProto.UINT16,
+                   onnx.TensorProto.UINT8, onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16),
+    "int64_data": (onnx.TensorProto.INT64,),
+    "double_data": (onnx.TensorProto.DOUBLE, onnx.TensorProto.COMPLEX128),
+    "uint64_data": (onnx.TensorProto.UINT32, onnx.TensorProto.UINT64),
+    "string_data": (onnx.TensorProto.STRING,),
+}
+
+
+def _check_tensor_sizes(model: onnx.ModelProto) -> None:
+    """Every tensor's data (initializers, Constant values) holds as many elements as its shape
+    says, as onnxruntime checks at load; the mismatch otherwise surfaced as numpy's 'cannot
+    reshape' in whatever read the tensor first."""
+    for tensor in _tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or any(d < 0 for d in tensor.dims):
+            continue
+        elements = math.prod(tensor.dims)
+        given = expected = None
+        if tensor.HasField("raw_data"):
+            try:
+                itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            except Exception:  # an element type numpy has no dtype for: onnx decides later
+                continue
+            if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+                expected, given = (elements + 1) // 2, len(tensor.raw_data)
+            elif tensor.data_type != onnx.TensorProto.STRING:
+                expected, given = elements * itemsize, len(tensor.raw_data)
+            unit = "bytes"
+        else:
+            for field, types in _TYPED_FIELDS.items():
+                if tensor.data_type in types:
+                    count = len(getattr(tensor, field))
+                    per = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
+                    if count or elements:
+                        expected, given = elements * per, count
+                    break
+            unit = "values"
+        if expected is not None and given != expected:
+            raise InvalidGraph(
+                f"tensor {tensor.name!r}: its shape {list(tensor.dims)} needs {expected} {unit} of data, "
+                f"it holds {given}"
+            )
+
+
+def _check_outputs_produced(graph: ir.Graph) -> None:
+    """Every graph output (of every graph) is a graph input, an initializer or a node's output."""
+    for g in (graph, *graph.subgraphs()):
+        for out in g.outputs:
+            if out.producer() is None and not out.is_graph_input() and not out.is_initializer():
+                where = f"graph {g.name!r}" if g is not graph else "the main graph"
+                raise InvalidGraph(f"output {out.name!r} of {where} is produced by no node")
 
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})

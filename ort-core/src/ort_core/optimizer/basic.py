@@ -309,6 +309,8 @@ class ShapeFoldingPass(ir.passes.InPlacePass):
                     index = const(reader.inputs[1])
                     if index is None or reader.outputs[0].is_graph_output():
                         continue
+                    if index.dtype.kind not in "iu" or np.any(index < -len(dims)) or np.any(index >= len(dims)):
+                        continue  # out of range: Gather's kernel reports it at run
                     picked = np.take(np.array([-1 if d is None else d for d in dims], np.int64), index)
                     if np.any(picked < 0):
                         continue
@@ -350,6 +352,9 @@ class ConvBatchNormFoldPass(ir.passes.InPlacePass):
                 if len(conv.inputs) > 2 and conv.inputs[2] is not None and b is None:
                     continue
                 scale, shift, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+                m = w.shape[0] if w.ndim else -1
+                if any(p.size != m for p in (scale, shift, mean, var)) or (b is not None and b.size != m):
+                    continue  # lengths that disagree with the weights: the kernels report it at run
                 eps = float(attr(bn, "epsilon", 1e-5))
                 factor = scale / np.sqrt(var + eps)
                 new_w = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
