@@ -231,3 +231,34 @@ def test_none_fed_to_a_tensor_input_is_refused_by_name(host, shape):
     sess = ort_core.InferenceSession(model.SerializeToString())
     with pytest.raises(ort_core.InvalidArgument, match=r"input 'x': expected tensor\(float\) of shape .*given None"):
         sess.run(None, {"x": None})  # rank 0 became NaN; [2, 3] said "wrong rank ... given 0"
+
+
+# ------------------------------------------------------------------ 5. validation at load
+def test_output_declared_float_but_produced_int64_is_invalid_graph(host):
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)], [tensor_info("x", [2])],
+                       [tensor_info("y", [2])])
+    with pytest.raises(ort_core.InvalidGraph, match="elem type differs"):
+        ort_core.InferenceSession(model.SerializeToString())
+
+
+def _if_model(else_outputs):
+    then_graph = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [tensor_info("t", [2])])
+    else_nodes = [helper.make_node("Cast", ["x"], [name], to=elem) for name, elem in else_outputs]
+    else_graph = helper.make_graph(else_nodes, "else", [], [tensor_info(n, [2], e) for n, e in else_outputs])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph, name="choose")
+    return make_model([node], [tensor_info("c", [], TensorProto.BOOL), tensor_info("x", [2])], [tensor_info("y", None)])
+
+
+@pytest.mark.parametrize("else_outputs, message", [
+    ([("e", TensorProto.FLOAT), ("f", TensorProto.FLOAT)], "then_branch has 1 output.*else_branch 2"),
+    ([("e", TensorProto.INT64)], "output 0 is FLOAT in then_branch but INT64 in else_branch"),
+])
+def test_if_branches_that_disagree_are_invalid_graph(host, else_outputs, message):
+    with pytest.raises(ort_core.InvalidGraph, match=f"If node 'choose': {message}"):
+        ort_core.InferenceSession(_if_model(else_outputs).SerializeToString())
+
+
+def test_an_opset_newer_than_onnx_knows_is_invalid_graph(host):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)], opset=99)
+    with pytest.raises(ort_core.InvalidGraph, match="opset 99 of the standard domain; the newest"):
+        ort_core.InferenceSession(model.SerializeToString())

@@ -213,6 +213,11 @@ def _long_1d_constant(graph: onnx.GraphProto) -> bool:
     return False
 
 
+#: onnx's message for an inferred element type that is not the declared one (a graph output
+#: declared float that a node makes int64): a type error, which the non-strict retry misses
+_TYPE_CLASH = "Inferred elem type differs from existing elem type"
+
+
 def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """ONNX type and shape inference. A type error (e.g. Add of float and double) is an
     InvalidGraph naming the node; other inference failures keep the model as it was (``model``
@@ -222,6 +227,8 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
     try:
         return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=data_prop)
     except onnx.shape_inference.InferenceError as exc:
+        if _TYPE_CLASH in str(exc):  # a node's output type is not the one the graph declares
+            raise InvalidGraph(f"model fails type inference: {exc}") from exc
         # Strict mode also fails on what is not a type error, e.g. inside the function body of
         # an op whose attribute takes its default (MeanVarianceNormalization without axes);
         # type errors still fail without it.
@@ -258,6 +265,7 @@ def load_model(source: ModelSource) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
     proto, data = _read(source)
     check_proto(proto if data is None else data)
+    _check_opsets(proto)
     if proto.functions:
         proto, data = onnx.inliner.inline_local_functions(proto), None
     _check_tensor_sizes(proto)
@@ -268,6 +276,7 @@ def load_model(source: ModelSource) -> ir.Model:
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
     _check_outputs_produced(model.graph)
+    _check_if_branches(model.graph)
     if inferred is not proto and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     return model
@@ -318,6 +327,41 @@ def _check_tensor_sizes(model: onnx.ModelProto) -> None:
                 f"tensor {tensor.name!r}: its shape {list(tensor.dims)} needs {expected} {unit} of data, "
                 f"it holds {given}"
             )
+
+
+def _check_opsets(model: onnx.ModelProto) -> None:
+    """The standard domain's opset is one this onnx knows (onnxruntime refuses newer ones: the
+    ops' semantics there are not known)."""
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            raise InvalidGraph(
+                f"model imports opset {opset.version} of the standard domain; the newest this runtime knows "
+                f"is {newest} (onnx {onnx.__version__})"
+            )
+
+
+def _check_if_branches(graph: ir.Graph) -> None:
+    """Each If's branches have as many outputs as the node, with the same element types where
+    both are known (onnxruntime checks it at load; else a run fails, or not, by the branch)."""
+    for g in (graph, *graph.subgraphs()):
+        for node in g:
+            if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+                continue
+            branches = {k: a.value for k, a in node.attributes.items() if k in ("then_branch", "else_branch")}
+            if len(branches) != 2:
+                continue
+            counts = {k: len(b.outputs) for k, b in branches.items()}
+            if len(set(counts.values())) != 1 or counts["then_branch"] != len(node.outputs):
+                raise InvalidGraph(
+                    f"If node {node.name!r}: then_branch has {counts['then_branch']} output(s), else_branch "
+                    f"{counts['else_branch']}, the node {len(node.outputs)}"
+                )
+            for k, (a, b) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
+                if a.type is not None and b.type is not None and a.type != b.type:
+                    raise InvalidGraph(
+                        f"If node {node.name!r}: output {k} is {a.type} in then_branch but {b.type} in else_branch"
+                    )
 
 
 def _check_outputs_produced(graph: ir.Graph) -> None:
