@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from . import optimizer
 from .binding import IOBinding
-from .errors import EPFail, InvalidArgument, NoSuchProvider, OrtError
+from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import ModelSource, load_model
 from .graph.view import GraphView
 from .memory import OrtValue
@@ -32,6 +32,9 @@ from .types import HOST_MEMORY, DataTransfer, Kernel, KernelRequest, ProviderCon
 logger = logging.getLogger("ort_core")
 
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+#: session config key: constant folding leaves a node whose outputs would take more bytes
+#: (default ``optimizer.MAX_FOLD_BYTES``, onnxruntime's 1 GiB)
+MAX_FOLD_BYTES = "session.max_fold_bytes"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -315,9 +318,17 @@ class InferenceSession:
         self._providers = self._bind_providers(requested)
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
-            optimizer.optimize(self._model, self._options.graph_optimization_level, supports)
+            optimizer.optimize(self._model, self._options.graph_optimization_level, supports,
+                               _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES))
             if self._options.optimized_model_filepath:
                 ir.save(self._model, self._options.optimized_model_filepath)
+        except OrtError:
+            self._end_providers()
+            raise
+        except ir.passes.PassError as exc:  # a pass met a graph it does not expect: named
+            self._end_providers()
+            cause = exc.__cause__ or exc
+            raise InvalidGraph(f"graph optimization failed: {type(cause).__name__}: {cause}") from exc
         except BaseException:
             self._end_providers()
             raise
@@ -631,6 +642,20 @@ class InferenceSession:
         return self._profile_start
 
 
+def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
+    """A session config entry that is a count of bytes (a non-negative integer)."""
+    text = config.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgument(f"session config entry {key!r}: {text!r} is not a byte count (an integer >= 0)")
+    return value
+
+
 def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> None:
     """Replace the symbolic dimensions named in ``overrides`` in the graph inputs' shapes."""
     if not overrides:
@@ -661,11 +686,14 @@ def _to_output(value: Any) -> Any:
 def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
     if dtype is None:  # sequences and optionals: lists of arrays and None, as onnxruntime takes them
         return _check_non_tensor(name, value, type_str)
+    if value is None:  # numpy makes NaN of it for a float input, onnxruntime refuses it
+        expected = "" if shape is None else f" of shape {list(shape)}"
+        raise InvalidArgument(f"input {name!r}: expected {type_str}{expected}, given None")
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # Overflow: 1000 for an int8 input
+            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from exc
     elif dtype.kind == "O" and value.dtype.kind in ("U", "S"):
         # strings as numpy unicode/bytes arrays, as onnxruntime takes them
         value = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(object)
