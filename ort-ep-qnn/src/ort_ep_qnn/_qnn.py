@@ -305,6 +305,8 @@ class QnnError(RuntimeError):
     def __init__(self, call: str, code: int, message: str):
         super().__init__(f"{call} failed: QNN error {code} ({message})")
         self.call, self.code, self.qnn_message = call, code, message
+        self.log: list[str] = []  # what QNN logged during the call, where it was collected
+        self.culprits: list[str] = []  # the QNN ops graphFinalize named as failing
 
 
 class Library:

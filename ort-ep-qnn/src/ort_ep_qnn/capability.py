@@ -41,9 +41,7 @@ def static_view(graph: GraphView) -> GraphView:
 
     from ort_core.graph.load import load_model
 
-    symbolic = any(
-        not graph.value(n).static_shape and graph.value(n).shape is not None for n in graph.inputs
-    )
+    symbolic = any(not graph.value(n).static_shape for node in graph.nodes for n in node.outputs if n)
     if not symbolic or graph.path:
         return graph
     try:

@@ -53,6 +53,14 @@ class GroupKernel:
         kernel.context.load(binary, meta["ids"])
         return kernel
 
+    def reorder(self, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        """Take inputs and return outputs in these orders (names absent from the graph's
+        inputs are constants it ignores)."""
+        by_name = {s.name: s for s in (*self.inputs, *self.outputs) if s is not None}
+        self.inputs = [by_name.get(n) if by_name.get(n) is not None and by_name[n].kind == "in" else None
+                       for n in inputs]
+        self.outputs = [by_name[n] for n in outputs]
+
     def binary(self) -> bytes:
         return self.context.binary()
 
@@ -100,7 +108,7 @@ class PerShapeKernel:
     as constants, as the HTP backend has no int64), built (lowered and finalized) the first
     time they are run; the last ``cache_size`` are kept.
 
-    ``build(values)`` returns the GroupKernel for the fed inputs ``values`` (None for constants).
+    ``build(values)`` returns the runner (called with every input) for the fed inputs ``values``.
     """
 
     def __init__(self, build: Any, positions: Sequence[int], label: str, cache_size: int = 4):
@@ -108,7 +116,7 @@ class PerShapeKernel:
         self._positions = list(positions)  # the inputs that are fed (not constants)
         self.label = label
         self.cache_size = cache_size
-        self._kernels: dict[tuple[Any, ...], GroupKernel] = {}
+        self._kernels: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
         self.builds = 0
 
@@ -121,14 +129,11 @@ class PerShapeKernel:
                 self.builds += 1
                 self._kernels[key] = kernel
                 if len(self._kernels) > self.cache_size:
-                    oldest = next(iter(self._kernels))
-                    self._kernels.pop(oldest).close()
+                    self._kernels.pop(next(iter(self._kernels)))  # freed with the session's backend
         return kernel(*values)
 
     def close(self) -> None:
         with self._lock:
-            for kernel in self._kernels.values():
-                kernel.close()
             self._kernels.clear()
 
 

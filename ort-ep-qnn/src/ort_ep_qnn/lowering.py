@@ -21,7 +21,6 @@ from ort_core import GraphView, NodeView
 
 from .runtime import OpSpec, TensorSpec
 
-MS_DOMAIN = "com.microsoft"
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
 
@@ -109,6 +108,20 @@ class Lowering:
         self._count += 1
         return TensorSpec(f"{base}__const{self._count}", data.dtype, tuple(data.shape), "static", data)
 
+    def expanded(self, t: TensorSpec, dims: tuple[int, ...]) -> TensorSpec:
+        """A static ``t`` broadcast to ``dims`` (up to 4 MiB), else ``t``."""
+        if t.kind != "static" or t.dims == tuple(dims) or t.data is None:
+            return t
+        if int(np.prod(dims)) * t.data.itemsize > 4 << 20:
+            return t
+        try:
+            data = np.ascontiguousarray(np.broadcast_to(t.data, dims))
+        except ValueError:
+            return t
+        spec = self.static(t.name, data)
+        spec.quant, spec.dtype = t.quant, t.dtype
+        return spec
+
     def op(self, type_name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], **params: Any) -> None:
         self._count += 1
         name = f"{self._node.name if self._node else 'op'}__{type_name}{self._count}"
@@ -117,12 +130,14 @@ class Lowering:
     # ------------------------------------------------------------------ driving
     def lower(self, node: NodeView) -> list[OpSpec]:
         """Append ``node``'s QNN ops; returns them (raises ``Unsupported``)."""
-        if node.domain == MS_DOMAIN:
-            fn = MS_LOWERINGS.get(node.op_type)
-        elif node.domain in ("", "ai.onnx"):
-            fn = LOWERINGS.get(node.op_type)
-        else:
+        if node.domain not in ("", "ai.onnx"):
+            # the optimizer's com.microsoft fusions are declined, so the graph keeps the standard
+            # ops (with their inferred types and shapes) for QNN's own graph optimizer to fuse
             raise Unsupported(f"{node.qualified_op}: no QNN lowering for domain {node.domain!r}")
+        refused = FINALIZE_FAILS.get(node.op_type)
+        if refused:
+            raise Unsupported(f"{node.op_type}: {refused}")
+        fn = LOWERINGS.get(node.op_type)
         if fn is None:
             raise Unsupported(f"{node.qualified_op}: no QNN lowering")
         start = len(self.ops)
@@ -259,9 +274,30 @@ def _binary(type_name: str) -> Callable[[Lowering, NodeView], None]:
         if len(node.inputs) != 2:
             raise Unsupported(f"{node.op_type} with {len(node.inputs)} inputs: only two are lowered")
         a, b = (L.tensor(n) for n in node.inputs)
-        L.op(type_name, [a, b], [L.tensor(node.outputs[0])])
+        y = L.tensor(node.outputs[0])
+        # a broadcast constant is expanded to the output's shape: HTP's graph prepare fails on
+        # some broadcasts (an Add of [1, 64, 128] to [2, 64, 128] feeding a LayerNorm)
+        a, b = (L.expanded(t, y.dims) for t in (a, b))
+        L.op(type_name, [a, b], [y])
 
     return lower
+
+
+def _sub(L: Lowering, node: NodeView) -> None:
+    # a - b as a + (-b), exact in IEEE arithmetic: on the simulator a Sub whose result feeds a
+    # Mul fails graphFinalize (QNN error 1002)
+    a, b = (L.tensor(n) for n in node.inputs)
+    y = L.tensor(node.outputs[0])
+    if a.quant is not None or b.quant is not None or y.quant is not None:
+        L.op("ElementWiseSubtract", [a, b], [y])
+        return
+    if b.kind == "static":
+        neg = L.static(b.name, np.ascontiguousarray(-b.data))
+    else:
+        neg = L.temp(b, b.dims)
+        L.op("ElementWiseNeg", [b], [neg])
+    a, neg = (L.expanded(t, y.dims) for t in (a, neg))
+    L.op("ElementWiseAdd", [a, neg], [y])
 
 
 def _unary(type_name: str, **params: Any) -> Callable[[Lowering, NodeView], None]:
@@ -299,15 +335,6 @@ def _leaky_relu(L: Lowering, node: NodeView) -> None:
 
 def _prelu(L: Lowering, node: NodeView) -> None:
     L.op("Prelu", [L.tensor(node.inputs[0]), L.tensor(node.inputs[1])], [L.tensor(node.outputs[0])])
-
-
-def _gelu(L: Lowering, node: NodeView) -> None:
-    approximate = node.attr("approximate", "none")
-    if isinstance(approximate, bytes):
-        approximate = approximate.decode()
-    if approximate != "none":
-        raise Unsupported(f"Gelu approximate={approximate!r}: QNN's Gelu is the erf form")
-    L.op("Gelu", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 
 def _softmax(type_name: str) -> Callable[[Lowering, NodeView], None]:
@@ -431,18 +458,6 @@ def _slice(L: Lowering, node: NodeView) -> None:
     L.op("StridedSlice", [x], [L.tensor(node.outputs[0])], ranges=ranges)
 
 
-def _gather(L: Lowering, node: NodeView) -> None:
-    x = L.tensor(node.inputs[0])
-    axis = _axis(int(node.attr("axis", 0)), len(x.dims))
-    idx_data = L.const(node.inputs[1])
-    if idx_data is not None:
-        idx_data = np.where(idx_data < 0, idx_data + x.dims[axis], idx_data).astype(np.int32)
-        idx = L.static(node.inputs[1], idx_data)
-    else:
-        idx = L.tensor(node.inputs[1])
-    L.op("Gather", [x, idx], [L.tensor(node.outputs[0])], axis=axis)
-
-
 def _split(L: Lowering, node: NodeView) -> None:
     x = L.tensor(node.inputs[0])
     axis = _axis(int(node.attr("axis", 0)), len(x.dims))
@@ -497,9 +512,13 @@ def _resize(L: Lowering, node: NodeView) -> None:
     x = L.tensor(node.inputs[0])
     if len(x.dims) != 4 or x.dims[:2] != y.dims[:2]:
         raise Unsupported("Resize: only the spatial dimensions of a rank-4 tensor are resized")
-    L.spatial(node, "Resize", [], exclude_outside=bool(node.attr("exclude_outside", 0)),
-              transformation_mode=modes[ctm], interpolation_mode=interp[mode], nearest_mode=nearest_modes[nearest],
-              cubic_coeff=float(node.attr("cubic_coeff_a", -0.75)))
+    params: dict[str, Any] = {"exclude_outside": bool(node.attr("exclude_outside", 0)),
+                              "transformation_mode": modes[ctm], "interpolation_mode": interp[mode]}
+    if mode == "nearest":  # QNN refuses the params of the modes not chosen
+        params["nearest_mode"] = nearest_modes[nearest]
+    if mode == "cubic":
+        params["cubic_coeff"] = float(node.attr("cubic_coeff_a", -0.75))
+    L.spatial(node, "Resize", [], **params)
 
 
 def _batchnorm(L: Lowering, node: NodeView) -> None:
@@ -528,6 +547,14 @@ def _dequantize(L: Lowering, node: NodeView) -> None:
     L.op("Dequantize", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 
+#: ops whose QNN op the backend validates but the HTP simulator (QNN 2.51, v68) then fails to
+#: finalize in every form tried (graphFinalize error 1002): declined before wasting a finalize
+FINALIZE_FAILS = {
+    "Gather": "QNN Gather passes backendValidateOpConfig but the HTP simulator fails graphFinalize on it (QNN 2.51)",
+    "Elu": "QNN Elu passes backendValidateOpConfig but the HTP simulator fails graphFinalize on it (QNN 2.51)",
+    "Gelu": "QNN Gelu passes backendValidateOpConfig but the HTP simulator fails graphFinalize on it (QNN 2.51)",
+}
+
 LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
     "Conv": _conv,
     "MaxPool": _pool("PoolMax2d"),
@@ -535,7 +562,7 @@ LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
     "GlobalAveragePool": _global_pool("PoolAvg2d"),
     "GlobalMaxPool": _global_pool("PoolMax2d"),
     "Add": _binary("ElementWiseAdd"),
-    "Sub": _binary("ElementWiseSubtract"),
+    "Sub": _sub,
     "Mul": _binary("ElementWiseMultiply"),
     "Div": _binary("ElementWiseDivide"),
     "Pow": _binary("ElementWisePower"),
@@ -553,11 +580,9 @@ LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
     "Ceil": _unary("ElementWiseCeil"),
     "Reciprocal": _unary("ElementWiseUnary", operation=10),
     "HardSwish": _unary("HardSwish"),
-    "Elu": lambda L, n: L.op("Elu", [L.tensor(n.inputs[0])], [L.tensor(n.outputs[0])], alpha=float(n.attr("alpha", 1.0))),
     "Clip": _clip,
     "LeakyRelu": _leaky_relu,
     "PRelu": _prelu,
-    "Gelu": _gelu,
     "Softmax": _softmax("Softmax"),
     "LogSoftmax": _softmax("LogSoftmax"),
     "MatMul": _matmul,
@@ -573,7 +598,6 @@ LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
     "Dropout": _identity,
     "Transpose": _transpose,
     "Slice": _slice,
-    "Gather": _gather,
     "Split": _split,
     "ReduceMean": _reduce("ReduceMean"),
     "ReduceSum": _reduce("ReduceSum"),
@@ -584,45 +608,4 @@ LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
     "Resize": _resize,
     "QuantizeLinear": _quantize,
     "DequantizeLinear": _dequantize,
-}
-
-
-# --- com.microsoft ops the optimizer fuses (it asks before fusing) --------------------------
-
-
-def _ms_gelu(L: Lowering, node: NodeView) -> None:
-    L.op("Gelu", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
-
-
-def _ms_bias_gelu(L: Lowering, node: NodeView) -> None:
-    x, bias = L.tensor(node.inputs[0]), L.tensor(node.inputs[1])
-    y = L.tensor(node.outputs[0])
-    s = L.temp(y, x.dims)
-    L.op("ElementWiseAdd", [x, bias], [s])
-    L.op("Gelu", [s], [y])
-
-
-def _ms_skip_layer_norm(L: Lowering, node: NodeView) -> None:
-    if any(node.outputs[1:3]):
-        raise Unsupported("SkipLayerNormalization: the mean and inverse-std outputs are not lowered")
-    x, skip, gamma = (L.tensor(n) for n in node.inputs[:3])
-    beta = L.tensor(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-    bias = L.tensor(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else None
-    y = L.tensor(node.outputs[0])
-    total = L.tensor(node.outputs[3]) if len(node.outputs) > 3 and node.outputs[3] else L.temp(y, x.dims)
-    if bias is None:
-        L.op("ElementWiseAdd", [x, skip], [total])
-    else:
-        partial = L.temp(y, x.dims)
-        L.op("ElementWiseAdd", [x, skip], [partial])
-        L.op("ElementWiseAdd", [partial, bias], [total])
-    inputs = [total, gamma] + ([beta] if beta is not None else [])
-    L.op("LayerNorm", inputs, [y], epsilon=float(node.attr("epsilon", 1e-12)),
-         axes=np.array([len(x.dims) - 1], np.uint32))
-
-
-MS_LOWERINGS: dict[str, Callable[[Lowering, NodeView], None]] = {
-    "Gelu": _ms_gelu,
-    "BiasGelu": _ms_bias_gelu,
-    "SkipLayerNormalization": _ms_skip_layer_norm,
 }

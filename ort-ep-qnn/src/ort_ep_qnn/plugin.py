@@ -32,7 +32,7 @@ from . import PROVIDER_NAME
 from . import _qnn as Q
 from .capability import groups, node_reason, quant_params, static_view
 from .kernel import GroupKernel, PerShapeKernel
-from .lowering import Lowering, Unsupported
+from .lowering import Lowering
 from .options import OPTIONS, Settings, resolve
 from .runtime import Backend
 from .version import __version__
@@ -145,9 +145,46 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             supported.add(i)
         else:
             capability.declined[i] = reason
-    for group in groups(graph, supported):
+    trials = ep.state.setdefault("trials", {})
+    pending = groups(graph, supported)
+    while pending:
+        group = pending.pop(0)
+        inputs, outputs = graph.group_io(group)
+        fed = [n for n in inputs if graph.value(n).const_value is None]
+        if len(group) == 1 or any(not graph.value(n).static_shape or graph.value(n).dtype == np.int64 for n in fed):
+            # one node: a finalize failure in ort_create_kernel declines it (core does that);
+            # symbolic or int64 inputs: built per input shape at run time, placed then
+            capability.claims.append(Claim(group, fuse=True))
+            continue
+        # graphFinalize refuses some graphs of valid nodes (simulator limitations): the group is
+        # finalized now; a node QNN names as failing is declined and the rest tried again
+        name = f"ort_qnn_{len(ep.state['kernels']) + len(trials)}"
+        try:
+            kernel = _build_group(backend, settings, concrete, [concrete.nodes[i] for i in group], inputs, outputs,
+                                  name, graph.nodes[group[0]].name)
+        except Exception as exc:
+            culprit = _culprit(graph, group, exc) if isinstance(exc, Q.QnnError) else None
+            for i in (group if culprit is None else [culprit]):
+                capability.declined[i] = (f"{graph.nodes[i].op_type} {graph.nodes[i].name}: QNN graphFinalize fails "
+                                          f"with it in the group: {exc}")
+            if culprit is not None:
+                supported.discard(culprit)
+                rest = set(group) - {culprit}
+                pending = groups(graph, rest) + pending
+            continue
+        trials[(id(graph), group)] = (graph, kernel)  # the view is kept: its id stays unique
         capability.claims.append(Claim(group, fuse=True))
     return capability
+
+
+def _culprit(graph: GraphView, group: tuple[int, ...], exc: Q.QnnError) -> int | None:
+    """The group's node whose QNN op graphFinalize named (QNN op names are ``<node>__<op><k>``)."""
+    by_name = {graph.nodes[i].name: i for i in group}
+    for op_name in exc.culprits:
+        node = op_name.rsplit("__", 1)[0]
+        if node in by_name:
+            return by_name[node]
+    return None
 
 
 def _offloaded(graph: GraphView, node, settings: Settings) -> str | None:
@@ -177,9 +214,17 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
         per_shape = _per_shape_kernel(backend, settings, request, name, label)
         ep.state["kernels"].append(per_shape)
         return Kernel(run=per_shape, note=f"QNN HTP graphs {name}, one per input shape ({precision})")
+    indices = tuple(n.index for n in request.nodes)
+    trial = ep.state.get("trials", {}).pop((id(request.graph), indices), None)
+    kernel = None
+    if trial is not None and trial[0] is request.graph:
+        kernel = trial[1]
+        kernel.reorder(request.inputs, request.outputs)
     try:
-        kernel = _build_group(backend, settings, request.graph, request.nodes, request.inputs, request.outputs,
-                              name, label)
+        if kernel is None:
+            view = static_view(request.graph)
+            kernel = _build_group(backend, settings, view, [view.nodes[n.index] for n in request.nodes],
+                                  request.inputs, request.outputs, name, label)
     except Exception as exc:
         raise EPFail(f"QNN cannot build group {label}: {exc}") from exc
     ep.state["kernels"].append(kernel)
@@ -199,8 +244,8 @@ def _build_group(backend: Backend, settings: Settings, graph: GraphView, nodes, 
 
 def _per_shape_kernel(backend: Backend, settings: Settings, request: KernelRequest, name: str,
                       label: str) -> PerShapeKernel:
-    """The group as its own model; each new set of input shapes is fixed into it, its shapes
-    inferred again, and it is lowered and finalized as a static graph."""
+    """The group as its own model; each new set of input shapes (and int64 values) is fixed
+    into it, its shapes inferred again, and it is placed as a static graph."""
     model_bytes = request.to_model().SerializeToString()
     fed = [k for k, n in enumerate(request.inputs) if request.value(n).const_value is None]
 
@@ -220,14 +265,18 @@ def _per_shape_kernel(backend: Backend, settings: Settings, request: KernelReque
         for value in baked:
             model.graph.input.remove(value)
         ir_model = load_model(model.SerializeToString())
-        view = GraphView(ir_model.graph, opset_imports=dict(ir_model.opset_imports), ir_version=ir_model.ir_version)
-        shapes = [tuple(np.shape(x)) for x in values]
+        view = GraphView(ir_model.graph, opset_imports=dict(ir_model.opset_imports), ir_version=ir_model.ir_version,
+                         path=f"{name}[{per_shape.builds}]")
+        # placed by core like a body: QNN takes (and finalizes) what it can at these shapes,
+        # declining what graphFinalize refuses, and the next provider runs the rest
         try:
-            kernel = _build_group(backend, settings, view, view.nodes, list(request.inputs), view.outputs,
-                                  f"{name}_{len(per_shape._kernels)}_{per_shape.builds}", label)
+            runner = request.build_graph(view)
         except Exception as exc:
+            shapes = [tuple(np.shape(x)) for x in values]
             raise EPFail(f"QNN cannot build group {label} for input shapes {shapes}: {exc}") from exc
-        return kernel
+        position = {n: k for k, n in enumerate(request.inputs)}
+        take = [position[n] for n in view.inputs]
+        return lambda *all_values: runner.run_values([all_values[k] for k in take])
 
     per_shape = PerShapeKernel(build, fed, label)
     return per_shape

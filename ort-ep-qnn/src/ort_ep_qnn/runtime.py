@@ -27,7 +27,9 @@ _libc = C.CDLL(None)
 _vsnprintf = _libc.vsnprintf
 _vsnprintf.restype = C.c_int
 _vsnprintf.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.c_void_p]
-_LEVELS = {Q.LOG_ERROR: logging.ERROR, Q.LOG_WARN: logging.WARNING, Q.LOG_INFO: logging.INFO,
+# QNN's warnings are routine (the simulator warns on every graph about settings it ignores):
+# they are INFO here, so a session at the default severity (warning) shows QNN's errors only
+_LEVELS = {Q.LOG_ERROR: logging.ERROR, Q.LOG_WARN: logging.INFO, Q.LOG_INFO: logging.INFO,
            Q.LOG_VERBOSE: logging.DEBUG, Q.LOG_DEBUG: logging.DEBUG}
 
 
@@ -64,8 +66,6 @@ def qnn_log_level() -> int:
         return Q.LOG_VERBOSE
     if level <= logging.INFO:
         return Q.LOG_INFO
-    if level <= logging.WARNING:
-        return Q.LOG_WARN
     return Q.LOG_ERROR
 
 
@@ -169,7 +169,9 @@ def _fill_param(p: Q.Param, name: str, value: Any, keep: _Keep, tensor_ids: dict
         return
     p.paramType = Q.PARAM_SCALAR
     s = p.scalarParam
-    if isinstance(value, bool):
+    if isinstance(value, np.int32):  # an op that wants a signed param (Gather's axis)
+        s.dataType, s.int32Value = Q.DT_INT_32, int(value)
+    elif isinstance(value, bool):
         s.dataType, s.bool8Value = Q.DT_BOOL_8, int(value)
     elif isinstance(value, float):
         s.dataType, s.floatValue = Q.DT_FLOAT_32, value
@@ -209,6 +211,16 @@ def op_config(op: OpSpec, keep: _Keep, tensors: dict[str, Q.Tensor] | None = Non
     return cfg
 
 
+#: QNN objects alive in this process, by kind (tests read it to prove handles are freed)
+LIVE: dict[str, int] = {"backend": 0, "context": 0}
+_live_lock = threading.Lock()
+
+
+def _count(kind: str, delta: int) -> None:
+    with _live_lock:
+        LIVE[kind] += delta
+
+
 # --- the backend -----------------------------------------------------------------------------
 
 
@@ -223,6 +235,7 @@ class Backend:
         self._lock = threading.Lock()
         self._closed = False
         lib.call("logCreate", _LOG_CALLBACK, qnn_log_level(), C.byref(self.log))
+        _count("backend", 1)
         try:
             lib.call("backendCreate", self.log, None, C.byref(self.backend))
             lib.call("deviceCreate", self.log, None, C.byref(self.device))
@@ -259,6 +272,7 @@ class Backend:
                     code = self.lib.fn(name)(handle)
                     if code:
                         logger.warning("QNN %s returned %d (%s)", name, code, self.lib.message(int(code)))
+            _count("backend", -1)
 
 
 class Context:
@@ -290,6 +304,7 @@ class Context:
         """Create the graph, its tensors and nodes, and finalize it."""
         lib = self.lib
         lib.call("contextCreate", self.backend.backend, self.backend.device, self._context_configs, C.byref(self.handle))
+        _count("context", 1)
         lib.call("graphCreate", self.handle, self.graph_name.encode(), self._graph_configs, C.byref(self.graph))
         tensors: dict[str, Q.Tensor] = {}
         for op in ops:
@@ -307,7 +322,18 @@ class Context:
                 lib.call("graphAddNode", self.graph, cfg)
             except Q.QnnError as exc:
                 raise Q.QnnError(f"graphAddNode({op.name}: {op.type_name})", exc.code, exc.qnn_message) from None
-        lib.call("graphFinalize", self.graph, None, None)
+        _capture.lines = []
+        try:
+            lib.call("graphFinalize", self.graph, None, None)
+        except Q.QnnError as exc:
+            exc.log = list(_capture.lines)
+            culprits = [ln.split('"')[1] for ln in exc.log if "generated: could not create op" in ln and '"' in ln]
+            exc.culprits = culprits
+            if culprits:
+                exc.args = (f"{exc.args[0]}; QNN could not create op {culprits[0]!r}",)
+            raise
+        finally:
+            _capture.lines = None
 
     def load(self, binary: bytes, ids: dict[str, int]) -> None:
         """Create the context from ``binary`` and retrieve its graph; ``ids`` are its I/O
@@ -316,6 +342,7 @@ class Context:
         buf = self._keep.keep(C.create_string_buffer(binary, len(binary)))
         self.lib.call("contextCreateFromBinary", self.backend.backend, self.backend.device, self._context_configs,
                       buf, len(binary), C.byref(self.handle), None)
+        _count("context", 1)
         self.lib.call("graphRetrieve", self.handle, self.graph_name.encode(), C.byref(self.graph))
 
     def binary(self) -> bytes:
@@ -345,3 +372,4 @@ class Context:
             if code:
                 logger.warning("QNN contextFree returned %d (%s)", code, self.lib.message(int(code)))
             self.handle = C.c_void_p()
+            _count("context", -1)
