@@ -117,9 +117,9 @@ def bench(session: nox.Session) -> None:
     CI). Installs every provider package of the repository that installs here. Unsets
     OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this session only: set on some machines, they pin
     OpenBLAS to a slower kernel than the one it detects (the bench reports the kernel it runs).
-    The CPU provider comes with its numba extra (compiled depthwise/HardSigmoid loops) and its
-    onednn extra (oneDNN convolutions, pools and constant-weight products)."""
-    _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
+    The CPU provider is installed as a user installs it: its default dependencies bring numba
+    (compiled loops) and oneDNN (convolutions, pools, products) where they install."""
+    _install(session, "ort-core", "ort-ep-cpu")
     for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
         try:
             session.install(f"./{provider}")

@@ -20,7 +20,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
-from .kernels import _onednn, onednn_group
+from .kernels import _jit, _onednn, onednn_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -80,9 +80,10 @@ def ort_register_providers() -> list[ProviderSpec]:
 def ort_ep_devices(provider: str) -> EpDevices | None:
     if provider != PROVIDER_NAME:
         return None
-    # which accelerated library runs the heavy ops here (`ort-core providers` shows it)
-    onednn = _onednn.info()
-    metadata = {"onednn": onednn["version"] if onednn["used"] else f"not used ({onednn['reason']})"}
+    # which compiled paths run here, and how to get a missing one (`ort-core providers` shows it)
+    metadata = {}
+    for name, info in (("numba", _jit.info()), ("onednn", _onednn.info())):
+        metadata[name] = info["version"] if info["used"] else f"not used ({info['reason']})"
     return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine(), metadata=metadata),))
 
 
