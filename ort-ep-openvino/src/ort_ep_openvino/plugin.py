@@ -24,7 +24,15 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, _ov
-from .capability import decline_reasons, divergence_reason, groups, node_model, survey, type_reason
+from .capability import (
+    decline_reasons,
+    divergence_reason,
+    fragile_reason,
+    groups,
+    node_model,
+    survey,
+    type_reason,
+)
 from .kernel import GroupKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
@@ -143,7 +151,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     for i in sorted(candidates):
         if asked is None:
             node = graph.nodes[i]
-            reason = type_reason(graph, node) or divergence_reason(graph, node)
+            reason = type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
         else:
             reason = asked[i]  # those checks first, then OpenVINO's answer
         if reason is None:
