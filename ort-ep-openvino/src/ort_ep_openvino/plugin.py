@@ -177,4 +177,8 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     except Exception as exc:
         raise EPFail(f"OpenVINO cannot compile group {label} for {settings.device_type}: {exc}") from exc
     ep.state.setdefault("kernels", []).append(group)
-    return Kernel(run=group, note=f"OpenVINO {settings.device_type} {settings.precision}")
+    note = f"OpenVINO {settings.device_type} {settings.precision}"
+    stated = {"FP32": "f32", "FP16": "f16"}.get(settings.precision)
+    if stated and any(t != stated for t in group.precisions.values()):  # e.g. FP16 as bf16 on a CPU
+        note += " (OpenVINO runs " + ", ".join(f"{d} in {t}" for d, t in sorted(group.precisions.items())) + ")"
+    return Kernel(run=group, note=note)
