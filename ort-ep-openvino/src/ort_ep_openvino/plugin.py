@@ -38,6 +38,10 @@ SPEC = ProviderSpec(
     kind="compiling",
     options=OPTIONS,
     description="claimed subgraphs become OpenVINO compiled models (CPU, GPU, NPU, AUTO/HETERO/MULTI)",
+    # none: OpenVINO fuses on its own, so core's optimizer hands it the graph unfused (as
+    # onnxruntime does its compiling providers); the fused ops a model already holds are
+    # OpenVINO's to take or decline (capability.divergence_reason)
+    fused_ops=(),
 )
 
 _TYPES = {"CPU": "CPU", "GPU": "GPU", "NPU": "NPU"}
