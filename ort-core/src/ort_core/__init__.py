@@ -50,6 +50,7 @@ from .types import (
     DataTransfer,
     EpDevice,
     EpDevices,
+    FusedOp,
     Kernel,
     KernelRequest,
     MemoryInfo,
@@ -112,7 +113,7 @@ def set_default_logger_severity(severity: int) -> None:
 __all__ = [
     "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
     "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
-    "EpDevice", "EpDevices", "ExecutionMode", "Fail", "GraphOptimizationLevel", "GraphView",
+    "EpDevice", "EpDevices", "ExecutionMode", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
     "HostAllocator", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
     "Kernel", "KernelRequest", "MemoryInfo", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",

@@ -47,6 +47,33 @@ class OptionSpec:
 
 
 @dataclass(frozen=True)
+class FusedOp:
+    """A node core's optimizer may form (levels EXTENDED and ALL) that a provider computes
+    exactly as onnxruntime does: declared in ``ProviderSpec.fused_ops``.
+
+    ``domain`` is ``"com.microsoft"``, ``"ort_core"`` (``CORE_DOMAIN``) or ``""`` (standard ops
+    a fusion forms: LayerNormalization, HardSwish). ``attributes`` maps an attribute to the
+    values computed exactly (e.g. ``{"activation": ("Relu", "Tanh")}``); an attribute not named
+    may have any value. See "Fused ops" in ``hookspecs.py``.
+    """
+
+    op_type: str
+    domain: str = "com.microsoft"
+    attributes: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def admits(self, domain: str, op_type: str, attributes: Mapping[str, Any]) -> bool:
+        """Whether a node of ``domain``/``op_type`` with these attribute values is this op
+        with values it computes (an attribute it restricts must be present and listed)."""
+        if (domain, op_type) != (self.domain, self.op_type):
+            return False
+        return all(name in attributes and attributes[name] in values for name, values in self.attributes.items())
+
+    def __str__(self) -> str:
+        where = ", ".join(f"{k} in {list(v)}" for k, v in self.attributes.items())
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}" + (f" ({where})" if where else "")
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
     """A provider a plugin offers. Returned by ``ort_register_providers``.
 
@@ -55,6 +82,9 @@ class ProviderSpec:
     ``"compiling"`` for providers that fuse claimed groups and compile each into one callable.
     ``contract_version`` is the version of this contract the provider was written against
     (``ort_core.CONTRACT_VERSION`` at the time); core refuses an incompatible one.
+    ``fused_ops`` are the fused nodes the optimizer may form for this provider (contract 1.2):
+    only those it computes exactly. None (the default) means the provider gets the graph
+    unfused, as onnxruntime gives its compiling providers.
     """
 
     name: str
@@ -64,6 +94,7 @@ class ProviderSpec:
     options: tuple[OptionSpec, ...] = ()
     contract_version: str = CONTRACT_VERSION
     description: str = ""
+    fused_ops: tuple[FusedOp, ...] = ()
 
     def option(self, key: str) -> OptionSpec | None:
         return next((o for o in self.options if o.name == key), None)

@@ -67,6 +67,26 @@ def _match_inputs(ports: Sequence[Any], inputs: Sequence[InputSpec], label: str)
     return [p for p in positions if p is not None]
 
 
+def reported_precisions(compiled: Any) -> dict[str, str]:
+    """What OpenVINO says a compiled model runs in: execution device -> element type ("f32",
+    "bf16", "f16"). A meta device (AUTO, HETERO, MULTI) answers per device through
+    DEVICE_PROPERTIES; a physical one directly."""
+    devices = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    try:
+        per_device = compiled.get_property("DEVICE_PROPERTIES")
+    except Exception:  # a physical device's compiled model has no DEVICE_PROPERTIES
+        per_device = None
+    if isinstance(per_device, dict):
+        return {d: _type_name(p["INFERENCE_PRECISION_HINT"]) for d, p in per_device.items()
+                if "INFERENCE_PRECISION_HINT" in p}
+    hint = _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    return {d: hint for d in devices}
+
+
+def _type_name(value: Any) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
+
+
 class _Compiled:
     """A compiled model and its pool of idle infer requests."""
 
@@ -125,6 +145,7 @@ class GroupKernel:
         self._by_shape: OrderedDict[tuple[tuple[int, ...], ...], _Compiled] = OrderedDict()
         self._single: _Compiled | None = None  # the static model, or the dynamic one
         self.compilations = 0  # how many times this group was compiled (tests read it)
+        self.precisions: dict[str, str] = {}  # what OpenVINO reported at the last compilation
         if self._static_model or settings.dynamic:
             self._single = self._compile(self.model)
         self._per_shape = not self._static_model
@@ -132,6 +153,14 @@ class GroupKernel:
     def _compile(self, model: Any) -> _Compiled:
         compiled = _ov.core().compile_model(model, self.settings.device_type, self.settings.config)
         self.compilations += 1
+        self.precisions = reported_precisions(compiled)
+        if self.settings.precision == "FP32":
+            # the precision the note states is the one OpenVINO must report, on every device
+            # it runs on (a CPU plugin left without a hint runs in bf16 where the CPU has it)
+            wrong = {d: t for d, t in self.precisions.items() if t != "f32"}
+            if wrong:
+                raise ValueError(f"FP32 was asked, but OpenVINO compiled {self.label} for "
+                                 + ", ".join(f"{d} in {t}" for d, t in sorted(wrong.items())))
         return _Compiled(compiled)
 
     def _for_shapes(self, inputs: Sequence[np.ndarray]) -> _Compiled:

@@ -46,6 +46,10 @@ SPEC = ProviderSpec(
     kind="compiling",
     options=OPTIONS,
     description="claimed subgraphs become OpenVINO compiled models (CPU, GPU, NPU, AUTO/HETERO/MULTI)",
+    # none: OpenVINO fuses on its own, so core's optimizer hands it the graph unfused (as
+    # onnxruntime does its compiling providers); the fused ops a model already holds are
+    # OpenVINO's to take or decline (capability.divergence_reason)
+    fused_ops=(),
 )
 
 _TYPES = {"CPU": "CPU", "GPU": "GPU", "NPU": "NPU"}
@@ -185,4 +189,8 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     except Exception as exc:
         raise EPFail(f"OpenVINO cannot compile group {label} for {settings.device_type}: {exc}") from exc
     ep.state.setdefault("kernels", []).append(group)
-    return Kernel(run=group, note=f"OpenVINO {settings.device_type} {settings.precision}")
+    note = f"OpenVINO {settings.device_type} {settings.precision}"
+    stated = {"FP32": "f32", "FP16": "f16"}.get(settings.precision)
+    if stated and any(t != stated for t in group.precisions.values()):  # e.g. FP16 as bf16 on a CPU
+        note += " (OpenVINO runs " + ", ".join(f"{d} in {t}" for d, t in sorted(group.precisions.items())) + ")"
+    return Kernel(run=group, note=note)

@@ -14,8 +14,9 @@ the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
 MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``) and the decomposed
 LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
-is applied only where the session's first provider claims the fused node
-(``gate.provider_gate``), since core knows no provider's kernels.
+is applied only where the session's first provider declares the fused node in
+``ProviderSpec.fused_ops`` and claims it (``gate.provider_gate``), since core knows no
+provider's kernels: a provider that declares none gets the graph as BASIC leaves it.
 
 ``ORT_ENABLE_ALL`` (99): the extended passes, with the decomposed LayerNorm fused below opset
 17 too, then hard-swish (x * HardSigmoid(x, 1/6, 1/2), or x * Clip(x + 3, 0, 6) / 6) fused into
@@ -57,10 +58,10 @@ from .fusion import (
     MatMulScaleFusionPass,
     Supports,
 )
-from .gate import provider_gate
+from .gate import FUSED_OPS, provider_gate
 from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SkipLayerNormFusionPass
 
-__all__ = ["MAX_FOLD_BYTES", "optimize", "passes_for_level", "provider_gate", "Supports"]
+__all__ = ["FUSED_OPS", "MAX_FOLD_BYTES", "optimize", "passes_for_level", "provider_gate", "Supports"]
 
 
 def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:

@@ -106,10 +106,13 @@ def cnn(image: int = 64, width: int = 32, blocks: int = 3, classes: int = 10, se
     )
 
 
-def transformer(vocab: int = 1000, seq: int = 64, dim: int = 128, heads: int = 4, layers: int = 2, seed: int = 0) -> onnx.ModelProto:
+def transformer(vocab: int = 1000, seq: int = 64, dim: int = 128, heads: int = 4, layers: int = 2, seed: int = 0,
+                pooler: bool = False) -> onnx.ModelProto:
     """BERT-style encoder: token + position embeddings (Gather), LayerNormalization,
     multi-head self-attention with a padding mask, GELU (Erf) feed-forward; inputs
-    ``input_ids`` int64 [batch, seq] and ``attention_mask`` int64 [batch, seq]."""
+    ``input_ids`` int64 [batch, seq] and ``attention_mask`` int64 [batch, seq]. With
+    ``pooler``, BERT's pooler as torch.onnx exports it (first token -> Linear -> Tanh) gives a
+    second output ``pooler_output`` [batch, dim]."""
     b = _Builder(seed)
     head_dim = dim // heads
     tok = b.op("Gather", [b.weight((vocab, dim), 0.02), "input_ids"], axis=0)
@@ -143,11 +146,17 @@ def transformer(vocab: int = 1000, seq: int = 64, dim: int = 128, heads: int = 4
         ff = linear(gelu, 4 * dim, dim)
         h = b.op("LayerNormalization", [b.op("Add", [h, ff]), b.const(np.ones(dim, np.float32)), b.const(np.zeros(dim, np.float32))], axis=-1, epsilon=1e-12)
     b.nodes.append(helper.make_node("Identity", [h], ["last_hidden_state"], name="output"))
+    outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", seq, dim])]
+    if pooler:
+        first = b.op("Gather", [h, b.const(np.array(0, np.int64))], axis=1)
+        dense = b.op("Gemm", [first, b.weight((dim, dim)), b.const(0.1 * b.rng.standard_normal(dim).astype(np.float32))], transB=1)
+        b.nodes.append(helper.make_node("Tanh", [dense], ["pooler_output"], name="pooler_tanh"))
+        outputs.append(helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, ["batch", dim]))
     return b.model(
         "transformer",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", seq]),
          helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", seq])],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", seq, dim])],
+        outputs,
     )
 
 
