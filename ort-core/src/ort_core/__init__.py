@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from .binding import IOBinding
+from .epcontext import ModelCompiler, OrtCompileApiFlags
 from .errors import (
     EPFail,
     Fail,
@@ -48,6 +49,7 @@ from .types import (
     Capability,
     Claim,
     DataTransfer,
+    EpContextBlob,
     EpDevice,
     EpDevices,
     FusedOp,
@@ -113,11 +115,11 @@ def set_default_logger_severity(severity: int) -> None:
 __all__ = [
     "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
     "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
-    "EpDevice", "EpDevices", "ExecutionMode", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
+    "EpContextBlob", "EpDevice", "EpDevices", "ExecutionMode", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
     "HostAllocator", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "Kernel", "KernelRequest", "MemoryInfo", "ModelMetadata", "NoModel", "NoSuchFile",
+    "Kernel", "KernelRequest", "MemoryInfo", "ModelCompiler", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
-    "OrtError", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
+    "OrtCompileApiFlags", "OrtError", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
     "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",
     "__version__", "get_all_providers", "get_available_providers", "get_device",
     "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",

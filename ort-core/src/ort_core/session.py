@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from . import optimizer
+from . import epcontext, optimizer
 from .binding import IOBinding
 from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import ModelSource, load_model
@@ -67,6 +67,19 @@ class SessionOptions:
         self.enable_cpu_mem_arena: bool = True
         self._config: dict[str, str] = {}
         self._free_dimensions: dict[str, int] = {}
+        self._providers: list[tuple[str, dict[str, Any]]] = []
+
+    def add_provider(self, provider_name: str, provider_options: Mapping[str, Any] | None = None) -> None:
+        """Use ``provider_name`` with ``provider_options`` in sessions made with these options and
+        no ``providers`` argument (onnxruntime's ``SessionOptions.add_provider``); providers are
+        tried in the order added."""
+        if any(n == provider_name for n, _ in self._providers):
+            raise InvalidArgument(f"add_provider: {provider_name!r} was already added")
+        self._providers.append((str(provider_name), dict(provider_options or {})))
+
+    def has_providers(self) -> bool:
+        """True when providers were added (``add_provider``, ``add_provider_for_devices``)."""
+        return bool(self._providers)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fix the symbolic dimension ``dim_name`` of the graph's inputs to ``dim_value``: the
@@ -90,6 +103,13 @@ class SessionOptions:
     @property
     def config_entries(self) -> dict[str, str]:
         return dict(self._config)
+
+    def copy(self) -> SessionOptions:
+        """An independent copy (ModelCompiler changes its copy, not the caller's options)."""
+        other = SessionOptions.__new__(SessionOptions)
+        other.__dict__.update({k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                               for k, v in self.__dict__.items()})
+        return other
 
 
 class RunOptions:
@@ -202,11 +222,14 @@ def validate_options(spec_name: str, schema: Sequence[Any], options: Mapping[str
 class _GraphCompiler:
     """Partition, kernels and plan for a graph and, through kernels, its bodies."""
 
-    def __init__(self, providers: list[BoundProvider], transfers: dict[str, DataTransfer]):
+    def __init__(self, providers: list[BoundProvider], transfers: dict[str, DataTransfer],
+                 model_path: str | None = None):
         self.providers = providers
         self.transfers = transfers
+        self.model_path = model_path
         self.placements: list[NodePlacement] = []
         self.copies: list = []
+        self.last: tuple[Any, list[Kernel]] | None = None  # the last graph compiled (the main one, last)
 
     def compile(self, graph: GraphView, io_memory: str = HOST_MEMORY) -> Plan:
         excluded: dict[str, dict[int, str]] = {}
@@ -227,6 +250,13 @@ class _GraphCompiler:
                     try:
                         kernel = self._create_kernel(bp, graph, claim.nodes, claim.fuse)
                     except Exception as exc:
+                        if epcontext.is_context_node(graph.nodes[claim.nodes[0]], bp.name):
+                            # a compiled blob its own provider cannot load: no other provider can
+                            # run it, so the provider's error is the session's
+                            if isinstance(exc, OrtError):
+                                raise
+                            raise EPFail(f"{bp.name}: cannot load {graph.nodes[claim.nodes[0]].name!r}: "
+                                         f"{type(exc).__name__}: {exc}") from exc
                         reason = f"kernel creation failed: {type(exc).__name__}: {exc}"
                         logger.warning("%s: %s", bp.name, reason)
                         for i in claim.nodes:
@@ -239,6 +269,7 @@ class _GraphCompiler:
                 break
         plan = Plan(graph, assignment, kernels, self.transfers, io_memory)
         self._record(graph, assignment, kernels)
+        self.last = (assignment, kernels)
         self.copies.extend(plan.copies)
         return plan
 
@@ -252,6 +283,7 @@ class _GraphCompiler:
             outputs=outputs,
             fused=fused,
             implicit_inputs=views[0].implicit_inputs if not fused else (),
+            model_path=self.model_path,
             _build_subgraph=lambda sub: PlanRunner(self.compile(sub, bp.memory)),
             _to_model=lambda: graph.group_to_model(nodes),
         )
@@ -312,7 +344,11 @@ class InferenceSession:
         self._lock = threading.Lock()
         self._set_log_level(self._options.log_severity_level)
 
+        if providers is None and provider_options is None and self._options._providers:
+            providers = list(self._options._providers)
         requested = _normalise_providers(providers, provider_options)
+        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        context = epcontext.context_settings(self._config, self._model_path)
         self._model: ir.Model = load_model(path_or_bytes)
         _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides)
         self._providers = self._bind_providers(requested)
@@ -337,7 +373,7 @@ class InferenceSession:
             opset_imports=dict(self._model.opset_imports),
             ir_version=self._model.ir_version,
         )
-        self._compiler = _GraphCompiler(self._providers, self._transfers)
+        self._compiler = _GraphCompiler(self._providers, self._transfers, self._model_path)
         try:
             self._plan = self._compiler.compile(self._graph)
         except BaseException:
@@ -347,6 +383,14 @@ class InferenceSession:
             [bp.name for bp in self._providers], self._compiler.placements, self._compiler.copies
         )
         self._check_fallback(requested)
+        if context is not None:
+            try:
+                proto, files, _ = self._context_model(context.embed, context.path.stem)
+                epcontext.save_context_model(proto, files, context.path)
+            except BaseException:
+                self._end_providers()
+                raise
+            self._placement.context_model = str(context.path)
         self._finalizer = weakref.finalize(self, _end_session, list(self._providers))
         self._run_hooks = [
             bp for bp in self._providers
@@ -361,6 +405,11 @@ class InferenceSession:
         self._required = [a.name for a in self._inputs if a.name not in initializers]
 
     # ------------------------------------------------------------------ creation
+    def _context_model(self, embed: bool, file_stem: str):
+        """The EPContext model of this session's main graph (see ``ort_core.epcontext``)."""
+        assignment, kernels = self._compiler.last
+        return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem)
+
     @staticmethod
     def _set_log_level(severity: int) -> None:
         level = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
