@@ -21,7 +21,13 @@ fake_only = pytest.mark.skipif(ON_GPU, reason="checks the FAKE device's bookkeep
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs an NVIDIA GPU (ORT_EP_CUDA_TESTS_ON_GPU=1)")
 
 # node cases known to differ on this provider, with the reason (reported, not counted)
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "test_attention_4d_causal_fp16_expanded": (
+        "float16: 2 of 192 outputs differ by one float16 ulp (0.469 vs 0.4695); the provider computes "
+        "Softmax's exp and sum in float32 and rounds once to float16, while the expected values were "
+        "computed with float16 intermediates (onnxruntime's CUDA provider also computes in float32)"
+    ),
+}
 
 
 def runtime(session):

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import scipy.special
-from ort_ep_cuda import backend, devices
-from ort_ep_cuda.arena import Arena
 
 from ort_core import MemoryInfo
+from ort_ep_cuda import backend, devices
+from ort_ep_cuda.arena import Arena
 
 FAKE_GPU = devices.GpuRecord(
     index=0, name="FAKE GPU (numpy standing in for CuPy)", compute_capability=(9, 0), total_memory=1 << 34,

@@ -4,12 +4,12 @@ on the FAKE device (numpy standing in for CuPy); on a GPU, on CuPy."""
 
 from __future__ import annotations
 
-import ort_ep_cuda.plugin  # noqa: F401  (registers the kernels)
 import pytest
-from ort_ep_cuda.registry import registered_ops
 
+import ort_ep_cuda.plugin  # noqa: F401  (registers the kernels)
 from conftest import KNOWN_FAILURES, PROVIDERS
 from ort_core.testing.conformance import load_cases, run_case, run_suite
+from ort_ep_cuda.registry import registered_ops
 
 OPS = set(registered_ops()) | {f"com.microsoft::{op}" for op in registered_ops("com.microsoft")}
 

@@ -30,7 +30,7 @@ def _is_int(graph: GraphView, name: str) -> bool:
     return dtype is not None and dtype.kind in "iub"
 
 
-def _constant(node: NodeView) -> np.ndarray | None:
+def constant_value(node: NodeView) -> np.ndarray | None:
     a = node.attributes
     for key, dtype in (("value_int", np.int64), ("value_ints", np.int64), ("value_float", np.float32),
                        ("value_floats", np.float32)):
@@ -146,7 +146,7 @@ def host_nodes(graph: GraphView) -> set[int]:
         if node.op_type in ("Shape", "Size"):
             seeded = True
         elif node.op_type == "Constant":
-            value = _constant(node)
+            value = constant_value(node)
             seeded = value is not None and value.size <= _SMALL
         else:
             seeded = bool(ins) and all(n in values or small_int_initializer(n) for n in ins)
@@ -161,7 +161,7 @@ def host_kernel(node: NodeView, device_dtypes: frozenset[np.dtype]) -> Kernel:
     only metadata, so their input stays where it lives (on the device unless it is a graph
     input, an initializer, or a dtype the device does not hold): no copy."""
     if node.op_type == "Constant":
-        value = _constant(node)
+        value = constant_value(node)
         return Kernel(run=lambda: value, single_output=True, host_outputs=frozenset({0}),
                       note="shape computation on the host")
     fn = _numpy_fn(node)

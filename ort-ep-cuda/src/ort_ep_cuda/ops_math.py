@@ -67,6 +67,7 @@ def _unary_table(xp: Any, dev: Any, node: NodeView) -> Any:
         "ThresholdedRelu": lambda x: xp.where(x > alpha, x, 0),
         "Mish": lambda x: x * xp.tanh(softplus(x)),
         "Gelu": gelu,
+        "Swish": lambda x: x * sigmoid(alpha * x),
     }
     return table[op_type]
 
@@ -83,6 +84,7 @@ UNARY_ANY = ("Relu", "Neg", "Abs", "Sign")
 @op(*UNARY_ANY, dtypes=NUMERIC)
 @op("Not", dtypes=BOOL)
 @op("Gelu", since=20, dtypes=FLOATS)
+@op("Swish", since=24, dtypes=FLOATS)
 def _unary(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
     fn = _unary_table(rt.xp, rt.dev, node)
     exact = node.op_type in UNARY_ANY or node.op_type in ("Not", "IsNaN", "Floor", "Ceil", "Round")

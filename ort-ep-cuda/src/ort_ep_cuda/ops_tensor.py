@@ -210,3 +210,36 @@ def _constant_of_shape(node: NodeView, request: KernelRequest, rt: Runtime) -> B
     value = node.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
     return Body(lambda shape: xp.full(tuple(ints(shape)), fill[0].item(), dtype=fill.dtype), host_inputs=frozenset({0}))
+
+
+def _constant_check(node: NodeView, rt: Runtime) -> str | None:
+    if not any(k in node.attributes for k in ("value", "value_float", "value_floats", "value_int", "value_ints")):
+        return "Constant with a sparse or string value has no CUDA kernel"
+    return None
+
+
+@op("Constant", dtypes=ANY, check=_constant_check)
+def _constant(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
+    from .host import constant_value
+
+    value = constant_value(node)
+    held: list[Any] = []  # the device copy, made on the first run (on the session's stream)
+
+    def run():
+        if not held:
+            held.append(rt.xp.asarray(value))
+        return held[0]
+
+    return Body(run)
+
+
+@op("Range", dtypes=ANY, host_inputs=frozenset({0, 1, 2}))
+def _range(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
+    xp = rt.xp
+
+    def run(start, limit, delta):
+        dtype = np.asarray(start).dtype
+        count = max(int(np.ceil((np.asarray(limit).item() - np.asarray(start).item()) / np.asarray(delta).item())), 0)
+        return (np.asarray(start).item() + xp.arange(count, dtype=dtype) * np.asarray(delta).item()).astype(dtype)
+
+    return Body(run, host_inputs=frozenset({0, 1, 2}))

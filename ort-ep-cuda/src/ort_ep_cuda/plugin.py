@@ -68,14 +68,11 @@ def ort_session_start(ep: ProviderContext) -> None:
     found = devices.probe()
     if not found.records:
         raise EPFail(found.reason or "no CUDA device")
-    device_id = ep.options["device_id"]
-    if device_id >= len(found.records):
-        listed = "; ".join(f"[{r.index}] {r.name}" for r in found.records)
-        raise EPFail(f"option device_id={device_id}: this machine has {len(found.records)} CUDA device(s): {listed}")
     if ep.options["enable_cuda_graph"]:
         raise EPFail("option enable_cuda_graph=1: CUDA graph capture is not implemented in this version of "
                      "ort-ep-cuda; run without it (enable_cuda_graph=0)")
-    record = found.records[device_id]
+    # core picked the device named by option device_id (and refused one that is not present)
+    record = next(r for r in found.records if r.index == ep.device.device_id)
     dev = backend.open_device(record, dict(ep.options), MEMORY_NAME)
     ep.state["runtime"] = Runtime(dev, cudnn=bool(record.cudnn), cudnn_reason=record.cudnn_reason)
     ep.state["host_nodes"] = {}
