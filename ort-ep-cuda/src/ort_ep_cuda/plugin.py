@@ -21,7 +21,7 @@ from ort_core import (
     hookimpl,
 )
 
-from . import MEMORY_NAME, PROVIDER_NAME, backend, devices, ops_math, ops_nn, ops_tensor  # noqa: F401  (register kernels)
+from . import MEMORY_NAME, PROVIDER_NAME, backend, devices, ops_control, ops_math, ops_nn, ops_tensor  # noqa: F401  (register kernels)
 from .host import host_kernel, host_nodes
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
@@ -181,5 +181,5 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     rt = _runtime(ep)
     body = e.build(node, request, rt)
     launch, fn = rt.dev.launch, body.fn
-    return Kernel(run=lambda *args: launch(fn, args), single_output=body.n_outputs == 1,
-                  host_inputs=body.host_inputs)
+    run = (lambda *args: launch(fn, args)) if body.launch else fn
+    return Kernel(run=run, single_output=body.n_outputs == 1, host_inputs=body.host_inputs)

@@ -37,6 +37,7 @@ class Body:
     fn: Callable[..., Any]
     host_inputs: frozenset[int] = frozenset()
     n_outputs: int = 1
+    launch: bool = True  # run inside the device's context (stream, arena); If does not: its branches do
 
 
 Builder = Callable[[NodeView, KernelRequest, Runtime], Body]
