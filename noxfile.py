@@ -19,6 +19,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-openvino": ["ort-core", "ort-ep-cpu"],
     "ort-ep-webgpu": ["ort-core", "ort-ep-cpu"],
     "ort-ray": ["ort-core", "ort-ep-cpu"],
+    "ort-ep-cuda": ["ort-core", "ort-ep-cpu"],
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]

@@ -1,0 +1,308 @@
+"""The one module that talks to the GPU: CuPy, cuBLAS (through ``cupy.matmul``) and cuDNN
+(through NVIDIA's cudnn-frontend graph API).
+
+A ``CudaDevice`` is one session's view of a GPU: its array module (``xp = cupy``), its compute
+stream, its arena (every CuPy allocation its kernels make goes through it), the host<->device
+copies through pinned buffers, and the library calls that are not NumPy's API (``matmul`` with
+the TF32 choice, ``conv``/``conv_transpose`` on cuDNN, ``erf``). Kernels (``kernels.py``) are
+written against ``xp`` and these few calls only, so that the tests can stand numpy in for CuPy
+by replacing this one class (``tests/fake_cuda.py``); nothing else in the package imports CuPy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ort_core import MemoryInfo
+
+from .arena import Arena
+from .devices import CUDNN_HINT, GpuRecord
+from .options import SMALL_CONV_WORKSPACE
+
+#: dtypes CuPy arrays can hold (bfloat16 is not one: CuPy has no bfloat16 dtype)
+DEVICE_DTYPES = frozenset(np.dtype(t) for t in (
+    np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.bool_,
+))
+
+
+class _RawMemory:
+    """The arena's device memory: cudaMalloc/cudaFree on one device."""
+
+    def __init__(self, cupy: Any, device_id: int):
+        self._cupy = cupy
+        self._device_id = device_id
+
+    def malloc(self, nbytes: int) -> int:
+        with self._cupy.cuda.Device(self._device_id):
+            try:
+                return int(self._cupy.cuda.runtime.malloc(nbytes))
+            except self._cupy.cuda.runtime.CUDARuntimeError as exc:
+                raise MemoryError(str(exc)) from exc
+
+    def free(self, ptr: int) -> None:
+        with self._cupy.cuda.Device(self._device_id):
+            self._cupy.cuda.runtime.free(ptr)
+
+
+@dataclass
+class _ConvPlan:
+    graph: Any
+    tensors: tuple[Any, Any, Any]  # X, W, Y of the graph
+    workspace: int  # bytes
+    nhwc: bool
+    out_shape: tuple[int, ...]
+
+
+class CudaDevice:
+    """One session's GPU. See the module docstring."""
+
+    def __init__(self, record: GpuRecord, options: dict[str, Any], memory_name: str):
+        import cupy
+
+        self.cupy = cupy
+        self.xp = cupy
+        self.record = record
+        self.device_id = record.index
+        self._device = cupy.cuda.Device(self.device_id)
+        with self._device:
+            # a blocking stream: work on CUDA's legacy default stream (the copies with
+            # do_copy_in_default_stream=1) is ordered with it, so no event is needed between them
+            self.stream = cupy.cuda.Stream(non_blocking=False)
+        self.copy_stream = cupy.cuda.Stream.null if options["do_copy_in_default_stream"] else self.stream
+        limit = options["gpu_mem_limit"] or None
+        self.arena = Arena(_RawMemory(cupy, self.device_id), MemoryInfo(memory_name, "GPU", self.device_id, 256),
+                           options["arena_extend_strategy"], limit)
+        self._allocator = cupy.cuda.PythonFunctionAllocator(self._malloc, self._free)
+        self.use_tf32 = bool(options["use_tf32"])
+        self.prefer_nhwc = bool(options["prefer_nhwc"])
+        self.algo_search = options["cudnn_conv_algo_search"]
+        self.workspace_limit = None if options["cudnn_conv_use_max_workspace"] else SMALL_CONV_WORKSPACE
+        self._uploads: list[tuple[Any, np.ndarray]] = []  # pinned staging buffers of copies in flight
+        self._conv_plans: dict[tuple, _ConvPlan] = {}
+        self._cudnn: Any = None
+        self._handle: Any = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ memory and streams
+    def _malloc(self, size: int, device_id: int) -> int:
+        return self.arena.allocate(size)
+
+    def _free(self, ptr: int, device_id: int) -> None:
+        self.arena.free(ptr)
+
+    def launch(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+        """Run a kernel body on this device, its stream and its arena."""
+        with self._device, self.stream, self.cupy.cuda.using_allocator(self._allocator.malloc):
+            return fn(*args)
+
+    def to_device(self, array: Any) -> Any:
+        """A host array copied to a new device array, through a pinned staging buffer."""
+        array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+        if array.dtype not in DEVICE_DTYPES:
+            raise TypeError(f"a {array.dtype} tensor cannot be held on the GPU (CuPy has no {array.dtype} arrays)")
+        cupy = self.cupy
+        with self._device, cupy.cuda.using_allocator(self._allocator.malloc):
+            out = cupy.empty(array.shape, array.dtype)
+            if array.size:
+                pinned = self._pinned(array.shape, array.dtype)
+                pinned[...] = array
+                out.set(pinned, stream=self.copy_stream)
+                # the staging buffer must live until the copy has read it
+                self._uploads = [(e, p) for e, p in self._uploads if not e.done]
+                self._uploads.append((self.copy_stream.record(), pinned))
+        return out
+
+    def to_host(self, tensor: Any) -> np.ndarray:
+        """A device array copied into a pinned host array (complete when this returns)."""
+        cupy = self.cupy
+        with self._device, cupy.cuda.using_allocator(self._allocator.malloc):
+            if self.copy_stream is not self.stream:
+                self.stream.synchronize()  # the compute stream's work on it is done
+            with self.stream:
+                tensor = cupy.asarray(tensor, order="C")
+            out = self._pinned(tensor.shape, tensor.dtype)
+            if tensor.size:
+                tensor.get(stream=self.copy_stream, out=out)
+                self.copy_stream.synchronize()
+        return out
+
+    def _pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def close(self) -> None:
+        self.synchronize()
+        self._uploads.clear()
+        self._conv_plans.clear()
+        if self._handle is not None:
+            self._cudnn.destroy_handle(self._handle)
+            self._handle = None
+
+    # ------------------------------------------------------------------ library calls
+    def matmul(self, a: Any, b: Any) -> Any:
+        """cuBLAS through ``cupy.matmul``; float32 may use TF32 tensor cores (option use_tf32)."""
+        if a.dtype == np.float32:
+            from cupy._core import _routines_linalg as linalg
+
+            # CuPy keeps one process-wide compute type per dtype: set it for this session's call
+            linalg.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32 if self.use_tf32 else linalg.COMPUTE_TYPE_DEFAULT)
+        return self.cupy.matmul(a, b)
+
+    def erf(self, x: Any) -> Any:
+        import cupyx.scipy.special
+
+        return cupyx.scipy.special.erf(x)
+
+    def conv(self, x: Any, w: Any, pads: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+             group: int) -> Any:
+        """ONNX Conv (no bias) through cuDNN's convolution forward."""
+        del group  # cuDNN infers it: the weight's channel dimension is C / group
+        return self._conv("fprop", x, w, pads, strides, dilations, _conv_out_shape(x.shape, w.shape, pads, strides, dilations))
+
+    def conv_transpose(self, x: Any, w: Any, pads: Sequence[int], strides: Sequence[int],
+                       dilations: Sequence[int], group: int, out_shape: tuple[int, ...]) -> Any:
+        """ONNX ConvTranspose (no bias) as cuDNN's data gradient of a convolution."""
+        del group
+        return self._conv("dgrad", x, w, pads, strides, dilations, out_shape)
+
+    def _cudnn_module(self) -> Any:
+        if self._cudnn is None:
+            try:
+                import cudnn
+            except Exception as exc:
+                raise RuntimeError(f"cuDNN is needed for convolutions: {exc}; {CUDNN_HINT}") from exc
+            self._cudnn = cudnn
+            with self._device:
+                self._handle = cudnn.create_handle()
+                cudnn.set_stream(handle=self._handle, stream=self.stream.ptr)
+        return self._cudnn
+
+    def _conv(self, kind: str, x: Any, w: Any, pads: Sequence[int], strides: Sequence[int],
+              dilations: Sequence[int], out_shape: tuple[int, ...]) -> Any:
+        cupy = self.cupy
+        spatial = x.ndim - 2
+        if spatial == 1:  # cuDNN convolves 2-D and 3-D images: a 1-D one is 1 x L
+            x, w = x[:, :, None, :], w[:, :, None, :]
+            pads = (0, pads[0], 0, pads[1])
+            strides, dilations = (1, strides[0]), (1, dilations[0])
+            y = self._conv(kind, x, w, pads, strides, dilations, (*out_shape[:2], 1, out_shape[2]))
+            return y[:, :, 0, :]
+        key = (kind, x.shape, x.dtype.str, w.shape, tuple(pads), tuple(strides), tuple(dilations), out_shape)
+        with self._lock:
+            plan = self._conv_plans.get(key)
+            if plan is None:
+                plan = self._conv_plans[key] = self._build_conv(kind, x, w, pads, strides, dilations, out_shape)
+        X, W, Y = plan.tensors
+        if plan.nhwc:
+            perm = (0, *range(2, x.ndim), 1)
+            xc, wc = cupy.asarray(x.transpose(perm), order="C"), cupy.asarray(w.transpose(perm), order="C")
+            y = cupy.empty(tuple(out_shape[k] for k in perm), x.dtype)
+        else:
+            xc, wc = cupy.asarray(x, order="C"), cupy.asarray(w, order="C")
+            y = cupy.empty(out_shape, x.dtype)
+        workspace = cupy.empty(max(plan.workspace, 1), np.uint8)
+        plan.graph.execute({X: xc.data.ptr, W: wc.data.ptr, Y: y.data.ptr}, workspace.data.ptr, handle=self._handle)
+        if plan.nhwc:
+            y = y.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
+        return y
+
+    def _build_conv(self, kind: str, x: Any, w: Any, pads: Sequence[int], strides: Sequence[int],
+                    dilations: Sequence[int], out_shape: tuple[int, ...]) -> _ConvPlan:
+        cudnn = self._cudnn_module()
+        dt = {np.dtype(np.float32): cudnn.data_type.FLOAT, np.dtype(np.float16): cudnn.data_type.HALF}[np.dtype(x.dtype)]
+        nhwc = self.prefer_nhwc
+        spatial = x.ndim - 2
+        graph = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=self._handle)
+        X = graph.tensor(name="X", dim=list(x.shape), stride=_strides(x.shape, nhwc), data_type=dt)
+        W = graph.tensor(name="W", dim=list(w.shape), stride=_strides(w.shape, nhwc), data_type=dt)
+        common = dict(pre_padding=list(pads[:spatial]), post_padding=list(pads[spatial:]), stride=list(strides),
+                      dilation=list(dilations), compute_data_type=cudnn.data_type.FLOAT)
+        if kind == "fprop":
+            Y = graph.conv_fprop(image=X, weight=W, **common)
+        else:
+            Y = graph.conv_dgrad(loss=X, filter=W, **common)
+        Y.set_output(True).set_data_type(dt).set_dim(list(out_shape)).set_stride(_strides(out_shape, nhwc))
+        graph.validate()
+        graph.build_operation_graph()
+        modes = {"EXHAUSTIVE": [cudnn.heur_mode.A, cudnn.heur_mode.B, cudnn.heur_mode.FALLBACK],
+                 "HEURISTIC": [cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK],
+                 "DEFAULT": [cudnn.heur_mode.FALLBACK]}[self.algo_search]
+        graph.create_execution_plans(modes)
+        if x.dtype == np.float32 and not self.use_tf32:
+            graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
+        if self.workspace_limit is not None:
+            graph.deselect_workspace_greater_than(self.workspace_limit)
+        graph.check_support()
+        if self.algo_search == "EXHAUSTIVE":
+            graph.build_plans(cudnn.build_plan_policy.ALL)
+            best = self._time_plans(graph, (X, W, Y), x.shape, w.shape, out_shape, x.dtype, nhwc)
+            graph.build_plan_at_index(best)  # selects it for execute()
+            workspace = graph.get_workspace_size_plan_at_index(best)
+        else:
+            graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+            workspace = graph.get_workspace_size()
+        return _ConvPlan(graph, (X, W, Y), int(workspace), nhwc, tuple(out_shape))
+
+    def _time_plans(self, graph: Any, tensors: tuple[Any, Any, Any], x_shape: tuple[int, ...],
+                    w_shape: tuple[int, ...], y_shape: tuple[int, ...], dtype: np.dtype, nhwc: bool) -> int:
+        """cudnn_conv_algo_search=EXHAUSTIVE: the fastest plan on scratch tensors of these shapes
+        (onnxruntime times cudnnFindConvolutionForwardAlgorithmEx the same way, once per shape)."""
+        cupy = self.cupy
+        X, W, Y = tensors
+        bufs = [cupy.zeros(int(np.prod(s)), dtype) for s in (x_shape, w_shape, y_shape)]
+        pack = {X: bufs[0].data.ptr, W: bufs[1].data.ptr, Y: bufs[2].data.ptr}
+        best, best_ms = 0, float("inf")
+        for index in range(graph.get_execution_plan_count()):
+            size = graph.get_workspace_size_plan_at_index(index)
+            if self.workspace_limit is not None and size > self.workspace_limit:
+                continue
+            try:
+                workspace = cupy.empty(max(size, 1), np.uint8)
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=self._handle)  # warm-up
+                start.record(self.stream)
+                graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=self._handle)
+                end.record(self.stream)
+                end.synchronize()
+                ms = cupy.cuda.get_elapsed_time(start, end)
+            except Exception:  # a plan that did not build or run is not a candidate
+                continue
+            if ms < best_ms:
+                best, best_ms = index, ms
+        return best
+
+
+def _strides(shape: Sequence[int], channels_last: bool) -> list[int]:
+    """Element strides of a contiguous NC... (or N...C when ``channels_last``) tensor."""
+    order = [0, *range(2, len(shape)), 1] if channels_last else list(range(len(shape)))
+    strides = [0] * len(shape)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= max(int(shape[axis]), 1)
+    return strides
+
+
+def _conv_out_shape(x: Sequence[int], w: Sequence[int], pads: Sequence[int], strides: Sequence[int],
+                    dilations: Sequence[int]) -> tuple[int, ...]:
+    n = len(x) - 2
+    spatial = tuple(
+        (x[2 + k] + pads[k] + pads[n + k] - dilations[k] * (w[2 + k] - 1) - 1) // strides[k] + 1 for k in range(n)
+    )
+    return (int(x[0]), int(w[0]), *spatial)
+
+
+def open_device(record: GpuRecord, options: dict[str, Any], memory_name: str) -> CudaDevice:
+    """The session's device (the tests' emulation replaces this function)."""
+    return CudaDevice(record, options, memory_name)

@@ -1,0 +1,185 @@
+"""The CUDA provider's hook implementations (entry point ``ort_core.plugins: cuda``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ort_core import (
+    Allocator,
+    Capability,
+    Claim,
+    DataTransfer,
+    EpDevice,
+    EpDevices,
+    EPFail,
+    GraphView,
+    Kernel,
+    KernelRequest,
+    NodeView,
+    ProviderContext,
+    ProviderSpec,
+    hookimpl,
+)
+
+from . import MEMORY_NAME, PROVIDER_NAME, backend, devices, ops_control, ops_math, ops_nn, ops_tensor  # noqa: F401  (register kernels)
+from .host import host_kernel, host_nodes
+from .options import OPTIONS, SHRINKAGE_RUN_OPTION
+from .registry import Runtime, entry
+from .version import __version__
+
+SPEC = ProviderSpec(
+    name=PROVIDER_NAME,
+    version=__version__,
+    vendor="ort",
+    kind="kernel",
+    options=OPTIONS,
+    description="CuPy device arrays on NVIDIA GPUs; cuBLAS products, cuDNN convolutions",
+)
+
+
+def _device(record: devices.GpuRecord) -> EpDevice:
+    return EpDevice(PROVIDER_NAME, "ort", "GPU", record.name, device_id=record.index, vendor="NVIDIA",
+                    memory=MEMORY_NAME, hardware=True, metadata=devices.metadata(record))
+
+
+@hookimpl
+def ort_register_providers() -> list[ProviderSpec]:
+    return [SPEC]
+
+
+@hookimpl
+def ort_ep_devices(provider: str) -> EpDevices | None:
+    if provider != PROVIDER_NAME:
+        return None
+    found = devices.probe()
+    if not found.records:
+        return EpDevices((), found.reason)
+    return EpDevices(tuple(_device(r) for r in found.records))
+
+
+def _runtime(ep: ProviderContext) -> Runtime:
+    return ep.state["runtime"]
+
+
+@hookimpl
+def ort_session_start(ep: ProviderContext) -> None:
+    if ep.name != PROVIDER_NAME:
+        return
+    found = devices.probe()
+    if not found.records:
+        raise EPFail(found.reason or "no CUDA device")
+    if ep.options["enable_cuda_graph"]:
+        raise EPFail("option enable_cuda_graph=1: CUDA graph capture is not implemented in this version of "
+                     "ort-ep-cuda; run without it (enable_cuda_graph=0)")
+    # core picked the device named by option device_id (and refused one that is not present)
+    record = next(r for r in found.records if r.index == ep.device.device_id)
+    dev = backend.open_device(record, dict(ep.options), MEMORY_NAME)
+    ep.state["runtime"] = Runtime(dev, cudnn=bool(record.cudnn), cudnn_reason=record.cudnn_reason)
+    ep.state["host_nodes"] = {}
+    ep.device = _device(record)
+
+
+@hookimpl
+def ort_session_end(ep: ProviderContext) -> None:
+    if ep.name == PROVIDER_NAME and "runtime" in ep.state:
+        ep.state.pop("runtime").dev.close()
+
+
+@hookimpl
+def ort_create_allocator(ep: ProviderContext) -> Allocator | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    return _runtime(ep).dev.arena
+
+
+@hookimpl
+def ort_create_data_transfer(ep: ProviderContext) -> DataTransfer | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    dev = _runtime(ep).dev
+    return DataTransfer(to_device=dev.to_device, to_host=dev.to_host)
+
+
+def shrink_requested(value: str, device_id: int) -> bool:
+    """Whether ``memory.enable_memory_arena_shrinkage`` (e.g. "cpu:0;gpu:0") names this GPU."""
+    for token in value.replace(",", ";").split(";"):
+        kind, _, index = token.strip().partition(":")
+        if kind.strip().lower() in ("gpu", "cuda") and index.strip() == str(device_id):
+            return True
+    return False
+
+
+@hookimpl
+def ort_run_end(ep: ProviderContext, run_options: Any) -> None:
+    if ep.name != PROVIDER_NAME or "runtime" not in ep.state or run_options is None:
+        return
+    try:
+        value = run_options.get_run_config_entry(SHRINKAGE_RUN_OPTION)
+    except Exception:  # not set
+        return
+    if shrink_requested(value, ep.options["device_id"]):
+        rt = _runtime(ep)
+        rt.dev.synchronize()  # the run's kernels are done with the memory being given back
+        rt.dev.arena.shrink()
+
+
+def _host_nodes(ep: ProviderContext, graph: GraphView) -> set[int]:
+    cache = ep.state["host_nodes"]
+    key = id(graph)
+    if key not in cache:
+        cache[key] = (graph, host_nodes(graph))  # the graph is kept so that its id stays unique
+    return cache[key][1]
+
+
+def decline_reason(node: NodeView, rt: Runtime) -> str | None:
+    """Why the CUDA provider cannot take ``node``, or None if it can."""
+    e = entry(node.domain, node.op_type)
+    if e is None:
+        return f"no CUDA kernel for {node.qualified_op}"
+    if node.opset < e.since:
+        return f"no CUDA kernel for {node.op_type} at opset {node.opset} (first: {e.since})"
+    names = [n for k, n in enumerate(node.inputs) if k not in e.host_inputs] + list(node.outputs)
+    for name in names:
+        if not name:
+            continue
+        dtype = node.graph.value(name).dtype
+        if dtype is None:
+            return f"{node.op_type}: {name!r} is not a tensor of a known type"
+        if dtype not in e.dtypes:
+            if dtype.name == "bfloat16":
+                return f"{node.op_type} on bfloat16 has no CUDA kernel (CuPy has no bfloat16 arrays)"
+            return f"{node.op_type} on {dtype} has no CUDA kernel (takes {', '.join(sorted(d.name for d in e.dtypes))})"
+    return None if e.check is None else e.check(node, rt)
+
+
+@hookimpl
+def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozenset[int]) -> Capability | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    rt = _runtime(ep)
+    on_host = _host_nodes(ep, graph)
+    capability = Capability()
+    for i in sorted(candidates):
+        reason = None if i in on_host else decline_reason(graph.nodes[i], rt)
+        if reason is None:
+            capability.claims.append(Claim((i,)))
+        else:
+            capability.declined[i] = reason
+    return capability
+
+
+@hookimpl
+def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
+    if ep.name != PROVIDER_NAME:
+        return None
+    node = request.node
+    if node.index in _host_nodes(ep, request.graph):
+        return host_kernel(node, backend.DEVICE_DTYPES)
+    e = entry(node.domain, node.op_type)
+    if e is None:
+        raise ValueError(f"no CUDA kernel for {node.qualified_op}")
+    rt = _runtime(ep)
+    body = e.build(node, request, rt)
+    launch, fn = rt.dev.launch, body.fn
+    run = (lambda *args: launch(fn, args)) if body.launch else fn
+    return Kernel(run=run, single_output=body.n_outputs == 1, host_inputs=body.host_inputs)
