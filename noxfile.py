@@ -20,6 +20,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-webgpu": ["ort-core", "ort-ep-cpu"],
     "ort-ray": ["ort-core", "ort-ep-cpu"],
     "ort-ep-cuda": ["ort-core", "ort-ep-cpu"],
+    "ort-ep-tensorrt": ["ort-core", "ort-ep-cpu", "ort-ep-cuda"],
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]
