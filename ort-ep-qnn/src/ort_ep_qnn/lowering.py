@@ -164,6 +164,41 @@ class Lowering:
         self.transpose(yt, NHWC_TO_NCHW, y)
 
 
+def to_float16(ops: list[OpSpec]) -> list[OpSpec]:
+    """``ops`` computing in float16: float32 tensors inside the graph and constants become
+    float16, and each float32 graph input/output gets a QNN Cast from/to its float16 twin.
+
+    (HTP's graph precision config, which onnxruntime sets for enable_htp_fp16_precision,
+    changes nothing on the simulator: outputs stay bit-identical to float32's, measured.)"""
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    twins: dict[str, TensorSpec] = {}
+    head: list[OpSpec] = []
+    tail: list[OpSpec] = []
+
+    def twin(spec: TensorSpec) -> TensorSpec:
+        t = twins.get(spec.name)
+        if t is None:
+            t = twins[spec.name] = TensorSpec(f"{spec.name}__fp16", f16, spec.dims)
+            if spec.kind == "in":
+                head.append(OpSpec(f"{spec.name}__to_fp16", "Cast", [spec], [t]))
+            else:
+                tail.append(OpSpec(f"{spec.name}__to_fp32", "Cast", [t], [spec]))
+        return t
+
+    for op in ops:
+        for specs in (op.inputs, op.outputs):
+            for k, spec in enumerate(specs):
+                if spec.dtype != f32 or spec.quant is not None:
+                    continue
+                if spec.kind in ("in", "out"):
+                    specs[k] = twin(spec)
+                else:
+                    spec.dtype = f16
+                    if spec.data is not None:
+                        spec.data = spec.data.astype(f16)
+    return head + ops + tail
+
+
 def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 

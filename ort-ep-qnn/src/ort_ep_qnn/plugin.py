@@ -32,7 +32,7 @@ from . import PROVIDER_NAME
 from . import _qnn as Q
 from .capability import groups, node_reason, quant_params, static_view
 from .kernel import GroupKernel, PerShapeKernel
-from .lowering import Lowering
+from .lowering import Lowering, to_float16
 from .options import OPTIONS, Settings, resolve
 from .runtime import Backend
 from .version import __version__
@@ -238,7 +238,8 @@ def _build_group(backend: Backend, settings: Settings, graph: GraphView, nodes, 
         lowering.lower(node)
     specs_in = [None if lowering.const(n) is not None else lowering.tensor(n) for n in inputs]
     specs_out = [lowering.tensor(n) for n in outputs]
-    return GroupKernel.build(backend, name, lowering.ops, specs_in, specs_out, settings.context_configs(),
+    ops = to_float16(lowering.ops) if settings.fp16 else lowering.ops
+    return GroupKernel.build(backend, name, ops, specs_in, specs_out, settings.context_configs(),
                              settings.graph_configs(), label)
 
 
