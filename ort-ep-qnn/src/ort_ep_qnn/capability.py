@@ -78,7 +78,10 @@ def node_reason(backend: Backend, graph: GraphView, node: NodeView,
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # malformed attributes and the like
         return f"{node.op_type} {node.name}: cannot be lowered to QNN ({type(exc).__name__}: {exc})"
     for op in ops:
-        code, message, detail = backend.validate(op)
+        try:
+            code, message, detail = backend.validate(op)
+        except (KeyError, TypeError, ValueError) as exc:  # a tensor or param QNN cannot express
+            return f"{node.op_type} {node.name}: QNN {op.type_name} cannot be expressed ({type(exc).__name__}: {exc})"
         if code:
             tail = f": {detail}" if detail else ""
             return (f"{node.op_type} {node.name}: QNN {op.type_name} refused by backendValidateOpConfig, "

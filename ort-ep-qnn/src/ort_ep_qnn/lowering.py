@@ -19,7 +19,7 @@ import numpy as np
 
 from ort_core import GraphView, NodeView
 
-from .runtime import OpSpec, TensorSpec
+from .runtime import NUMPY_TO_QNN, OpSpec, TensorSpec
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -79,8 +79,8 @@ class Lowering:
                 if data.size and (data.min() < -(2**31) or data.max() >= 2**31):
                     raise Unsupported(f"int64 constant {name!r} does not fit in int32")
                 data = data.astype(np.int32)
-            elif data.dtype == np.float64:
-                raise Unsupported(f"float64 constant {name!r}: the HTP backend has no float64")
+            elif data.dtype not in NUMPY_TO_QNN:
+                raise Unsupported(f"{data.dtype} constant {name!r}: the HTP backend has no such type")
             if data.ndim == 0:
                 data = data.reshape(1)  # a [1] tensor broadcasts as the scalar does
             spec = TensorSpec(name, data.dtype, tuple(data.shape), "static", data)
@@ -90,6 +90,8 @@ class Lowering:
                 raise Unsupported(f"int64 tensor {name!r}: the HTP backend has no int64")
             if q is not None:
                 dtype = q[2]
+            elif dtype not in NUMPY_TO_QNN:
+                raise Unsupported(f"{dtype} tensor {name!r}: QNN has no such type")
             kind = "in" if name in self.inputs else "out" if name in self.outputs else "native"
             spec = TensorSpec(name, dtype, self.shape(name), kind)
         if q is not None:

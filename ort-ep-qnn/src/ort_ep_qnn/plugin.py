@@ -87,8 +87,6 @@ def ort_session_start(ep: ProviderContext) -> None:
     if ep.name != PROVIDER_NAME:
         return
     options = ep.options
-    if options["device_id"] != 0:
-        raise EPFail(f"device_id {options['device_id']}: there is one HTP device here, device_id 0")
     if options["profiling_level"] != "off":
         raise EPFail(f"profiling_level {options['profiling_level']!r}: QNN profiling is not implemented by "
                      f"ort-ep-qnn; valid here: off")

@@ -1,0 +1,14 @@
+"""ort-core's conformance kit for providers, run on this one.
+
+Node cases are limited to the ops this provider lowers, and to a few cases each: every case
+finalizes QNN graphs, which is slow on the HTP simulator."""
+
+from ort_core.testing.kit import kit_tests
+
+OPS = frozenset({
+    "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Conv", "Div", "Flatten", "Gemm",
+    "GlobalAveragePool", "LayerNormalization", "MatMul", "MaxPool", "Mul", "Relu", "Reshape", "Sigmoid",
+    "Slice", "Softmax", "Sub", "Tanh", "Transpose",
+})
+
+test_kit = kit_tests("QNNExecutionProvider", ops=OPS, max_cases=6)
