@@ -11,4 +11,12 @@ OPS = frozenset({
     "Slice", "Softmax", "Sub", "Tanh", "Transpose",
 })
 
-test_kit = kit_tests("QNNExecutionProvider", ops=OPS, max_cases=6)
+test_kit = kit_tests(
+    "QNNExecutionProvider",
+    ops=OPS,
+    max_cases=6,
+    known_failures={
+        "test_attention_4d_fp16_expanded": "float16 MatMul/Softmax on HTP round in float16: 2 float16 ulps from "
+        "onnx's reference (0.5005 vs 0.5015), past the case's rtol 1e-3",
+    },
+)

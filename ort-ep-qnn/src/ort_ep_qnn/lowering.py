@@ -46,10 +46,19 @@ class Lowering:
 
     # ------------------------------------------------------------------ values
     def const(self, name: str) -> np.ndarray | None:
+        """The value's data when it is a constant: an initializer, a Constant's output, or a
+        DequantizeLinear of a constant (a QDQ model's weights, dequantized here)."""
         if not name:
             return None
         value = self.graph.value(name)
-        return value.const_value if value.is_initializer or value.const_value is not None else None
+        if value.is_initializer or value.const_value is not None:
+            return value.const_value
+        producer = self.graph.producer.get(name)
+        if producer is not None:
+            node = self.graph.nodes[producer]
+            if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+                return dequantized_constant(self.graph, node)
+        return None
 
     def shape(self, name: str) -> tuple[int, ...]:
         value = self.graph.value(name)
@@ -164,6 +173,24 @@ class Lowering:
         yt = self.temp(y, [y.dims[p] for p in NCHW_TO_NHWC])
         self.op(type_name, [xt, *extra_inputs], [yt], **params)
         self.transpose(yt, NHWC_TO_NCHW, y)
+
+
+def dequantized_constant(graph: GraphView, node: NodeView) -> np.ndarray | None:
+    """DequantizeLinear(x) for constant x, scale and zero point (any axis), else None."""
+    arrays = []
+    for k in range(3):
+        name = node.inputs[k] if len(node.inputs) > k else ""
+        data = graph.value(name).const_value if name else None
+        if name and data is None:
+            return None
+        arrays.append(data)
+    x, scale, zp = arrays
+    zp = np.zeros_like(scale, dtype=np.int64) if zp is None else zp.astype(np.int64)
+    if scale.ndim == 1 and x.ndim > 1:  # per-axis
+        shape = [1] * x.ndim
+        shape[int(node.attr("axis", 1))] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return ((x.astype(np.int64) - zp) * scale.astype(np.float64)).astype(np.float32)
 
 
 def to_float16(ops: list[OpSpec]) -> list[OpSpec]:
