@@ -20,8 +20,9 @@ gets its providers from here; the CPU provider is added last as for any session.
 MAX_PERFORMANCE session config entries (ort-core's own):
 
 * ``ort_core.max_performance.budget_ms`` (default 20000): time for the whole measurement,
-  session creation of the candidates included. No candidate is started once it is spent (one
-  candidate's creation can overrun it); each candidate's timed runs stop at its share.
+  session creation of the candidates included. No candidate is started once it is spent and
+  one has been measured (one candidate's creation can overrun it); each candidate's timed
+  runs stop at its share of the budget (at least one timed run after a warm-up run).
 * ``ort_core.max_performance.cache_file``: a JSON file of earlier choices by model hash
   (sha256 of the model's bytes) and candidate list; a hit skips the measurement. Choices are
   also kept in the process.
@@ -297,7 +298,7 @@ def _measured(options: SessionOptions, source: Any, requested: Requested,
     feeds = None
     for candidate in candidates:
         names = [n for n, _ in candidate]
-        if time.perf_counter() >= deadline:
+        if time.perf_counter() >= deadline and any(m.ms_per_run is not None for m in measurements):
             measurements.append(Measurement(names, "not measured: budget spent"))
             continue
         t0 = time.perf_counter()
