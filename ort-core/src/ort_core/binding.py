@@ -150,7 +150,9 @@ class IOBinding:
                 values.append(OrtValue(np.asarray(result) if isinstance(result, np.generic) else result))
                 continue
             if isinstance(buffer, DeviceMemory):
-                values.append(OrtValue(result, buffer.memory_device_type, buffer.device_id, buffer.memory, buffer.transfer))
+                # the session's own transfer for its memory, whose queue produced the result
+                transfer = session._transfers.get(buffer.memory, buffer.transfer)
+                values.append(OrtValue(result, buffer.memory_device_type, buffer.device_id, buffer.memory, transfer))
                 continue
             if isinstance(buffer, OrtValue):
                 buffer._data = result
