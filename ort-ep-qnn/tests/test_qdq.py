@@ -17,6 +17,10 @@ from ort_core.testing import models
 pytestmark = needs_qnn
 
 _models: dict = {}
+# HTP's fixed-point convolutions round differently from onnxruntime's: one quantized Conv is
+# within 1 output step (about 11% of its values 1 step off, test below); over the CNN's 8
+# quantized layers and residual adds the output is up to 5 steps off (measured), uint16 up to 1.7
+STEPS = 6
 
 
 def _qdq_cnn(tmp_path_factory, activations: str):
@@ -74,7 +78,9 @@ def test_qdq_cnn_matches_onnxruntime_within_a_few_quantization_steps(tmp_path_fa
         feeds = models.random_inputs(qdq, batch=1, seed=100 + seed)
         actual, expected = sess.run(None, feeds)[0], reference(qdq, feeds)[0]
         assert actual.dtype == expected.dtype and actual.shape == expected.shape
-        assert float(np.max(np.abs(actual - expected))) <= 3 * step
+        err = float(np.max(np.abs(actual - expected)))
+        print(f"{activations} offload={offload}: max error {err / step:.2f} output steps")
+        assert err <= STEPS * step, (err, step)
 
 
 def test_the_qdq_graph_holds_quantized_qnn_tensors_with_the_models_scales(tmp_path_factory):
@@ -89,4 +95,47 @@ def test_the_qdq_graph_holds_quantized_qnn_tensors_with_the_models_scales(tmp_pa
     (out,) = quantize.outputs
     assert out.dtype == np.uint8 and out.qnn_dtype == 0x0408  # QNN_DATATYPE_UFIXED_POINT_8
     assert out.quant == (float(inits[q.input[1]]), int(inits[q.input[2]]))
-    assert sum(op.type_name == "Dequantize" for op in kernel.ops) >= 10
+    # the QDQ units became QNN convolutions on quantized tensors: uint8 activations and
+    # weights with the model's encodings, int32 bias
+    convs = [op for op in kernel.ops if op.type_name == "Conv2d"]
+    assert convs and all(op.inputs[0].quant and op.outputs[0].quant for op in convs)
+    for op in convs:
+        x, w, b = op.inputs
+        assert (x.dtype, w.dtype, b.dtype) == (np.uint8, np.uint8, np.int32) and w.kind == "static"
+    conv = next(n for n in qdq.graph.node if n.op_type == "Conv")
+    dq_w = next(n for n in qdq.graph.node if n.output[0] == conv.input[1])
+    first = next(op for op in convs if op.inputs[1].name.startswith(conv.input[1]))
+    assert first.inputs[1].quant == (float(inits[dq_w.input[1]]), int(inits[dq_w.input[2]]))
+
+
+def test_one_quantized_conv_is_within_one_output_step(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from conftest import qnn_state
+
+    rng = np.random.default_rng(0)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [conv], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 8, 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 8, 8))],
+        [numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "conv.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(tmp_path / "conv.onnx"), str(tmp_path / "conv_qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8)
+    qdq = onnx.load(tmp_path / "conv_qdq.onnx")
+    sess = session(qdq, {"offload_graph_io_quantization": "0"})
+    (kernel,) = qnn_state(sess)["kernels"]
+    assert [op.type_name for op in kernel.ops] == ["Quantize", "Transpose", "Conv2d", "Transpose", "Dequantize"]
+    feeds = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    err = np.abs(sess.run(None, feeds)[0] - reference(qdq, feeds)[0]) / _output_step(qdq)
+    assert err.max() <= 1.0 + 1e-4 and (err > 0.5).mean() < 0.25

@@ -43,6 +43,17 @@ class Lowering:
         self.ops: list[OpSpec] = []
         self._count = 0
         self._node: NodeView | None = None
+        # QDQ units: node index -> {float value: quantized value} for an op folded with the
+        # DequantizeLinear nodes before it and the QuantizeLinear after it (see fold_units)
+        self.units: dict[int, dict[str, str]] = {}
+        self._alias: dict[str, str] = {}
+
+    def resolve(self, name: str) -> str:
+        """The value the current node really reads: the quantized one in a folded QDQ unit."""
+        return self._alias.get(name, name)
+
+    def qparams(self, name: str) -> tuple[float, int, np.dtype] | None:
+        return self.quant.get(self.resolve(name))
 
     # ------------------------------------------------------------------ values
     def const(self, name: str) -> np.ndarray | None:
@@ -50,6 +61,7 @@ class Lowering:
         DequantizeLinear of a constant (a QDQ model's weights, dequantized here)."""
         if not name:
             return None
+        name = self.resolve(name)
         value = self.graph.value(name)
         if value.is_initializer or value.const_value is not None:
             return value.const_value
@@ -78,6 +90,7 @@ class Lowering:
         return np.dtype(dtype)
 
     def tensor(self, name: str) -> TensorSpec:
+        name = self.resolve(name)
         spec = self.tensors.get(name)
         if spec is not None:
             return spec
@@ -153,8 +166,24 @@ class Lowering:
             raise Unsupported(f"{node.qualified_op}: no QNN lowering")
         start = len(self.ops)
         self._node = node
-        fn(self, node)
+        self._alias = self.units.get(node.index, {})
+        try:
+            fn(self, node)
+        finally:
+            self._alias = {}
         return self.ops[start:]
+
+    def folded_away(self, node: NodeView) -> bool:
+        """A QuantizeLinear/DequantizeLinear whose work a folded unit does: it becomes no op.
+        A DequantizeLinear every reader of which is folded; a QuantizeLinear whose producer is."""
+        if node.op_type == "DequantizeLinear":
+            readers = self.graph.consumers.get(node.outputs[0], [])
+            return bool(readers) and node.outputs[0] not in self.outputs and all(
+                self.units.get(r, {}).get(node.outputs[0]) == node.inputs[0] for r in readers)
+        if node.op_type == "QuantizeLinear":
+            producer = self.graph.producer.get(node.inputs[0])
+            return producer is not None and self.units.get(producer, {}).get(node.inputs[0]) == node.outputs[0]
+        return False
 
     # ------------------------------------------------------------------ helpers
     def transpose(self, x: TensorSpec, perm: Sequence[int], out: TensorSpec | None = None) -> TensorSpec:
@@ -173,6 +202,61 @@ class Lowering:
         yt = self.temp(y, [y.dims[p] for p in NCHW_TO_NHWC])
         self.op(type_name, [xt, *extra_inputs], [yt], **params)
         self.transpose(yt, NHWC_TO_NCHW, y)
+
+
+#: float ops a QDQ unit (DequantizeLinear inputs -> op -> QuantizeLinear) may fold into one QNN
+#: op on quantized tensors
+FOLDABLE = {"Conv", "Gemm", "MatMul", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
+            "Concat", "Reshape", "Flatten", "Transpose", "Relu", "Sigmoid", "Softmax", "Resize"}
+
+
+def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[float, int, np.dtype]],
+               inputs: Sequence[str], outputs: Sequence[str], validate: Callable[[OpSpec], int]) -> dict[int, dict[str, str]]:
+    """The QDQ units of ``group`` that become one QNN op on quantized tensors: an op of
+    FOLDABLE whose float inputs are all DequantizeLinear outputs (in the group, or of a
+    constant) with per-tensor encodings, and whose only reader is one QuantizeLinear in the
+    group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
+    it becomes; the others stay float ops between QNN Quantize/Dequantize."""
+    members = set(group)
+    units: dict[int, dict[str, str]] = {}
+    for i in group:
+        node = graph.nodes[i]
+        if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx"):
+            continue
+        alias: dict[str, str] = {}
+        ok = True
+        for name in node.inputs:
+            if not name:
+                continue
+            value = graph.value(name)
+            if value.dtype is not None and value.dtype.kind != "f":
+                continue  # e.g. Reshape's shape: not quantized
+            p = graph.producer.get(name)
+            dq = graph.nodes[p] if p is not None else None
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.inputs[0] not in quant:
+                ok = False
+                break
+            if p not in members and graph.value(dq.inputs[0]).const_value is None:
+                ok = False
+                break
+            alias[name] = dq.inputs[0]
+        out = node.outputs[0]
+        readers = graph.consumers.get(out, [])
+        if not ok or len(node.outputs) != 1 or out in graph.outputs or len(readers) != 1:
+            continue
+        q = graph.nodes[readers[0]]
+        if q.op_type != "QuantizeLinear" or readers[0] not in members or q.outputs[0] not in quant:
+            continue
+        alias[out] = q.outputs[0]
+        trial = Lowering(graph, inputs, outputs, quant)
+        trial.units = {i: alias}
+        try:
+            ops = trial.lower(node)
+        except Unsupported:
+            continue
+        if all(validate(op) == 0 for op in ops):
+            units[i] = alias
+    return units
 
 
 def dequantized_constant(graph: GraphView, node: NodeView) -> np.ndarray | None:
@@ -268,7 +352,7 @@ def _conv(L: Lowering, node: NodeView) -> None:
     strides = list(node.attr("strides", [1, 1]))
     dilations = list(node.attr("dilations", [1, 1]))
     pads = _pads_2d(node, x.dims[2:], (kh, kw), strides, dilations)
-    wq = L.quant.get(node.inputs[1])
+    wq = L.qparams(node.inputs[1])
     depthwise = group > 1 and cin_g == 1 and group == x.dims[1]
     # QNN's weights: HWIO [kh, kw, cin/group, cout]; depthwise: [kh, kw, 1, cin * multiplier]
     weights = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
@@ -282,7 +366,7 @@ def _conv(L: Lowering, node: NodeView) -> None:
         bias = np.zeros(cout, np.float32 if wq is None else np.int32)
         b = L.static(f"{node.name}.bias", bias)
         if wq is not None:
-            xq = L.quant.get(node.inputs[0])
+            xq = L.qparams(node.inputs[0])
             b.quant = (wq[0] * (xq[0] if xq else 1.0), 0)
             b.dtype = np.dtype(np.int32)
         extra.append(b)
@@ -604,10 +688,14 @@ def _batchnorm(L: Lowering, node: NodeView) -> None:
 
 
 def _quantize(L: Lowering, node: NodeView) -> None:
+    if L.folded_away(node):
+        return
     L.op("Quantize", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 
 def _dequantize(L: Lowering, node: NodeView) -> None:
+    if L.folded_away(node):
+        return
     L.op("Dequantize", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 

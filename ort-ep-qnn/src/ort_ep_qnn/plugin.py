@@ -34,7 +34,7 @@ from . import PROVIDER_NAME
 from . import _qnn as Q
 from .capability import groups, node_reason, quant_params, static_view
 from .kernel import GroupKernel, PerShapeKernel
-from .lowering import Lowering, to_float16
+from .lowering import Lowering, fold_units, to_float16
 from .options import OPTIONS, Settings, resolve
 from .runtime import Backend
 from .version import __version__
@@ -225,7 +225,11 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
 
 def _build_group(backend: Backend, settings: Settings, graph: GraphView, nodes, inputs, outputs, name: str,
                  label: str) -> GroupKernel:
-    lowering = Lowering(graph, inputs, outputs, quant_params(graph))
+    quant = quant_params(graph)
+    lowering = Lowering(graph, inputs, outputs, quant)
+    if quant:
+        lowering.units = fold_units(graph, [n.index for n in nodes], quant, inputs, outputs,
+                                    lambda op: backend.validate(op)[0])
     for node in nodes:
         lowering.lower(node)
     specs_in = [None if lowering.const(n) is not None else lowering.tensor(n) for n in inputs]
