@@ -3,10 +3,11 @@
 Layout: QNN's spatial ops (Conv2d, pools, Resize) are channel-last. Each ONNX tensor keeps its
 ONNX (NCHW) layout in the QNN graph, and a spatial op is lowered as Transpose(NCHW->NHWC),
 the op, Transpose(NHWC->NCHW); convolution weights are transposed to QNN's HWIO when lowered.
-The backend's graph optimizer folds such transpose pairs between neighbouring spatial ops.
+Transpose pairs between neighbouring spatial ops are left to the backend's graph optimizer.
 
-Static shapes only: a QNN graph has fixed dimensions, so a node whose tensors are not all of
-known shape is declined (``Unsupported``), as is anything QNN cannot express, before the
+Static shapes: a QNN graph has fixed dimensions, so a node whose tensors are not all of
+known shape (symbolic dimensions set to 1 first) is declined (``Unsupported``), as is anything
+QNN cannot express, before the
 backend is asked (``backendValidateOpConfig``) about the rest.
 """
 
