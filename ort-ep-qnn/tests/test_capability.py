@@ -108,3 +108,16 @@ def test_attribute_forms_not_lowered_are_declined_with_the_reason(op, attrs, rea
         model, _ = one_node_model(op, [("x", (1, 2, 8, 8), F)], [("y", (1, 2, 6, 6), F)], **attrs)
     (p,) = session(model).get_placement().nodes
     assert p.provider == CPU and reason in p.declined[QNN]
+
+
+def test_graph_outputs_also_read_inside_the_group():
+    nodes = [helper.make_node("Relu", ["x"], ["y1"]), helper.make_node("Sigmoid", ["y1"], ["y2"]),
+             helper.make_node("Add", ["y1", "y2"], ["y3"])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, (2, 16)) for n in ("y1", "y3", "y2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 16))], outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = session(model)
+    assert sess.get_placement().counts() == {QNN: 3}
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)}
+    for a, e in zip(sess.run(None, feeds), reference(model, feeds)):
+        np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
