@@ -11,9 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(__file__))  # qnn_layout
 
-from ort_ep_qnn import _qnn  # noqa: E402
-
 import ort_core as ort  # noqa: E402
+from ort_ep_qnn import _qnn  # noqa: E402
 
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"

@@ -16,7 +16,7 @@ import tempfile
 
 from ort_ep_qnn import _qnn as Q
 
-# ctypes class -> (C type, header holding it, fields to check)
+# ctypes class -> (C type, fields to check)
 STRUCTS = {
     "Version": ("Qnn_Version_t", ["major", "minor", "patch"]),
     "ApiVersion": ("Qnn_ApiVersion_t", ["coreApiVersion", "backendApiVersion"]),
@@ -51,7 +51,7 @@ def c_source() -> str:
         '#include "QnnSdkBuildId.h"',
         "int main(void) {", '  printf("{\\"sdk_build_id\\": \\"%s\\",\\n", QNN_SDK_BUILD_ID);',
     ]
-    for k, (cls, (ctype, fields)) in enumerate(STRUCTS.items()):
+    for cls, (ctype, fields) in STRUCTS.items():
         body = ", ".join(f'\\"{f}\\": %zu' for f in fields)
         args = ", ".join(f"offsetof({ctype}, {f})" for f in fields)
         lines.append(f'  printf("\\"{cls}\\": {{\\"size\\": %zu, \\"fields\\": {{{body}}}}},\\n", sizeof({ctype}), {args});')

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import qnn_layout
+
 from ort_ep_qnn import _qnn as Q
 
 

@@ -202,6 +202,9 @@ class Placement:
     copies: list[CopyPlacement] = field(default_factory=list)
     #: the EPContext model this session wrote (``ep.context_enable=1``), else ""
     context_model: str = ""
+    #: what chose the providers (a selection policy, its delegate, MAX_PERFORMANCE's
+    #: measurements: ``ort_core.policy.Selection``), None for an explicit providers list
+    selection: Any = None
 
     def counts(self, graph: str | None = "") -> Counter[str]:
         """Nodes per provider (of the main graph by default; ``None`` for all graphs)."""
@@ -235,10 +238,11 @@ class Placement:
             "nodes": [p.__dict__ for p in self.nodes],
             "copies": [c.__dict__ for c in self.copies],
             "context_model": self.context_model,
+            "selection": None if self.selection is None else self.selection.to_dict(),
         }
 
     def __str__(self) -> str:
-        lines = []
+        lines = [] if self.selection is None else self.selection.describe().splitlines()
         counts = self.counts(None)
         total = sum(counts.values())
         lines.append(

@@ -106,8 +106,11 @@ class EpDevice:
 
     ``memory`` names the memory space its tensors live in: ``HOST_MEMORY`` ("Cpu") for
     providers that compute on numpy arrays in host memory, otherwise a name of the provider's
-    choosing such as ``"WebGpu:0"`` or ``"Cuda:0"``. Core inserts copies between values whose
-    memory names differ. ``hardware`` is False for software emulation (e.g. lavapipe).
+    choosing such as ``"WebGpu"`` or ``"Cuda"``. Core inserts copies between values whose
+    memory names differ. ``hardware`` is False for software emulation (e.g. lavapipe). The
+    memory name without a ``:N`` suffix, lowercased, is the device type users give for
+    device-resident values (``OrtValue.ortvalue_from_numpy(x, "cuda", 0)``): core finds the
+    provider by it and copies with its ``DataTransfer``.
     """
 
     ep_name: str

@@ -309,12 +309,37 @@ class QnnError(RuntimeError):
         self.culprits: list[str] = []  # the QNN ops graphFinalize named as failing
 
 
+def _dlopen(path: str) -> C.CDLL:
+    """Load ``path`` with the process's stdout caught: the HTP library's dependencies print a
+    line at load (libnative's TLS notice); it goes to the ``ort_core.qnn`` logger instead.
+    (Other threads' stdout in that moment would be caught too; loading happens once.)"""
+    import logging
+    import sys
+    import tempfile
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 1)
+        try:
+            dll = C.CDLL(path, mode=C.RTLD_LOCAL)
+        finally:
+            C.CDLL(None).fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode(errors="replace").strip()
+    if text:
+        logging.getLogger("ort_core.qnn").debug("%s printed at load: %s", os.path.basename(path), text)
+    return dll
+
+
 class Library:
     """One loaded QNN backend library and its interface table."""
 
     def __init__(self, path: str):
         self.path = path
-        self.dll = C.CDLL(path, mode=C.RTLD_LOCAL)
+        self.dll = _dlopen(path)
         get = self.dll.QnnInterface_getProviders
         get.restype = E
         get.argtypes = [C.POINTER(C.POINTER(C.POINTER(Interface))), C.POINTER(C.c_uint32)]
@@ -366,7 +391,7 @@ class SystemLibrary:
 
     def __init__(self, path: str):
         self.path = path
-        self.dll = C.CDLL(path, mode=C.RTLD_LOCAL)
+        self.dll = _dlopen(path)
         get = self.dll.QnnSystemInterface_getProviders
         get.restype = E
         get.argtypes = [C.POINTER(C.POINTER(C.POINTER(SystemInterface))), C.POINTER(C.c_uint32)]

@@ -69,7 +69,8 @@ def node_reason(backend: Backend, graph: GraphView, node: NodeView,
         if q not in quant:
             return f"{node.op_type} {node.name}: only a constant per-tensor scale and zero point are lowered"
     if node.op_type == "DequantizeLinear" and graph.value(node.inputs[0]).const_value is not None:
-        return f"DequantizeLinear {node.name}: a constant input is folded by the next provider"
+        return (f"DequantizeLinear {node.name}: of a constant; QNN nodes reading it take the dequantized "
+                f"data as their constant")
     lowering = Lowering(graph, [n for n in node.inputs if n], node.outputs, quant)
     try:
         ops = lowering.lower(node)
@@ -78,7 +79,10 @@ def node_reason(backend: Backend, graph: GraphView, node: NodeView,
     except (KeyError, TypeError, ValueError, IndexError) as exc:  # malformed attributes and the like
         return f"{node.op_type} {node.name}: cannot be lowered to QNN ({type(exc).__name__}: {exc})"
     for op in ops:
-        code, message, detail = backend.validate(op)
+        try:
+            code, message, detail = backend.validate(op)
+        except (KeyError, TypeError, ValueError) as exc:  # a tensor or param QNN cannot express
+            return f"{node.op_type} {node.name}: QNN {op.type_name} cannot be expressed ({type(exc).__name__}: {exc})"
         if code:
             tail = f": {detail}" if detail else ""
             return (f"{node.op_type} {node.name}: QNN {op.type_name} refused by backendValidateOpConfig, "

@@ -33,6 +33,7 @@ class GroupKernel:
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.context = Context(backend, name, context_configs, graph_configs)
+        self.ops: list[OpSpec] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -41,6 +42,7 @@ class GroupKernel:
               graph_configs: Sequence[Any] = (), label: str = "") -> GroupKernel:
         kernel = cls(backend, name, inputs, outputs, context_configs, graph_configs, label)
         kernel.context.build(ops)
+        kernel.ops = list(ops)  # what the graph was built from (tests and diagnostics read it)
         return kernel
 
     @classmethod

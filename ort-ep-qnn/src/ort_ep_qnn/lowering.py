@@ -3,10 +3,11 @@
 Layout: QNN's spatial ops (Conv2d, pools, Resize) are channel-last. Each ONNX tensor keeps its
 ONNX (NCHW) layout in the QNN graph, and a spatial op is lowered as Transpose(NCHW->NHWC),
 the op, Transpose(NHWC->NCHW); convolution weights are transposed to QNN's HWIO when lowered.
-The backend's graph optimizer folds such transpose pairs between neighbouring spatial ops.
+Transpose pairs between neighbouring spatial ops are left to the backend's graph optimizer.
 
-Static shapes only: a QNN graph has fixed dimensions, so a node whose tensors are not all of
-known shape is declined (``Unsupported``), as is anything QNN cannot express, before the
+Static shapes: a QNN graph has fixed dimensions, so a node whose tensors are not all of
+known shape (symbolic dimensions set to 1 first) is declined (``Unsupported``), as is anything
+QNN cannot express, before the
 backend is asked (``backendValidateOpConfig``) about the rest.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from ort_core import GraphView, NodeView
 
-from .runtime import OpSpec, TensorSpec
+from .runtime import NUMPY_TO_QNN, OpSpec, TensorSpec
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -43,13 +44,34 @@ class Lowering:
         self.ops: list[OpSpec] = []
         self._count = 0
         self._node: NodeView | None = None
+        # QDQ units: node index -> {float value: quantized value} for an op folded with the
+        # DequantizeLinear nodes before it and the QuantizeLinear after it (see fold_units)
+        self.units: dict[int, dict[str, str]] = {}
+        self._alias: dict[str, str] = {}
+
+    def resolve(self, name: str) -> str:
+        """The value the current node really reads: the quantized one in a folded QDQ unit."""
+        return self._alias.get(name, name)
+
+    def qparams(self, name: str) -> tuple[float, int, np.dtype] | None:
+        return self.quant.get(self.resolve(name))
 
     # ------------------------------------------------------------------ values
     def const(self, name: str) -> np.ndarray | None:
+        """The value's data when it is a constant: an initializer, a Constant's output, or a
+        DequantizeLinear of a constant (a QDQ model's weights, dequantized here)."""
         if not name:
             return None
+        name = self.resolve(name)
         value = self.graph.value(name)
-        return value.const_value if value.is_initializer or value.const_value is not None else None
+        if value.is_initializer or value.const_value is not None:
+            return value.const_value
+        producer = self.graph.producer.get(name)
+        if producer is not None:
+            node = self.graph.nodes[producer]
+            if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+                return dequantized_constant(self.graph, node)
+        return None
 
     def shape(self, name: str) -> tuple[int, ...]:
         value = self.graph.value(name)
@@ -69,6 +91,7 @@ class Lowering:
         return np.dtype(dtype)
 
     def tensor(self, name: str) -> TensorSpec:
+        name = self.resolve(name)
         spec = self.tensors.get(name)
         if spec is not None:
             return spec
@@ -79,8 +102,8 @@ class Lowering:
                 if data.size and (data.min() < -(2**31) or data.max() >= 2**31):
                     raise Unsupported(f"int64 constant {name!r} does not fit in int32")
                 data = data.astype(np.int32)
-            elif data.dtype == np.float64:
-                raise Unsupported(f"float64 constant {name!r}: the HTP backend has no float64")
+            elif data.dtype not in NUMPY_TO_QNN:
+                raise Unsupported(f"{data.dtype} constant {name!r}: the HTP backend has no such type")
             if data.ndim == 0:
                 data = data.reshape(1)  # a [1] tensor broadcasts as the scalar does
             spec = TensorSpec(name, data.dtype, tuple(data.shape), "static", data)
@@ -90,6 +113,8 @@ class Lowering:
                 raise Unsupported(f"int64 tensor {name!r}: the HTP backend has no int64")
             if q is not None:
                 dtype = q[2]
+            elif dtype not in NUMPY_TO_QNN:
+                raise Unsupported(f"{dtype} tensor {name!r}: QNN has no such type")
             kind = "in" if name in self.inputs else "out" if name in self.outputs else "native"
             spec = TensorSpec(name, dtype, self.shape(name), kind)
         if q is not None:
@@ -142,8 +167,24 @@ class Lowering:
             raise Unsupported(f"{node.qualified_op}: no QNN lowering")
         start = len(self.ops)
         self._node = node
-        fn(self, node)
+        self._alias = self.units.get(node.index, {})
+        try:
+            fn(self, node)
+        finally:
+            self._alias = {}
         return self.ops[start:]
+
+    def folded_away(self, node: NodeView) -> bool:
+        """A QuantizeLinear/DequantizeLinear whose work a folded unit does: it becomes no op.
+        A DequantizeLinear every reader of which is folded; a QuantizeLinear whose producer is."""
+        if node.op_type == "DequantizeLinear":
+            readers = self.graph.consumers.get(node.outputs[0], [])
+            return bool(readers) and node.outputs[0] not in self.outputs and all(
+                self.units.get(r, {}).get(node.outputs[0]) == node.inputs[0] for r in readers)
+        if node.op_type == "QuantizeLinear":
+            producer = self.graph.producer.get(node.inputs[0])
+            return producer is not None and self.units.get(producer, {}).get(node.inputs[0]) == node.outputs[0]
+        return False
 
     # ------------------------------------------------------------------ helpers
     def transpose(self, x: TensorSpec, perm: Sequence[int], out: TensorSpec | None = None) -> TensorSpec:
@@ -162,6 +203,114 @@ class Lowering:
         yt = self.temp(y, [y.dims[p] for p in NCHW_TO_NHWC])
         self.op(type_name, [xt, *extra_inputs], [yt], **params)
         self.transpose(yt, NHWC_TO_NCHW, y)
+
+
+#: float ops a QDQ unit (DequantizeLinear inputs -> op -> QuantizeLinear) may fold into one QNN
+#: op on quantized tensors
+FOLDABLE = {"Conv", "Gemm", "MatMul", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
+            "Concat", "Reshape", "Flatten", "Transpose", "Relu", "Sigmoid", "Softmax", "Resize"}
+
+
+def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[float, int, np.dtype]],
+               inputs: Sequence[str], outputs: Sequence[str], validate: Callable[[OpSpec], int]) -> dict[int, dict[str, str]]:
+    """The QDQ units of ``group`` that become one QNN op on quantized tensors: an op of
+    FOLDABLE whose float inputs are all DequantizeLinear outputs (in the group, or of a
+    constant) with per-tensor encodings, and whose only reader is one QuantizeLinear in the
+    group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
+    it becomes; the others stay float ops between QNN Quantize/Dequantize."""
+    members = set(group)
+    units: dict[int, dict[str, str]] = {}
+    for i in group:
+        node = graph.nodes[i]
+        if node.op_type not in FOLDABLE or node.domain not in ("", "ai.onnx"):
+            continue
+        alias: dict[str, str] = {}
+        ok = True
+        for name in node.inputs:
+            if not name:
+                continue
+            value = graph.value(name)
+            if value.dtype is not None and value.dtype.kind != "f":
+                continue  # e.g. Reshape's shape: not quantized
+            p = graph.producer.get(name)
+            dq = graph.nodes[p] if p is not None else None
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.inputs[0] not in quant:
+                ok = False
+                break
+            if p not in members and graph.value(dq.inputs[0]).const_value is None:
+                ok = False
+                break
+            alias[name] = dq.inputs[0]
+        out = node.outputs[0]
+        readers = graph.consumers.get(out, [])
+        if not ok or len(node.outputs) != 1 or out in graph.outputs or len(readers) != 1:
+            continue
+        q = graph.nodes[readers[0]]
+        if q.op_type != "QuantizeLinear" or readers[0] not in members or q.outputs[0] not in quant:
+            continue
+        alias[out] = q.outputs[0]
+        trial = Lowering(graph, inputs, outputs, quant)
+        trial.units = {i: alias}
+        try:
+            ops = trial.lower(node)
+        except Unsupported:
+            continue
+        if all(validate(op) == 0 for op in ops):
+            units[i] = alias
+    return units
+
+
+def dequantized_constant(graph: GraphView, node: NodeView) -> np.ndarray | None:
+    """DequantizeLinear(x) for constant x, scale and zero point (any axis), else None."""
+    arrays = []
+    for k in range(3):
+        name = node.inputs[k] if len(node.inputs) > k else ""
+        data = graph.value(name).const_value if name else None
+        if name and data is None:
+            return None
+        arrays.append(data)
+    x, scale, zp = arrays
+    zp = np.zeros_like(scale, dtype=np.int64) if zp is None else zp.astype(np.int64)
+    if scale.ndim == 1 and x.ndim > 1:  # per-axis
+        shape = [1] * x.ndim
+        shape[int(node.attr("axis", 1))] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return ((x.astype(np.int64) - zp) * scale.astype(np.float64)).astype(np.float32)
+
+
+def to_float16(ops: list[OpSpec]) -> list[OpSpec]:
+    """``ops`` computing in float16: float32 tensors inside the graph and constants become
+    float16, and each float32 graph input/output gets a QNN Cast from/to its float16 twin.
+
+    (HTP's graph precision config, which onnxruntime sets for enable_htp_fp16_precision,
+    changes nothing on the simulator: outputs stay bit-identical to float32's, measured.)"""
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    twins: dict[str, TensorSpec] = {}
+    head: list[OpSpec] = []
+    tail: list[OpSpec] = []
+
+    def twin(spec: TensorSpec) -> TensorSpec:
+        t = twins.get(spec.name)
+        if t is None:
+            t = twins[spec.name] = TensorSpec(f"{spec.name}__fp16", f16, spec.dims)
+            if spec.kind == "in":
+                head.append(OpSpec(f"{spec.name}__to_fp16", "Cast", [spec], [t]))
+            else:
+                tail.append(OpSpec(f"{spec.name}__to_fp32", "Cast", [t], [spec]))
+        return t
+
+    for op in ops:
+        for specs in (op.inputs, op.outputs):
+            for k, spec in enumerate(specs):
+                if spec.dtype != f32 or spec.quant is not None:
+                    continue
+                if spec.kind in ("in", "out"):
+                    specs[k] = twin(spec)
+                else:
+                    spec.dtype = f16
+                    if spec.data is not None:
+                        spec.data = spec.data.astype(f16)
+    return head + ops + tail
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -204,7 +353,7 @@ def _conv(L: Lowering, node: NodeView) -> None:
     strides = list(node.attr("strides", [1, 1]))
     dilations = list(node.attr("dilations", [1, 1]))
     pads = _pads_2d(node, x.dims[2:], (kh, kw), strides, dilations)
-    wq = L.quant.get(node.inputs[1])
+    wq = L.qparams(node.inputs[1])
     depthwise = group > 1 and cin_g == 1 and group == x.dims[1]
     # QNN's weights: HWIO [kh, kw, cin/group, cout]; depthwise: [kh, kw, 1, cin * multiplier]
     weights = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
@@ -218,7 +367,7 @@ def _conv(L: Lowering, node: NodeView) -> None:
         bias = np.zeros(cout, np.float32 if wq is None else np.int32)
         b = L.static(f"{node.name}.bias", bias)
         if wq is not None:
-            xq = L.quant.get(node.inputs[0])
+            xq = L.qparams(node.inputs[0])
             b.quant = (wq[0] * (xq[0] if xq else 1.0), 0)
             b.dtype = np.dtype(np.int32)
         extra.append(b)
@@ -540,10 +689,14 @@ def _batchnorm(L: Lowering, node: NodeView) -> None:
 
 
 def _quantize(L: Lowering, node: NodeView) -> None:
+    if L.folded_away(node):
+        return
     L.op("Quantize", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 
 def _dequantize(L: Lowering, node: NodeView) -> None:
+    if L.folded_away(node):
+        return
     L.op("Dequantize", [L.tensor(node.inputs[0])], [L.tensor(node.outputs[0])])
 
 

@@ -69,8 +69,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("htp_graph_finalization_optimization_mode", 0, "graph finalize optimization level 0-3 (higher: "
                "slower finalize, maybe faster graph); 0 leaves QNN's default",
                _int("htp_graph_finalization_optimization_mode", (0, 1, 2, 3))),
-    OptionSpec("enable_htp_fp16_precision", False, "run float32 graphs in float16 on HTP (QNN's graph precision "
-               "config); 0 runs them in float32", _flag("enable_htp_fp16_precision")),
+    OptionSpec("enable_htp_fp16_precision", False, "run float32 graphs in float16 on HTP: the QNN graph's tensors "
+               "and constants are float16, cast from/to float32 at its inputs and outputs; 0 runs them in float32 "
+               "(onnxruntime's default is 1)", _flag("enable_htp_fp16_precision")),
     OptionSpec("soc_model", 0, "Snapdragon SoC id (0: unknown); validated and recorded, the simulator is SM8350 (v68)",
                _int("soc_model")),
     OptionSpec("htp_arch", 0, "HTP architecture (0: the backend's); validated and recorded, the simulator is v68",
@@ -106,10 +107,6 @@ class Settings:
 
     def graph_configs(self) -> list[Any]:
         customs = []
-        if self.fp16:
-            c = Q.HtpGraphCustomConfig()
-            c.option, c.precision = Q.HTP_GRAPH_PRECISION, Q.PRECISION_FLOAT16
-            customs.append(c)
         if self.optimization:
             c = Q.HtpGraphCustomConfig()
             c.option = Q.HTP_GRAPH_OPTIMIZATION

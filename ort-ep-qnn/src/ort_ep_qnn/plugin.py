@@ -16,6 +16,7 @@ import onnx
 from ort_core import (
     Capability,
     Claim,
+    EpContextBlob,
     EpDevice,
     EpDevices,
     EPFail,
@@ -26,13 +27,14 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.epcontext import is_context_node, read_context
 from ort_core.graph.load import load_model
 
 from . import PROVIDER_NAME
 from . import _qnn as Q
 from .capability import groups, node_reason, quant_params, static_view
 from .kernel import GroupKernel, PerShapeKernel
-from .lowering import Lowering
+from .lowering import Lowering, fold_units, to_float16
 from .options import OPTIONS, Settings, resolve
 from .runtime import Backend
 from .version import __version__
@@ -48,9 +50,6 @@ SPEC = ProviderSpec(
     description="claimed subgraphs become QNN graphs on the HTP backend (on x86-64: its simulator), "
                 "through the QNN C API",
 )
-
-EPCONTEXT_OP = "EPContext"
-EPCONTEXT_DOMAIN = "com.microsoft"
 
 
 def simulated() -> bool:
@@ -87,8 +86,6 @@ def ort_session_start(ep: ProviderContext) -> None:
     if ep.name != PROVIDER_NAME:
         return
     options = ep.options
-    if options["device_id"] != 0:
-        raise EPFail(f"device_id {options['device_id']}: there is one HTP device here, device_id 0")
     if options["profiling_level"] != "off":
         raise EPFail(f"profiling_level {options['profiling_level']!r}: QNN profiling is not implemented by "
                      f"ort-ep-qnn; valid here: off")
@@ -113,11 +110,6 @@ def ort_session_end(ep: ProviderContext) -> None:
     ep.state.clear()
 
 
-def _is_own_context(node) -> bool:
-    return (node.op_type == EPCONTEXT_OP and node.domain == EPCONTEXT_DOMAIN
-            and _text(node.attr("source", "")) == PROVIDER_NAME)
-
-
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -134,8 +126,8 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     supported: set[int] = set()
     for i in sorted(candidates):
         node = graph.nodes[i]
-        if node.op_type == EPCONTEXT_OP and node.domain == EPCONTEXT_DOMAIN:
-            if _is_own_context(node):
+        if is_context_node(node):
+            if is_context_node(node, PROVIDER_NAME):  # a compiled group of ours: restored, not lowered
                 capability.claims.append(Claim((i,), fuse=False))
             else:
                 capability.declined[i] = f"EPContext {node.name}: made by {_text(node.attr('source', ''))!r}, not QNN"
@@ -204,7 +196,7 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     settings: Settings = ep.state["settings"]
     backend: Backend = ep.state["backend"]
     first = request.nodes[0]
-    if _is_own_context(first):
+    if is_context_node(first, PROVIDER_NAME):
         return _context_kernel(ep, request, backend, settings)
     label = first.name if len(request.nodes) == 1 else f"{first.name} (+{len(request.nodes) - 1})"
     name = f"ort_qnn_{len(ep.state['kernels'])}"
@@ -233,12 +225,17 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
 
 def _build_group(backend: Backend, settings: Settings, graph: GraphView, nodes, inputs, outputs, name: str,
                  label: str) -> GroupKernel:
-    lowering = Lowering(graph, inputs, outputs, quant_params(graph))
+    quant = quant_params(graph)
+    lowering = Lowering(graph, inputs, outputs, quant)
+    if quant:
+        lowering.units = fold_units(graph, [n.index for n in nodes], quant, inputs, outputs,
+                                    lambda op: backend.validate(op)[0])
     for node in nodes:
         lowering.lower(node)
     specs_in = [None if lowering.const(n) is not None else lowering.tensor(n) for n in inputs]
     specs_out = [lowering.tensor(n) for n in outputs]
-    return GroupKernel.build(backend, name, lowering.ops, specs_in, specs_out, settings.context_configs(),
+    ops = to_float16(lowering.ops) if settings.fp16 else lowering.ops
+    return GroupKernel.build(backend, name, ops, specs_in, specs_out, settings.context_configs(),
                              settings.graph_configs(), label)
 
 
@@ -283,13 +280,7 @@ def _per_shape_kernel(backend: Backend, settings: Settings, request: KernelReque
 
 
 def _kernel(group: GroupKernel, note: str) -> Kernel:
-    fields = getattr(Kernel, "__dataclass_fields__", {})
-    if "export_context" not in fields:  # ort-core without the EPContext contract (1.2)
-        return Kernel(run=group, note=note)
-
-    def export():
-        from ort_core.types import EpContextBlob
-
+    def export() -> EpContextBlob:
         return EpContextBlob(group.binary(), sdk_version=group.context.lib.build_id,
                              hardware_architecture="htp-v68" if simulated() else "htp", notes=group.describe())
 
@@ -297,14 +288,16 @@ def _kernel(group: GroupKernel, note: str) -> Kernel:
 
 
 def _context_kernel(ep: ProviderContext, request: KernelRequest, backend: Backend, settings: Settings) -> Kernel:
-    from ort_core.epcontext import read_context
-
-    node = request.nodes[0]
-    where = _text(node.attr("ep_cache_context", b"")) if int(node.attr("embed_mode", 1)) == 0 else f"node {node.name}"
+    node = request.node
+    partition = _text(node.attr("partition_name", node.name))
+    if int(node.attr("embed_mode", 1)) == 0:
+        where = f"{_text(node.attr('ep_cache_context', b''))} (partition {partition})"
+    else:
+        where = f"embedded in node {node.name} (partition {partition})"
     binary = read_context(request)
     kernel = load_context_binary(backend, binary, _text(node.attr("notes", "")), where, settings)
     ep.state["kernels"].append(kernel)
-    return Kernel(run=kernel, note=f"QNN context binary ({where})")
+    return Kernel(run=kernel, note=f"QNN context binary, {where}")
 
 
 def load_context_binary(backend: Backend, binary: bytes, notes: str, where: str, settings: Settings) -> GroupKernel:

@@ -75,7 +75,7 @@ NUMPY_TO_QNN = {
     np.dtype(np.float32): Q.DT_FLOAT_32, np.dtype(np.float16): Q.DT_FLOAT_16,
     np.dtype(np.int32): Q.DT_INT_32, np.dtype(np.int64): Q.DT_INT_64, np.dtype(np.uint32): Q.DT_UINT_32,
     np.dtype(np.int8): Q.DT_INT_8, np.dtype(np.uint8): Q.DT_UINT_8, np.dtype(np.int16): Q.DT_INT_16,
-    np.dtype(np.uint16): Q.DT_UINT_16, np.dtype(np.bool_): Q.DT_BOOL_8,
+    np.dtype(np.uint16): Q.DT_UINT_16, np.dtype(np.bool_): Q.DT_BOOL_8, np.dtype(np.uint64): Q.DT_UINT_64,
 }
 QUANTIZED = {np.dtype(np.uint8): Q.DT_UFIXED_8, np.dtype(np.uint16): Q.DT_UFIXED_16,
              np.dtype(np.int8): Q.DT_SFIXED_8, np.dtype(np.int16): Q.DT_SFIXED_16,
