@@ -105,3 +105,8 @@ def test_bad_arguments_are_named(providers: None, tmp_path: Any) -> None:
     with pytest.raises(ort_core.InvalidArgument, match="level 'FAST'; valid: ORT_DISABLE_ALL"):
         cmp.compare(_pooler_model(), [["CPUExecutionProvider"]], level="FAST")
     assert cmp.parse_runners("A,B+C") == [["A"], ["B", "C"]]
+    with pytest.raises(ort_core.NoSuchFile, match="missing.onnx"):
+        cmp.compare(str(tmp_path / "missing.onnx"), [["CPUExecutionProvider"]])
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(ort_core.InvalidProtobuf, match="junk.onnx"):
+        cmp.compare(str(tmp_path / "junk.onnx"), [["CPUExecutionProvider"]])

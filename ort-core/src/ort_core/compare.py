@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from . import session as _session_module
-from .errors import InvalidArgument
+from .errors import InvalidArgument, InvalidProtobuf, NoSuchFile
 
 CPU = "CPUExecutionProvider"
 RTOL, ATOL = 1e-4, 1e-5
@@ -226,8 +226,7 @@ def compare(model: str | bytes | onnx.ModelProto, runners: Sequence[Sequence[str
     reference (see the module docstring)."""
     if level not in _session_module.GraphOptimizationLevel.__members__:
         raise InvalidArgument(f"level {level!r}; valid: {', '.join(_session_module.GraphOptimizationLevel.__members__)}")
-    proto = model if isinstance(model, onnx.ModelProto) else (
-        onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model))
+    proto = _load(model)
     label = model if isinstance(model, str) else proto.graph.name or "model"
     data = proto.SerializeToString()
     feeds = make_feeds(proto, inputs or {})
@@ -257,6 +256,18 @@ def compare(model: str | bytes | onnx.ModelProto, runners: Sequence[Sequence[str
             except Exception as exc:
                 result.divergence_note = f"first divergence not found: {type(exc).__name__}: {exc}"
     return Comparison(label, level, reference, results[start:])
+
+
+def _load(model: str | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, str) and not os.path.isfile(model):
+        raise NoSuchFile(f"model file {model!r} does not exist")
+    try:
+        return onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+    except Exception as exc:
+        where = "the model bytes" if isinstance(model, bytes) else repr(model)
+        raise InvalidProtobuf(f"{where} is not an ONNX model: {exc}") from exc
 
 
 def parse_inputs(items: Sequence[str]) -> dict[str, np.ndarray]:
