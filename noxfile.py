@@ -24,7 +24,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-qnn": ["ort-core", "ort-ep-cpu"],
 }
 
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity"]
 nox.options.sessions = DEFAULT
 
 
@@ -101,6 +101,24 @@ def template(session: nox.Session) -> None:
     session.run("ort-core", "new-provider", "Demo", "--dir", tmp)
     session.install(f"{tmp}/ort-ep-demo[test]")
     session.run("pytest", f"{tmp}/ort-ep-demo/tests", "-q", "--ort-scorecard", f"{tmp}/scorecard-demo.json")
+
+
+@nox.session
+def parity(session: nox.Session) -> None:
+    """The parity matrix (ort_core/testing/parity.py): every provider installed here x every
+    optimization level x the model zoo, against onnxruntime's CPU provider. Installs every
+    provider package of the repository that installs here (the CPU provider with numba and
+    oneDNN, as users get it fastest), so a new provider joins by being in PACKAGES.
+    `nox -s parity -- --json matrix.json` writes the matrix as JSON too."""
+    _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
+    for provider in [*(p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")), "examples/ort-ep-numexpr"]:
+        try:
+            session.install(f"./{provider}")
+        except nox.command.CommandFailed:
+            session.log(f"{provider} does not install here; the matrix runs without it")
+    session.install("onnxruntime", "onnx")
+    session.run("ort-core", "providers")
+    session.run("python", "-m", "ort_core.testing.parity", *session.posargs)
 
 
 @nox.session

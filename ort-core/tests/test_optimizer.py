@@ -511,6 +511,7 @@ def test_fused_op_admits():
     assert not op.admits("com.microsoft", "FusedGemm", {})  # a restricted attribute must be there
     assert not op.admits("", "FusedGemm", {"activation": "Relu"})
     assert str(op) == "com.microsoft::FusedGemm (activation in ['Relu', 'LeakyRelu'])"
+    assert hash(op) == hash(ort_core.FusedOp("FusedGemm", attributes={"activation": ("Relu", "LeakyRelu")}))
 
 
 def test_gemm_is_not_fused_with_clip():

@@ -276,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true")
             p.add_argument("--html", metavar="OUT.html", help="write a picture of the placement (needs Graphviz)")
 
+    p = sub.add_parser("compare", help="one model on several provider lists against onnxruntime; names the first diverging node")
+    p.add_argument("model")
+    p.add_argument("--providers", required=True, help="runners, comma-separated; A+B for a list of several")
+    p.add_argument("--level", default="ORT_ENABLE_ALL", help="GraphOptimizationLevel name (default ORT_ENABLE_ALL)")
+    p.add_argument("--inputs", action="append", default=[], help="NAME=FILE.npy (others: seeded random)")
+    p.set_defaults(func=_compare)
+
     p = sub.add_parser("new-provider", help="create a provider package that passes the conformance kit")
     p.add_argument("name", help="provider name: Foo or FooExecutionProvider")
     p.add_argument("--dir", default=".", help="folder to create the package in (default: here)")
@@ -283,6 +290,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vendor", help="vendor shown in the ProviderSpec")
     p.set_defaults(func=_new_provider)
     return parser
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from . import compare
+
+    result = compare.compare(args.model, compare.parse_runners(args.providers), args.level,
+                             compare.parse_inputs(args.inputs))
+    print(result.report())
+    return 0 if result.ok else 1
 
 
 def _new_provider(args: argparse.Namespace) -> int:

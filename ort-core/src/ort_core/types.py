@@ -68,6 +68,9 @@ class FusedOp:
             return False
         return all(name in attributes and attributes[name] in values for name, values in self.attributes.items())
 
+    def __hash__(self) -> int:  # the attributes are a dict: hash their items
+        return hash((self.op_type, self.domain, tuple(sorted((k, tuple(v)) for k, v in self.attributes.items()))))
+
     def __str__(self) -> str:
         where = ", ".join(f"{k} in {list(v)}" for k, v in self.attributes.items())
         return f"{self.domain or 'ai.onnx'}::{self.op_type}" + (f" ({where})" if where else "")

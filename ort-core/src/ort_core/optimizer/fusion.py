@@ -2,9 +2,10 @@
 (domain ``com.microsoft``), so that an optimized model written by ``optimized_model_filepath``
 also loads in onnxruntime.
 
-A fused op runs only if a provider has a kernel for it, and core knows no provider: every fusion
-asks ``supports(node)`` (see ``gate.py``) before it rewrites; a fusion whose op the session's
-provider does not claim is not applied.
+A fused op runs only if a provider computes it, and core knows no provider: every fusion asks
+``supports(node)`` (see ``gate.py``) before it rewrites; a fusion whose op (with those
+attributes) the session's first provider does not declare in ``ProviderSpec.fused_ops`` and
+claim is not applied.
 
     FusedConv   Conv + Relu/Tanh/Sigmoid/LeakyRelu/Clip/HardSigmoid (attribute ``activation``)
     FusedGemm   Gemm + the same activations but Clip (onnxruntime's FusedGemm has none)
