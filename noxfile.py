@@ -111,7 +111,10 @@ def parity(session: nox.Session) -> None:
     oneDNN, as users get it fastest), so a new provider joins by being in PACKAGES.
     `nox -s parity -- --json matrix.json` writes the matrix as JSON too."""
     _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
-    for provider in [*(p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")), "examples/ort-ep-numexpr"]:
+    # ort-ray is not a provider; QNN joins with its simulator ([htp]: the onnxruntime-qnn wheel)
+    providers = [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu", "ort-ray")]
+    for provider in [*providers, "examples/ort-ep-numexpr"]:
+        provider = "ort-ep-qnn[htp]" if provider == "ort-ep-qnn" else provider
         try:
             session.install(f"./{provider}")
         except nox.command.CommandFailed:

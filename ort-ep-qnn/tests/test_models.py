@@ -10,9 +10,9 @@ from ort_core.testing import models
 
 pytestmark = needs_qnn
 
-# float32 on the HTP simulator: MLP and CNN agree to float32 rounding; the encoder's
-# LayerNormalization is computed less exactly by HTP (~1e-3 relative, measured)
-FP32 = {"mlp": 1e-5, "cnn": 1e-5, "transformer": 5e-3}
+# float32 on the HTP simulator agrees to float32 rounding: the encoder's LayerNormalization,
+# which HTP computes less exactly (~1e-3 relative, measured), is left to the CPU in float32
+FP32 = {"mlp": 1e-5, "cnn": 1e-5, "transformer": 1e-5}
 # enable_htp_fp16_precision: float16 arithmetic (10-bit mantissa), accumulated over the layers
 FP16 = {"mlp": 2e-2, "cnn": 2e-2, "transformer": 5e-2}
 
@@ -38,13 +38,14 @@ def test_every_node_of_mlp_and_cnn_runs_on_qnn_in_one_graph(name):
 def test_encoder_placement_names_why_each_cpu_node_is_not_on_qnn():
     placement = _session("transformer", 2, False).get_placement()
     off = [p for p in placement.nodes if p.provider != QNN]
-    assert {p.op_type for p in off} == {"Gather", "Unsqueeze", "Cast", "Erf"}
+    assert {p.op_type for p in off} == {"Gather", "Unsqueeze", "Cast", "Erf", "LayerNormalization"}
     for p in off:
         reason = p.declined[QNN]
         assert p.name in reason
-        expected = {"Gather": "fails graphFinalize", "Erf": "no QNN lowering"}.get(p.op_type, "int64")
+        expected = {"Gather": "fails graphFinalize", "Erf": "no QNN lowering",
+                    "LayerNormalization": "not float32-exact"}.get(p.op_type, "int64")
         assert expected in reason, reason
-    assert placement.counts()[QNN] >= len(placement.nodes) - 5
+    assert placement.counts()[QNN] >= len(placement.nodes) - 10
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
@@ -54,7 +55,9 @@ def test_generated_models_match_onnxruntime(name, fp16):
     feeds = models.random_inputs(model, batch=2, seed=3)
     sess = _session(name, 2, fp16)
     placement = sess.get_placement()
-    assert placement.counts()[QNN] == len(placement.nodes) - (5 if name == "transformer" else 0)
+    # the encoder: 5 int64/Erf nodes, and in float32 its 5 LayerNormalizations, on the CPU
+    off = 0 if name != "transformer" else 5 if fp16 else 10
+    assert placement.counts()[QNN] == len(placement.nodes) - off
     actual = sess.run(None, feeds)
     expected = reference(model, feeds)
     assert [a.shape for a in actual] == [e.shape for e in expected]

@@ -87,11 +87,13 @@ CASES = {
 }
 # opset 20 for Gelu
 OPSETS = {"reducemean": 18}
-# float32 on HTP is full float32 except where noted (measured on the simulator)
-TOLERANCES = {"layernorm": (1e-2, 5e-3)}
+# float32 on HTP is full float32 (measured on the simulator); LayerNormalization is not, and is
+# declined in float32 graphs (test below)
+TOLERANCES: dict[str, tuple[float, float]] = {}
+INEXACT_IN_FLOAT32 = {"layernorm"}
 
 
-@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("__")))
+@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("__") and c not in INEXACT_IN_FLOAT32))
 def test_op_matches_onnxruntime(case):
     op, inputs, outputs, attrs = CASES[case]
     model, feeds = one_node_model(op, inputs, outputs, opset=OPSETS.get(case, 17), **attrs)
@@ -117,3 +119,18 @@ def test_ops_the_simulator_cannot_finalize_are_declined_with_the_reason(op, attr
     assert node.provider == "CPUExecutionProvider"
     assert "fails graphFinalize" in node.declined[QNN] and op in node.declined[QNN]
     np.testing.assert_allclose(sess.run(None, feeds)[0], reference(model, feeds)[0], rtol=1e-6)
+
+
+def test_layernorm_left_to_the_cpu_in_float32_and_taken_in_float16():
+    # HTP's LayerNorm is ~1e-3 off in a float32 graph (measured), where float32 is ~1e-7: a
+    # float32 graph must give float32 answers, so QNN declines it unless float16 was asked for
+    op, inputs, outputs, attrs = CASES["layernorm"]
+    model, feeds = one_node_model(op, inputs, outputs, opset=17, **attrs)
+    sess = session(model)
+    node = sess.get_placement().nodes[0]
+    assert node.provider == "CPUExecutionProvider"
+    assert "not float32-exact" in node.declined[QNN] and "enable_htp_fp16_precision=1" in node.declined[QNN]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], reference(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    fp16 = session(model, {"enable_htp_fp16_precision": "1"})
+    assert fp16.get_placement().counts() == {QNN: 1}
+    np.testing.assert_allclose(fp16.run(None, feeds)[0], reference(model, feeds)[0], rtol=2e-2, atol=2e-2)
