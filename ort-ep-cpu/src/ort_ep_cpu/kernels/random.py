@@ -14,6 +14,7 @@ import zlib
 
 import numpy as np
 import onnx
+
 from ort_core.seed import default_seed
 
 from ..registry import kernel
