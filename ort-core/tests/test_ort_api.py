@@ -34,6 +34,22 @@ def ort(request):
     return ort_core
 
 
+def require(ort, *names: str) -> None:
+    """Skip on an onnxruntime too old for the feature (the device API came with 1.22+)."""
+    missing = [n for n in names if not _has(ort, n)]
+    if missing:
+        pytest.skip(f"{ort.__name__} {getattr(ort, '__version__', '')} has no {', '.join(missing)}")
+
+
+def _has(ort, dotted: str) -> bool:
+    obj = ort
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
 @pytest.fixture
 def ort_core_only(ort_nodes):
     import ort_core
@@ -87,6 +103,7 @@ def test_typo_of_an_installed_provider_is_an_error_naming_it(ort_core_only):
 
 # ------------------------------------------------------------------ devices
 def test_get_ep_devices_has_onnxruntimes_shape(ort):
+    require(ort, "get_ep_devices", "OrtHardwareDeviceType", "OrtDeviceMemoryType")
     devices = ort.get_ep_devices()
     assert devices and any(d.ep_name == CPU for d in devices)
     for d in devices:
@@ -104,6 +121,7 @@ def test_get_ep_devices_has_onnxruntimes_shape(ort):
 
 # ------------------------------------------------------------------ the small surface
 def test_set_providers_rebuilds_the_session(ort):
+    require(ort, "InferenceSession.set_providers")
     sess = ort.InferenceSession(_bytes(chain_model()), providers=[CPU])
     sess.set_providers([CPU])
     assert sess.get_providers() == [CPU]
@@ -121,15 +139,18 @@ def test_fallback_switches(ort):
 
 
 def test_get_build_info(ort):
+    require(ort, "get_build_info")
     info = ort.get_build_info()
     assert isinstance(info, str) and info
 
 
 def test_set_seed_accepts_an_int(ort):
+    require(ort, "set_seed")
     ort.set_seed(1234)
 
 
 def test_provider_graph_assignment_info(ort):
+    require(ort, "InferenceSession.get_provider_graph_assignment_info")
     so = ort.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     sess = ort.InferenceSession(_bytes(chain_model()), so, providers=[CPU])
@@ -142,6 +163,7 @@ def test_provider_graph_assignment_info(ort):
 
 
 def test_assignment_info_needs_the_config_entry(ort):
+    require(ort, "InferenceSession.get_provider_graph_assignment_info")
     sess = ort.InferenceSession(_bytes(chain_model()), providers=[CPU])
     with pytest.raises(Exception, match="record_ep_graph_assignment_info"):
         sess.get_provider_graph_assignment_info()
@@ -149,6 +171,7 @@ def test_assignment_info_needs_the_config_entry(ort):
 
 # ------------------------------------------------------------------ DLPack
 def test_ortvalue_dlpack_round_trip_without_copy(ort):
+    require(ort, "OrtValue.from_dlpack", "OrtValue.__dlpack__")
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     value = ort.OrtValue.ortvalue_from_numpy(x)
     assert value.__dlpack_device__() == (1, 0)  # kDLCPU, device 0
@@ -171,6 +194,7 @@ def test_ortvalue_from_dlpack_shares_host_memory(ort_core_only):
 
 # ------------------------------------------------------------------ providers by device
 def test_add_provider_and_policy_run(ort):
+    require(ort, "SessionOptions.add_provider", "OrtExecutionProviderDevicePolicy")
     so = ort.SessionOptions()
     so.add_provider(CPU, {})
     sess = ort.InferenceSession(_bytes(chain_model()), so)
@@ -185,6 +209,7 @@ def test_add_provider_and_policy_run(ort):
 
 
 def test_add_provider_for_devices(ort):
+    require(ort, "SessionOptions.add_provider_for_devices", "get_ep_devices")
     cpu = [d for d in ort.get_ep_devices() if d.ep_name == CPU]
     so = ort.SessionOptions()
     so.add_provider_for_devices(cpu, {})
@@ -194,6 +219,7 @@ def test_add_provider_for_devices(ort):
 
 
 def test_selection_policy_delegate(ort):
+    require(ort, "SessionOptions.set_provider_selection_policy_delegate")
     calls = []
 
     def delegate(ep_devices, model_metadata, runtime_metadata, max_selections):

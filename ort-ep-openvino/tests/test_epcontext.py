@@ -97,3 +97,48 @@ def test_per_shape_groups_stay_as_nodes(cnn_file, tmp_path):
     so = _options(**{"ep.context_enable": "1", "ep.context_file_path": str(out)})
     ort.InferenceSession(str(cnn_file), so, providers=[(OV, {"disable_dynamic_shapes": "true"}), CPU])
     assert not [n for n in onnx.load(out).graph.node if n.op_type == "EPContext"]
+
+
+def _if_model():
+    """y = If(c) then Relu(x + w) * w else Sigmoid(x - w) * w: the branches are the groups."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 4, dtype=np.float32), "w")
+    vi = helper.make_tensor_value_info
+
+    def branch(name, first, act):
+        nodes = [helper.make_node(first, ["x", "w"], [f"{name}_a"]), helper.make_node(act, [f"{name}_a"], [f"{name}_b"]),
+                 helper.make_node("Mul", [f"{name}_b", "w"], [f"{name}_y"])]
+        return helper.make_graph(nodes, name, [], [vi(f"{name}_y", TensorProto.FLOAT, [2, 4])])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "Add", "Relu"),
+                            else_branch=branch("else", "Sub", "Sigmoid"))
+    graph = helper.make_graph([node], "g", [vi("x", TensorProto.FLOAT, [2, 4]), vi("c", TensorProto.BOOL, [])],
+                              [vi("y", TensorProto.FLOAT, [2, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_groups_inside_control_flow_bodies_are_exported(tmp_path):
+    from ort_core.testing.plugins import OpVeto
+
+    model = _if_model()
+    path = tmp_path / "if.onnx"
+    onnx.save(model, path)
+    # the If itself on the CPU provider (as silero-vad's are), its branches on OpenVINO
+    with OpVeto(OV, ops=["If"], reason="If on the CPU provider in this test").installed():
+        cold, out = _cold(path, tmp_path)
+    assert [p.provider for p in cold.get_placement().nodes if p.graph == ""] == [CPU]
+    saved = onnx.load(out)
+    (if_node,) = saved.graph.node
+    for attr in if_node.attribute:
+        assert [n.op_type for n in attr.g.node] == ["EPContext"], attr.name
+    warm = ort.InferenceSession(str(out), providers=[OV, CPU])
+    kernels = ov_state(warm)["kernels"]
+    assert len(kernels) == 2 and all(type(k).__name__ == "ImportedKernel" for k in kernels)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        assert_parity(warm.run(None, feeds), reference(model.SerializeToString(), feeds))
+        np.testing.assert_allclose(warm.run(None, feeds)[0], cold.run(None, feeds)[0], rtol=1e-6)

@@ -155,21 +155,41 @@ def context_model(
     kernels: Sequence[Kernel],
     embed: bool,
     file_stem: str = "",
+    bodies: Mapping[int, tuple[GraphView, Assignment, Sequence[Kernel]]] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, bytes], int]:
     """The context model of a placed graph: (model, side files by name, groups exported).
 
     ``file_stem`` names the side files when ``embed`` is False (``<stem>_<provider>_<k>.bin``).
     Claims whose kernel has no ``export_context`` keep their nodes, in an order in which every
-    value is produced before it is read (the plan's claim order)."""
+    value is produced before it is read (the plan's claim order). ``bodies`` (``id`` of a
+    control-flow body's view -> its view, placement and kernels) lets groups inside bodies be
+    exported too, in the bodies of the nodes kept."""
+    proto = ir.serde.serialize_model(model)
+    files: dict[str, bytes] = {}
+    counter = [0]
+    _rewrite(proto.graph, graph, assignment, kernels, embed, file_stem, dict(bodies or {}), files, counter)
+    exported = counter[0]
+    if not any(o.domain == CONTEXT_DOMAIN for o in proto.opset_import) and exported:
+        proto.opset_import.append(onnx.helper.make_opsetid(CONTEXT_DOMAIN, 1))
+    return proto, files, exported
+
+
+def _rewrite(proto_graph: onnx.GraphProto, graph: GraphView, assignment: Assignment, kernels: Sequence[Kernel],
+             embed: bool, file_stem: str, bodies: dict, files: dict[str, bytes], counter: list[int]) -> None:
+    """Replace the exported groups of one graph (and, through kept nodes, of its bodies)."""
     from .plan import Plan, _claim_io  # local: plan imports nothing from here, but keep load order simple
 
-    proto = ir.serde.serialize_model(model)
-    nodes = list(proto.graph.node)
+    nodes = list(proto_graph.node)
     if len(nodes) != len(graph.nodes):
-        raise Fail(f"context model: the graph has {len(graph.nodes)} nodes but serialises to {len(nodes)}")
+        raise Fail(f"context model: graph {graph.path or 'main'} has {len(graph.nodes)} nodes but serialises "
+                   f"to {len(nodes)}")
+    for i, node in enumerate(nodes):  # bodies of every node: those of exported groups go away
+        for attr in node.attribute:
+            sub = graph.nodes[i].subgraphs.get(attr.name)
+            if attr.HasField("g") and sub is not None and id(sub) in bodies:
+                _, body_assignment, body_kernels = bodies[id(sub)]
+                _rewrite(attr.g, sub, body_assignment, body_kernels, embed, file_stem, bodies, files, counter)
     kept: list[onnx.NodeProto] = []
-    files: dict[str, bytes] = {}
-    exported = 0
     for c in Plan._claim_order(assignment):
         bp, claim = assignment.claims[c]
         kernel = kernels[c]
@@ -185,6 +205,7 @@ def context_model(
         if not isinstance(blob, EpContextBlob) or not isinstance(blob.data, (bytes, bytearray)):
             raise EPFail(f"{bp.name}: export_context of group {label} returned {type(blob).__name__}, not an EpContextBlob of bytes")
         inputs, outputs = _claim_io(graph, claim.nodes, claim.fuse)
+        exported = counter[0]
         partition = f"{bp.name}_{exported}"
         if embed:
             cache: bytes = bytes(blob.data)
@@ -198,13 +219,10 @@ def context_model(
             partition_name=partition, ep_sdk_version=blob.sdk_version,
             hardware_architecture=blob.hardware_architecture, notes=blob.notes,
         ))
-        exported += 1
-    del proto.graph.node[:]
-    proto.graph.node.extend(kept)
-    _drop_unused(proto.graph)
-    if not any(o.domain == CONTEXT_DOMAIN for o in proto.opset_import) and exported:
-        proto.opset_import.append(onnx.helper.make_opsetid(CONTEXT_DOMAIN, 1))
-    return proto, files, exported
+        counter[0] += 1
+    del proto_graph.node[:]
+    proto_graph.node.extend(kept)
+    _drop_unused(proto_graph)
 
 
 def _read_names(nodes: Sequence[onnx.NodeProto]) -> set[str]:

@@ -270,6 +270,7 @@ class _GraphCompiler:
         self.placements: list[NodePlacement] = []
         self.copies: list = []
         self.last: tuple[Any, list[Kernel]] | None = None  # the last graph compiled (the main one, last)
+        self.by_graph: dict[int, tuple[GraphView, Any, list[Kernel]]] = {}  # id(graph) -> its placement
 
     def compile(self, graph: GraphView, io_memory: str = HOST_MEMORY) -> Plan:
         excluded: dict[str, dict[int, str]] = {}
@@ -310,6 +311,7 @@ class _GraphCompiler:
         plan = Plan(graph, assignment, kernels, self.transfers, io_memory)
         self._record(graph, assignment, kernels)
         self.last = (assignment, kernels)
+        self.by_graph[id(graph)] = (graph, assignment, kernels)
         self.copies.extend(plan.copies)
         return plan
 
@@ -490,7 +492,8 @@ class InferenceSession:
     def _context_model(self, embed: bool, file_stem: str):
         """The EPContext model of this session's main graph (see ``ort_core.epcontext``)."""
         assignment, kernels = self._compiler.last
-        return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem)
+        return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem,
+                                       self._compiler.by_graph)
 
     @staticmethod
     def _set_log_level(severity: int) -> None:
