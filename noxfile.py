@@ -18,6 +18,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-cpu": ["ort-core"],
     "ort-ep-openvino": ["ort-core", "ort-ep-cpu"],
     "ort-ep-webgpu": ["ort-core", "ort-ep-cpu"],
+    "ort-ep-coreml": ["ort-core", "ort-ep-cpu"],
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]

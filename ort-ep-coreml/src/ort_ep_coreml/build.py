@@ -10,7 +10,7 @@ for every group the provider would claim in a model, on any OS, and writes:
 * ``<out>/<stem>_ctx_CoreMLExecutionProvider_<k>.bin``: each group's package, zipped (the blob);
 * ``<out>/<stem>_coreml/<k>/model.mlpackage``: the same packages unpacked, for Xcode.
 
-``ort-core coreml-build MODEL OUT [--dim batch=1] [--option KEY=VALUE]`` runs ``build_model``.
+``ort-core coreml-build MODEL OUT_DIR [--dim batch=1] [--option KEY=VALUE]`` runs ``build_model``.
 """
 
 from __future__ import annotations
@@ -182,20 +182,26 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ort-core coreml-build``: build and save a model's Core ML packages (any OS)."""
-    parser = argparse.ArgumentParser(prog="ort-core coreml-build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model")
-    parser.add_argument("out_dir")
-    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="fix a named input dim")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``ort-core coreml-build``."""
+    parser.description = "Build and save the Core ML packages of every group the Core ML provider claims in MODEL."
+    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("out_dir", help="where the context model and the packages are written")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                        help="fix a named input dim (free dims left become ranged shapes)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a provider option")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        dims = {k: int(v) for k, v in _pairs(args.dim, "--dim").items()}
+        dims = {}
+        for key, value in _pairs(args.dim, "--dim").items():
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ValueError(f"--dim {key}={value}: the size must be a whole number >= 1")
+            dims[key] = int(value)
         report = build_model(args.model, args.out_dir, _pairs(args.option, "--option"), dims)
     except (ValueError, ImportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
     return 0
-
