@@ -89,8 +89,9 @@ def evaluator_device(monkeypatch):
 
     The registry caches each provider's devices per process, so its cached Linux answer is
     dropped before and after (the test reaches into core's registry for that)."""
-    import ort_core
     from ort_ep_coreml import _ct, kernel
+
+    import ort_core
 
     registry = ort_core.registry()
     registry.providers()

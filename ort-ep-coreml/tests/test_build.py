@@ -12,13 +12,13 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
-from conftest import COREML, MilTestEvaluator, assert_close, reference
-
-from ort_core.testing import models
 from ort_ep_coreml.build import build_model
 from ort_ep_coreml.kernel import GroupKernel
 from ort_ep_coreml.options import complete, resolve
 from ort_ep_coreml.package import from_blob, load
+
+from conftest import COREML, MilTestEvaluator, assert_close, reference
+from ort_core.testing import models
 
 
 def _run_context_model(context_model, feeds):

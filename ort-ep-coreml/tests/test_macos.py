@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import COREML, assert_close, macos_only, reference, session
 
+from conftest import COREML, assert_close, macos_only, reference, session
 from ort_core.testing import models
 
 pytestmark = macos_only
@@ -36,8 +36,9 @@ def test_float16_io():
 
 def test_built_on_any_os_runs_here(tmp_path):
     """What the cross-build writes (here built on the Mac) loads as an EPContext model."""
-    import ort_core as ort
     from ort_ep_coreml.build import build_model
+
+    import ort_core as ort
 
     model = models.cnn()
     report = build_model(model, tmp_path, dims={"batch": 1})

@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import COREML, macos_only, session
-
-import ort_core as ort
-from ort_core.testing import models
 from ort_ep_coreml import _ct, plugin
 from ort_ep_coreml.options import OPTION_NAMES, complete
+
+import ort_core as ort
+from conftest import COREML, macos_only, session
+from ort_core.testing import models
 
 linux_only = pytest.mark.skipif(sys.platform == "darwin", reason="checks the answer off macOS")
 
@@ -94,10 +94,10 @@ def test_onnxruntime_spellings_parse():
 def test_subgraph_nodes_need_enable_on_subgraphs():
     import onnx_ir as ir
     from onnx import TensorProto, helper
-
-    from ort_core import GraphView
     from ort_ep_coreml.capability import decline_reason
     from ort_ep_coreml.options import resolve
+
+    from ort_core import GraphView
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "body",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import COREML, assert_close, coreml_state, reference, session
 
 import ort_core as ort
+from conftest import COREML, assert_close, coreml_state, reference, session
 from ort_core.testing import models
 
 
