@@ -231,6 +231,16 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     Compiling providers call ``request.to_model()`` and hand the ``onnx.ModelProto`` to their
     vendor's parser. Control-flow kernels call ``request.build_subgraph("body")``.
 
+    Compiled-model caches (EPContext, contract 1.2): a compiling provider whose compiled group
+    can be saved sets ``Kernel.export_context`` (returns an ``EpContextBlob``); with the
+    session config ``ep.context_enable=1`` core writes a model in which that group is one
+    ``com.microsoft.EPContext`` node holding the blob. When such a model is loaded, claim the
+    EPContext nodes whose ``source`` attribute is your name (``fuse=False``;
+    ``ort_core.epcontext.is_context_node(node, ep.name)``) and build their kernel from
+    ``ort_core.epcontext.read_context(request)`` without compiling. A blob you cannot load is
+    an ``ort_core`` error naming the partition; core fails the session with it (no other
+    provider can run the node).
+
     Raise (any exception, with a message naming the node and the reason) if the claim cannot be
     built after all; core then declines those nodes for ``ep`` with that reason and offers them
     to the next provider.

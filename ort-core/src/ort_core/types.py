@@ -195,6 +195,9 @@ class KernelRequest:
     outputs: tuple[str, ...]
     fused: bool
     implicit_inputs: tuple[str, ...] = ()
+    #: the file the model was loaded from, None for a model given as bytes or a ModelProto
+    #: (``ort_core.epcontext.read_context`` resolves a context file relative to it)
+    model_path: str | None = None
     _build_subgraph: Callable[[GraphView], SubgraphRunner] | None = None
     _to_model: Callable[[], Any] | None = None
 
@@ -241,6 +244,18 @@ class Kernel:
     even though the provider's device memory is elsewhere (e.g. the ``shape`` input of Reshape
     on a GPU provider); core inserts copies accordingly. ``note`` is shown in the placement
     report (e.g. "delegated to onnx.reference").
+
+    ``export_context`` (contract 1.2) is for compiling providers: a fused group's kernel that
+    can save its compiled form returns it as an ``EpContextBlob``. With the session config
+    ``ep.context_enable=1`` core then writes a context model in which the group is one
+    ``com.microsoft.EPContext`` node carrying the blob (see ``ort_core.epcontext``). Loading
+    rule: such a node is offered to providers like any ``com.microsoft`` node; claim (single
+    node, ``fuse=False``) those whose ``source`` attribute is your provider name
+    (``ort_core.epcontext.is_context_node(node, name)``), and in ``ort_create_kernel`` get the
+    blob with ``ort_core.epcontext.read_context(request)`` and load it without compiling; a
+    blob you cannot load (corrupt, truncated, another SDK version or device) is an ``ort_core``
+    error naming the partition (``partition_name``) and, for a file, the file. Decline nodes of
+    another ``source`` with a reason.
     """
 
     run: Callable[..., Any]
@@ -248,6 +263,21 @@ class Kernel:
     host_inputs: frozenset[int] = frozenset()
     host_outputs: frozenset[int] = frozenset()
     note: str = ""
+    export_context: Callable[[], EpContextBlob] | None = None
+
+
+@dataclass(frozen=True)
+class EpContextBlob:
+    """A compiled group as a provider saves it (``Kernel.export_context``): ``data`` is what the
+    provider reads back (``ort_core.epcontext.read_context``); the rest goes into the EPContext
+    node's attributes of the same names (``ep_sdk_version``, ``hardware_architecture``,
+    ``notes``) so a provider can refuse a blob built by another SDK version or for another
+    device before it tries to load it."""
+
+    data: bytes
+    sdk_version: str = ""
+    hardware_architecture: str = ""
+    notes: str = ""
 
 
 # --------------------------------------------------------------------------------------------

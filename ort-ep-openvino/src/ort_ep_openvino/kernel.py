@@ -15,6 +15,7 @@ pool (creating one when all are busy) and gives it back.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -152,6 +153,14 @@ class GroupKernel:
                 self._by_shape.popitem(last=False)
             return entry
 
+    def export(self) -> bytes | None:
+        """The compiled model that serves every shape, as OpenVINO exports it
+        (``CompiledModel.export_model``), or None when each shape has its own static model
+        (NPU, ``disable_dynamic_shapes``): there is no one compiled form to save."""
+        if self._single is None:
+            return None
+        return self._single.compiled.export_model().getvalue()
+
     @property
     def cached_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
         with self._lock:
@@ -175,3 +184,26 @@ class GroupKernel:
                 out = out.astype(dtype)
             result.append(out)
         return result
+
+
+class ImportedKernel(GroupKernel):
+    """A group compiled earlier, imported from its exported blob (an EPContext node): no
+    compilation. It runs like a ``GroupKernel`` whose one model serves every shape."""
+
+    def __init__(self, blob: bytes, settings: CompileSettings, inputs: Sequence[InputSpec],
+                 output_names: Sequence[str], output_dtypes: Sequence[np.dtype | None], label: str):
+        self.label = label
+        self.settings = settings
+        compiled = _ov.core().import_model(io.BytesIO(blob), settings.device_type, settings.config)
+        self._feed = _match_inputs(compiled.inputs, inputs, label)
+        results = {name: k for k, r in enumerate(compiled.outputs) for name in r.get_names()}
+        missing = [n for n in output_names if n not in results]
+        if missing:
+            raise ValueError(f"the imported model of {label} has no output named {', '.join(map(repr, missing))}")
+        self._take = [results[n] for n in output_names]
+        self._output_dtypes = tuple(output_dtypes)
+        self._lock = threading.Lock()
+        self._by_shape = OrderedDict()
+        self._single = _Compiled(compiled)
+        self._per_shape = False
+        self.compilations = 0
