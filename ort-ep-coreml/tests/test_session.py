@@ -83,7 +83,7 @@ def test_wrong_input_dtype_is_an_ort_error(evaluator_device):
 
 
 def test_int64_inputs_beyond_int32_are_refused(evaluator_device):
-    model = models.transformer(vocab=50, seq=8, dim=16, heads=2, layers=1)
+    model = models.transformer(seq=8, dim=16, heads=2, layers=1)
     sess = session(model)
     feeds = models.random_inputs(model, batch=1)
     feeds["input_ids"] = feeds["input_ids"].copy()
