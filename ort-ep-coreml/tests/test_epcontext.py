@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from conftest import COREML, assert_close, reference, session
 
 import ort_core as ort
+from conftest import COREML, assert_close, reference, session
 from ort_core.testing import models
 
 
