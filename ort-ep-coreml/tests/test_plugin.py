@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from ort_ep_coreml import _ct, plugin
-from ort_ep_coreml.options import OPTION_NAMES, complete
+from ort_ep_coreml.options import OPTION_NAMES, complete, resolve
 
 import ort_core as ort
 from conftest import COREML, macos_only, session
@@ -107,3 +107,14 @@ def test_subgraph_nodes_need_enable_on_subgraphs():
     off = decline_reason(view, view.nodes[0], resolve(complete({})))
     assert off is not None and "EnableOnSubgraphs=1" in off
     assert decline_reason(view, view.nodes[0], resolve(complete({"EnableOnSubgraphs": "1"}))) is None
+
+
+@linux_only
+def test_loading_a_package_here_says_where_it_runs(tmp_path):
+    from ort_ep_coreml.build import build_model
+    from ort_ep_coreml.kernel import load_model
+    from ort_ep_coreml.package import load
+
+    report = build_model(models.mlp(in_features=8, hidden=16, layers=1), tmp_path, dims={"batch": 1})
+    with pytest.raises(ort.Fail, match="Core ML runs on macOS only: the package .*model.mlpackage was built"):
+        load_model(load(report.packages[0].parent), resolve(complete({})))
