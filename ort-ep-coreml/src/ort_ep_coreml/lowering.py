@@ -800,13 +800,18 @@ def lower(graph: GraphView, indices: Sequence[int], inputs: Sequence[str], outpu
 
     # Core ML's inputs and outputs have rank >= 1: a 0-d value travels as shape (1,) and is
     # reshaped inside the program (the kernel reshapes back)
-    tensor_specs = [mb.TensorSpec(shape=tuple(dim(d) for d in s.dims) or (1,), dtype=mil_dtype(s.dtype))
+    # Core ML's iOS 16 I/O has no bool: bool inputs and outputs are float32 (0/1) at the package
+    # boundary and cast inside the program
+    tensor_specs = [mb.TensorSpec(shape=tuple(dim(d) for d in s.dims) or (1,),
+                                  dtype=mil_dtype(np.dtype(np.float32) if s.dtype == np.bool_ else s.dtype))
                     for s in specs]
     result: dict[str, Any] = {}
 
     def body(*args: Any) -> Any:
         env: dict[str, Any] = {}
         for spec, arg in zip(specs, args):
+            if spec.dtype == np.bool_:
+                arg = mb.cast(x=arg, dtype="bool", name=f"{safe_name(spec.name)}_bool")
             env[spec.name] = arg if spec.dims else mb.reshape(x=arg, shape=np.zeros(0, np.int32), name=f"{safe_name(spec.name)}_0d")
         for i in sorted(indices):
             node = graph.nodes[i]
@@ -836,6 +841,8 @@ def lower(graph: GraphView, indices: Sequence[int], inputs: Sequence[str], outpu
             if isinstance(value, np.ndarray) or getattr(value, "val", None) is not None:
                 result.setdefault("constants", {})[name] = np.asarray(value if isinstance(value, np.ndarray) else value.val)
                 continue
+            if value.dtype == mil.mil.types.bool:
+                value = mb.cast(x=value, dtype="fp32", name=f"out_{k}_float")
             if len(value.shape) == 0:
                 returned.append(mb.reshape(x=value, shape=np.array([1], np.int32), name=f"out_{k}"))
             else:
