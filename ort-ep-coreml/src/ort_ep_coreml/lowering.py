@@ -108,7 +108,8 @@ class _Ctx:
         value = self.env[self.node.inputs[k]]
         if isinstance(value, np.ndarray):
             return value.dtype
-        return self.graph.value(self.node.inputs[k]).dtype or _numpy_of_mil(value.dtype)
+        dtype = self.graph.value(self.node.inputs[k]).dtype  # the ONNX dtype (int64 stays int64)
+        return dtype if dtype is not None else _numpy_of_mil(value.dtype)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attr(name, default)
@@ -255,7 +256,8 @@ def _clip(ctx: _Ctx) -> list[Any]:
     low, high = max(low, -finite), min(high, finite)
     if low == 0.0 and high == finite:
         return [ctx.mb.relu(x=ctx.x(0), name=ctx.name())]
-    return [ctx.mb.clip(x=ctx.x(0), alpha=np.float32(low), beta=np.float32(high), name=ctx.name())]
+    dtype = ctx.dtype(0)
+    return [ctx.mb.clip(x=ctx.x(0), alpha=np.array(low, dtype), beta=np.array(high, dtype), name=ctx.name())]
 
 
 def _softmax(ctx: _Ctx) -> list[Any]:
@@ -683,9 +685,13 @@ def _resize(ctx: _Ctx) -> list[Any]:
         raise ctx.decline("keep_aspect_ratio_policy or axes")
     scales = ctx.const(2, "scales").astype(np.float64) if ctx.has(2) and ctx.const(2, "scales").size else None
     if scales is None:
-        sizes = ctx.const(3, "sizes").astype(np.float64)
-        scales = sizes / np.array([1 if not isinstance(d, (int, np.integer)) else d for d in dims], np.float64)
-        scales[:2] = sizes[:2] / np.array([d if isinstance(d, (int, np.integer)) else sizes[k] for k, d in enumerate(dims[:2])])
+        sizes = [int(v) for v in ctx.const(3, "sizes").reshape(-1)]
+        if len(sizes) != 4:
+            raise ctx.decline(f"sizes {sizes}: 4 values expected")
+        # N and C must be static and keep their size
+        if any(not isinstance(d, (int, np.integer)) or d != want for d, want in zip(dims[:2], sizes[:2])):
+            raise ctx.decline(f"sizes {sizes} with input {list(dims)}: only H and W may be resized")
+        scales = np.array([1.0, 1.0, sizes[2] / dims[2], sizes[3] / dims[3]])
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise ctx.decline(f"scales {list(scales)}: only H and W may be scaled")
     sh, sw = float(scales[2]), float(scales[3])
