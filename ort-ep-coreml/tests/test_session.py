@@ -104,3 +104,16 @@ def test_session_state_is_released(evaluator_device):
 
     plugin.ort_session_end(next(bp for bp in sess._providers if bp.name == COREML).ctx)
     assert not os.path.isdir(work)
+
+
+def test_concurrent_runs_equal_serial_runs(evaluator_device):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = models.cnn(image=16, width=8, blocks=1)
+    sess = session(model)
+    feeds = [models.random_inputs(model, batch=2, seed=k) for k in range(4)]
+    serial = [sess.run(None, f)[0] for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda f: sess.run(None, f)[0], feeds * 2))
+    for k, out in enumerate(parallel):
+        np.testing.assert_array_equal(out, serial[k % 4])
