@@ -233,6 +233,8 @@ DECLINED = {
     "layernorm_dynamic_scale": (lambda: node_model("LayerNormalization", {"x": f32(2, 4), "s": f32(4)}), "scale"),
     "conv_transpose_output_padding": (lambda: node_model("ConvTranspose", {"x": f32(1, 1, 3, 3)}, {"W": f32(1, 1, 3, 3)},
                                                          strides=[2, 2], output_padding=[1, 1]), "output_padding"),
+    "conv_transpose_3d": (lambda: node_model("ConvTranspose", {"x": f32(1, 1, 3, 3, 3)}, {"W": f32(1, 1, 2, 2, 2)}),
+                          "1 or 2 spatial dims"),
     "softmax_opset11_axis1": (lambda: node_model("Softmax", {"x": f32(2, 3, 4)}, axis=1, opset=11), "flattens"),
     "topk_not_lowered": (lambda: node_model("TopK", {"x": f32(2, 5)}, {"k": np.array([2], np.int64)}, outputs=2), "TopK is not lowered"),
 }

@@ -346,8 +346,8 @@ def _conv(ctx: _Ctx) -> list[Any]:
 def _conv_transpose(ctx: _Ctx) -> list[Any]:
     _float_only(ctx)
     rank = ctx.rank(0)
-    if rank not in (3, 4, 5):
-        raise ctx.decline(f"input rank {rank}; Core ML convolves 1 to 3 spatial dims")
+    if rank not in (3, 4):
+        raise ctx.decline(f"input rank {rank}; Core ML's conv_transpose takes 1 or 2 spatial dims")
     spatial = rank - 2
     for name in ("output_shape",):
         if ctx.attr(name) is not None:
