@@ -103,3 +103,17 @@ def test_partly_claimed_model_keeps_the_other_nodes(tmp_path):
     assert [t.name for t in ctx.graph.initializer] == ["k"]
     onnx.checker.check_model(ctx)
     np.testing.assert_equal(len(report.packages), 2)
+
+
+def test_a_group_that_fails_to_build_stays_in_the_model(tmp_path, monkeypatch):
+    from ort_ep_coreml import build
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("converter exploded")
+
+    monkeypatch.setattr(build, "save", broken)
+    report = build_model(models.mlp(in_features=8, hidden=16, layers=1), tmp_path, dims={"batch": 1})
+    assert report.groups == [] and report.packages == []
+    assert all("converter exploded" in why for why in report.declined.values()) and report.declined
+    ctx = onnx.load(str(report.context_model))
+    assert "EPContext" not in [n.op_type for n in ctx.graph.node]

@@ -134,9 +134,17 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
     replaced: dict[int, onnx.NodeProto] = {}
     packages = []
     sdk = f"coremltools {_ct.load().__version__}"
+    built_groups = []
     with tempfile.TemporaryDirectory() as work:
-        for k, group in enumerate(found):
-            built = build_group(graph, group, settings, work)
+        for group in found:
+            try:
+                built = build_group(graph, group, settings, work)
+            except Exception as exc:  # as in a session: the group's nodes stay for other providers
+                for i in group:
+                    declined[i] = f"its group could not be built: {type(exc).__name__}: {exc}"
+                continue
+            k = len(built_groups)
+            built_groups.append(group)
             blob_name = f"{ctx_name}_{PROVIDER_NAME}_{k}.bin"
             (out / blob_name).write_bytes(to_blob(built))
             shutil.copytree(built.directory, unpacked / str(k))
@@ -148,7 +156,7 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
                 partition_name=f"{stem}_{k}", ep_sdk_version=sdk, hardware_architecture="",
                 notes=json.dumps({"ort_ep_coreml": __version__, "nodes": [graph.nodes[i].name for i in group]}),
             )
-    in_group = {i for g in found for i in g}
+    in_group = {i for g in built_groups for i in g}
     nodes = []
     for i, node in enumerate(proto.graph.node):
         if i in replaced:
@@ -169,7 +177,7 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
     context_model = out / f"{ctx_name}.onnx"
     onnx.save(proto, str(context_model))
     names = {i: graph.nodes[i].name or f"{graph.nodes[i].op_type}_{i}" for i in declined}
-    return BuildReport(context_model, packages, found, {names[i]: why for i, why in declined.items()})
+    return BuildReport(context_model, packages, built_groups, {names[i]: why for i, why in declined.items()})
 
 
 def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
