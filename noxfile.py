@@ -22,6 +22,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-cuda": ["ort-core", "ort-ep-cpu"],
     "ort-ep-tensorrt": ["ort-core", "ort-ep-cpu", "ort-ep-cuda"],
     "ort-ep-qnn": ["ort-core", "ort-ep-cpu"],
+    "ort-ep-coreml": ["ort-core", "ort-ep-cpu"],
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity"]

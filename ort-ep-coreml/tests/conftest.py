@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).parent))
 
 from mil_test_evaluator import MilTestEvaluator  # noqa: E402
+
 from ort_ep_coreml import PROVIDER_NAME  # noqa: E402
 from ort_ep_coreml.build import build_model  # noqa: E402
 from ort_ep_coreml.kernel import GroupKernel  # noqa: E402
@@ -79,3 +80,35 @@ def assert_close(actual: list[np.ndarray], expected: list[np.ndarray], rtol: flo
     for k, (a, e) in enumerate(zip(actual, expected)):
         assert a.shape == e.shape and a.dtype == e.dtype, (k, a.shape, e.shape, a.dtype, e.dtype)
         np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, err_msg=f"output {k}")
+
+
+@pytest.fixture
+def evaluator_device(monkeypatch):
+    """Sessions on this machine with the provider usable, its packages run by the test-only MIL
+    evaluator instead of Core ML: the whole path (options, capability, grouping, build, cache,
+    kernel I/O) runs as on a Mac, with the evaluator's numbers.
+
+    The registry caches each provider's devices per process, so its cached Linux answer is
+    dropped before and after (the test reaches into core's registry for that)."""
+    import ort_core
+    from ort_ep_coreml import _ct, kernel
+
+    registry = ort_core.registry()
+    registry.providers()
+    monkeypatch.setattr(_ct, "can_run", lambda: True)
+    monkeypatch.setattr(kernel, "load_model", lambda built, settings: MilTestEvaluator(built.package))
+    registry._devices.pop(COREML, None)
+    yield
+    registry._devices.pop(COREML, None)
+
+
+def session(model, options: dict | None = None, sess_options=None):
+    import ort_core as ort
+
+    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
+    return ort.InferenceSession(data, sess_options, providers=[(COREML, options or {}), "CPUExecutionProvider"])
+
+
+def coreml_state(sess) -> dict:
+    bound = next(bp for bp in sess._providers if bp.name == COREML)
+    return bound.ctx.state

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-from ort_ep_coreml.build import build_model
 
 from conftest import assert_close, node_model, reference, run_built
+from ort_ep_coreml.build import build_model
 
 R = np.random.default_rng(0)
 
@@ -90,6 +90,13 @@ CASES = {
                                                 {"sz": np.array([1, 2, 6, 8], np.int64)}, input_order=["x", "", "", "sz"],
                                                 mode="nearest", coordinate_transformation_mode="asymmetric",
                                                 nearest_mode="floor"), ["upsample_nearest_neighbor"]),
+    "resize_nearest_half_pixel": lambda: (node_model("Resize", {"x": f32(1, 2, 3, 4)},
+                                                     {"roi": np.zeros(0, np.float32), "sc": np.array([1, 1, 3, 2], np.float32)},
+                                                     mode="nearest"), ["upsample_nearest_neighbor"]),
+    "int_add_const": lambda: (node_model("Add", {"a": R.integers(-9, 9, (2, 3)).astype(np.int64)},
+                                         {"b": np.array([1, -2, 3], np.int64)}), ["add"]),
+    "clip_float16": lambda: (node_model("Clip", {"x": f32(3, 4).astype(np.float16)}, {"lo": np.array(-0.5, np.float16),
+                                        "hi": np.array(0.7, np.float16)}), ["clip"]),
     "concat_neg_axis": lambda: (node_model("Concat", {"a": f32(2, 3), "b": f32(2, 1), "c": f32(2, 2)}, axis=-1), ["concat"]),
     "reshape_zero_minus_one": lambda: (node_model("Reshape", {"x": f32(2, 3, 4)}, {"s": np.array([0, -1, 2], np.int64)}), ["reshape"]),
     "flatten": lambda: (node_model("Flatten", {"x": f32(2, 3, 4)}, axis=2), ["reshape"]),
@@ -132,11 +139,10 @@ def _spec_checks(evaluator, model, feeds, ops):
         assert op in evaluator.op_types, (op, evaluator.op_types)
     description = evaluator.spec.description
     wanted = {np.float32: ft.ArrayFeatureType.FLOAT32, np.float16: ft.ArrayFeatureType.FLOAT16,
-              np.int64: ft.ArrayFeatureType.INT32, np.int32: ft.ArrayFeatureType.INT32}
+              np.int64: ft.ArrayFeatureType.INT32, np.int32: ft.ArrayFeatureType.INT32,
+              np.bool_: ft.ArrayFeatureType.FLOAT32}  # coremltools gives bool I/O float32 on iOS 16
     assert len(description.input) == len(feeds)
     for spec_input, value in zip(description.input, feeds.values()):
-        if value.dtype == np.bool_:
-            continue
         assert spec_input.type.multiArrayType.dataType == wanted[value.dtype.type], spec_input
         assert list(spec_input.type.multiArrayType.shape) == list(value.shape or (1,)), spec_input
 
@@ -227,6 +233,8 @@ DECLINED = {
     "layernorm_dynamic_scale": (lambda: node_model("LayerNormalization", {"x": f32(2, 4), "s": f32(4)}), "scale"),
     "conv_transpose_output_padding": (lambda: node_model("ConvTranspose", {"x": f32(1, 1, 3, 3)}, {"W": f32(1, 1, 3, 3)},
                                                          strides=[2, 2], output_padding=[1, 1]), "output_padding"),
+    "conv_transpose_3d": (lambda: node_model("ConvTranspose", {"x": f32(1, 1, 3, 3, 3)}, {"W": f32(1, 1, 2, 2, 2)}),
+                          "1 or 2 spatial dims"),
     "softmax_opset11_axis1": (lambda: node_model("Softmax", {"x": f32(2, 3, 4)}, axis=1, opset=11), "flattens"),
     "topk_not_lowered": (lambda: node_model("TopK", {"x": f32(2, 5)}, {"k": np.array([2], np.int64)}, outputs=2), "TopK is not lowered"),
 }

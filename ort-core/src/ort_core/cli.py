@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--package", help="distribution name (default: ort-ep-<name>)")
     p.add_argument("--vendor", help="vendor shown in the ProviderSpec")
     p.set_defaults(func=_new_provider)
+    _add_coreml_build(sub)
     return parser
 
 
@@ -311,6 +312,17 @@ def _new_provider(args: argparse.Namespace) -> int:
         return 2
     print(f"created {root}: pip install -e '{root}[test]' && pytest {root}")
     return 0
+
+
+def _add_coreml_build(sub: argparse._SubParsersAction) -> None:
+    """``ort-core coreml-build``: the Core ML provider's cross-build, when ort-ep-coreml is installed."""
+    try:
+        from ort_ep_coreml.build import add_arguments, run
+    except ImportError:
+        return
+    p = sub.add_parser("coreml-build", help="build and save a model's Core ML packages (on any OS)")
+    add_arguments(p)
+    p.set_defaults(func=run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

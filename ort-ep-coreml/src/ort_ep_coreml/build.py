@@ -10,7 +10,7 @@ for every group the provider would claim in a model, on any OS, and writes:
 * ``<out>/<stem>_ctx_CoreMLExecutionProvider_<k>.bin``: each group's package, zipped (the blob);
 * ``<out>/<stem>_coreml/<k>/model.mlpackage``: the same packages unpacked, for Xcode.
 
-``ort-core coreml-build MODEL OUT [--dim batch=1] [--option KEY=VALUE]`` runs ``build_model``.
+``ort-core coreml-build MODEL OUT_DIR [--dim batch=1] [--option KEY=VALUE]`` runs ``build_model``.
 """
 
 from __future__ import annotations
@@ -134,9 +134,17 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
     replaced: dict[int, onnx.NodeProto] = {}
     packages = []
     sdk = f"coremltools {_ct.load().__version__}"
+    built_groups = []
     with tempfile.TemporaryDirectory() as work:
-        for k, group in enumerate(found):
-            built = build_group(graph, group, settings, work)
+        for group in found:
+            try:
+                built = build_group(graph, group, settings, work)
+            except Exception as exc:  # as in a session: the group's nodes stay for other providers
+                for i in group:
+                    declined[i] = f"its group could not be built: {type(exc).__name__}: {exc}"
+                continue
+            k = len(built_groups)
+            built_groups.append(group)
             blob_name = f"{ctx_name}_{PROVIDER_NAME}_{k}.bin"
             (out / blob_name).write_bytes(to_blob(built))
             shutil.copytree(built.directory, unpacked / str(k))
@@ -148,7 +156,7 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
                 partition_name=f"{stem}_{k}", ep_sdk_version=sdk, hardware_architecture="",
                 notes=json.dumps({"ort_ep_coreml": __version__, "nodes": [graph.nodes[i].name for i in group]}),
             )
-    in_group = {i for g in found for i in g}
+    in_group = {i for g in built_groups for i in g}
     nodes = []
     for i, node in enumerate(proto.graph.node):
         if i in replaced:
@@ -169,7 +177,7 @@ def build_model(model: str | Path | onnx.ModelProto, out_dir: str | Path, option
     context_model = out / f"{ctx_name}.onnx"
     onnx.save(proto, str(context_model))
     names = {i: graph.nodes[i].name or f"{graph.nodes[i].op_type}_{i}" for i in declined}
-    return BuildReport(context_model, packages, found, {names[i]: why for i, why in declined.items()})
+    return BuildReport(context_model, packages, built_groups, {names[i]: why for i, why in declined.items()})
 
 
 def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
@@ -182,20 +190,26 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ort-core coreml-build``: build and save a model's Core ML packages (any OS)."""
-    parser = argparse.ArgumentParser(prog="ort-core coreml-build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model")
-    parser.add_argument("out_dir")
-    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="fix a named input dim")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``ort-core coreml-build``."""
+    parser.description = "Build and save the Core ML packages of every group the Core ML provider claims in MODEL."
+    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("out_dir", help="where the context model and the packages are written")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                        help="fix a named input dim (free dims left become ranged shapes)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a provider option")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        dims = {k: int(v) for k, v in _pairs(args.dim, "--dim").items()}
+        dims = {}
+        for key, value in _pairs(args.dim, "--dim").items():
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ValueError(f"--dim {key}={value}: the size must be a whole number >= 1")
+            dims[key] = int(value)
         report = build_model(args.model, args.out_dir, _pairs(args.option, "--option"), dims)
     except (ValueError, ImportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())
     return 0
-

@@ -1,13 +1,15 @@
 """A built group run by Core ML (``MLModel(...).predict``, macOS only).
 
-Feeds: ONNX int64 inputs become the package's int32 (checked to fit), float32 and float16 pass
-as they are. Outputs come back in the package's types and leave in the ONNX dtypes; outputs known
-at build time are returned from the manifest. ``MLModel.predict`` is documented thread-safe for
-one model, so one loaded model serves concurrent runs.
+Feeds: ONNX int64 inputs become the package's int32 (checked to fit), bool inputs its float32
+(iOS 16 I/O has no bool: the program casts at its boundary, see ``lowering.lower``),
+float32 and float16 pass as they are. Outputs come back in the package's types and leave in the ONNX dtypes; outputs known
+at build time are returned from the manifest. Apple does not promise that one ``MLModel`` serves
+concurrent predictions, so each kernel's predictions are serialised by a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +56,7 @@ class GroupKernel:
         index = {name: k for k, name in enumerate(built.program_outputs)}
         self._take = [(o["name"], index.get(o["name"]), np.dtype(o["dtype"]), o.get("rank")) for o in built.outputs]
         self.model = model if model is not None else load_model(built, settings)
+        self._lock = threading.Lock()
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         feeds = {}
@@ -67,9 +70,12 @@ class GroupKernel:
                     raise InvalidArgument(f"{self.label}: int64 input {self.built.inputs[int(key[3:])]['name']!r} "
                                           "holds values outside int32, which Core ML cannot take")
                 x = x.astype(np.int32)
+            elif x.dtype == np.bool_:
+                x = x.astype(np.float32)
             feeds[key] = np.ascontiguousarray(x.reshape(1) if x.ndim == 0 else x)
         try:
-            result = self.model.predict(feeds)
+            with self._lock:
+                result = self.model.predict(feeds)
         except Exception as exc:
             raise Fail(f"Core ML predict failed for {self.label}: {type(exc).__name__}: {exc}") from exc
         outputs = []
@@ -77,5 +83,7 @@ class GroupKernel:
             value = self.built.constants[name] if k is None else np.asarray(result[f"out_{k}"])
             if rank == 0:  # 0-d outputs travel as shape (1,)
                 value = value.reshape(())
+            if dtype == np.bool_ and value.dtype != np.bool_:
+                value = value != 0  # a bool output comes back as float32 (0 or 1)
             outputs.append(value.astype(dtype, copy=False))
         return outputs

@@ -108,7 +108,8 @@ class _Ctx:
         value = self.env[self.node.inputs[k]]
         if isinstance(value, np.ndarray):
             return value.dtype
-        return self.graph.value(self.node.inputs[k]).dtype or _numpy_of_mil(value.dtype)
+        dtype = self.graph.value(self.node.inputs[k]).dtype  # the ONNX dtype (int64 stays int64)
+        return dtype if dtype is not None else _numpy_of_mil(value.dtype)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attr(name, default)
@@ -255,7 +256,8 @@ def _clip(ctx: _Ctx) -> list[Any]:
     low, high = max(low, -finite), min(high, finite)
     if low == 0.0 and high == finite:
         return [ctx.mb.relu(x=ctx.x(0), name=ctx.name())]
-    return [ctx.mb.clip(x=ctx.x(0), alpha=np.float32(low), beta=np.float32(high), name=ctx.name())]
+    dtype = ctx.dtype(0)
+    return [ctx.mb.clip(x=ctx.x(0), alpha=np.array(low, dtype), beta=np.array(high, dtype), name=ctx.name())]
 
 
 def _softmax(ctx: _Ctx) -> list[Any]:
@@ -344,8 +346,8 @@ def _conv(ctx: _Ctx) -> list[Any]:
 def _conv_transpose(ctx: _Ctx) -> list[Any]:
     _float_only(ctx)
     rank = ctx.rank(0)
-    if rank not in (3, 4, 5):
-        raise ctx.decline(f"input rank {rank}; Core ML convolves 1 to 3 spatial dims")
+    if rank not in (3, 4):
+        raise ctx.decline(f"input rank {rank}; Core ML's conv_transpose takes 1 or 2 spatial dims")
     spatial = rank - 2
     for name in ("output_shape",):
         if ctx.attr(name) is not None:
@@ -683,9 +685,13 @@ def _resize(ctx: _Ctx) -> list[Any]:
         raise ctx.decline("keep_aspect_ratio_policy or axes")
     scales = ctx.const(2, "scales").astype(np.float64) if ctx.has(2) and ctx.const(2, "scales").size else None
     if scales is None:
-        sizes = ctx.const(3, "sizes").astype(np.float64)
-        scales = sizes / np.array([1 if not isinstance(d, (int, np.integer)) else d for d in dims], np.float64)
-        scales[:2] = sizes[:2] / np.array([d if isinstance(d, (int, np.integer)) else sizes[k] for k, d in enumerate(dims[:2])])
+        sizes = [int(v) for v in ctx.const(3, "sizes").reshape(-1)]
+        if len(sizes) != 4:
+            raise ctx.decline(f"sizes {sizes}: 4 values expected")
+        # N and C must be static and keep their size
+        if any(not isinstance(d, (int, np.integer)) or d != want for d, want in zip(dims[:2], sizes[:2])):
+            raise ctx.decline(f"sizes {sizes} with input {list(dims)}: only H and W may be resized")
+        scales = np.array([1.0, 1.0, sizes[2] / dims[2], sizes[3] / dims[3]])
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         raise ctx.decline(f"scales {list(scales)}: only H and W may be scaled")
     sh, sw = float(scales[2]), float(scales[3])
@@ -800,13 +806,18 @@ def lower(graph: GraphView, indices: Sequence[int], inputs: Sequence[str], outpu
 
     # Core ML's inputs and outputs have rank >= 1: a 0-d value travels as shape (1,) and is
     # reshaped inside the program (the kernel reshapes back)
-    tensor_specs = [mb.TensorSpec(shape=tuple(dim(d) for d in s.dims) or (1,), dtype=mil_dtype(s.dtype))
+    # Core ML's iOS 16 I/O has no bool: bool inputs and outputs are float32 (0/1) at the package
+    # boundary and cast inside the program
+    tensor_specs = [mb.TensorSpec(shape=tuple(dim(d) for d in s.dims) or (1,),
+                                  dtype=mil_dtype(np.dtype(np.float32) if s.dtype == np.bool_ else s.dtype))
                     for s in specs]
     result: dict[str, Any] = {}
 
     def body(*args: Any) -> Any:
         env: dict[str, Any] = {}
         for spec, arg in zip(specs, args):
+            if spec.dtype == np.bool_:
+                arg = mb.cast(x=arg, dtype="bool", name=f"{safe_name(spec.name)}_bool")
             env[spec.name] = arg if spec.dims else mb.reshape(x=arg, shape=np.zeros(0, np.int32), name=f"{safe_name(spec.name)}_0d")
         for i in sorted(indices):
             node = graph.nodes[i]
@@ -836,6 +847,8 @@ def lower(graph: GraphView, indices: Sequence[int], inputs: Sequence[str], outpu
             if isinstance(value, np.ndarray) or getattr(value, "val", None) is not None:
                 result.setdefault("constants", {})[name] = np.asarray(value if isinstance(value, np.ndarray) else value.val)
                 continue
+            if value.dtype == mil.mil.types.bool:
+                value = mb.cast(x=value, dtype="fp32", name=f"out_{k}_float")
             if len(value.shape) == 0:
                 returned.append(mb.reshape(x=value, shape=np.array([1], np.int32), name=f"out_{k}"))
             else:

@@ -4,14 +4,13 @@ Importing this module never imports coremltools. Core ML runs on macOS only: els
 ``ort_ep_devices`` answers no device, with the reason and where to read about building packages
 here (``ort_ep_coreml.build``, ``ort-core coreml-build``), so sessions skip the provider.
 
-EPContext: a group's kernel exports its package (zipped) through ``Kernel.export_context`` when
-this ort-core has it, and a ``com.microsoft`` EPContext node whose ``source`` is this provider is
-claimed alone and loaded from its blob (``ort_core.epcontext.read_context``) without building.
+EPContext: a group's kernel exports its package (zipped) through ``Kernel.export_context``, and a
+``com.microsoft`` EPContext node whose ``source`` is this provider is claimed alone and loaded
+from its blob (``ort_core.epcontext.read_context``) without building.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import platform
@@ -21,6 +20,7 @@ from pathlib import Path
 from ort_core import (
     Capability,
     Claim,
+    EpContextBlob,
     EpDevice,
     EpDevices,
     EPFail,
@@ -32,6 +32,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.epcontext import is_context_node, read_context
 
 from . import PROVIDER_NAME, _ct
 from .capability import claim_groups
@@ -44,7 +45,6 @@ logger = logging.getLogger("ort_core.coreml")
 
 BUILD_HINT = ("packages can still be built: see ort-ep-coreml's README, 'Building on Linux' "
               "(ort-core coreml-build MODEL OUT_DIR, or ort_ep_coreml.build.build_model)")
-EPCONTEXT = ("com.microsoft", "EPContext")
 
 SPEC = ProviderSpec(
     name=PROVIDER_NAME,
@@ -106,17 +106,13 @@ def ort_session_end(ep: ProviderContext) -> None:
             work.cleanup()
 
 
-def _is_own_context(node) -> bool:
-    return (node.domain, node.op_type) == EPCONTEXT and node.attr("source") in (PROVIDER_NAME, b"CoreMLExecutionProvider")
-
-
 @hookimpl
 def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozenset[int]) -> Capability | None:
     if ep.name != PROVIDER_NAME:
         return None
     settings: BuildSettings = ep.state["settings"]
     capability = Capability()
-    contexts = {i for i in candidates if _is_own_context(graph.nodes[i])}
+    contexts = {i for i in candidates if is_context_node(graph.nodes[i], PROVIDER_NAME)}
     for i in sorted(contexts):
         capability.claims.append(Claim((i,), fuse=False))
     found, declined = claim_groups(graph, set(candidates) - contexts, settings)
@@ -135,7 +131,7 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     settings: BuildSettings = ep.state["settings"]
     work = Path(ep.state["work"].name)
     first = request.nodes[0]
-    if len(request.nodes) == 1 and _is_own_context(first):
+    if len(request.nodes) == 1 and is_context_node(first, PROVIDER_NAME):
         built = _load_context(request, work / f"context_{first.index}")
         label = f"EPContext {first.name}"
     else:
@@ -146,27 +142,17 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
             raise EPFail(f"Core ML cannot build group {label}: {exc}") from exc
     group = GroupKernel(built, request.inputs, settings, label)
     ep.state["kernels"].append(group)
-    extra = {}
-    if "export_context" in {f.name for f in dataclasses.fields(Kernel)}:
-        sdk = f"coremltools {_ct.load().__version__}"
+    sdk = f"coremltools {_ct.load().__version__}"
 
-        def export_context():
-            from ort_core.types import EpContextBlob
+    def export_context() -> EpContextBlob:
+        return EpContextBlob(to_blob(built), sdk_version=sdk, notes=f"ort-ep-coreml {__version__}")
 
-            return EpContextBlob(to_blob(built), sdk_version=sdk, notes=f"ort-ep-coreml {__version__}")
-
-        extra["export_context"] = export_context
-    return Kernel(run=group, note=f"Core ML {settings.compute_units}", **extra)
+    return Kernel(run=group, note=f"Core ML {settings.compute_units}", export_context=export_context)
 
 
 def _load_context(request: KernelRequest, directory: Path):
     """The built group of an EPContext node of ours (core's ``read_context`` resolves the blob)."""
     node = request.nodes[0]
-    try:
-        from ort_core.epcontext import read_context
-    except ImportError:
-        raise InvalidGraph(f"EPContext node {node.name!r}: this ort-core cannot read EPContext blobs "
-                           "(it has no ort_core.epcontext); install an ort-core with EPContext support") from None
     data = read_context(request)
     try:
         return from_blob(data, directory, f"EPContext node {node.name!r} (partition {node.attr('partition_name')!r})")
