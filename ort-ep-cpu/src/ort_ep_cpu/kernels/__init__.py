@@ -18,3 +18,4 @@ from . import training  # noqa: F401, E402  (family A: ai.onnx.preview.training 
 from . import svm  # noqa: F401, E402  (ai.onnx.ml SVMClassifier as onnxruntime computes it)
 from . import contrib_quant  # noqa: F401, E402  (com.microsoft quantization ops onnxruntime's tools emit)
 from . import matmul_nbits  # noqa: F401, E402  (com.microsoft MatMulNBits, weight-only int4)
+from . import contrib_transformer  # noqa: F401, E402  (com.microsoft transformer fusions onnxruntime's optimizer emits)
