@@ -210,3 +210,26 @@ def test_dynamic_quantize_lstm(direction, w_dtype, extras):
         # rounding of H's quantization, one step of H's scale (~range/255) into the gates.
         # The float LSTM on the dequantized weights is 4e-3 x range away from onnxruntime here.
         _assert_float(g, w, rel=3e-3)
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "2d"])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_qattention(mask, per_column, unidirectional):
+    rng = np.random.default_rng(9)
+    batch, seq, hidden, heads = 2, 6, 32, 4
+    x = _q(rng, (batch, seq, hidden))
+    consts = {"w": _q(rng, (hidden, 3 * hidden), I8), "b": (0.1 * rng.standard_normal(3 * hidden)).astype(F),
+              "sx": np.array(0.02, F), "sw": (rng.uniform(0.002, 0.006, 3 * hidden) if per_column else np.array(0.004)).astype(F),
+              "zx": np.array(128, U8), "zw": (np.zeros(3 * hidden) if per_column else np.array(0)).astype(I8)}
+    feeds = {"x": x}
+    inputs = ["x", "w", "b", "sx", "sw", "", "zx", "zw"]
+    if mask == "lengths":
+        feeds["m"] = np.array([6, 3], np.int32)
+        inputs[5] = "m"
+    elif mask == "2d":
+        feeds["m"] = (np.arange(seq)[None, :] < np.array([[4], [6]])).astype(np.int32)
+        inputs[5] = "m"
+    model = _model("QAttention", inputs, consts, feeds, F, num_heads=heads, unidirectional=unidirectional)
+    got, want = _run_both(model, feeds)
+    _assert_float(got[0], want[0])

@@ -322,3 +322,39 @@ def _per_dir(v, d: int):
     """A direction's scale or zero point: (dirs,) -> scalar, (dirs, 4H) -> (4H,) per column."""
     a = np.asarray(v)
     return a[d] if a.ndim >= 1 else a
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+@kernel("QAttention", domain=MS)
+def _qattention(node, request):
+    """onnxruntime's QAttention (dynamic quantization of a fused Attention): the QKV projection
+    as an exact integer product scaled by input_scale x weight_scale (per tensor or per column)
+    plus the float bias, then the float attention of com.microsoft Attention."""
+    from . import attention
+
+    where = f"QAttention {node.name!r}"
+    if has_input(node, 8):
+        raise NotImplementedError(f"{where}: input past is not supported by the CPU kernel")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise NotImplementedError(f"{where}: output present is not supported by the CPU kernel")
+    for name in ("do_rotary", "past_present_share_buffer"):
+        if node.attr(name, 0):
+            raise NotImplementedError(f"{where}: attribute {name}={node.attr(name)} is not supported")
+    if not node.attr("num_heads"):
+        raise ValueError(f"{where}: attribute num_heads is required")
+    attend = attention._heads_attention(node, where, "mask_index")
+
+    def qattention(x, w, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+                   weight_zero_point=None, past=None):
+        if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
+            raise ValueError(f"{where}: input {x.shape} and weight {w.shape} do not fit: expected "
+                             "(batch, sequence, input_hidden) and (input_hidden, 3 * hidden)")
+        acc = _product(_int32(x, input_zero_point), _int32(w, _column(weight_zero_point)))
+        scale = (_F(input_scale) * np.asarray(weight_scale, _F)).astype(_F)
+        qkv = (acc.astype(_F) * scale + bias.astype(_F)).astype(_F)
+        h = w.shape[1] // 3
+        return attend(qkv[..., :h], qkv[..., h:2 * h], qkv[..., 2 * h:], None, mask_index, None)
+
+    return qattention
