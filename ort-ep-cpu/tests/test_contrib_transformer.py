@@ -105,3 +105,45 @@ def test_rotary_embedding(layout, interleaved, positions, partial):
     if partial:
         attrs["rotary_embedding_dim"] = rot
     _check(_model("RotaryEmbedding", ["x", "pids", "cos", "sin"], consts, feeds, [("y", F)], **attrs), feeds)
+
+
+def _gqa_case(rng, stage, packed, rotary, window, softcap, batch=2, heads=4, kv_heads=2, head=16, past_len=5):
+    seq = 6 if stage == "prompt" else 1
+    total = seq if stage == "prompt" else past_len + 1
+    q = rng.standard_normal((batch, seq, heads * head)).astype(F)
+    k = rng.standard_normal((batch, seq, kv_heads * head)).astype(F)
+    v = rng.standard_normal((batch, seq, kv_heads * head)).astype(F)
+    feeds = {"seqlens": np.full(batch, total - 1, np.int32), "total": np.array(total, np.int32)}
+    if packed:
+        feeds["q"] = np.concatenate([q, k, v], axis=2)
+        inputs = ["q", "", ""]
+    else:
+        feeds.update(q=q, k=k, v=v)
+        inputs = ["q", "k", "v"]
+    if stage == "decode":
+        feeds["pk"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(F)
+        feeds["pv"] = rng.standard_normal((batch, kv_heads, past_len, head)).astype(F)
+        inputs += ["pk", "pv"]
+    else:
+        inputs += ["", ""]
+    inputs += ["seqlens", "total"]
+    consts = {}
+    if rotary:
+        angles = np.arange(32)[:, None] * (1.0 / 10000 ** (np.arange(0, head, 2) / head))[None, :]
+        consts = {"cos": np.cos(angles).astype(F), "sin": np.sin(angles).astype(F)}
+        inputs += ["cos", "sin"]
+    attrs = dict(num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary), local_window_size=window)
+    if softcap:
+        attrs["softcap"] = softcap
+    outs = [("y", F), ("present_key", F), ("present_value", F)]
+    return _model("GroupQueryAttention", inputs, consts, feeds, outs, **attrs), feeds
+
+
+@pytest.mark.parametrize("stage", ["prompt", "decode"])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("window,softcap", [(-1, 0.0), (3, 0.0), (-1, 5.0)])
+def test_group_query_attention(stage, packed, rotary, window, softcap):
+    rng = np.random.default_rng(5)
+    model, feeds = _gqa_case(rng, stage, packed, rotary, window, softcap)
+    _check(model, feeds)

@@ -119,3 +119,98 @@ def _ms_rotary_embedding(node, request):
 
     return rotary
 
+
+
+_GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+               "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink", "k_scale", "v_scale",
+               "q_norm_weight", "k_norm_weight", "query_seqlens")
+
+
+@kernel("GroupQueryAttention", domain=MS)
+def _group_query_attention(node, request):
+    """onnxruntime's GroupQueryAttention on the CPU: query heads share key/value heads in groups,
+    the new keys and values are written after each row's past (``seqlens_k`` + 1 is each row's
+    total length), attention is causal from each row's past length on, optionally within a
+    local window, with rotary embeddings (do_rotary) and softcap. Decoder-only LLM exports
+    (one prompt, then one token at a time) use it."""
+    where = f"GroupQueryAttention {node.name!r}"
+    for k, name in enumerate(_GQA_INPUTS):
+        if k >= 9 and k < len(node.inputs) and node.inputs[k]:
+            raise NotImplementedError(f"{where}: input {name} is not supported by the CPU kernel")
+    if len(node.outputs) > 3 and node.outputs[3]:
+        raise NotImplementedError(f"{where}: output output_qk is not supported")
+    for name in ("smooth_softmax", "qk_output", "k_quant_type", "v_quant_type"):
+        value = node.attr(name, 0)
+        if value not in (0, "NONE", b"NONE", None, ""):
+            raise NotImplementedError(f"{where}: attribute {name}={value!r} is not supported")
+    heads, kv_heads = int(node.attr("num_heads")), int(node.attr("kv_num_heads"))
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
+        raise ValueError(f"{where}: num_heads ({heads}) must be a positive multiple of kv_num_heads ({kv_heads})")
+    scale_attr = float(node.attr("scale", 0.0) or 0.0)
+    softcap = float(node.attr("softcap", 0.0) or 0.0)
+    window = int(node.attr("local_window_size", -1))
+    do_rotary, interleaved = bool(node.attr("do_rotary", 0)), bool(node.attr("rotary_interleaved", 0))
+    n_out = len(node.outputs)
+
+    def rotate(x, cos, sin, pos):  # x (B, S, heads, H); pos (B, S)
+        dim = cos.shape[1] * 2
+        c, s = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
+        rot = x[..., :dim]
+        x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else (rot[..., : dim // 2], rot[..., dim // 2:])
+        real, imag = c * x1 - s * x2, s * x1 + c * x2
+        rot = np.stack((real, imag), axis=-1).reshape(rot.shape) if interleaved else np.concatenate((real, imag), -1)
+        return np.concatenate((rot, x[..., dim:]), axis=-1)
+
+    def gqa(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None, total_sequence_length=None,
+            cos_cache=None, sin_cache=None, *unused):
+        batch, seq = query.shape[:2]
+        if key is None:  # packed QKV
+            head = query.shape[2] // (heads + 2 * kv_heads)
+            query, key, value = np.split(query, [heads * head, (heads + kv_heads) * head], axis=2)
+        head = query.shape[2] // heads
+        if query.shape[2] != heads * head or key.shape[2] != kv_heads * head or value.shape[2] != kv_heads * head:
+            raise ValueError(f"{where}: query {query.shape}, key {key.shape}, value {value.shape} do not fit "
+                             f"num_heads={heads}, kv_num_heads={kv_heads}")
+        total = np.asarray(seqlens_k).astype(np.int64).reshape(batch) + 1  # each row's total length
+        max_total = int(np.asarray(total_sequence_length).reshape(-1)[0])
+        first_prompt = past_key is None or past_key.shape[2] == 0
+        past = np.zeros(batch, np.int64) if first_prompt else total - seq
+        q = query.reshape(batch, seq, heads, head).astype(np.float32)
+        k = key.reshape(batch, seq, kv_heads, head).astype(np.float32)
+        v = value.reshape(batch, seq, kv_heads, head).astype(np.float32)
+        if do_rotary:
+            pos = past[:, None] + np.arange(seq)[None, :]
+            q, k = rotate(q, cos_cache, sin_cache, pos), rotate(k, cos_cache, sin_cache, pos)
+        buffer = 0 if past_key is None else past_key.shape[2]
+        length = max(buffer, max_total)
+        present_k = np.zeros((batch, kv_heads, length, head), np.float32)
+        present_v = np.zeros_like(present_k)
+        for b in range(batch):
+            p = int(past[b])
+            if p:
+                present_k[b, :, :p] = past_key[b, :, :p]
+                present_v[b, :, :p] = past_value[b, :, :p]
+            present_k[b, :, p:p + seq] = k[b].transpose(1, 0, 2)
+            present_v[b, :, p:p + seq] = v[b].transpose(1, 0, 2)
+        scale = np.float32(scale_attr or 1.0 / np.sqrt(head))
+        group = heads // kv_heads
+        qh = q.transpose(0, 2, 1, 3)  # (B, N, S, H)
+        kh = np.repeat(present_k, group, axis=1)  # (B, N, L, H): each kv head serves `group` query heads
+        vh = np.repeat(present_v, group, axis=1)
+        scores = np.matmul(qh, kh.transpose(0, 1, 3, 2)) * scale  # (B, N, S, L)
+        if softcap > 0:
+            scores = softcap * np.tanh(scores / softcap)
+        keys = np.arange(length)[None, None, :]
+        query_pos = past[:, None, None] + np.arange(seq)[None, :, None]  # (B, S, 1)
+        allowed = (keys <= query_pos) & (keys < total[:, None, None])
+        if window > 0:
+            allowed &= keys > query_pos - window
+        scores = np.where(allowed[:, None], scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = np.matmul(probs, vh).transpose(0, 2, 1, 3).reshape(batch, seq, heads * head).astype(query.dtype)
+        outs = (out, present_k.astype(query.dtype), present_v.astype(query.dtype))[:n_out]
+        return outs[0] if n_out == 1 else outs
+
+    return gqa
