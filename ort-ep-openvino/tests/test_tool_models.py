@@ -50,6 +50,8 @@ def _cases():
         "QLinearMul": (_node("QLinearMul", ["x", "sa", "za", "b", "sb", "zb", "sc", "zc"], q, u8, np.uint8), u8),
         "QLinearSigmoid": (_node("QLinearSigmoid", ["x", "sx", "zx", "sy", "zy"], unary, u8, np.uint8), u8),
         "QLinearLeakyRelu": (_node("QLinearLeakyRelu", ["x", "sx", "zx", "sy", "zy"], unary, u8, np.uint8, alpha=0.1), u8),
+        "QLinearAveragePool": (_node("QLinearAveragePool", ["x", "sx", "zx", "sy", "zy"], unary, u8, np.uint8,
+                                     kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), u8),
         "QLinearConcat": (_node("QLinearConcat", ["sy", "zy", "x", "sy", "zy", "x1", "s1", "z1"], concat, u8, np.uint8, axis=1), u8),
         "DynamicQuantizeMatMul": (_node("DynamicQuantizeMatMul", ["x", "w", "s", "z"], dqmm, f, np.float32), f),
     }

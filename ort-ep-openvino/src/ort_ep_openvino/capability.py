@@ -86,6 +86,7 @@ DIVERGENT_MS_OPS: dict[str, str] = {
     "QLinearMul": "OpenVINO's QLinearMul rounds otherwise than onnxruntime (half the elements one unit off)",
     "QLinearSigmoid": "OpenVINO's QLinearSigmoid rounds otherwise than onnxruntime (half the elements one unit off)",
     "QLinearLeakyRelu": "OpenVINO's QLinearLeakyRelu differs from onnxruntime's (up to 255 units)",
+    "QLinearAveragePool": "OpenVINO's QLinearAveragePool differs from onnxruntime's (up to 251 units)",
     "QLinearConcat": "OpenVINO's QLinearConcat differs from onnxruntime's for inputs requantized to the output's scale (up to 255 units)",
     "DynamicQuantizeMatMul": "OpenVINO's DynamicQuantizeMatMul differs from onnxruntime's (every element)",
     "DynamicQuantizeLSTM": "OpenVINO's DynamicQuantizeLSTM differs from onnxruntime's quantized recurrence",
