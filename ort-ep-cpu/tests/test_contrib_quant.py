@@ -233,3 +233,17 @@ def test_qattention(mask, per_column, unidirectional):
     model = _model("QAttention", inputs, consts, feeds, F, num_heads=heads, unidirectional=unidirectional)
     got, want = _run_both(model, feeds)
     _assert_float(got[0], want[0])
+
+
+def test_dynamic_quantize_lstm_declines_per_column_zero_points():
+    rng = np.random.default_rng(8)
+    hidden, inp = 4, 3
+    consts = {"w": _q(rng, (1, inp, 4 * hidden), U8), "r": _q(rng, (1, hidden, 4 * hidden), U8),
+              "ws": np.full(1, 0.004, F), "wz": (np.arange(4 * hidden) % 3 + 120).astype(U8).reshape(1, -1),
+              "rs": np.full(1, 0.004, F), "rz": np.full(1, 128, U8)}
+    x = rng.standard_normal((2, 1, inp)).astype(F)
+    model = _model("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"], consts,
+                   {"x": x}, [F, F, F], hidden_size=hidden)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.OrtError, match="W_zero_point differs across columns"):
+        session.run(None, {"x": x})

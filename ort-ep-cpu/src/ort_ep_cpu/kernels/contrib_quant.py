@@ -270,6 +270,12 @@ def _dynamic_quantize_lstm(node, request):
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
+        for label, zp in (("W_zero_point", w_zero_point), ("R_zero_point", r_zero_point)):
+            for d in range(n_dirs):
+                if np.unique(np.asarray(_per_dir(zp, d))).size > 1:
+                    # onnxruntime's quantized GEMM reads the first zero point of each direction
+                    # only: a per-column one would get an answer it does not give
+                    raise NotImplementedError(f"{name}: {label} differs across columns (onnxruntime uses one per direction)")
         seq, batch, _ = x.shape
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         y = np.zeros((seq, n_dirs, batch, hidden), _F)
