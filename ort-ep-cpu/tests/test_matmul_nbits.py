@@ -16,7 +16,7 @@ from ort_ep_cpu.kernels import matmul_nbits
 MS = "com.microsoft"
 
 
-def _model(k, n, bits, block, zero_points: str, bias: bool, seed=0, a_shape=(3, 5)):
+def _model(k, n, bits, block, zero_points: str, bias: bool, seed=0, a_shape=(3, 5), accuracy_level=0):
     rng = np.random.default_rng(seed)
     blocks = -(-k // block)
     b = rng.integers(0, 256, (n, blocks, block * bits // 8)).astype(np.uint8)
@@ -33,7 +33,8 @@ def _model(k, n, bits, block, zero_points: str, bias: bool, seed=0, a_shape=(3, 
     if bias:
         inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias"))
         inputs += [""] * (5 - len(inputs)) + ["bias"]
-    node = helper.make_node("MatMulNBits", inputs, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
+    node = helper.make_node("MatMulNBits", inputs, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
+                            accuracy_level=accuracy_level)
     graph = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [*a_shape, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*a_shape, n])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
@@ -97,3 +98,11 @@ def test_wrong_sizes_are_a_clear_error():
             attr.i = 41
     with pytest.raises(ort.OrtError, match="B has"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("a_shape", [(1,), (3, 5)], ids=["one-row", "rows"])
+def test_accuracy_level_4_is_onnxruntimes_int8_compute(bits, a_shape):
+    """accuracy_level=4 (what LLM exporters set): onnxruntime quantizes A to int8 per block;
+    the float compute is 5e-3 of the range away from its answer, the emulation 1e-7."""
+    _check(*_model(100, 48, bits, 32, "packed", bias=True, seed=3, a_shape=a_shape, accuracy_level=4))

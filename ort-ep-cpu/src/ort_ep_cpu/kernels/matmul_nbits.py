@@ -135,6 +135,22 @@ def _product(a: np.ndarray, w: _Weights) -> np.ndarray:
     return y
 
 
+def quantize_a_blockwise(a: np.ndarray, block: int) -> np.ndarray:
+    """A as onnxruntime's accuracy_level=4 (int8 compute) sees it: each block of ``block``
+    values along K quantized to int8 with scale max|a| / 127 (times the reciprocal, rounded
+    half to even), given back dequantized. The integer dot products onnxruntime then takes are
+    exact, so the float product of this A with the dequantized weights is its answer."""
+    m, k = a.shape
+    blocks = -(-k // block)
+    padded = np.zeros((m, blocks * block), _F)
+    padded[:, :k] = a
+    rows = padded.reshape(m, blocks, block)
+    scale = (np.abs(rows).max(axis=2, keepdims=True) / _F(127)).astype(_F)
+    inverse = np.divide(_F(1), scale, out=np.zeros_like(scale), where=scale > 0)
+    q = np.clip(np.rint(rows * inverse), -128, 127)
+    return (q * scale).reshape(m, -1)[:, :k].astype(_F)
+
+
 @kernel("MatMulNBits", domain=MS)
 def _matmul_nbits(node, request):
     name = f"MatMulNBits {node.name!r}"
@@ -148,6 +164,7 @@ def _matmul_nbits(node, request):
         raise NotImplementedError(f"{name}: g_idx (act-order) is not supported")
     if node.attr("weight_prepacked", 0):
         raise NotImplementedError(f"{name}: weight_prepacked=1 is not supported")
+    int8_compute = int(node.attr("accuracy_level", 0)) == 4
     zp_given = node.inputs[3] if has_input(node, 3) else ""
     if bits == 8 and zp_given and request.value(zp_given).dtype != np.uint8:
         # as onnxruntime's CPU kernel: no answer of its to match
@@ -164,7 +181,10 @@ def _matmul_nbits(node, request):
         if a.shape[-1] != k:
             raise ValueError(f"{name}: A's last dimension is {a.shape[-1]}, K is {k}")
         lead = a.shape[:-1]
-        y = _product(a.reshape(-1, k).astype(_F, copy=False), w)
+        rows = a.reshape(-1, k).astype(_F, copy=False)
+        if int8_compute:  # onnxruntime's answer at accuracy_level 4: A quantized per block
+            rows = quantize_a_blockwise(rows, block)
+        y = _product(rows, w)
         if bias is not None:
             y += bias.astype(_F)
         return y.reshape(*lead, n).astype(a.dtype, copy=False)
