@@ -21,6 +21,9 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     "silero-vad": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad.onnx"),
     # onnx-asr's audio front ends: log-mel features through STFT (kaldi, nemo, whisper, gigaam),
     # and wespeaker's through DFT inside a Scan
+    # ddddocr's older captcha recogniser: a dynamically quantized CRNN (ConvInteger,
+    # MatMulInteger, DynamicQuantizeLinear, com.microsoft DynamicQuantizeLSTM)
+    "ocr-ddddocr-quant": ("ddddocr==1.6.1", "ddddocr", "ddddocr/common_old.onnx"),
     **{
         f"asr-{name.replace('_', '-')}": ("onnx-asr==0.12.0", "onnx_asr", f"onnx_asr/preprocessors/data/{name}.onnx")
         for name in ("kaldi", "nemo80", "nemo128", "whisper80", "whisper128", "gigaam_v2", "gigaam_v3", "wespeaker")

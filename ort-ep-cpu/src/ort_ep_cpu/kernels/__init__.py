@@ -16,3 +16,6 @@ from . import signal  # noqa: F401, E402  (family B: DFT, STFT, windows, MelWeig
 from . import fused  # noqa: F401, E402  (performance: com.microsoft fused ops the optimizer emits)
 from . import training  # noqa: F401, E402  (family A: ai.onnx.preview.training optimizers, Gradient)
 from . import svm  # noqa: F401, E402  (ai.onnx.ml SVMClassifier as onnxruntime computes it)
+from . import contrib_quant  # noqa: F401, E402  (com.microsoft quantization ops onnxruntime's tools emit)
+from . import matmul_nbits  # noqa: F401, E402  (com.microsoft MatMulNBits, weight-only int4)
+from . import contrib_transformer  # noqa: F401, E402  (com.microsoft transformer fusions onnxruntime's optimizer emits)

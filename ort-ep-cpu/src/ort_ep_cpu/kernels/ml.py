@@ -13,9 +13,9 @@ import numpy as np
 
 from ort_core import Kernel
 
-from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from ._delegate import DELEGATED, reference_kernel
+from ._ort_math import probit
 
 ML = "ai.onnx.ml"
 
@@ -44,7 +44,7 @@ _POST = {
     "SOFTMAX": _softmax,
     "LOGISTIC": lambda s: 1.0 / (1.0 + np.exp(-s)),
     "SOFTMAX_ZERO": _softmax_zero,
-    "PROBIT": special.ndtri,  # sqrt(2) * erfinv(2p - 1)
+    "PROBIT": probit,  # onnxruntime's approximate sqrt(2) * erfinv(2p - 1), not the exact ndtri
 }
 _POST_CODES = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 

@@ -12,28 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
+from ._ort_math import logistic as _logistic
+from ._ort_math import probit as _probit
 
 ML = "ai.onnx.ml"
 _F = np.float32
-
-
-def _logistic(v: np.ndarray) -> np.ndarray:
-    # onnxruntime's ComputeLogistic: 1 / (1 + exp(-|v|)), mirrored for v < 0, in float32
-    e = _F(1) / (_F(1) + np.exp(-np.abs(v)))
-    return np.where(v < 0, _F(1) - e, e).astype(_F)
-
-
-def _erfinv_approx(x: np.ndarray) -> np.ndarray:
-    # onnxruntime's ErfInv (Winitzki's approximation, a = 0.147), the one its PROBIT uses
-    sgn = np.where(x < 0, _F(-1), _F(1))
-    t = np.log((_F(1) - x) * (_F(1) + x))
-    v = _F(2 / (3.14159 * 0.147)) + _F(0.5) * t
-    v2 = _F(1 / 0.147) * t
-    return (sgn * np.sqrt(-v + np.sqrt(v * v - v2))).astype(_F)
-
-
-def _probit(p: np.ndarray) -> np.ndarray:
-    return (_F(1.41421356) * _erfinv_approx(_F(2) * p - _F(1))).astype(_F)
 
 
 def _softmax_rows(s: np.ndarray) -> np.ndarray:

@@ -1,0 +1,366 @@
+"""onnxruntime's com.microsoft quantization ops, the ones its tools emit: ``onnxruntime.quantization``
+in QOperator format (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
+QLinearGlobalAveragePool, QLinearAveragePool, QGemm) and dynamic quantization (DynamicQuantizeMatMul,
+MatMulIntegerToFloat, DynamicQuantizeLSTM; onnxruntime's own optimizer fuses MatMulInteger
+chains into the first two).
+
+The integer products are exact (int32 operands in float64 BLAS: |terms| < 2^16, sums far below
+2^53). Scales and requantization follow onnxruntime's float32 arithmetic (MLAS): a ratio of
+scales in float32, rounding half to even, then the zero point and a clamp, so results agree
+with onnxruntime's to the integer or within one unit where a product lands on a rounding tie.
+Dynamic quantization of activations is onnxruntime's: uint8, the range widened to hold 0,
+scale = (max - min) / 255, zero point = round(-min / scale).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import kernel, lookup
+from ._util import has_input
+
+MS = "com.microsoft"
+_F = np.float32
+
+
+def _int32(x: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
+    xi = x.astype(np.int32)
+    return xi if zero_point is None else xi - np.asarray(zero_point).astype(np.int32)
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The exact integer product of int32 operands (as float64: exact below 2^53)."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def _quantize(y: np.ndarray, scale, zero_point, dtype: np.dtype) -> np.ndarray:
+    """round_half_even(y / scale) + zero_point, clamped to ``dtype`` (MLAS's QuantizeLinear)."""
+    info = np.iinfo(dtype)
+    q = np.rint(y.astype(_F) / _F(scale)) + (0 if zero_point is None else int(np.asarray(zero_point)))
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _dequantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
+    return (_int32(x, zero_point).astype(_F) * _F(scale)).astype(_F)
+
+
+def _requantize(value: np.ndarray, zero_point, dtype: np.dtype) -> np.ndarray:
+    """round_half_even(value) + zero_point, clamped (value already in output units, float32)."""
+    info = np.iinfo(dtype)
+    q = np.rint(value.astype(_F)) + (0 if zero_point is None else int(np.asarray(zero_point)))
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def quantize_dynamic(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+    """onnxruntime's dynamic uint8 quantization of an activation: (q, scale, zero point)."""
+    x32 = x.astype(_F, copy=False)
+    hi = _F(max(0.0, float(x32.max()))) if x.size else _F(0)
+    lo = _F(min(0.0, float(x32.min()))) if x.size else _F(0)
+    scale = _F(1) if hi == lo else _F((hi - lo) / _F(255))
+    zp = np.uint8(np.rint(np.clip(-lo / scale, 0, 255)))
+    q = np.clip(np.rint(x32 / scale) + zp, 0, 255).astype(np.uint8)
+    return q, scale, zp
+
+
+def _column(v: np.ndarray | None) -> np.ndarray | None:
+    """A per-column parameter of a (K, N) operand as given (scalar or (N,)); 2-D B only."""
+    return None if v is None else np.asarray(v)
+
+
+# ---------------------------------------------------------------------------- matmuls
+
+
+@kernel("MatMulIntegerToFloat", domain=MS)
+def _matmul_integer_to_float(node, request):
+    def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        acc = _product(_int32(a, _row_param(a_zero_point, a)), _int32(b, _column(b_zero_point)))
+        scale = (np.asarray(a_scale, _F).reshape(_row_shape(a_scale, a)) * np.asarray(b_scale, _F)).astype(_F)
+        y = (acc.astype(_F) * scale).astype(_F)
+        if bias is not None:
+            y += bias.astype(_F)
+        return y.astype(np.asarray(a_scale).dtype, copy=False)
+
+    return matmul_integer_to_float
+
+
+def _row_shape(param, a: np.ndarray) -> tuple[int, ...]:
+    p = np.asarray(param)
+    return (-1, 1) if p.ndim == 1 and p.size > 1 and p.size == a.shape[-2] else p.shape
+
+
+def _row_param(param, a: np.ndarray):
+    return None if param is None else np.asarray(param).reshape(_row_shape(param, a))
+
+
+@kernel("DynamicQuantizeMatMul", domain=MS)
+def _dynamic_quantize_matmul(node, request):
+    def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
+        qa, a_scale, a_zp = quantize_dynamic(a)
+        acc = _product(_int32(qa, a_zp), _int32(b, _column(b_zero_point)))
+        y = (acc.astype(_F) * (a_scale * np.asarray(b_scale, _F)).astype(_F)).astype(_F)
+        if bias is not None:
+            y += bias.astype(_F)
+        return y
+
+    return dynamic_quantize_matmul
+
+
+@kernel("QGemm", domain=MS)
+def _qgemm(node, request):
+    alpha = _F(node.attr("alpha", 1.0))
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+
+    def qgemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
+        ai = _int32(a, a_zero_point)
+        bz = np.asarray(b_zero_point).astype(np.int32)
+        bi = b.astype(np.int32) - (bz.reshape(-1, 1) if trans_b and bz.ndim == 1 and bz.size > 1 else bz)
+        acc = _product(ai.T if trans_a else ai, bi.T if trans_b else bi)
+        if c is not None:  # int32 bias in the product's units (scale a_scale * b_scale)
+            acc = acc + c.astype(np.float64)
+        scale = (alpha * _F(a_scale) * np.asarray(b_scale, _F)).astype(_F)
+        if y_scale is None:
+            return (acc.astype(_F) * scale).astype(_F)
+        out = y_zero_point.dtype if y_zero_point is not None else a.dtype
+        return _requantize(acc.astype(_F) * (scale / _F(y_scale)).astype(_F), y_zero_point, out)
+
+    return qgemm
+
+
+# ---------------------------------------------------------------------------- elementwise
+
+
+def _binary(combine):
+    def build(node, request):
+        def qlinear_binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+            value = combine(_int32(a, a_zero_point).astype(_F), _F(a_scale), _int32(b, b_zero_point).astype(_F),
+                            _F(b_scale), _F(c_scale))
+            zp = c_zero_point if c_zero_point is not None else np.zeros((), a.dtype)
+            return _requantize(value, zp, a.dtype)
+
+        return qlinear_binary
+
+    return build
+
+
+# onnxruntime (MLAS): each side times its scale ratio to the output, summed, rounded
+kernel("QLinearAdd", domain=MS)(_binary(lambda a, sa, b, sb, sc: a * (sa / sc) + b * (sb / sc)))
+kernel("QLinearMul", domain=MS)(_binary(lambda a, sa, b, sb, sc: a * b * (sa * sb / sc)))
+
+
+def _lookup_table(fn):
+    """QLinearSigmoid / QLinearLeakyRelu the way onnxruntime runs them: a 256-entry table of
+    quantize(fn(dequantize(q))) for every input byte, then a gather."""
+
+    def build(node, request):
+        alpha = _F(node.attr("alpha", 0.01))
+        tables: dict[tuple, np.ndarray] = {}
+
+        def qlinear_unary(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
+            key = (x.dtype.str, float(x_scale), None if x_zero_point is None else int(x_zero_point),
+                   float(y_scale), None if y_zero_point is None else int(y_zero_point))
+            table = tables.get(key)
+            if table is None:
+                info = np.iinfo(x.dtype)
+                q = np.arange(info.min, info.max + 1).astype(x.dtype)
+                table = tables[key] = _quantize(fn(_dequantize(q, x_scale, x_zero_point), alpha), y_scale,
+                                                y_zero_point, x.dtype)
+            return table[x.astype(np.int32) - np.iinfo(x.dtype).min]
+
+        return qlinear_unary
+
+    return build
+
+
+kernel("QLinearSigmoid", domain=MS)(_lookup_table(lambda v, alpha: (_F(1) / (_F(1) + np.exp(-v))).astype(_F)))
+kernel("QLinearLeakyRelu", domain=MS)(_lookup_table(lambda v, alpha: np.where(v >= 0, v, v * alpha).astype(_F)))
+
+
+@kernel("QLinearConcat", domain=MS)
+def _qlinear_concat(node, request):
+    axis = int(node.attr("axis"))
+
+    def qlinear_concat(y_scale, y_zero_point, *triples):
+        if len(triples) % 3:
+            raise ValueError(f"QLinearConcat {node.name!r}: inputs after Y_scale, Y_zero_point come in "
+                             f"(X, X_scale, X_zero_point) triples, got {len(triples)}")
+        parts = []
+        for x, x_scale, x_zp in zip(triples[::3], triples[1::3], triples[2::3]):
+            if _F(x_scale) == _F(y_scale) and int(x_zp) == int(y_zero_point):
+                parts.append(x)
+            else:  # requantized to the output's parameters
+                parts.append(_quantize(_dequantize(x, x_scale, x_zp), y_scale, y_zero_point, y_zero_point.dtype))
+        return np.concatenate(parts, axis=axis)
+
+    return qlinear_concat
+
+
+# ---------------------------------------------------------------------------- pools
+
+
+@kernel("QLinearGlobalAveragePool", domain=MS)
+def _qlinear_global_average_pool(node, request):
+    channels_last = bool(node.attr("channels_last", 0))
+
+    def qlinear_global_average_pool(x, x_scale, x_zero_point, y_scale, y_zero_point):
+        axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+        n = int(np.prod([x.shape[a] for a in axes]))
+        total = x.astype(np.int64).sum(axis=axes, keepdims=True) - n * int(x_zero_point)
+        scale = _F(x_scale) / (_F(y_scale) * _F(n))
+        return _requantize(total.astype(_F) * scale, y_zero_point, x.dtype)
+
+    return qlinear_global_average_pool
+
+
+@kernel("QLinearAveragePool", domain=MS)
+def _qlinear_average_pool(node, request):
+    # onnxruntime dequantizes, pools in float32 and quantizes: the same on the float kernel
+    entry = lookup("", "AveragePool", 19)
+    built = entry.build(node, request)
+    pool = built.run if hasattr(built, "run") else built
+    channels_last = bool(node.attr("channels_last", 0))
+
+    def qlinear_average_pool(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
+        v = _dequantize(x, x_scale, x_zero_point)
+        if channels_last:
+            v = np.ascontiguousarray(np.moveaxis(v, -1, 1))
+        y = pool(v)
+        if channels_last:
+            y = np.moveaxis(y, 1, -1)
+        return _quantize(y, y_scale, y_zero_point, x.dtype)
+
+    return qlinear_average_pool
+
+
+# ---------------------------------------------------------------------------- LSTM
+
+
+def _activation(name: str, alpha: float | None, beta: float | None):
+    n = name.lower()
+    if n == "sigmoid":
+        return lambda v: (_F(1) / (_F(1) + np.exp(-v))).astype(_F)
+    if n == "tanh":
+        return np.tanh
+    if n == "relu":
+        return lambda v: np.maximum(v, 0)
+    if n == "hardsigmoid":
+        a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
+        return lambda v: np.clip(a * v + b, 0, 1).astype(_F)
+    raise NotImplementedError(f"DynamicQuantizeLSTM activation {name!r} is not supported (Sigmoid, Tanh, Relu, HardSigmoid)")
+
+
+@kernel("DynamicQuantizeLSTM", domain=MS)
+def _dynamic_quantize_lstm(node, request):
+    """onnxruntime's LSTM with int8/uint8 weights W (dirs, input, 4H) and R (dirs, H, 4H), gates
+    i, o, f, c: like onnxruntime, the input projection of all time steps is one product of the
+    dynamically quantized X, and each step's recurrent product one of the quantized H."""
+    name = f"DynamicQuantizeLSTM {node.name!r}"
+    hidden = int(node.attr("hidden_size"))
+    direction = str(node.attr("direction", "forward"))
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ValueError(f"{name}: direction {direction!r} not one of forward, reverse, bidirectional")
+    if node.attr("input_forget", 0):
+        raise NotImplementedError(f"{name}: input_forget=1 is not supported")
+    clip = node.attr("clip")
+    n_dirs = 2 if direction == "bidirectional" else 1
+    names = list(node.attr("activations") or ["Sigmoid", "Tanh", "Tanh"] * n_dirs)
+    alphas, betas = list(node.attr("activation_alpha") or []), list(node.attr("activation_beta") or [])
+    acts = [_activation(n, alphas[k] if k < len(alphas) else None, betas[k] if k < len(betas) else None)
+            for k, n in enumerate(names)]
+    has_p = has_input(node, 7)
+
+    def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
+             w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
+        for label, zp in (("W_zero_point", w_zero_point), ("R_zero_point", r_zero_point)):
+            for d in range(n_dirs):
+                if np.unique(np.asarray(_per_dir(zp, d))).size > 1:
+                    # onnxruntime's quantized GEMM reads the first zero point of each direction
+                    # only: a per-column one would get an answer it does not give
+                    raise NotImplementedError(f"{name}: {label} differs across columns (onnxruntime uses one per direction)")
+        seq, batch, _ = x.shape
+        lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
+        y = np.zeros((seq, n_dirs, batch, hidden), _F)
+        y_h = np.zeros((n_dirs, batch, hidden), _F)
+        y_c = np.zeros((n_dirs, batch, hidden), _F)
+        qx, sx, zx = quantize_dynamic(x.reshape(seq * batch, -1))
+        for d in range(n_dirs):
+            f_act, g_act, h_act = acts[3 * d: 3 * d + 3]
+            ws, wz = _per_dir(w_scale, d), _per_dir(w_zero_point, d)
+            rs, rz = _per_dir(r_scale, d), _per_dir(r_zero_point, d)
+            xw = (_product(_int32(qx, zx), _int32(w[d], wz)).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
+            bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
+            h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
+            c = np.zeros((batch, hidden), _F) if initial_c is None else initial_c[d].astype(_F)
+            pi, po, pf = (np.split(p[d].astype(_F), 3) if has_p and p is not None else (0, 0, 0))
+            reverse = direction == "reverse" or d == 1
+            for step in range(seq):
+                active = step < lens  # rows still inside their sequence
+                t = step
+                if reverse:  # each row walks its own length backwards
+                    t_rows = np.where(active, lens - 1 - step, 0)
+                    xt = xw[t_rows, np.arange(batch)]
+                else:
+                    xt = xw[t]
+                qh, sh, zh = quantize_dynamic(h)
+                gates = xt + (_product(_int32(qh, zh), _int32(r[d], rz)).astype(_F) * (sh * rs).astype(_F)) + bias
+                gi, go, gf, gc = np.split(gates, 4, axis=1)
+                if clip is not None:
+                    gi, go, gf, gc = (np.clip(g, -clip, clip) for g in (gi, go, gf, gc))
+                i_t = f_act(gi + pi * c)
+                f_t = f_act(gf + pf * c)
+                c_new = f_t * c + i_t * g_act(gc)
+                o_t = f_act(go + po * c_new)
+                h_new = (o_t * h_act(c_new)).astype(_F)
+                keep = active[:, None]
+                h = np.where(keep, h_new, h)
+                c = np.where(keep, c_new.astype(_F), c)
+                if reverse:
+                    rows = np.nonzero(active)[0]
+                    y[t_rows[rows], d, rows] = h[rows]
+                else:
+                    y[t, d] = np.where(keep, h, 0)
+            y_h[d], y_c[d] = h, c
+        return y, y_h, y_c
+
+    return lstm
+
+
+def _per_dir(v, d: int):
+    """A direction's scale or zero point: (dirs,) -> scalar, (dirs, 4H) -> (4H,) per column."""
+    a = np.asarray(v)
+    return a[d] if a.ndim >= 1 else a
+
+
+# ---------------------------------------------------------------------------- attention
+
+
+@kernel("QAttention", domain=MS)
+def _qattention(node, request):
+    """onnxruntime's QAttention (dynamic quantization of a fused Attention): the QKV projection
+    as an exact integer product scaled by input_scale x weight_scale (per tensor or per column)
+    plus the float bias, then the float attention of com.microsoft Attention."""
+    from . import attention
+
+    where = f"QAttention {node.name!r}"
+    if has_input(node, 8):
+        raise NotImplementedError(f"{where}: input past is not supported by the CPU kernel")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise NotImplementedError(f"{where}: output present is not supported by the CPU kernel")
+    for name in ("do_rotary", "past_present_share_buffer"):
+        if node.attr(name, 0):
+            raise NotImplementedError(f"{where}: attribute {name}={node.attr(name)} is not supported")
+    if not node.attr("num_heads"):
+        raise ValueError(f"{where}: attribute num_heads is required")
+    attend = attention._heads_attention(node, where, "mask_index")
+
+    def qattention(x, w, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+                   weight_zero_point=None, past=None):
+        if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
+            raise ValueError(f"{where}: input {x.shape} and weight {w.shape} do not fit: expected "
+                             "(batch, sequence, input_hidden) and (input_hidden, 3 * hidden)")
+        acc = _product(_int32(x, input_zero_point), _int32(w, _column(weight_zero_point)))
+        scale = (_F(input_scale) * np.asarray(weight_scale, _F)).astype(_F)
+        qkv = (acc.astype(_F) * scale + bias.astype(_F)).astype(_F)
+        h = w.shape[1] // 3
+        return attend(qkv[..., :h], qkv[..., h:2 * h], qkv[..., 2 * h:], None, mask_index, None)
+
+    return qattention

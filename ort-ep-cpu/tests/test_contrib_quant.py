@@ -1,0 +1,249 @@
+"""onnxruntime's com.microsoft quantization ops against onnxruntime's own kernels, one node at a
+time over the attribute and input forms its tools emit. Tolerance: integer outputs equal, or one
+unit apart on a fraction of elements (rounding ties of float32 scale products, MLAS's vector
+order); float outputs relative 1e-5 of their range."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import helper, numpy_helper
+
+import ort_core as ort
+
+MS = "com.microsoft"
+U8, I8, F = np.uint8, np.int8, np.float32
+
+
+def _model(op, inputs, consts, feeds, out, **attrs):
+    """A one-node model: ``inputs`` names in order ('' for an omitted one), ``consts`` are
+    initializers, ``feeds`` graph inputs (name -> array), ``out`` the output dtype(s)."""
+    out = out if isinstance(out, list) else [out]
+    n_out = len(out)
+    node = helper.make_node(op, inputs, [f"y{k}" for k in range(n_out)], domain=MS, **attrs)
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()]
+    outs = [helper.make_tensor_value_info(f"y{k}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
+            for k, t in enumerate(out)]
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()]
+    graph = helper.make_graph([node], op, ins, outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]).SerializeToString()
+
+
+def _run_both(model, feeds):
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return got, want
+
+
+def _assert_quantized(got, want, off_by_one=0.02):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() <= 1, f"max difference {diff.max()} units"
+    assert (diff > 0).sum() <= max(1, off_by_one * diff.size), f"{(diff > 0).mean():.1%} of elements one unit off"
+
+
+def _assert_float(got, want, rel=1e-5):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    scale = max(float(np.abs(want).max()), 1e-30)
+    np.testing.assert_allclose(got, want, rtol=0, atol=rel * scale)
+
+
+def _q(rng, shape, dtype=U8):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("shapes", [((2, 3, 8, 8), (2, 3, 8, 8)), ((2, 16, 4), (16, 1)), ((4, 5), ())])
+def test_qlinear_binary(op, dtype, shapes):
+    rng = np.random.default_rng(len(op) + len(shapes[1]))
+    a, b = _q(rng, shapes[0], dtype), _q(rng, shapes[1], dtype)
+    zp = np.array(3 if dtype == U8 else -2, dtype)
+    consts = {"sa": np.array(0.02, F), "za": zp, "sb": np.array(0.05, F), "zb": np.array(7, dtype),
+              "sc": np.array(0.09 if op == "QLinearAdd" else 0.4, F), "zc": np.array(5, dtype)}
+    model = _model(op, ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], consts, {"a": a, "b": b}, dtype)
+    got, want = _run_both(model, {"a": a, "b": b})
+    _assert_quantized(got[0], want[0])
+
+
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_qlinear_unary(op, dtype):
+    rng = np.random.default_rng(1)
+    x = _q(rng, (3, 4, 7, 7), dtype)
+    consts = {"sx": np.array(0.05, F), "zx": np.array(128 if dtype == U8 else 0, dtype),
+              "sy": np.array(1 / 256 if op == "QLinearSigmoid" else 0.04, F), "zy": np.array(0 if dtype == U8 else -128, dtype)}
+    attrs = {"alpha": 0.1} if op == "QLinearLeakyRelu" else {}
+    model = _model(op, ["x", "sx", "zx", "sy", "zy"], consts, {"x": x}, dtype, **attrs)
+    got, want = _run_both(model, {"x": x})
+    _assert_quantized(got[0], want[0], off_by_one=0.0)
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_qlinear_concat(axis):
+    rng = np.random.default_rng(2)
+    xs = [_q(rng, (2, 3, 4)), _q(rng, (2, 3, 4)), _q(rng, (2, 3, 4))]
+    consts = {"sy": np.array(0.1, F), "zy": np.array(10, U8), "s0": np.array(0.1, F), "z0": np.array(10, U8),
+              "s1": np.array(0.03, F), "z1": np.array(128, U8), "s2": np.array(0.2, F), "z2": np.array(0, U8)}
+    feeds = {f"x{k}": x for k, x in enumerate(xs)}
+    model = _model("QLinearConcat", ["sy", "zy", "x0", "s0", "z0", "x1", "s1", "z1", "x2", "s2", "z2"], consts, feeds, U8,
+                   axis=axis)
+    got, want = _run_both(model, feeds)
+    _assert_quantized(got[0], want[0], off_by_one=0.0)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_qlinear_global_average_pool(channels_last, dtype):
+    rng = np.random.default_rng(3)
+    x = _q(rng, (2, 6, 6, 16) if channels_last else (2, 16, 6, 6), dtype)
+    consts = {"sx": np.array(0.07, F), "zx": np.array(4, dtype), "sy": np.array(0.05, F), "zy": np.array(-3 if dtype == I8 else 3, dtype)}
+    model = _model("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], consts, {"x": x}, dtype, channels_last=channels_last)
+    got, want = _run_both(model, {"x": x})
+    _assert_quantized(got[0], want[0])
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", channels_last=1),
+], ids=["pads", "count-pad", "ceil", "channels-last"])
+def test_qlinear_average_pool(attrs):
+    rng = np.random.default_rng(4)
+    x = _q(rng, (2, 7, 7, 8) if attrs.get("channels_last") else (2, 8, 7, 7))
+    consts = {"sx": np.array(0.07, F), "zx": np.array(4, U8), "sy": np.array(0.05, F), "zy": np.array(3, U8)}
+    model = _model("QLinearAveragePool", ["x", "sx", "zx", "sy", "zy"], consts, {"x": x}, U8, **attrs)
+    got, want = _run_both(model, {"x": x})
+    _assert_quantized(got[0], want[0], off_by_one=0.05)  # float32 window sums in another order
+
+
+@pytest.mark.parametrize("b_dtype", [U8, I8])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_dynamic_quantize_matmul(b_dtype, per_column, bias):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 5, 32)).astype(F)
+    b = _q(rng, (32, 24), b_dtype)
+    consts = {"b": b, "sb": (rng.uniform(0.01, 0.05, 24) if per_column else np.array(0.02)).astype(F),
+              "zb": (_q(rng, (24,), b_dtype) // 8 if per_column else np.array(2, b_dtype)).astype(b_dtype)}
+    inputs = ["a", "b", "sb", "zb"]
+    if bias:
+        consts["bias"] = rng.standard_normal(24).astype(F)
+        inputs.append("bias")
+    model = _model("DynamicQuantizeMatMul", inputs, consts, {"a": a}, F)
+    got, want = _run_both(model, {"a": a})
+    _assert_float(got[0], want[0])
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [(U8, I8), (U8, U8), (I8, I8)])
+@pytest.mark.parametrize("zero_points", [False, True])
+def test_matmul_integer_to_float(a_dtype, b_dtype, zero_points):
+    rng = np.random.default_rng(6)
+    a, b = _q(rng, (2, 4, 16), a_dtype), _q(rng, (16, 12), b_dtype)
+    consts = {"b": b, "sa": np.array(0.03, F), "sb": rng.uniform(0.01, 0.05, 12).astype(F)}
+    inputs = ["a", "b", "sa", "sb"]
+    if zero_points:
+        consts.update(za=np.array(5, a_dtype), zb=(np.arange(12) % 5).astype(b_dtype),
+                      bias=rng.standard_normal(12).astype(F))
+        inputs += ["za", "zb", "bias"]
+    model = _model("MatMulIntegerToFloat", inputs, consts, {"a": a}, F)
+    got, want = _run_both(model, {"a": a})
+    _assert_float(got[0], want[0])
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0)])
+@pytest.mark.parametrize("output", ["float", "uint8"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_qgemm(trans_a, trans_b, output, bias):
+    rng = np.random.default_rng(7)
+    m, k, n = 6, 20, 10
+    a = _q(rng, (k, m) if trans_a else (m, k))
+    b = _q(rng, (n, k) if trans_b else (k, n), I8)
+    consts = {"sa": np.array(0.02, F), "za": np.array(100, U8), "b": b, "sb": rng.uniform(0.01, 0.03, n).astype(F),
+              "zb": np.zeros(n, I8)}
+    inputs = ["a", "sa", "za", "b", "sb", "zb"]
+    inputs.append("c" if bias else "")
+    if bias:
+        consts["c"] = rng.integers(-500, 500, n).astype(np.int32)
+    if output == "uint8":
+        consts.update(sy=np.array(0.5, F), zy=np.array(128, U8))
+        inputs += ["sy", "zy"]
+    while inputs[-1] == "":
+        inputs.pop()
+    model = _model("QGemm", inputs, consts, {"a": a}, F if output == "float" else U8, alpha=1.0, transA=trans_a, transB=trans_b)
+    got, want = _run_both(model, {"a": a})
+    if output == "float":
+        _assert_float(got[0], want[0])
+    else:
+        _assert_quantized(got[0], want[0])
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("w_dtype", [I8, U8])
+@pytest.mark.parametrize("extras", [False, True])
+def test_dynamic_quantize_lstm(direction, w_dtype, extras):
+    rng = np.random.default_rng(8)
+    seq, batch, inp, hidden = 5, 3, 10, 8
+    dirs = 2 if direction == "bidirectional" else 1
+    x = rng.standard_normal((seq, batch, inp)).astype(F)
+    consts = {"w": _q(rng, (dirs, inp, 4 * hidden), w_dtype), "r": _q(rng, (dirs, hidden, 4 * hidden), w_dtype),
+              "b": (0.1 * rng.standard_normal((dirs, 8 * hidden))).astype(F),
+              "ws": np.full(dirs, 0.004, F), "wz": np.full(dirs, 2 if w_dtype == I8 else 128, w_dtype),
+              "rs": rng.uniform(0.002, 0.006, (dirs, 4 * hidden)).astype(F),
+              "rz": np.full((dirs, 4 * hidden), 0 if w_dtype == I8 else 128, w_dtype)}
+    feeds = {"x": x}
+    inputs = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if extras:  # sequence lengths, initial state, peepholes
+        feeds["lens"] = np.array([5, 2, 4], np.int32)
+        consts.update(h0=(0.5 * rng.standard_normal((dirs, batch, hidden))).astype(F),
+                      c0=(0.5 * rng.standard_normal((dirs, batch, hidden))).astype(F),
+                      p=(0.1 * rng.standard_normal((dirs, 3 * hidden))).astype(F))
+        inputs[4:8] = ["lens", "h0", "c0", "p"]
+    model = _model("DynamicQuantizeLSTM", inputs, consts, feeds, [F, F, F], hidden_size=hidden, direction=direction)
+    got, want = _run_both(model, feeds)
+    for g, w in zip(got, want):
+        # both quantize X once and H at every step the same way (step 0 agrees to 1e-7); from
+        # step 1 on, MLAS's approximate sigmoid/tanh (1e-7 apart from numpy's) flip the odd
+        # rounding of H's quantization, one step of H's scale (~range/255) into the gates.
+        # The float LSTM on the dequantized weights is 4e-3 x range away from onnxruntime here.
+        _assert_float(g, w, rel=3e-3)
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "2d"])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_qattention(mask, per_column, unidirectional):
+    rng = np.random.default_rng(9)
+    batch, seq, hidden, heads = 2, 6, 32, 4
+    x = _q(rng, (batch, seq, hidden))
+    consts = {"w": _q(rng, (hidden, 3 * hidden), I8), "b": (0.1 * rng.standard_normal(3 * hidden)).astype(F),
+              "sx": np.array(0.02, F), "sw": (rng.uniform(0.002, 0.006, 3 * hidden) if per_column else np.array(0.004)).astype(F),
+              "zx": np.array(128, U8), "zw": (np.zeros(3 * hidden) if per_column else np.array(0)).astype(I8)}
+    feeds = {"x": x}
+    inputs = ["x", "w", "b", "sx", "sw", "", "zx", "zw"]
+    if mask == "lengths":
+        feeds["m"] = np.array([6, 3], np.int32)
+        inputs[5] = "m"
+    elif mask == "2d":
+        feeds["m"] = (np.arange(seq)[None, :] < np.array([[4], [6]])).astype(np.int32)
+        inputs[5] = "m"
+    model = _model("QAttention", inputs, consts, feeds, F, num_heads=heads, unidirectional=unidirectional)
+    got, want = _run_both(model, feeds)
+    _assert_float(got[0], want[0])
+
+
+def test_dynamic_quantize_lstm_declines_per_column_zero_points():
+    rng = np.random.default_rng(8)
+    hidden, inp = 4, 3
+    consts = {"w": _q(rng, (1, inp, 4 * hidden), U8), "r": _q(rng, (1, hidden, 4 * hidden), U8),
+              "ws": np.full(1, 0.004, F), "wz": (np.arange(4 * hidden) % 3 + 120).astype(U8).reshape(1, -1),
+              "rs": np.full(1, 0.004, F), "rz": np.full(1, 128, U8)}
+    x = rng.standard_normal((2, 1, inp)).astype(F)
+    model = _model("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"], consts,
+                   {"x": x}, [F, F, F], hidden_size=hidden)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.OrtError, match="W_zero_point differs across columns"):
+        session.run(None, {"x": x})
