@@ -118,6 +118,17 @@ class FakeCudaDevice:
     def erf(self, x: Any) -> Any:
         return scipy.special.erf(x)
 
+    def sdpa(self, q, k, v, scale, causal):
+        """cuDNN's fused attention, as numpy: float32 inside, one rounding to float16."""
+        self.sdpa_calls = getattr(self, "sdpa_calls", 0) + 1
+        if k.shape[1] != q.shape[1]:
+            k, v = np.repeat(k, q.shape[1] // k.shape[1], axis=1), np.repeat(v, q.shape[1] // v.shape[1], axis=1)
+        s = np.matmul(q.astype(np.float32), np.swapaxes(k.astype(np.float32), 2, 3)) * np.float32(scale)
+        if causal:
+            s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(p / p.sum(axis=-1, keepdims=True), v.astype(np.float32)).astype(q.dtype)
+
     def conv(self, x, w, pads, strides, dilations, group):
         n = x.ndim - 2
         x32, w32 = x.astype(np.float32), w.astype(np.float32)

@@ -53,7 +53,7 @@ class _RawMemory:
 @dataclass
 class _ConvPlan:
     graph: Any
-    tensors: tuple[Any, Any, Any]  # X, W, Y of the graph
+    tensors: tuple[Any, ...]  # the graph's tensors: X, W, Y (convolutions) or Q, K, V, O (attention)
     workspace: int  # bytes
     nhwc: bool
     out_shape: tuple[int, ...]
@@ -84,7 +84,7 @@ class CudaDevice:
         self.algo_search = options["cudnn_conv_algo_search"]
         self.workspace_limit = None if options["cudnn_conv_use_max_workspace"] else SMALL_CONV_WORKSPACE
         self._uploads: list[tuple[Any, np.ndarray]] = []  # pinned staging buffers of copies in flight
-        self._conv_plans: dict[tuple, _ConvPlan] = {}
+        self._conv_plans: dict[tuple, _ConvPlan | None] = {}  # cuDNN graphs per op and shape
         self._cudnn: Any = None
         self._handle: Any = None
         self._lock = threading.Lock()
@@ -174,6 +174,48 @@ class CudaDevice:
         """ONNX ConvTranspose (no bias) as cuDNN's data gradient of a convolution."""
         del group
         return self._conv("dgrad", x, w, pads, strides, dilations, out_shape)
+
+    def sdpa(self, q: Any, k: Any, v: Any, scale: float, causal: bool) -> Any:
+        """cuDNN's fused attention on float16 (B, N, S, H) arrays, or None where cuDNN is missing
+        or declines the graph (the caller then computes it with two products and a softmax)."""
+        if not self.record.cudnn:
+            return None
+        key = ("sdpa", q.shape, k.shape, v.shape, float(scale), bool(causal))
+        with self._lock:
+            if key not in self._conv_plans:
+                try:
+                    self._conv_plans[key] = self._build_sdpa(q.shape, k.shape, v.shape, scale, causal)
+                except Exception:  # cudnnGraphNotSupportedError and kin: not this graph
+                    self._conv_plans[key] = None
+            plan = self._conv_plans[key]
+        if plan is None:
+            return None
+        cupy = self.cupy
+        Q, K, V, Out = plan.tensors
+        qc, kc, vc = (cupy.asarray(a, order="C") for a in (q, k, v))
+        out = cupy.empty(plan.out_shape, q.dtype)
+        workspace = cupy.empty(max(plan.workspace, 1), np.uint8)
+        plan.graph.execute({Q: qc.data.ptr, K: kc.data.ptr, V: vc.data.ptr, Out: out.data.ptr}, workspace.data.ptr,
+                           handle=self._handle)
+        return out
+
+    def _build_sdpa(self, q_shape, k_shape, v_shape, scale, causal) -> _ConvPlan:
+        cudnn = self._cudnn_module()
+        half = cudnn.data_type.HALF
+        graph = cudnn.pygraph(io_data_type=half, intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=self._handle)
+        Q, K, V = (graph.tensor(name=n, dim=list(s), stride=_strides(s, False), data_type=half)
+                   for n, s in (("Q", q_shape), ("K", k_shape), ("V", v_shape)))
+        Out, _stats = graph.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=True, attn_scale=float(scale),
+                               use_causal_mask=bool(causal))
+        out_shape = (*q_shape[:3], v_shape[3])
+        Out.set_output(True).set_data_type(half).set_dim(list(out_shape)).set_stride(_strides(out_shape, False))
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        graph.check_support()
+        graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+        return _ConvPlan(graph, (Q, K, V, Out), int(graph.get_workspace_size()), False, out_shape)
 
     def _cudnn_module(self) -> Any:
         if self._cudnn is None:

@@ -21,7 +21,17 @@ from ort_core import (
     hookimpl,
 )
 
-from . import MEMORY_NAME, PROVIDER_NAME, backend, devices, ops_control, ops_math, ops_nn, ops_tensor  # noqa: F401  (register kernels)
+from . import (  # noqa: F401  (the ops_* modules register the kernels)
+    MEMORY_NAME,
+    PROVIDER_NAME,
+    backend,
+    devices,
+    ops_attention,
+    ops_control,
+    ops_math,
+    ops_nn,
+    ops_tensor,
+)
 from .host import host_kernel, host_nodes
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
