@@ -96,3 +96,14 @@ def test_shrinkage_run_option_names_devices_as_onnxruntime_does():
     assert shrink_requested("cpu:0;gpu:1", 1)
     assert not shrink_requested("cpu:0", 0)
     assert not shrink_requested("gpu:1", 0)
+
+
+def test_the_seed_examples_options_are_taken_as_python_values():
+    """providers=[('CUDAExecutionProvider', {...}), 'CPUExecutionProvider'] as onnxruntime's
+    documentation writes it (ints and a bool, not strings)."""
+    options = {"device_id": 0, "arena_extend_strategy": "kNextPowerOfTwo", "gpu_mem_limit": 2 * 1024 * 1024 * 1024,
+               "cudnn_conv_algo_search": "EXHAUSTIVE", "do_copy_in_default_stream": True}
+    session = _session(options)
+    assert session.get_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert session.get_provider_options()["CUDAExecutionProvider"]["gpu_mem_limit"] == str(2 << 30)
+    assert runtime(session).dev.arena.stats().limit_bytes == 2 << 30

@@ -57,6 +57,7 @@ class _ConvPlan:
     workspace: int  # bytes
     nhwc: bool
     out_shape: tuple[int, ...]
+    index: int | None = None  # the plan chosen by timing (EXHAUSTIVE), else cuDNN's choice
 
 
 class CudaDevice:
@@ -113,9 +114,14 @@ class CudaDevice:
                 pinned = self._pinned(array.shape, array.dtype)
                 pinned[...] = array
                 out.set(pinned, stream=self.copy_stream)
-                # the staging buffer must live until the copy has read it
+                # the staging buffer must live until the copy has read it; the compute stream
+                # waits for the copy (implicit with the legacy default stream, not with a
+                # per-thread one: CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1)
+                event = self.copy_stream.record()
+                if self.copy_stream is not self.stream:
+                    self.stream.wait_event(event)
                 self._uploads = [(e, p) for e, p in self._uploads if not e.done]
-                self._uploads.append((self.copy_stream.record(), pinned))
+                self._uploads.append((event, pinned))
         return out
 
     def to_host(self, tensor: Any) -> np.ndarray:
@@ -253,7 +259,11 @@ class CudaDevice:
             xc, wc = cupy.asarray(x, order="C"), cupy.asarray(w, order="C")
             y = cupy.empty(out_shape, x.dtype)
         workspace = cupy.empty(max(plan.workspace, 1), np.uint8)
-        plan.graph.execute({X: xc.data.ptr, W: wc.data.ptr, Y: y.data.ptr}, workspace.data.ptr, handle=self._handle)
+        pack = {X: xc.data.ptr, W: wc.data.ptr, Y: y.data.ptr}
+        if plan.index is None:
+            plan.graph.execute(pack, workspace.data.ptr, handle=self._handle)
+        else:
+            plan.graph.execute_plan_at_index(pack, workspace.data.ptr, plan.index, handle=self._handle)
         if plan.nhwc:
             y = y.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
         return y
@@ -289,12 +299,10 @@ class CudaDevice:
         if self.algo_search == "EXHAUSTIVE":
             graph.build_plans(cudnn.build_plan_policy.ALL)
             best = self._time_plans(graph, (X, W, Y), x.shape, w.shape, out_shape, x.dtype, nhwc)
-            graph.build_plan_at_index(best)  # selects it for execute()
-            workspace = graph.get_workspace_size_plan_at_index(best)
-        else:
-            graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
-            workspace = graph.get_workspace_size()
-        return _ConvPlan(graph, (X, W, Y), int(workspace), nhwc, tuple(out_shape))
+            return _ConvPlan(graph, (X, W, Y), int(graph.get_workspace_size_plan_at_index(best)), nhwc,
+                             tuple(out_shape), best)
+        graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+        return _ConvPlan(graph, (X, W, Y), int(graph.get_workspace_size()), nhwc, tuple(out_shape))
 
     def _time_plans(self, graph: Any, tensors: tuple[Any, Any, Any], x_shape: tuple[int, ...],
                     w_shape: tuple[int, ...], y_shape: tuple[int, ...], dtype: np.dtype, nhwc: bool) -> int:

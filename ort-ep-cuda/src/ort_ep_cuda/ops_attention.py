@@ -50,7 +50,7 @@ def attend(rt: Runtime, q: Any, k: Any, v: Any, scale: float, bias: Any = None, 
         allowed = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + causal_offset
         scores = scores + xp.asarray(np.where(allowed, np.float32(0), np.float32(-np.inf)))
     row_max = xp.max(scores, axis=-1, keepdims=True)
-    e = xp.exp(scores - xp.where(xp.isneginf(row_max), 0, row_max))
+    e = xp.exp(scores - xp.where(row_max == -np.inf, 0, row_max))
     total = xp.sum(e, axis=-1, keepdims=True)
     probs = e / xp.where(total == 0, 1, total)
     return dev.matmul(probs, v.astype(np.float32)).astype(dtype)
