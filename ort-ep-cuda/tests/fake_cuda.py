@@ -82,13 +82,44 @@ class FakeCudaDevice:
             ptr = self.arena.allocate(array.nbytes)
             weakref.finalize(array, self.arena.free, ptr)
 
+    launches = 0  # kernel bodies run (a replayed CUDA graph runs none)
+
     def launch(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
-        out = fn(*args)
-        # CuPy returns 0-d arrays where numpy returns scalars (np.matmul of two vectors)
-        out = [np.asarray(o) for o in out] if isinstance(out, list) else np.asarray(out)
+        self.launches += 1
+        out = self._call(fn, args)
         for array in out if isinstance(out, list) else (out,):
             self._charge(array)
+        if self.recording is not None:
+            self.recording.append((fn, tuple(args), out))
         return out
+
+    @staticmethod
+    def _call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+        out = fn(*args)
+        # CuPy returns 0-d arrays where numpy returns scalars (np.matmul of two vectors)
+        return [np.asarray(o) for o in out] if isinstance(out, list) else np.asarray(out)
+
+    # ------------------------------------------------------------------ CUDA graphs, FAKE: the
+    # captured "graph" is the list of kernel calls; launching it calls them again and writes
+    # each result into the arrays the captured run returned (the fixed buffers of a graph)
+    recording: list | None = None
+
+    def begin_capture(self) -> None:
+        self.arena.hold_frees()
+        self.recording = []
+
+    def end_capture(self) -> None:
+        self.arena.end_hold()
+        self.graph, self.recording = self.recording, None
+        self.graph_launches = 0
+
+    def launch_graph(self) -> None:
+        for fn, args, out in self.graph:
+            result = self._call(fn, args)
+            for o, r in zip(out, result) if isinstance(out, list) else ((out, result),):
+                if o is not r:
+                    np.copyto(o, r)
+        self.graph_launches += 1
 
     def to_device(self, array: Any) -> np.ndarray:
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
@@ -108,6 +139,7 @@ class FakeCudaDevice:
 
     def close(self) -> None:
         self.closed = True
+        self.arena.release_held()
 
     # ------------------------------------------------------------------ cuBLAS / cuDNN stand-ins
     def matmul(self, a: Any, b: Any) -> Any:

@@ -95,6 +95,8 @@ class Arena(Allocator):
         self._lock = threading.RLock()
         self._depth = 0
         self._deferred: list[int] = []
+        self._held: list[int] | None = None  # while a CUDA graph is captured: frees kept here
+        self._keep_after: list[int] | None = None  # ... and after, until the graph is gone
         self.extensions = 0  # regions reserved so far (for tests and statistics)
 
     # ------------------------------------------------------------------ Allocator
@@ -116,6 +118,9 @@ class Arena(Allocator):
 
     def free(self, buffer: int) -> None:
         with self._lock:
+            if self._held is not None:  # a captured CUDA graph writes there again: not reusable
+                self._held.append(int(buffer))
+                return
             if self._depth:  # inside this thread's own allocate/free (a GC finalizer): later
                 self._deferred.append(int(buffer))
                 return
@@ -143,6 +148,26 @@ class Arena(Allocator):
             return AllocatorStats(**self._stats.__dict__)
 
     # ------------------------------------------------------------------ policy
+    def hold_frees(self) -> None:
+        """From now on, keep what is freed (a CUDA graph being captured will reuse it)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def end_hold(self) -> None:
+        """Stop keeping frees (the capture is over); what was kept stays kept."""
+        with self._lock:
+            self._keep_after = self._held
+            self._held = None
+
+    def release_held(self) -> None:
+        """Free what ``hold_frees`` kept (the graph is gone) and reuse memory again."""
+        with self._lock:
+            held = (self._held or []) + (self._keep_after or [])
+            self._held = self._keep_after = None
+        for ptr in held:
+            self.free(ptr)
+
     def shrink(self) -> int:
         """Give the regions with no chunk in use back to the device; returns the bytes released."""
         with self._critical():

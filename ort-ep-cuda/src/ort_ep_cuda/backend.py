@@ -74,7 +74,9 @@ class CudaDevice:
         with self._device:
             # a blocking stream: work on CUDA's legacy default stream (the copies with
             # do_copy_in_default_stream=1) is ordered with it, so no event is needed between them
-            self.stream = cupy.cuda.Stream(non_blocking=False)
+            # (a CUDA graph is captured on a non-blocking stream, which CUDA requires not to
+            # meet the legacy default stream during capture; copies then wait on events)
+            self.stream = cupy.cuda.Stream(non_blocking=bool(options["enable_cuda_graph"]))
         self.copy_stream = cupy.cuda.Stream.null if options["do_copy_in_default_stream"] else self.stream
         limit = options["gpu_mem_limit"] or None
         self.arena = Arena(_RawMemory(cupy, self.device_id), MemoryInfo(memory_name, "GPU", self.device_id, 256),
@@ -89,6 +91,23 @@ class CudaDevice:
         self._cudnn: Any = None
         self._handle: Any = None
         self._lock = threading.Lock()
+        self._graph: Any = None
+
+    # ------------------------------------------------------------------ CUDA graphs
+    def begin_capture(self) -> None:
+        """Record the stream's work into a CUDA graph (relaxed mode: the arena may cudaMalloc)."""
+        self.synchronize()
+        self.arena.hold_frees()
+        self.stream.begin_capture(mode=self.cupy.cuda.runtime.streamCaptureModeRelaxed)
+
+    def end_capture(self) -> None:
+        try:
+            self._graph = self.stream.end_capture()
+        finally:
+            self.arena.end_hold()
+
+    def launch_graph(self) -> None:
+        self._graph.launch(stream=self.stream)
 
     # ------------------------------------------------------------------ memory and streams
     def _malloc(self, size: int, device_id: int) -> int:
@@ -150,6 +169,8 @@ class CudaDevice:
         self.synchronize()
         self._uploads.clear()
         self._conv_plans.clear()
+        self._graph = None
+        self.arena.release_held()
         if self._handle is not None:
             self._cudnn.destroy_handle(self._handle)
             self._handle = None

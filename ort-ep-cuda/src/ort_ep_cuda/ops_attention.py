@@ -47,8 +47,9 @@ def attend(rt: Runtime, q: Any, k: Any, v: Any, scale: float, bias: Any = None, 
         scores = scores + bias
     if causal_offset is not None:
         sq, skv = scores.shape[-2:]
-        allowed = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + causal_offset
-        scores = scores + xp.asarray(np.where(allowed, np.float32(0), np.float32(-np.inf)))
+        # made on the device: no host->device copy in a run (a CUDA graph capture allows none)
+        allowed = xp.arange(skv)[None, :] <= xp.arange(sq)[:, None] + causal_offset
+        scores = xp.where(allowed, scores, np.float32(-np.inf))
     row_max = xp.max(scores, axis=-1, keepdims=True)
     e = xp.exp(scores - xp.where(row_max == -np.inf, 0, row_max))
     total = xp.sum(e, axis=-1, keepdims=True)

@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (the ops_* modules register the kernels)
     ops_nn,
     ops_tensor,
 )
+from .graphs import GraphMode, graph_kernel
 from .host import host_kernel, host_nodes
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
@@ -78,14 +79,12 @@ def ort_session_start(ep: ProviderContext) -> None:
     found = devices.probe()
     if not found.records:
         raise EPFail(found.reason or "no CUDA device")
-    if ep.options["enable_cuda_graph"]:
-        raise EPFail("option enable_cuda_graph=1: CUDA graph capture is not implemented in this version of "
-                     "ort-ep-cuda; run without it (enable_cuda_graph=0)")
     # core picked the device named by option device_id (and refused one that is not present)
     record = next(r for r in found.records if r.index == ep.device.device_id)
     dev = backend.open_device(record, dict(ep.options), MEMORY_NAME)
     ep.state["runtime"] = Runtime(dev, cudnn=bool(record.cudnn), cudnn_reason=record.cudnn_reason)
     ep.state["host_nodes"] = {}
+    ep.state["graph_mode"] = GraphMode() if ep.options["enable_cuda_graph"] else None
     ep.device = _device(record)
 
 
@@ -120,8 +119,18 @@ def shrink_requested(value: str, device_id: int) -> bool:
 
 
 @hookimpl
+def ort_run_start(ep: ProviderContext, run_options: Any) -> None:
+    if ep.name == PROVIDER_NAME and ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].start_run(_runtime(ep).dev)
+
+
+@hookimpl
 def ort_run_end(ep: ProviderContext, run_options: Any) -> None:
-    if ep.name != PROVIDER_NAME or "runtime" not in ep.state or run_options is None:
+    if ep.name != PROVIDER_NAME or "runtime" not in ep.state:
+        return
+    if ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].end_run(_runtime(ep).dev)
+    if run_options is None:
         return
     try:
         value = run_options.get_run_config_entry(SHRINKAGE_RUN_OPTION)
@@ -175,6 +184,8 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             capability.claims.append(Claim((i,)))
         else:
             capability.declined[i] = reason
+    if ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].check_graph(graph, candidates, capability.declined)
     return capability
 
 
@@ -192,4 +203,7 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     body = e.build(node, request, rt)
     launch, fn = rt.dev.launch, body.fn
     run = (lambda *args: launch(fn, args)) if body.launch else fn
+    mode = ep.state.get("graph_mode")
+    if mode is not None and body.launch:
+        run = graph_kernel(mode, node.name, launch, fn, body.host_inputs)
     return Kernel(run=run, single_output=body.n_outputs == 1, host_inputs=body.host_inputs)
