@@ -28,6 +28,7 @@ from . import (  # noqa: F401  (the ops_* modules register the kernels)
     devices,
     ops_attention,
     ops_control,
+    ops_fused,
     ops_math,
     ops_nn,
     ops_tensor,
