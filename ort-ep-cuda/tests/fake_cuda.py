@@ -24,6 +24,7 @@ import scipy.special
 from ort_core import MemoryInfo
 from ort_ep_cuda import backend, devices
 from ort_ep_cuda.arena import Arena
+from ort_ep_cuda.bfloat16 import BFLOAT16, BFloat16Tensor
 
 FAKE_GPU = devices.GpuRecord(
     index=0, name="FAKE GPU (numpy standing in for CuPy)", compute_capability=(9, 0), total_memory=1 << 34,
@@ -97,7 +98,10 @@ class FakeCudaDevice:
     def _call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
         out = fn(*args)
         # CuPy returns 0-d arrays where numpy returns scalars (np.matmul of two vectors)
-        return [np.asarray(o) for o in out] if isinstance(out, list) else np.asarray(out)
+        def array(o):
+            return np.asarray(o) if isinstance(o, (np.generic, float, int, bool)) else o
+
+        return [array(o) for o in out] if isinstance(out, list) else array(out)
 
     # ------------------------------------------------------------------ CUDA graphs, FAKE: the
     # captured "graph" is the list of kernel calls; launching it calls them again and writes
@@ -121,8 +125,10 @@ class FakeCudaDevice:
                     np.copyto(o, r)
         self.graph_launches += 1
 
-    def to_device(self, array: Any) -> np.ndarray:
+    def to_device(self, array: Any) -> Any:
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+        if array.dtype == BFLOAT16:
+            return BFloat16Tensor(self.to_device(array.view(np.uint16)))
         if array.dtype not in backend.DEVICE_DTYPES:
             raise TypeError(f"a {array.dtype} tensor cannot be held on the GPU (CuPy has no {array.dtype} arrays)")
         out = array.copy()
@@ -131,6 +137,8 @@ class FakeCudaDevice:
         return out
 
     def to_host(self, tensor: Any) -> np.ndarray:
+        if isinstance(tensor, BFloat16Tensor):
+            return self.to_host(tensor.bits).view(BFLOAT16)
         self.downloads += 1
         return np.array(tensor, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
 

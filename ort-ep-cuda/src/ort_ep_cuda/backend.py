@@ -21,10 +21,11 @@ import numpy as np
 from ort_core import MemoryInfo
 
 from .arena import Arena
+from .bfloat16 import BFLOAT16, BFloat16Tensor
 from .devices import CUDNN_HINT, GpuRecord
 from .options import SMALL_CONV_WORKSPACE
 
-#: dtypes CuPy arrays can hold (bfloat16 is not one: CuPy has no bfloat16 dtype)
+#: dtypes CuPy arrays can hold (not bfloat16: it is held as bits, see bfloat16.py)
 DEVICE_DTYPES = frozenset(np.dtype(t) for t in (
     np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.bool_,
@@ -124,6 +125,8 @@ class CudaDevice:
     def to_device(self, array: Any) -> Any:
         """A host array copied to a new device array, through a pinned staging buffer."""
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+        if array.dtype == BFLOAT16:  # held as its bit patterns (CuPy has no bfloat16)
+            return BFloat16Tensor(self.to_device(array.view(np.uint16)))
         if array.dtype not in DEVICE_DTYPES:
             raise TypeError(f"a {array.dtype} tensor cannot be held on the GPU (CuPy has no {array.dtype} arrays)")
         cupy = self.cupy
@@ -145,6 +148,8 @@ class CudaDevice:
 
     def to_host(self, tensor: Any) -> np.ndarray:
         """A device array copied into a pinned host array (complete when this returns)."""
+        if isinstance(tensor, BFloat16Tensor):
+            return self.to_host(tensor.bits).view(BFLOAT16)
         cupy = self.cupy
         with self._device, cupy.cuda.using_allocator(self._allocator.malloc):
             if self.copy_stream is not self.stream:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ort_core import (
     Allocator,
     Capability,
@@ -33,6 +35,7 @@ from . import (  # noqa: F401  (the ops_* modules register the kernels)
     ops_nn,
     ops_tensor,
 )
+from .bfloat16 import BFLOAT16, adapt
 from .graphs import GraphMode, graph_kernel
 from .host import host_kernel, host_nodes
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
@@ -165,9 +168,11 @@ def decline_reason(node: NodeView, rt: Runtime) -> str | None:
         dtype = node.graph.value(name).dtype
         if dtype is None:
             return f"{node.op_type}: {name!r} is not a tensor of a known type"
+        if dtype == BFLOAT16 and np.dtype(np.float32) in e.dtypes:
+            continue  # computed in float32 (bfloat16.py)
         if dtype not in e.dtypes:
-            if dtype.name == "bfloat16":
-                return f"{node.op_type} on bfloat16 has no CUDA kernel (CuPy has no bfloat16 arrays)"
+            if dtype == BFLOAT16:
+                return f"{node.op_type} on bfloat16 has no CUDA kernel (no float32 kernel to compute it in)"
             return f"{node.op_type} on {dtype} has no CUDA kernel (takes {', '.join(sorted(d.name for d in e.dtypes))})"
     return None if e.check is None else e.check(node, rt)
 
@@ -190,19 +195,26 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     return capability
 
 
+def _touches_bfloat16(node: NodeView) -> bool:
+    return any(n and node.graph.value(n).dtype == BFLOAT16 for n in (*node.inputs, *node.outputs))
+
+
 @hookimpl
 def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | None:
     if ep.name != PROVIDER_NAME:
         return None
     node = request.node
     if node.index in _host_nodes(ep, request.graph):
-        return host_kernel(node, backend.DEVICE_DTYPES)
+        return host_kernel(node, backend.DEVICE_DTYPES | {BFLOAT16})
     e = entry(node.domain, node.op_type)
     if e is None:
         raise ValueError(f"no CUDA kernel for {node.qualified_op}")
     rt = _runtime(ep)
     body = e.build(node, request, rt)
     launch, fn = rt.dev.launch, body.fn
+    if body.launch and _touches_bfloat16(node):
+        outs = [bool(n) and node.graph.value(n).dtype == BFLOAT16 for n in node.outputs]
+        fn = adapt(rt.xp, fn, outs, body.n_outputs)
     run = (lambda *args: launch(fn, args)) if body.launch else fn
     mode = ep.state.get("graph_mode")
     if mode is not None and body.launch:
