@@ -168,3 +168,14 @@ def test_a_dtype_the_gpu_cannot_hold_is_a_clear_error():
     _session, transfer = _transfer()
     with pytest.raises(TypeError, match="float8_e4m3fn tensor cannot be held on the GPU"):
         transfer.to_device(np.zeros(3, ml_dtypes.float8_e4m3fn))
+
+
+def test_split_into_one_output():
+    node = helper.make_node("Split", ["x"], ["y"], axis=0, num_outputs=1)
+    graph = helper.make_graph([node], "split1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    assert session.get_placement().nodes[0].provider == "CUDAExecutionProvider"
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x)
