@@ -18,10 +18,13 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-cpu": ["ort-core"],
     "ort-ep-openvino": ["ort-core", "ort-ep-cpu"],
     "ort-ep-webgpu": ["ort-core", "ort-ep-cpu"],
+    "ort-ray": ["ort-core", "ort-ep-cpu"],
     "ort-ep-cuda": ["ort-core", "ort-ep-cpu"],
+    "ort-ep-tensorrt": ["ort-core", "ort-ep-cpu", "ort-ep-cuda"],
+    "ort-ep-qnn": ["ort-core", "ort-ep-cpu"],
 }
 
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity"]
 nox.options.sessions = DEFAULT
 
 
@@ -101,6 +104,24 @@ def template(session: nox.Session) -> None:
 
 
 @nox.session
+def parity(session: nox.Session) -> None:
+    """The parity matrix (ort_core/testing/parity.py): every provider installed here x every
+    optimization level x the model zoo, against onnxruntime's CPU provider. Installs every
+    provider package of the repository that installs here (the CPU provider with numba and
+    oneDNN, as users get it fastest), so a new provider joins by being in PACKAGES.
+    `nox -s parity -- --json matrix.json` writes the matrix as JSON too."""
+    _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
+    for provider in [*(p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")), "examples/ort-ep-numexpr"]:
+        try:
+            session.install(f"./{provider}")
+        except nox.command.CommandFailed:
+            session.log(f"{provider} does not install here; the matrix runs without it")
+    session.install("onnxruntime", "onnx")
+    session.run("ort-core", "providers")
+    session.run("python", "-m", "ort_core.testing.parity", *session.posargs)
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
     """The main job: a real OCR detection model (shipped inside the rapidocr-onnxruntime wheel)
     through the runtime on the OpenVINO provider with CPU fallback, placement shown, outputs
@@ -117,9 +138,9 @@ def bench(session: nox.Session) -> None:
     CI). Installs every provider package of the repository that installs here. Unsets
     OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this session only: set on some machines, they pin
     OpenBLAS to a slower kernel than the one it detects (the bench reports the kernel it runs).
-    The CPU provider comes with its numba extra (compiled depthwise/HardSigmoid loops) and its
-    onednn extra (oneDNN convolutions, pools and constant-weight products)."""
-    _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
+    The CPU provider is installed as a user installs it: its default dependencies bring numba
+    (compiled loops) and oneDNN (convolutions, pools, products) where they install."""
+    _install(session, "ort-core", "ort-ep-cpu")
     for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
         try:
             session.install(f"./{provider}")

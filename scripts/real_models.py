@@ -19,6 +19,12 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     "ocr-rec": ("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"),
     "ocr-cls": ("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
     "silero-vad": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad.onnx"),
+    # onnx-asr's audio front ends: log-mel features through STFT (kaldi, nemo, whisper, gigaam),
+    # and wespeaker's through DFT inside a Scan
+    **{
+        f"asr-{name.replace('_', '-')}": ("onnx-asr==0.12.0", "onnx_asr", f"onnx_asr/preprocessors/data/{name}.onnx")
+        for name in ("kaldi", "nemo80", "nemo128", "whisper80", "whisper128", "gigaam_v2", "gigaam_v3", "wespeaker")
+    },
 }
 
 

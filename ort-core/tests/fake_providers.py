@@ -21,6 +21,7 @@ from ort_core import (
     DataTransfer,
     EpDevice,
     EpDevices,
+    FusedOp,
     HostAllocator,
     Kernel,
     MemoryInfo,
@@ -42,6 +43,9 @@ HOST_KERNELS = {
 
 
 class HostProvider:
+    #: the fused nodes the optimizer may form for this provider (ProviderSpec.fused_ops)
+    fused_ops: tuple[FusedOp, ...] = ()
+
     def __init__(self, name: str = "CPUExecutionProvider", ops: set[str] | None = None):
         self.name = name
         self.ops = set(HOST_KERNELS) if ops is None else ops
@@ -50,7 +54,8 @@ class HostProvider:
     @hookimpl
     def ort_register_providers(self):
         return [ProviderSpec(self.name, "0.0.1", "tests", "kernel",
-                             options=(OptionSpec("flavour", "plain", "test option", str, ("plain", "spicy")),))]
+                             options=(OptionSpec("flavour", "plain", "test option", str, ("plain", "spicy")),),
+                             fused_ops=self.fused_ops)]
 
     @hookimpl
     def ort_ep_devices(self, provider):
@@ -206,7 +211,10 @@ class OnnxruntimeNodeProvider(HostProvider):
     """Claims every node of the domains onnxruntime implements, com.microsoft too, and runs each
     one with onnxruntime: a provider that has kernels for every op (MultiHeadAttention included)
     in ort-core's own tests, which install no real provider. ort-core's own fused ops
-    (``CORE_DOMAIN``) it declines, as onnxruntime cannot run them."""
+    (``CORE_DOMAIN``) it declines, as onnxruntime cannot run them; it declares every other
+    fused op the optimizer forms, which onnxruntime computes by definition."""
+
+    fused_ops = tuple(op for op in ort_core.optimizer.FUSED_OPS if op.domain != ort_core.CORE_DOMAIN)
 
     def __init__(self, name: str = "CPUExecutionProvider"):
         super().__init__(name)

@@ -353,3 +353,21 @@ def test_plans_of_the_same_shape_keep_their_own_kernels(ort_nodes):
         got = ort_core.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
         want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_string_initializers_reach_kernels_as_str_not_bytes():
+    """onnx-ir gives a string tensor's data as bytes; kernels (and so the outputs that carry
+    initializer strings, e.g. skl2onnx's class labels) must see str, as onnxruntime returns."""
+    from ort_core.graph.view import GraphView
+
+    labels = numpy_helper.from_array(np.array(["neg", "pos"], dtype=object), "labels")
+    node = helper.make_node("Identity", ["labels"], ["y"])
+    attr_node = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(["a"], dtype=object)))
+    graph = helper.make_graph([node, attr_node], "g", [], [helper.make_tensor_value_info("y", TensorProto.STRING, [2]),
+                                                           helper.make_tensor_value_info("c", TensorProto.STRING, [1])],
+                              [labels])
+    view = GraphView(load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).graph)
+    value = view.value("labels").const_value
+    assert value.dtype == object and value.tolist() == ["neg", "pos"]
+    assert view.value("c").const_value.tolist() == ["a"]
+    assert view.nodes[1].attr("value").tolist() == ["a"]

@@ -130,9 +130,11 @@ def test_bad_option_value_names_the_valid_values(host):
         ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{"flavour": "sour"}])
 
 
-def test_unknown_provider_lists_the_available_ones(host):
-    with pytest.raises(ort.NoSuchProvider, match="unknown provider 'CUDAExecutionProvider'; available providers: CPUExecutionProvider"):
-        ort.InferenceSession(chain_model(), providers=["CUDAExecutionProvider"])
+def test_missing_provider_in_strict_mode_lists_the_available_ones(host):
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    with pytest.raises(ort.NoSuchProvider, match="'CUDAExecutionProvider' is not installed.*available providers: CPUExecutionProvider"):
+        ort.InferenceSession(chain_model(), so, providers=["CUDAExecutionProvider"])
 
 
 def test_no_provider_installed_says_to_install_one(registry):

@@ -255,3 +255,50 @@ def test_misspelt_hook_is_named(registry: Any) -> None:
 def test_unknown_check_name_lists_the_checks(registry: Any) -> None:
     with pytest.raises(KeyError, match="registration"):
         Kit(KitConfig("X")).run("speed")
+
+
+class ActivationDroppingGemm(HostProvider):
+    """Claims com.microsoft FusedGemm and computes the Gemm without its activation, as
+    OpenVINO's frontend did with Tanh; ``declare`` also lists it in ``fused_ops``."""
+
+    def __init__(self, declare: bool) -> None:
+        super().__init__("KitFusedExecutionProvider")
+        self.fused_ops = (ort_core.FusedOp("FusedGemm"),) if declare else ()
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates) -> Capability | None:
+        if ep.name != self.name:
+            return None
+        cap = Capability()
+        for i in sorted(candidates):
+            node = graph.nodes[i]
+            if (node.domain, node.op_type) == ("com.microsoft", "FusedGemm"):
+                cap.claims.append(Claim((i,)))
+            else:
+                cap.declined[i] = f"{node.op_type}: only FusedGemm"
+        return cap
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request) -> Kernel | None:
+        if ep.name != self.name:
+            return None
+        return Kernel(run=lambda x, w, b: x @ w.T + b, single_output=True)  # the activation is dropped
+
+
+@pytest.mark.parametrize("declare", [False, True])
+def test_fusion_parity_catches_a_fused_op_computed_differently(registry: Any, declare: bool) -> None:
+    from fake_providers import OnnxruntimeNodeProvider
+
+    provider = ActivationDroppingGemm(declare)
+    assert ort_core.register(OnnxruntimeNodeProvider(), "ort-cpu")  # a fallback with every op
+    assert ort_core.register(provider, provider.name)
+    kit = Kit(KitConfig(provider.name, require_entry_point=False))
+    result = kit.run("fusion_parity")
+    assert result.status == "failed"
+    text = "\n".join(result.details)
+    # Relu keeps negative values out only with the activation: every activation differs
+    assert "FusedGemm(activation=Tanh) (given): runs on KitFusedExecutionProvider and differs" in text
+    assert "decline it in ort_get_capability" in text
+    assert ("remove it from ProviderSpec.fused_ops" in text) == declare
+    assert kit.scorecard.fusions["FusedGemm(activation=Tanh)"].startswith("declared" if declare else "not declared")
+    assert "FusedConv(activation=Relu)" in kit.scorecard.fusions  # every fused op is listed

@@ -400,7 +400,10 @@ def test_gate_refuses_a_fused_op_the_provider_declines(host):
 
 
 class _FusingHost(HostProvider):
-    """Claims com.microsoft FusedMatMul as well (a numpy kernel), like a provider with fused kernels."""
+    """Claims com.microsoft FusedMatMul as well (a numpy kernel), like a provider with fused
+    kernels, and declares it."""
+
+    fused_ops = (ort_core.FusedOp("FusedMatMul"),)
 
     @hookimpl
     def ort_get_capability(self, ep, graph, candidates):
@@ -444,3 +447,78 @@ def test_gate_applies_a_fused_op_the_provider_claims(registry, tmp_path):
     so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert [p.op_type for p in sess.get_placement().nodes] == ["MatMul", "Mul"]
+
+
+class _ClaimingHost(_FusingHost):
+    """Claims FusedMatMul in the probe but declares no fused op: a claim says a provider takes
+    a node, not that it computes it (OpenVINO converts com.microsoft FusedGemm and drops its Tanh)."""
+
+    fused_ops = ()
+
+
+def test_gate_refuses_a_fused_op_claimed_but_not_declared(registry):
+    provider = _ClaimingHost()
+    provider.seen_output_types = []
+    assert ort_core.register(provider, "claiming")
+    sess = ort_core.InferenceSession(_matmul_scale_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [p.op_type for p in sess.get_placement().nodes] == ["MatMul", "Mul"]
+
+
+def _gemm_activation_model(activation: str):
+    return make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node(activation, ["g"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 4])], [_init("w", _f32(4, 3)), _init("b", _f32(4))],
+    )
+
+
+class _GemmHost(HostProvider):
+    """Declares FusedGemm with Relu only, and claims every FusedGemm (numpy kernels)."""
+
+    fused_ops = (ort_core.FusedOp("FusedGemm", attributes={"activation": ("Relu",)}),)
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates):
+        return Capability(claims=[Claim((i,)) for i in sorted(candidates)])
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request):
+        node = request.node
+        gemm = lambda x, w, b: x @ w.T + b  # noqa: E731
+        if node.op_type == "FusedGemm":
+            assert node.attr("activation") == "Relu"
+            return Kernel(run=lambda x, w, b: np.maximum(gemm(x, w, b), 0), single_output=True)
+        return Kernel(run={"Gemm": gemm, "Relu": lambda x: np.maximum(x, 0), "Tanh": np.tanh}[node.op_type],
+                      single_output=True)
+
+
+@pytest.mark.parametrize("activation,fused", [("Relu", True), ("Tanh", False)])
+def test_gate_forms_only_declared_attribute_values(registry, activation, fused):
+    """The declaration names attribute values: FusedGemm(activation=Tanh) is not formed for a
+    provider that declares FusedGemm with Relu only, though it claims it."""
+    assert ort_core.register(_GemmHost(), "gemm")
+    model = _gemm_activation_model(activation)
+    sess = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ops = [p.op_type for p in sess.get_placement().nodes]
+    assert ops == (["FusedGemm"] if fused else ["Gemm", activation])
+    x = _f32(2, 3)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_fused_op_admits():
+    op = ort_core.FusedOp("FusedGemm", attributes={"activation": ("Relu", "LeakyRelu")})
+    assert op.admits("com.microsoft", "FusedGemm", {"activation": "Relu", "transB": 1})
+    assert not op.admits("com.microsoft", "FusedGemm", {"activation": "Tanh"})
+    assert not op.admits("com.microsoft", "FusedGemm", {})  # a restricted attribute must be there
+    assert not op.admits("", "FusedGemm", {"activation": "Relu"})
+    assert str(op) == "com.microsoft::FusedGemm (activation in ['Relu', 'LeakyRelu'])"
+    assert hash(op) == hash(ort_core.FusedOp("FusedGemm", attributes={"activation": ("Relu", "LeakyRelu")}))
+
+
+def test_gemm_is_not_fused_with_clip():
+    """onnxruntime's FusedGemm has no Clip activation (it refuses to load the model)."""
+    model = make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("Clip", ["g", "lo", "hi"], ["y"])],
+        [_vi("x", [2, 3])], [_vi("y", [2, 4])],
+        [_init("w", _f32(4, 3)), _init("b", _f32(4)), _init("lo", np.array(-0.5, np.float32)), _init("hi", np.array(0.5, np.float32))],
+    )
+    assert _ops(_apply(model, fusion.GemmActivationFusionPass(_everything))) == ["Gemm", "Clip"]

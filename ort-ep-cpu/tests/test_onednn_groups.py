@@ -166,6 +166,21 @@ def test_scale_and_shift_by_constants_become_a_linear_post_op():
     assert len(program.absorbed) == 2
 
 
+def test_a_per_channel_constant_operand_keeps_its_node_out_of_the_group():
+    """Conv, then Mul and Add by (1, C, 1, 1) constants, as at ORT_DISABLE_ALL (BASIC folds
+    them): the constants are in NCHW, the group's values in its own layout, so those nodes run
+    on their own (it raised 'operands could not be broadcast (2,16,16,8) (1,8,1,1)')."""
+    n = Net((2, 8, 16, 16))
+    a = n.conv("x", 8, 8)
+    a = n.op("Add", [n.op("Mul", [a, n.const(np.linspace(0.5, 1.5, 8).reshape(1, 8, 1, 1))]),
+                     n.const(np.linspace(-0.2, 0.2, 8).reshape(1, 8, 1, 1))])
+    data = n.model(n.conv(n.op("Relu", [a]), 8, 8))
+    session = _session(data)
+    grouped = [op for ops in _groups(session).values() for op in ops]
+    assert "Mul" not in grouped and "Add" not in grouped
+    _check(data, (2, 8, 16, 16), session)
+
+
 def test_squeeze_excite_broadcast_mul_runs_in_the_layout(reorders):
     n = Net((2, 40, 10, 10))
     x = n.conv("x", 40, 40, group=40, activation="Relu")  # depthwise

@@ -34,8 +34,10 @@ def assert_parity(actual: list[np.ndarray], expected: list[np.ndarray], rel: flo
 
 
 def session(model, options: dict | None = None, sess_options=None) -> ort.InferenceSession:
+    """A session on the provider with CPU fallback per node; a provider failure at creation is
+    an error here (enable_fallback=0), not onnxruntime's silent retry on the CPU provider."""
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    return ort.InferenceSession(data, sess_options, providers=[(OV, options or {}), CPU])
+    return ort.InferenceSession(data, sess_options, providers=[(OV, options or {}), CPU], enable_fallback=0)
 
 
 def ov_state(sess: ort.InferenceSession) -> dict:

@@ -76,6 +76,36 @@ def test_meta_devices_run(mlp, device):
     assert_parity(sess.run(None, feeds), reference(mlp.SerializeToString(), feeds))
 
 
+@pytest.mark.parametrize("device", ["CPU", "AUTO", "AUTO:CPU", "HETERO:CPU", "MULTI:CPU"])
+def test_stated_precision_is_what_openvino_reports(mlp, device):
+    """The note says FP32: OpenVINO must report f32 for every device it compiled for. Read from
+    the compiled model, so the verdict is the same on CPUs with and without bf16 (where the CPU
+    plugin left without a hint would choose bf16); the config is checked too, since a CPU
+    without bf16 reports f32 whatever was asked."""
+    from ort_ep_openvino.kernel import reported_precisions
+
+    sess = session(mlp, {"device_type": device})
+    (kernel,) = ov_state(sess)["kernels"]
+    assert reported_precisions(kernel._single.compiled) == {"CPU": "f32"}
+    config = ov_state(sess)["settings"].config
+    cpu = config["DEVICE_PROPERTIES"]["CPU"] if "DEVICE_PROPERTIES" in config else config
+    assert cpu["INFERENCE_PRECISION_HINT"] == "f32"
+    assert {p.note for p in sess.get_placement().nodes} == {f"OpenVINO {device} FP32"}
+
+
+def test_a_precision_openvino_does_not_report_fails_the_group(mlp, monkeypatch):
+    """If OpenVINO compiled in another precision than the stated one, the group is not run
+    by OpenVINO (the CPU provider takes its nodes, with the reason)."""
+    from ort_ep_openvino import kernel
+
+    monkeypatch.setattr(kernel, "reported_precisions", lambda compiled: {"CPU": "bf16"})
+    sess = session(mlp, {"device_type": "AUTO"})
+    placement = sess.get_placement()
+    assert placement.counts() == {"CPUExecutionProvider": len(placement.nodes)}
+    assert "FP32 was asked, but OpenVINO compiled" in str(placement)
+    assert "CPU in bf16" in str(placement)
+
+
 def test_precision_default_is_fp32_on_cpu(mlp):
     sess = session(mlp)
     assert ov_state(sess)["settings"].precision == "FP32"
@@ -87,8 +117,13 @@ def test_precision_fp16_and_accuracy(mlp):
     expected = reference(mlp.SerializeToString(), feeds)
     fp16 = session(mlp, {"precision": "fp16"})
     assert ov_state(fp16)["settings"].config["INFERENCE_PRECISION_HINT"] == "f16"
-    # the CPU plugin keeps f32 on CPUs without native f16 arithmetic (as on the test machine)
-    assert str(compiled_property(fp16, "INFERENCE_PRECISION_HINT")) in ("<Type: 'float16'>", "<Type: 'float32'>")
+    # the CPU plugin's half precision: f16 where the CPU computes it natively, else bf16 where
+    # it has AVX512-BF16 or AMX, else f32; the note says which when it is not f16
+    (kernel,) = ov_state(fp16)["kernels"]
+    ran = kernel.precisions["CPU"]
+    assert ran in ("f16", "bf16", "f32")
+    notes = {p.note for p in fp16.get_placement().nodes}
+    assert notes == {"OpenVINO CPU FP16" if ran == "f16" else f"OpenVINO CPU FP16 (OpenVINO runs CPU in {ran})"}
     assert_parity(fp16.run(None, feeds), expected, rel=1e-2)  # half precision: looser on purpose
     accuracy = session(mlp, {"precision": "ACCURACY"})
     assert str(compiled_property(accuracy, "EXECUTION_MODE_HINT")) == "ExecutionMode.ACCURACY"

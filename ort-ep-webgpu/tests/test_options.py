@@ -42,7 +42,8 @@ def test_require_hardware_refuses_software_adapters():
     if any(r.hardware for r in records):
         pytest.skip("this machine has a hardware adapter")
     with pytest.raises(ort.EPFail, match="software adapter"):
-        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"require_hardware": "1"})])
+        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"require_hardware": "1"})],
+                             enable_fallback=0)
 
 
 def test_adapter_selection_by_index_and_name():
@@ -56,9 +57,11 @@ def test_adapter_selection_by_index_and_name():
     feeds = models.random_inputs(models.mlp(in_features=8, hidden=8, layers=1))
     assert session.run(None, feeds)[0].shape == (1, 10)
     with pytest.raises(ort.EPFail, match="no adapter matches 'no-such-gpu'"):
-        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"adapter": "no-such-gpu"})])
+        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"adapter": "no-such-gpu"})],
+                             enable_fallback=0)
     with pytest.raises(ort.EPFail, match="adapter index 99 out of range"):
-        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"adapter": "99"})])
+        ort.InferenceSession(models.mlp(), providers=[("WebGpuExecutionProvider", {"adapter": "99"})],
+                             enable_fallback=0)
 
 
 def _fp16_model():

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 
 from .binding import IOBinding
+from .devices import PROVIDER_PACKAGES, OrtDeviceMemoryType, OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType
+from .epcontext import ModelCompiler, OrtCompileApiFlags
 from .errors import (
     EPFail,
     Fail,
@@ -32,6 +34,8 @@ from .memory import HostAllocator, OrtValue
 from .optimizer.fusion import CORE_DOMAIN
 from .partition import CopyPlacement, NodePlacement, Placement
 from .plugins import PluginFailure, plugin_failures, register, registry, unregister
+from .policy import OrtExecutionProviderDevicePolicy
+from .seed import set_seed
 from .session import (
     ExecutionMode,
     GraphOptimizationLevel,
@@ -48,8 +52,10 @@ from .types import (
     Capability,
     Claim,
     DataTransfer,
+    EpContextBlob,
     EpDevice,
     EpDevices,
+    FusedOp,
     Kernel,
     KernelRequest,
     MemoryInfo,
@@ -62,15 +68,7 @@ from .version import CONTRACT_VERSION, __version__
 
 # The providers of this project's family; get_all_providers() lists them and any other
 # provider installed here, as onnxruntime lists every provider its build knows.
-KNOWN_PROVIDERS = (
-    "TensorrtExecutionProvider",
-    "CUDAExecutionProvider",
-    "OpenVINOExecutionProvider",
-    "QNNExecutionProvider",
-    "CoreMLExecutionProvider",
-    "WebGpuExecutionProvider",
-    "CPUExecutionProvider",
-)
+KNOWN_PROVIDERS = tuple(PROVIDER_PACKAGES)
 
 
 def get_available_providers() -> list[str]:
@@ -85,14 +83,30 @@ def get_all_providers() -> list[str]:
     return names
 
 
-def get_ep_devices() -> list[EpDevice]:
-    """Every device of every installed provider that can run here."""
-    reg = registry()
-    return [d for name in reg.providers() for d in reg.devices(name).devices]
+def get_ep_devices() -> list[OrtEpDevice]:
+    """Every device of every installed provider that can run here, in onnxruntime's shape
+    (``OrtEpDevice``; its ``ep_device`` is the provider's ``EpDevice``)."""
+    from .devices import ep_devices
+
+    return ep_devices()
 
 
 def get_version_string() -> str:
     return __version__
+
+
+def get_build_info() -> str:
+    """What this ort-core is and what it runs with (onnxruntime's ``get_build_info``): the
+    package and contract versions and each installed provider's package and version."""
+    import platform
+
+    import numpy
+    import onnx
+
+    reg = registry()
+    providers = ", ".join(f"{name} {p.spec.version} ({p.package or 'in-process'})" for name, p in reg.providers().items())
+    return (f"ort-core {__version__}, provider contract {CONTRACT_VERSION}, Python {platform.python_version()}, "
+            f"onnx {onnx.__version__}, numpy {numpy.__version__}; providers: {providers or '(none)'}")
 
 
 def get_device() -> str:
@@ -112,13 +126,14 @@ def set_default_logger_severity(severity: int) -> None:
 __all__ = [
     "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
     "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
-    "EpDevice", "EpDevices", "ExecutionMode", "Fail", "GraphOptimizationLevel", "GraphView",
+    "EpContextBlob", "EpDevice", "EpDevices", "ExecutionMode", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
     "HostAllocator", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "Kernel", "KernelRequest", "MemoryInfo", "ModelMetadata", "NoModel", "NoSuchFile",
+    "Kernel", "KernelRequest", "MemoryInfo", "ModelCompiler", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
-    "OrtError", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
+    "OrtCompileApiFlags", "OrtDeviceMemoryType", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
+    "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
     "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",
     "__version__", "get_all_providers", "get_available_providers", "get_device",
-    "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",
-    "registry", "set_default_logger_severity", "unregister",
+    "get_build_info", "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",
+    "registry", "set_default_logger_severity", "set_seed", "unregister",
 ]

@@ -1,11 +1,19 @@
-"""I/O binding on host memory, named and behaving as onnxruntime's ``IOBinding``.
+"""I/O binding, named and behaving as onnxruntime's ``IOBinding``, on host and device memory.
 
 Inputs are bound once and reused by every ``InferenceSession.run_with_iobinding`` until they
 are cleared; outputs are either allocated by the run (``bind_output(name)``) or written into a
 buffer the caller owns (``bind_output`` with a pointer, ``bind_ortvalue_output``), so a loop of
-runs can keep its arrays. ort-core's OrtValues live in host memory; binding a value on another
-device is refused with the device named (a provider's device memory stays inside the run, where
-the plan copies at device boundaries).
+runs can keep its arrays.
+
+Device memory: an input bound as an OrtValue on a device (``OrtValue.ortvalue_from_numpy(x,
+"webgpu", 0)``) is read there, and an output bound with a device type (``bind_output(name,
+"webgpu")``) is left there: the run's plan starts and ends its copy steps in that memory, so a
+loop of runs over device values makes no host copy (``copies()`` lists the copy steps a run
+makes). The device is found by memory name (``ort_core.devices.device_memory``): any provider
+whose ``EpDevice.memory`` is the device type serves ("webgpu" -> "WebGpu", "cuda" -> "Cuda").
+A device output bound with ``bind_ortvalue_output`` is delivered by pointing that OrtValue at
+the run's output tensor (device tensors are the provider's objects; core cannot write into
+them).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .memory import OrtValue, require_host
+from .memory import OrtValue
 
 if TYPE_CHECKING:
     from .session import InferenceSession, RunOptions
@@ -37,9 +45,12 @@ class IOBinding:
 
     def __init__(self, session: InferenceSession):
         self._session = session
-        self._inputs: dict[str, np.ndarray] = {}
-        self._outputs: dict[str, np.ndarray | None] = {}  # name -> the caller's buffer, or None
+        self._inputs: dict[str, np.ndarray | OrtValue] = {}  # host arrays, or OrtValues on a device
+        # name -> the caller's host buffer, None (allocated by the run), a DeviceMemory (left on
+        # that device) or the caller's device OrtValue
+        self._outputs: dict[str, Any] = {}
         self._results: list[OrtValue] = []
+        self._copies: list = []
 
     # ------------------------------------------------------------------ inputs
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
@@ -48,13 +59,20 @@ class IOBinding:
 
     def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any,
                    shape: Sequence[int], buffer_ptr: int) -> None:
-        """Bind input ``name`` to ``shape`` elements of ``element_type`` at ``buffer_ptr``."""
-        require_host(device_type, f"bind_input {name!r}")
+        """Bind input ``name`` to ``shape`` elements of ``element_type`` at ``buffer_ptr`` (host
+        memory; device memory is bound as an OrtValue with ``bind_ortvalue_input``)."""
+        if str(device_type).lower() != "cpu":
+            raise InvalidArgument(
+                f"bind_input {name!r}: a raw pointer on device {device_type!r} cannot be bound; make an OrtValue "
+                f"on it (OrtValue.ortvalue_from_numpy(x, {str(device_type).lower()!r}, {device_id}) or "
+                "OrtValue.from_dlpack) and bind it with bind_ortvalue_input")
         self._inputs[self._input_name(name)] = array_at(buffer_ptr, element_type, shape)
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
-        require_host(ortvalue.device_name(), f"bind_ortvalue_input {name!r}")
-        self._inputs[self._input_name(name)] = ortvalue.numpy()
+        """Bind input ``name`` to ``ortvalue``: a host array, or a device value read on its device."""
+        if not isinstance(ortvalue, OrtValue):
+            raise InvalidArgument(f"bind_ortvalue_input {name!r}: expected an OrtValue, got {type(ortvalue).__name__}")
+        self._inputs[self._input_name(name)] = ortvalue.numpy() if ortvalue.on_host else ortvalue
 
     def synchronize_inputs(self) -> None:
         """Nothing to wait for: host inputs are ready when bound."""
@@ -65,9 +83,17 @@ class IOBinding:
     # ------------------------------------------------------------------ outputs
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                     shape: Sequence[int] | None = None, buffer_ptr: int | None = None) -> None:
-        """Bind output ``name``: allocated by each run, or written into ``shape`` elements of
-        ``element_type`` at ``buffer_ptr`` when those are given."""
-        require_host(device_type, f"bind_output {name!r}")
+        """Bind output ``name``: allocated by each run (on ``device_type``: "cpu", or a device
+        such as "webgpu", where it is left), or written into ``shape`` elements of
+        ``element_type`` at host ``buffer_ptr`` when those are given."""
+        if str(device_type).lower() != "cpu":
+            if buffer_ptr is not None:
+                raise InvalidArgument(f"bind_output {name!r}: a raw pointer on device {device_type!r} cannot be "
+                                      "bound; bind_output without one leaves the output on the device")
+            from .devices import device_memory
+
+            self._outputs[self._output_name(name)] = device_memory(device_type, device_id)
+            return
         buffer = None
         if buffer_ptr is not None:
             if element_type is None or shape is None:
@@ -76,9 +102,11 @@ class IOBinding:
         self._outputs[self._output_name(name)] = buffer
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
-        """Bind output ``name`` to ``ortvalue``: each run writes the output into its array."""
-        require_host(ortvalue.device_name(), f"bind_ortvalue_output {name!r}")
-        self._outputs[self._output_name(name)] = ortvalue.numpy()
+        """Bind output ``name`` to ``ortvalue``: each run writes the output into its array (a
+        device OrtValue is pointed at the run's output tensor, left on its device)."""
+        if not isinstance(ortvalue, OrtValue):
+            raise InvalidArgument(f"bind_ortvalue_output {name!r}: expected an OrtValue, got {type(ortvalue).__name__}")
+        self._outputs[self._output_name(name)] = ortvalue.numpy() if ortvalue.on_host else ortvalue
 
     def synchronize_outputs(self) -> None:
         """Nothing to wait for: host outputs are complete when the run returns."""
@@ -94,16 +122,41 @@ class IOBinding:
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
         return [v.numpy().copy() for v in self._results]
 
+    def copies(self) -> list:
+        """The copy steps (``CopyPlacement``: value, source and target memory) the last run's
+        plan made, main graph: empty for a loop over device values that all stay on their
+        device."""
+        return list(self._copies)
+
     # ------------------------------------------------------------------ the run
     def run(self, run_options: RunOptions | None = None) -> None:
         """Run the session on the bound inputs into the bound outputs (``run_with_iobinding``)."""
+        from .devices import DeviceMemory
+
         names = list(self._outputs)
-        results = self._session.run(names, self._inputs, run_options) if names else []
+        on_device = {}
+        for name, target in self._outputs.items():
+            if isinstance(target, DeviceMemory):
+                on_device[name] = (target.memory, target.transfer)
+            elif isinstance(target, OrtValue):
+                on_device[name] = (target._memory, target._transfer)
+        session = self._session
+        results = session._run(names, self._inputs, run_options, on_device) if names else []
+        self._copies = list(session._plan_for(self._inputs, on_device).copies) if names else []
         values = []
         for name, result in zip(names, results, strict=True):
             buffer = self._outputs[name]
             if buffer is None:
-                values.append(OrtValue(result))
+                values.append(OrtValue(np.asarray(result) if isinstance(result, np.generic) else result))
+                continue
+            if isinstance(buffer, DeviceMemory):
+                # the session's own transfer for its memory, whose queue produced the result
+                transfer = session._transfers.get(buffer.memory, buffer.transfer)
+                values.append(OrtValue(result, buffer.memory_device_type, buffer.device_id, buffer.memory, transfer))
+                continue
+            if isinstance(buffer, OrtValue):
+                buffer._data = result
+                values.append(buffer)
                 continue
             result = np.asarray(result)
             if buffer.shape != result.shape or buffer.dtype != result.dtype:

@@ -27,6 +27,28 @@ Call order for one session::
 Kernels are resolved at session creation: a run calls the kernels' ``run`` callables directly,
 never through pluggy.
 
+Fused ops (contract 1.2). At levels EXTENDED and ALL core's optimizer rewrites patterns into
+single nodes (``com.microsoft`` FusedGemm, Gelu, SkipLayerNormalization, Attention, ...,
+ort-core's own ``ort_core`` ops, and the standard LayerNormalization/HardSwish in place of
+their decomposed forms; the whole list with every attribute value is
+``ort_core.optimizer.FUSED_OPS``). The rule: a fused node is formed only where the provider
+that will run it computes exactly that op with those attributes, as onnxruntime computes it.
+Core applies it so, before partitioning, for the session's first provider:
+
+* the provider declares the fused ops it computes exactly in ``ProviderSpec.fused_ops``, as
+  ``FusedOp(op_type, domain, attributes={name: values computed})``; nothing else is formed
+  for it, whatever its ``ort_get_capability`` would claim (claiming a node says a provider
+  *takes* it, not that it *computes* it);
+* a declared op is formed only if the provider also claims the fused node in a one-node probe
+  graph (same input types, shapes and constant inputs) through ``ort_get_capability``, so it
+  can still decline it for its types.
+
+Declare nothing (the default) and the provider gets the graph as level BASIC leaves it: a
+compiling provider, which fuses on its own, should, as onnxruntime's compiling providers get
+the graph unfused. The conformance kit's ``fusion_parity`` check verifies both halves: every
+declared op it forms matches the unfused graph, and every fused node the provider claims
+(a model may hold them already) matches or is declined.
+
 Cross-cutting plugins use the same hooks as wrappers, e.g. to veto nodes for a provider::
 
     @hookimpl(wrapper=True)
@@ -74,7 +96,9 @@ def ort_register_providers() -> Iterable[ProviderSpec]:
     """Return the providers this plugin offers.
 
     Called once per process when core loads plugins. Every plugin's answer is collected.
-    Cross-cutting plugins (tracers, vetoes) return an empty list.
+    Cross-cutting plugins (tracers, vetoes) return an empty list. ``ProviderSpec.fused_ops``
+    lists the fused nodes the optimizer may form for the provider: only those it computes
+    exactly (see "Fused ops" above).
 
     Example::
 
@@ -82,7 +106,8 @@ def ort_register_providers() -> Iterable[ProviderSpec]:
         def ort_register_providers():
             return [ProviderSpec(name="MyExecutionProvider", version=__version__,
                                  vendor="Me", kind="kernel",
-                                 options=(OptionSpec("device_id", 0, "device index", int),))]
+                                 options=(OptionSpec("device_id", 0, "device index", int),),
+                                 fused_ops=(FusedOp("FusedGemm", attributes={"activation": ("Relu",)}),))]
     """
 
 
@@ -154,6 +179,11 @@ def ort_get_capability(
     ``Claim(nodes, fuse=True)``; core refuses a group whose fusion would create a cycle and
     reports its nodes as declined with that reason. Give every declined candidate a reason in
     ``Capability.declined``.
+
+    Also called on one-node probe graphs holding a fused node the optimizer would form for a
+    provider that declares it in ``ProviderSpec.fused_ops`` (see "Fused ops" above): claim it
+    only if your kernel computes it. Claim a node in a vendor domain (``com.microsoft``) that
+    a model holds only if you compute it as onnxruntime does; decline it with a reason if not.
 
     Example::
 
@@ -230,6 +260,16 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
 
     Compiling providers call ``request.to_model()`` and hand the ``onnx.ModelProto`` to their
     vendor's parser. Control-flow kernels call ``request.build_subgraph("body")``.
+
+    Compiled-model caches (EPContext, contract 1.2): a compiling provider whose compiled group
+    can be saved sets ``Kernel.export_context`` (returns an ``EpContextBlob``); with the
+    session config ``ep.context_enable=1`` core writes a model in which that group is one
+    ``com.microsoft.EPContext`` node holding the blob. When such a model is loaded, claim the
+    EPContext nodes whose ``source`` attribute is your name (``fuse=False``;
+    ``ort_core.epcontext.is_context_node(node, ep.name)``) and build their kernel from
+    ``ort_core.epcontext.read_context(request)`` without compiling. A blob you cannot load is
+    an ``ort_core`` error naming the partition; core fails the session with it (no other
+    provider can run the node).
 
     Raise (any exception, with a message naming the node and the reason) if the claim cannot be
     built after all; core then declines those nodes for ``ep`` with that reason and offers them

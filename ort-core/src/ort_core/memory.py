@@ -64,28 +64,77 @@ class HostAllocator(Allocator):
             return AllocatorStats(**self._stats.__dict__)
 
 
-class OrtValue:
-    """A tensor and the device it lives on, as onnxruntime's ``OrtValue`` for host tensors."""
+# DLPack device types (dlpack.h DLDeviceType) -> the device type OrtValues name
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda", 10: "rocm", 13: "cuda"}
 
-    def __init__(self, data: Any, device_type: str = "cpu", device_id: int = 0):
+
+class _Capsule:
+    """A bare DLPack capsule as an object ``np.from_dlpack`` takes (a host capsule; a device
+    one is refused by numpy with its own error)."""
+
+    def __init__(self, capsule: Any):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+class OrtValue:
+    """A tensor and the device it lives on, as onnxruntime's ``OrtValue``.
+
+    On the host the data is a numpy array. On a device (``device_type`` "webgpu", "cuda", ...)
+    it is the provider's own tensor, made through the data transfer of the provider whose
+    ``EpDevice.memory`` is that device type (``ort_core.devices.device_memory``); a session fed
+    such a value, or an I/O binding holding it, runs on it where it is, with no host copy.
+    """
+
+    def __init__(self, data: Any, device_type: str = "cpu", device_id: int = 0, memory: str = HOST_MEMORY,
+                 transfer: Any = None):
         self._data = data
-        self._device_type = device_type
-        self._device_id = device_id
+        self._device_type = str(device_type).lower()
+        self._device_id = int(device_id)
+        self._memory = memory
+        self._transfer = transfer
+
+    @staticmethod
+    def _device(device_type: str, device_id: int) -> Any:
+        from .devices import device_memory
+
+        return device_memory(device_type, device_id)
 
     @staticmethod
     def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
-        require_host(device_type, "OrtValue")
-        return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
+        """``array`` as an OrtValue: on the host (no copy of a contiguous array) or copied to the
+        device ``device_type``/``device_id``."""
+        if str(device_type).lower() == "cpu":
+            return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
+        dm = OrtValue._device(device_type, device_id)
+        return OrtValue(dm.transfer.to_device(np.ascontiguousarray(array)), device_type, device_id, dm.memory, dm.transfer)
 
     @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
                                      device_id: int = 0) -> OrtValue:
-        """A new (uninitialised) tensor of ``shape`` and ``element_type`` (a numpy type)."""
-        require_host(device_type, "OrtValue")
-        return OrtValue(np.empty(tuple(int(d) for d in shape), dtype=np.dtype(element_type)), "cpu", device_id)
+        """A new tensor of ``shape`` and ``element_type`` (a numpy type); on a device it is
+        zero-filled (made by one host-to-device copy, at this call only)."""
+        dims = tuple(int(d) for d in shape)
+        if str(device_type).lower() == "cpu":
+            return OrtValue(np.empty(dims, dtype=np.dtype(element_type)), "cpu", device_id)
+        dm = OrtValue._device(device_type, device_id)
+        return OrtValue(dm.transfer.to_device(np.zeros(dims, np.dtype(element_type))), device_type, device_id,
+                        dm.memory, dm.transfer)
+
+    @property
+    def on_host(self) -> bool:
+        return self._memory == HOST_MEMORY
 
     def numpy(self) -> np.ndarray:
-        return np.asarray(self._data)
+        """The data as a numpy array (copied to the host for a device value)."""
+        if self.on_host:
+            return np.asarray(self._data)
+        return np.asarray(self._transfer.to_host(self._data))
 
     def shape(self) -> list[int]:
         return list(self._data.shape)
@@ -95,13 +144,67 @@ class OrtValue:
 
         from .graph.view import onnx_type_string  # local: avoid import cycle at module load
 
-        return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(self._data.dtype)))
+        return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(np.dtype(self._data.dtype))))
 
     def element_type(self) -> np.dtype:
-        return self._data.dtype
+        return np.dtype(self._data.dtype)
 
     def device_name(self) -> str:
         return self._device_type
 
     def is_tensor(self) -> bool:
         return hasattr(self._data, "shape")
+
+    def has_value(self) -> bool:
+        return self._data is not None
+
+    def tensor_size_in_bytes(self) -> int:
+        return int(self._data.nbytes)
+
+    def data_ptr(self) -> int:
+        """The address of a host value's data."""
+        require_host(self._device_type, "OrtValue.data_ptr")
+        return int(np.asarray(self._data).ctypes.data)
+
+    # ------------------------------------------------------------------ DLPack
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        """A DLPack capsule over the data, no copy: host arrays, and device tensors that are
+        DLPack arrays themselves (CuPy for CUDA). WebGPU buffers have no DLPack form."""
+        producer = self._dlpack_producer()
+        return producer.__dlpack__(stream=stream, **kwargs) if stream is not None else producer.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return tuple(self._dlpack_producer().__dlpack_device__())
+
+    def _dlpack_producer(self) -> Any:
+        if self.on_host:
+            return np.asarray(self._data)
+        if hasattr(self._data, "__dlpack__"):
+            return self._data
+        raise InvalidArgument(f"OrtValue on {self._device_type!r} ({self._memory} memory): the provider's tensors "
+                              f"({type(self._data).__name__}) have no DLPack form; use numpy() for a host copy")
+
+    @staticmethod
+    def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
+        """An OrtValue over a DLPack producer (an object with ``__dlpack__``, or a host capsule),
+        no copy. Host data becomes a numpy array; device data is taken as it is when the
+        provider for that device type keeps such objects as its tensors (CuPy arrays for
+        CUDA), else refused naming the device."""
+        if not hasattr(data, "__dlpack__"):
+            if type(data).__name__ != "PyCapsule":
+                raise InvalidArgument(f"from_dlpack needs a DLPack producer or capsule, got {type(data).__name__}")
+            data = _Capsule(data)
+        kind, device_id = data.__dlpack_device__()
+        device_type = _DLPACK_DEVICES.get(int(kind))
+        if device_type == "cpu":
+            array = np.from_dlpack(data)
+            if is_bool_tensor and array.dtype == np.uint8:
+                array = array.view(np.bool_)
+            return OrtValue(array, "cpu", 0)
+        if device_type is None:
+            raise InvalidArgument(f"from_dlpack: DLPack device type {kind} is not one ort-core knows")
+        dm = OrtValue._device(device_type, int(device_id))
+        if not all(hasattr(data, a) for a in ("shape", "dtype", "nbytes")):
+            raise InvalidArgument(f"from_dlpack: {type(data).__name__} on {device_type} is not a tensor object "
+                                  f"{dm.provider} can take (it needs shape, dtype and nbytes)")
+        return OrtValue(data, device_type, int(device_id), dm.memory, dm.transfer)

@@ -200,6 +200,11 @@ class Placement:
     providers: list[str]
     nodes: list[NodePlacement] = field(default_factory=list)
     copies: list[CopyPlacement] = field(default_factory=list)
+    #: the EPContext model this session wrote (``ep.context_enable=1``), else ""
+    context_model: str = ""
+    #: what chose the providers (a selection policy, its delegate, MAX_PERFORMANCE's
+    #: measurements: ``ort_core.policy.Selection``), None for an explicit providers list
+    selection: Any = None
 
     def counts(self, graph: str | None = "") -> Counter[str]:
         """Nodes per provider (of the main graph by default; ``None`` for all graphs)."""
@@ -232,10 +237,12 @@ class Placement:
             "providers": list(self.providers),
             "nodes": [p.__dict__ for p in self.nodes],
             "copies": [c.__dict__ for c in self.copies],
+            "context_model": self.context_model,
+            "selection": None if self.selection is None else self.selection.to_dict(),
         }
 
     def __str__(self) -> str:
-        lines = []
+        lines = [] if self.selection is None else self.selection.describe().splitlines()
         counts = self.counts(None)
         total = sum(counts.values())
         lines.append(
@@ -252,4 +259,6 @@ class Placement:
         for c in self.copies:
             where = f"{c.graph}/" if c.graph else ""
             lines.append(f"  copy {where}{c.value}: {c.source} -> {c.target}")
+        if self.context_model:
+            lines.append(f"  context model written: {self.context_model}")
         return "\n".join(lines)

@@ -63,7 +63,9 @@ class Plan:
 
     ``io_memory`` is where the graph's inputs (and outer-scope values) arrive and where its
     outputs are delivered: host memory for the main graph, the owning provider's memory for a
-    control-flow body.
+    control-flow body. ``input_memory``/``output_memory`` override it per value name: device
+    inputs a caller bound (an OrtValue on a device) arrive in their provider's memory and
+    outputs bound to a device are left there, so the copy steps start and end there.
     """
 
     def __init__(
@@ -73,8 +75,12 @@ class Plan:
         kernels: Sequence[Kernel],
         transfers: Mapping[str, DataTransfer],
         io_memory: str = HOST_MEMORY,
+        input_memory: Mapping[str, str] | None = None,
+        output_memory: Mapping[str, str] | None = None,
     ):
         self.graph = graph
+        input_memory = input_memory or {}
+        output_memory = output_memory or {}
         self.copies: list[CopyPlacement] = []
         slots: dict[tuple[str, str], int] = {}
         home: dict[str, str] = {}  # value name -> memory it is produced in
@@ -94,8 +100,8 @@ class Plan:
         for name in (*graph.inputs, *graph.outer_names):
             if graph.defines(name) and graph.value(name).is_initializer and name not in graph.inputs:
                 continue
-            home[name] = io_memory
-            self.input_slots.append(new_slot(name, io_memory))
+            home[name] = input_memory.get(name, io_memory)
+            self.input_slots.append(new_slot(name, home[name]))
         self.input_names = tuple(graph.inputs) + tuple(graph.outer_names)
 
         def ensure(name: str, memory: str) -> int:
@@ -151,7 +157,7 @@ class Plan:
             label = first.name if len(claim.nodes) == 1 else f"{first.name} (+{len(claim.nodes) - 1} fused)"
             infos.append(StepInfo(label, first.op_type if len(claim.nodes) == 1 else "FusedGroup", bp.name))
 
-        self.output_slots = [ensure(name, io_memory) for name in graph.outputs]
+        self.output_slots = [ensure(name, output_memory.get(name, io_memory)) for name in graph.outputs]
         self.output_names = tuple(graph.outputs)
 
         # lifetimes: clear each slot after its last reader; keep constants and outputs

@@ -87,6 +87,7 @@ class PluginRegistry:
         self.pm.add_hookspecs(hookspecs)
         self._load_entry_points = load_entry_points
         self._loaded = False
+        self._loading = False
         self._lock = threading.RLock()
         self.failures: list[PluginFailure] = []
         self._providers: dict[str, RegisteredProvider] = {}
@@ -98,18 +99,26 @@ class PluginRegistry:
         if self._loaded:
             return
         with self._lock:
-            if self._loaded:
+            # ``_loaded`` is set only once every entry point is in: other threads wait on the
+            # lock meanwhile (set first, they saw an empty registry). A plugin that asks the
+            # registry while it is being imported (same thread, the lock is re-entrant) sees
+            # the plugins loaded so far.
+            if self._loaded or self._loading:
                 return
-            self._loaded = True
-            if self._load_entry_points:
-                for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-                    package = ep.dist.name if ep.dist is not None else ""
-                    try:
-                        plugin = ep.load()
-                    except Exception as exc:  # a broken plugin must not break the others
-                        self._fail(ep.name, package, f"import failed: {type(exc).__name__}: {exc}")
-                        continue
-                    self._add(plugin, ep.name, package)
+            self._loading = True
+            try:
+                if self._load_entry_points:
+                    for ep in entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+                        package = ep.dist.name if ep.dist is not None else ""
+                        try:
+                            plugin = ep.load()
+                        except Exception as exc:  # a broken plugin must not break the others
+                            self._fail(ep.name, package, f"import failed: {type(exc).__name__}: {exc}")
+                            continue
+                        self._add(plugin, ep.name, package)
+            finally:
+                self._loading = False
+                self._loaded = True
 
     def _fail(self, plugin: str, package: str, error: str) -> None:
         failure = PluginFailure(plugin, package, error)
@@ -201,15 +210,19 @@ class PluginRegistry:
         cached = self._devices.get(name)
         if cached is not None:
             return cached
-        reg = self._providers[name]
-        try:
-            answer = reg.hooks.ort_ep_devices(provider=name)
-        except Exception as exc:
-            answer = EpDevices((), f"ort_ep_devices raised {type(exc).__name__}: {exc}")
-        if answer is None:
-            answer = EpDevices((), "the plugin reported no devices")
-        self._devices[name] = answer
-        return answer
+        with self._lock:  # asked once, even when many threads ask at the same moment
+            cached = self._devices.get(name)
+            if cached is not None:
+                return cached
+            reg = self._providers[name]
+            try:
+                answer = reg.hooks.ort_ep_devices(provider=name)
+            except Exception as exc:
+                answer = EpDevices((), f"ort_ep_devices raised {type(exc).__name__}: {exc}")
+            if answer is None:
+                answer = EpDevices((), "the plugin reported no devices")
+            self._devices[name] = answer
+            return answer
 
     def available(self) -> list[str]:
         """Providers with at least one usable device, CPU provider last."""

@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,20 +18,27 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from . import optimizer
+from . import devices as devices_
+from . import epcontext, optimizer
+from . import policy as policy_
 from .binding import IOBinding
-from .errors import EPFail, InvalidArgument, NoSuchProvider, OrtError
+from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import ModelSource, load_model
 from .graph.view import GraphView
 from .memory import OrtValue
 from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
 from .plan import Plan, PlanRunner, _claim_io
 from .plugins import registry
+from .progress import progress
 from .types import HOST_MEMORY, DataTransfer, Kernel, KernelRequest, ProviderContext
 
 logger = logging.getLogger("ort_core")
 
 DISABLE_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+#: session config key: constant folding leaves a node whose outputs would take more bytes
+#: (default ``optimizer.MAX_FOLD_BYTES``, onnxruntime's 1 GiB)
+MAX_FOLD_BYTES = "session.max_fold_bytes"
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -63,6 +71,55 @@ class SessionOptions:
         self.enable_cpu_mem_arena: bool = True
         self._config: dict[str, str] = {}
         self._free_dimensions: dict[str, int] = {}
+        self._providers: list[tuple[str, dict[str, Any]]] = []
+        self._provider_devices: dict[str, Any] = {}  # provider -> the EpDevice given for it
+        self._policy: Any = None  # an OrtExecutionProviderDevicePolicy
+        self._delegate: Any = None
+
+    def add_provider(self, provider_name: str, provider_options: Mapping[str, Any] | None = None) -> None:
+        """Use ``provider_name`` with ``provider_options`` in sessions made with these options and
+        no ``providers`` argument (onnxruntime's ``SessionOptions.add_provider``); providers are
+        tried in the order added."""
+        if any(n == provider_name for n, _ in self._providers):
+            raise InvalidArgument(f"add_provider: {provider_name!r} was already added")
+        self._providers.append((str(provider_name), dict(provider_options or {})))
+
+    def add_provider_for_devices(self, ep_devices: Sequence[Any], provider_options: Mapping[str, Any] | None = None) -> None:
+        """Use the provider of ``ep_devices`` (items of ``get_ep_devices()``, all of one
+        provider) on the first of them, with ``provider_options``."""
+        from .devices import as_ep_device
+
+        try:
+            devices = [as_ep_device(d) for d in ep_devices]
+        except TypeError as exc:
+            raise InvalidArgument(f"add_provider_for_devices: {exc}") from None
+        names = sorted({d.ep_name for d in devices})
+        if len(names) != 1:
+            raise InvalidArgument(f"add_provider_for_devices needs devices of one provider, got {names or 'none'}")
+        self.add_provider(names[0], provider_options)
+        self._provider_devices[names[0]] = devices[0]
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Let the policy (``OrtExecutionProviderDevicePolicy``) choose the providers of sessions
+        made without ``providers`` (see ``ort_core.policy``)."""
+        from .policy import OrtExecutionProviderDevicePolicy
+
+        try:
+            self._policy = OrtExecutionProviderDevicePolicy(int(policy))
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"set_provider_selection_policy: {policy!r} is not an OrtExecutionProviderDevicePolicy; "
+                                  f"valid: {', '.join(p.name for p in OrtExecutionProviderDevicePolicy)}") from None
+
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Let ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections)`` return
+        the devices (in priority order) of sessions made without ``providers``."""
+        if not callable(delegate):
+            raise InvalidArgument(f"set_provider_selection_policy_delegate needs a callable, got {type(delegate).__name__}")
+        self._delegate = delegate
+
+    def has_providers(self) -> bool:
+        """True when providers were added (``add_provider``, ``add_provider_for_devices``)."""
+        return bool(self._providers)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         """Fix the symbolic dimension ``dim_name`` of the graph's inputs to ``dim_value``: the
@@ -86,6 +143,13 @@ class SessionOptions:
     @property
     def config_entries(self) -> dict[str, str]:
         return dict(self._config)
+
+    def copy(self) -> SessionOptions:
+        """An independent copy (ModelCompiler changes its copy, not the caller's options)."""
+        other = SessionOptions.__new__(SessionOptions)
+        other.__dict__.update({k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                               for k, v in self.__dict__.items()})
+        return other
 
 
 class RunOptions:
@@ -198,11 +262,14 @@ def validate_options(spec_name: str, schema: Sequence[Any], options: Mapping[str
 class _GraphCompiler:
     """Partition, kernels and plan for a graph and, through kernels, its bodies."""
 
-    def __init__(self, providers: list[BoundProvider], transfers: dict[str, DataTransfer]):
+    def __init__(self, providers: list[BoundProvider], transfers: dict[str, DataTransfer],
+                 model_path: str | None = None):
         self.providers = providers
         self.transfers = transfers
+        self.model_path = model_path
         self.placements: list[NodePlacement] = []
         self.copies: list = []
+        self.last: tuple[Any, list[Kernel]] | None = None  # the last graph compiled (the main one, last)
 
     def compile(self, graph: GraphView, io_memory: str = HOST_MEMORY) -> Plan:
         excluded: dict[str, dict[int, str]] = {}
@@ -212,13 +279,24 @@ class _GraphCompiler:
             assignment = partition(graph, self.providers, excluded)
             failed = False
             kernels: list[Kernel] = []
-            for bp, claim in assignment.claims:
+            to_compile = sum(1 for bp, c in assignment.claims if c.fuse and (bp.name, c.nodes, c.fuse) not in built)
+            claims = assignment.claims
+            if to_compile >= 2:  # compiling groups can take seconds each: show it on a terminal
+                claims = progress(claims, desc=f"building kernels ({to_compile} fused groups)")
+            for bp, claim in claims:
                 key = (bp.name, claim.nodes, claim.fuse)
                 kernel = built.get(key)
                 if kernel is None:
                     try:
                         kernel = self._create_kernel(bp, graph, claim.nodes, claim.fuse)
                     except Exception as exc:
+                        if epcontext.is_context_node(graph.nodes[claim.nodes[0]], bp.name):
+                            # a compiled blob its own provider cannot load: no other provider can
+                            # run it, so the provider's error is the session's
+                            if isinstance(exc, OrtError):
+                                raise
+                            raise EPFail(f"{bp.name}: cannot load {graph.nodes[claim.nodes[0]].name!r}: "
+                                         f"{type(exc).__name__}: {exc}") from exc
                         reason = f"kernel creation failed: {type(exc).__name__}: {exc}"
                         logger.warning("%s: %s", bp.name, reason)
                         for i in claim.nodes:
@@ -231,6 +309,7 @@ class _GraphCompiler:
                 break
         plan = Plan(graph, assignment, kernels, self.transfers, io_memory)
         self._record(graph, assignment, kernels)
+        self.last = (assignment, kernels)
         self.copies.extend(plan.copies)
         return plan
 
@@ -244,6 +323,7 @@ class _GraphCompiler:
             outputs=outputs,
             fused=fused,
             implicit_inputs=views[0].implicit_inputs if not fused else (),
+            model_path=self.model_path,
             _build_subgraph=lambda sub: PlanRunner(self.compile(sub, bp.memory)),
             _to_model=lambda: graph.group_to_model(nodes),
         )
@@ -294,8 +374,40 @@ class InferenceSession:
         provider_options: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs:
-            raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
+        self._fallback = str(kwargs.pop("enable_fallback", 1)) == "1"
+        self._create(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+
+    def _create(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: SessionOptions | None,
+        providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
+        provider_options: Sequence[Mapping[str, Any]] | None,
+        **kwargs: Any,
+    ) -> None:
+        """Make the session; with fallback enabled (onnxruntime's default) a provider failure
+        (``EPFail``, not strict mode's) is warned about and the session made on the CPU
+        provider alone, as onnxruntime does."""
+        try:
+            self._build(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+        except EPFail as exc:
+            if not self._fallback or self._strict or self.__dict__.get("_bound_names", [CPU_PROVIDER]) == [CPU_PROVIDER]:
+                raise
+            warnings.warn(f"EP Error {exc} when using {self._bound_names}; falling back to [{CPU_PROVIDER!r}] "
+                          "and retrying (disable_fallback() or enable_fallback=0 makes this an error)",
+                          UserWarning, stacklevel=3)
+            self._fallback = False  # fallback only once, as onnxruntime
+            self._build(path_or_bytes, sess_options, [CPU_PROVIDER], None, **kwargs)
+
+    def _build(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: SessionOptions | None,
+        providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None,
+        provider_options: Sequence[Mapping[str, Any]] | None,
+        **kwargs: Any,
+    ) -> None:
+        self._bound_names = [CPU_PROVIDER]
         self._options = sess_options or SessionOptions()
         self._config = self._options.config_entries
         self._strict = self._config.get(DISABLE_CPU_FALLBACK, "0") == "1"
@@ -304,15 +416,34 @@ class InferenceSession:
         self._lock = threading.Lock()
         self._set_log_level(self._options.log_severity_level)
 
+        self._source = path_or_bytes  # set_providers makes the session again from it
+        if kwargs:
+            raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
+        if providers is None and provider_options is None and self._options._providers:
+            providers = list(self._options._providers)
         requested = _normalise_providers(providers, provider_options)
+        self._chosen_devices: dict[str, Any] = dict(self._options._provider_devices)
+        requested, chosen, self._selection = policy_.select(self._options, path_or_bytes, requested)
+        self._chosen_devices.update(chosen)
+        self._bound_names = [n for n, _ in requested] or [CPU_PROVIDER]
+        self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        context = epcontext.context_settings(self._config, self._model_path)
         self._model: ir.Model = load_model(path_or_bytes)
         _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides)
         self._providers = self._bind_providers(requested)
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
-            optimizer.optimize(self._model, self._options.graph_optimization_level, supports)
+            optimizer.optimize(self._model, self._options.graph_optimization_level, supports,
+                               _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES))
             if self._options.optimized_model_filepath:
                 ir.save(self._model, self._options.optimized_model_filepath)
+        except OrtError:
+            self._end_providers()
+            raise
+        except ir.passes.PassError as exc:  # a pass met a graph it does not expect: named
+            self._end_providers()
+            cause = exc.__cause__ or exc
+            raise InvalidGraph(f"graph optimization failed: {type(cause).__name__}: {cause}") from exc
         except BaseException:
             self._end_providers()
             raise
@@ -321,7 +452,7 @@ class InferenceSession:
             opset_imports=dict(self._model.opset_imports),
             ir_version=self._model.ir_version,
         )
-        self._compiler = _GraphCompiler(self._providers, self._transfers)
+        self._compiler = _GraphCompiler(self._providers, self._transfers, self._model_path)
         try:
             self._plan = self._compiler.compile(self._graph)
         except BaseException:
@@ -331,6 +462,16 @@ class InferenceSession:
             [bp.name for bp in self._providers], self._compiler.placements, self._compiler.copies
         )
         self._check_fallback(requested)
+        if self._selection is not None:
+            self._placement.selection = self._selection
+        if context is not None:
+            try:
+                proto, files, _ = self._context_model(context.embed, context.path.stem)
+                epcontext.save_context_model(proto, files, context.path)
+            except BaseException:
+                self._end_providers()
+                raise
+            self._placement.context_model = str(context.path)
         self._finalizer = weakref.finalize(self, _end_session, list(self._providers))
         self._run_hooks = [
             bp for bp in self._providers
@@ -343,8 +484,14 @@ class InferenceSession:
         initializers = set(self._graph.initializers)
         self._overridable = [a for a in self._inputs if a.name in initializers]
         self._required = [a.name for a in self._inputs if a.name not in initializers]
+        self._device_plans: dict[tuple, Plan] = {}
 
     # ------------------------------------------------------------------ creation
+    def _context_model(self, embed: bool, file_stem: str):
+        """The EPContext model of this session's main graph (see ``ort_core.epcontext``)."""
+        assignment, kernels = self._compiler.last
+        return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem)
+
     @staticmethod
     def _set_log_level(severity: int) -> None:
         level = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
@@ -376,13 +523,10 @@ class InferenceSession:
         threads = int(self._options.intra_op_num_threads or 0)
         for name, options in requested:
             reg_provider = installed.get(name)
-            if reg_provider is None:
-                failed = [f for f in reg.failures if name.lower().replace("executionprovider", "") in (f.package + f.plugin).lower().replace("-", "").replace("_", "")]
-                hint = "".join(f"; {f.package or f.plugin} failed to load: {f.error}" for f in failed)
-                raise NoSuchProvider(
-                    f"unknown provider {name!r}; available providers: "
-                    f"{', '.join(reg.available()) or '(none)'}{hint}"
-                )
+            if reg_provider is None:  # onnxruntime warns and runs on the rest; typos and strict mode raise
+                warnings.warn(devices_.missing_provider(name, list(installed), reg.failures, self._strict),
+                              UserWarning, stacklevel=3)
+                continue
             spec = reg_provider.spec
             parsed = validate_options(name, spec.options, options)
             devices = reg.devices(name)
@@ -392,7 +536,7 @@ class InferenceSession:
                     raise EPFail(message)
                 logger.warning("%s; skipping it", message)
                 continue
-            device = self._pick_device(name, devices.devices, parsed)
+            device = self._chosen_devices.get(name) or self._pick_device(name, devices.devices, parsed)
             ctx = ProviderContext(
                 name=name, options=parsed, device=device,
                 # SessionOptions.enable_cpu_mem_arena reaches providers as this config entry
@@ -463,6 +607,34 @@ class InferenceSession:
         return (name, v.dtype, v.shape, v.type)
 
     # ------------------------------------------------------------------ public API
+    def set_providers(self, providers: Sequence[str | tuple[str, Mapping[str, Any]]] | None = None,
+                      provider_options: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Make the session again on ``providers`` (onnxruntime's ``set_providers``): the old
+        providers are released, the model is placed and planned anew."""
+        if providers is None:
+            providers = [CPU_PROVIDER]
+        self._finalizer()  # ort_session_end for the old providers
+        self._create(self._source, self._options, providers, provider_options)
+
+    def disable_fallback(self) -> None:
+        """Make a provider failure while making the session (``set_providers``) an error."""
+        self._fallback = False
+
+    def enable_fallback(self) -> None:
+        """On a provider failure while making the session, warn and use the CPU provider alone."""
+        self._fallback = True
+
+    def get_provider_graph_assignment_info(self) -> list[Any]:
+        """The placement in onnxruntime's shape: one ``OrtEpAssignedSubgraph`` per fused group
+        or run of consecutive nodes on one provider (main graph), each with its
+        ``OrtEpAssignedNode``s. Needs ``session.record_ep_graph_assignment_info=1``."""
+        from .assignment import assignment_info
+
+        if self._config.get(RECORD_ASSIGNMENT, "0") != "1":
+            raise InvalidArgument(f"get_provider_graph_assignment_info needs the session config entry "
+                                  f"{RECORD_ASSIGNMENT}=1 set when the session is made")
+        return assignment_info(self._placement)
+
     def get_inputs(self) -> list[NodeArg]:
         return [a for a in self._inputs if a.name in self._required]
 
@@ -518,26 +690,63 @@ class InferenceSession:
         input_feed: Mapping[str, Any],
         run_options: RunOptions | None = None,
     ) -> list[Any]:
-        """Run the model; return the requested outputs (all when ``output_names`` is None)."""
+        """Run the model; return the requested outputs (all when ``output_names`` is None).
+        Inputs may be OrtValues on a device: they are read where they are."""
+        return [_to_output(v) for v in self._run(output_names, input_feed, run_options)]
+
+    def _run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+        output_memory: Mapping[str, tuple[str, DataTransfer]] | None = None,
+    ) -> list[Any]:
+        """``run`` giving the outputs as the plan leaves them: outputs named in
+        ``output_memory`` (name -> (memory, its transfer)) stay in that memory."""
         if run_options is not None and run_options.terminate:
             raise InvalidArgument("run_options.terminate is set: run refused")
         feeds = self._prepare_feeds(input_feed)
         wanted = self._output_indices(output_names)
+        plan = self._plan_for(input_feed, output_memory)
         for bp in self._run_hooks:
             bp.hooks.ort_run_start(ep=bp.ctx, run_options=run_options)
         try:
             if self._profile is not None:
                 records: list = []
                 start = time.perf_counter_ns()
-                outputs = self._plan.run(feeds, track_memory=True, profile=records)
+                outputs = plan.run(feeds, track_memory=True, profile=records)
                 with self._lock:
                     self._profile.append((start, time.perf_counter_ns(), records))
             else:
-                outputs = self._plan.run(feeds)  # memory tracked on each new input-shape signature
+                outputs = plan.run(feeds)  # memory tracked on each new input-shape signature
         finally:
             for bp in self._run_hooks:
                 bp.hooks.ort_run_end(ep=bp.ctx, run_options=run_options)
-        return [_to_output(outputs[k]) for k in wanted]
+        return [outputs[k] for k in wanted]
+
+    def _plan_for(self, input_feed: Mapping[str, Any],
+                  output_memory: Mapping[str, tuple[str, DataTransfer]] | None = None) -> Plan:
+        """The plan for where the inputs are and where the outputs go: the session's plan for
+        host I/O, else one made (once per combination) whose copy steps start at the device
+        inputs' memory and leave bound outputs in theirs (``ort_core.devices``)."""
+        devices = {n: v for n, v in input_feed.items() if isinstance(v, OrtValue) and not v.on_host}
+        if not devices and not output_memory:
+            return self._plan
+        key = (tuple(sorted((n, v._memory) for n, v in devices.items())),
+               tuple(sorted((n, m) for n, (m, _) in (output_memory or {}).items())))
+        plan = self._device_plans.get(key)
+        if plan is None:
+            transfers = dict(self._transfers)
+            for v in devices.values():  # a device the session's providers do not use
+                transfers.setdefault(v._memory, v._transfer)
+            for memory, transfer in (output_memory or {}).values():
+                transfers.setdefault(memory, transfer)
+            assignment, kernels = self._compiler.last
+            plan = Plan(self._graph, assignment, kernels, transfers, HOST_MEMORY,
+                        {n: m for n, m in key[0]}, {n: m for n, m in key[1]})
+            with self._lock:
+                self._device_plans[key] = plan
+        return plan
 
     def run_with_ort_values(
         self,
@@ -578,6 +787,9 @@ class InferenceSession:
                 continue
             value = input_feed[name]
             if isinstance(value, OrtValue):
+                if not value.on_host:  # read on its device by a plan that starts there
+                    feeds.append(_check_device_input(name, value, dtype, shape, type_str))
+                    continue
                 value = value.numpy()
             feeds.append(_check_input(name, value, dtype, shape, type_str))
         return feeds
@@ -626,6 +838,20 @@ class InferenceSession:
         return self._profile_start
 
 
+def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
+    """A session config entry that is a count of bytes (a non-negative integer)."""
+    text = config.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgument(f"session config entry {key!r}: {text!r} is not a byte count (an integer >= 0)")
+    return value
+
+
 def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> None:
     """Replace the symbolic dimensions named in ``overrides`` in the graph inputs' shapes."""
     if not overrides:
@@ -656,11 +882,14 @@ def _to_output(value: Any) -> Any:
 def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
     if dtype is None:  # sequences and optionals: lists of arrays and None, as onnxruntime takes them
         return _check_non_tensor(name, value, type_str)
+    if value is None:  # numpy makes NaN of it for a float input, onnxruntime refuses it
+        expected = "" if shape is None else f" of shape {list(shape)}"
+        raise InvalidArgument(f"input {name!r}: expected {type_str}{expected}, given None")
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from None
+        except (TypeError, ValueError, OverflowError) as exc:  # Overflow: 1000 for an int8 input
+            raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to {type_str}: {exc}") from exc
     elif dtype.kind == "O" and value.dtype.kind in ("U", "S"):
         # strings as numpy unicode/bytes arrays, as onnxruntime takes them
         value = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(object)
@@ -682,6 +911,24 @@ def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | N
                     f"given {got} (shape {list(value.shape)})"
                 )
     return value
+
+
+def _check_device_input(name: str, value: OrtValue, dtype: np.dtype | None, shape: tuple | None, type_str: str) -> Any:
+    """A device OrtValue checked like a host input (dtype, rank, fixed dims), not copied."""
+    tensor = value._data
+    given = list(tensor.shape)
+    if dtype is None or np.dtype(tensor.dtype) != dtype:
+        raise InvalidArgument(f"input {name!r}: unexpected data type: expected {type_str}, given "
+                              f"{np.dtype(tensor.dtype)} on {value.device_name()}")
+    if shape is not None:
+        if len(given) != len(shape):
+            raise InvalidArgument(f"input {name!r}: wrong rank: expected {len(shape)} (shape {list(shape)}), "
+                                  f"given {len(given)} (shape {given}) on {value.device_name()}")
+        for axis, (want, got) in enumerate(zip(shape, given)):
+            if isinstance(want, int) and want != got:
+                raise InvalidArgument(f"input {name!r}: wrong dimension {axis}: expected {want} (shape {list(shape)}), "
+                                      f"given {got} (shape {given}) on {value.device_name()}")
+    return tensor
 
 
 def _type_dtype(type_str: str) -> np.dtype | None:

@@ -47,6 +47,36 @@ class OptionSpec:
 
 
 @dataclass(frozen=True)
+class FusedOp:
+    """A node core's optimizer may form (levels EXTENDED and ALL) that a provider computes
+    exactly as onnxruntime does: declared in ``ProviderSpec.fused_ops``.
+
+    ``domain`` is ``"com.microsoft"``, ``"ort_core"`` (``CORE_DOMAIN``) or ``""`` (standard ops
+    a fusion forms: LayerNormalization, HardSwish). ``attributes`` maps an attribute to the
+    values computed exactly (e.g. ``{"activation": ("Relu", "Tanh")}``); an attribute not named
+    may have any value. See "Fused ops" in ``hookspecs.py``.
+    """
+
+    op_type: str
+    domain: str = "com.microsoft"
+    attributes: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def admits(self, domain: str, op_type: str, attributes: Mapping[str, Any]) -> bool:
+        """Whether a node of ``domain``/``op_type`` with these attribute values is this op
+        with values it computes (an attribute it restricts must be present and listed)."""
+        if (domain, op_type) != (self.domain, self.op_type):
+            return False
+        return all(name in attributes and attributes[name] in values for name, values in self.attributes.items())
+
+    def __hash__(self) -> int:  # the attributes are a dict: hash their items
+        return hash((self.op_type, self.domain, tuple(sorted((k, tuple(v)) for k, v in self.attributes.items()))))
+
+    def __str__(self) -> str:
+        where = ", ".join(f"{k} in {list(v)}" for k, v in self.attributes.items())
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}" + (f" ({where})" if where else "")
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
     """A provider a plugin offers. Returned by ``ort_register_providers``.
 
@@ -55,6 +85,9 @@ class ProviderSpec:
     ``"compiling"`` for providers that fuse claimed groups and compile each into one callable.
     ``contract_version`` is the version of this contract the provider was written against
     (``ort_core.CONTRACT_VERSION`` at the time); core refuses an incompatible one.
+    ``fused_ops`` are the fused nodes the optimizer may form for this provider (contract 1.2):
+    only those it computes exactly. None (the default) means the provider gets the graph
+    unfused, as onnxruntime gives its compiling providers.
     """
 
     name: str
@@ -64,6 +97,7 @@ class ProviderSpec:
     options: tuple[OptionSpec, ...] = ()
     contract_version: str = CONTRACT_VERSION
     description: str = ""
+    fused_ops: tuple[FusedOp, ...] = ()
 
     def option(self, key: str) -> OptionSpec | None:
         return next((o for o in self.options if o.name == key), None)
@@ -75,8 +109,11 @@ class EpDevice:
 
     ``memory`` names the memory space its tensors live in: ``HOST_MEMORY`` ("Cpu") for
     providers that compute on numpy arrays in host memory, otherwise a name of the provider's
-    choosing such as ``"WebGpu:0"`` or ``"Cuda:0"``. Core inserts copies between values whose
-    memory names differ. ``hardware`` is False for software emulation (e.g. lavapipe).
+    choosing such as ``"WebGpu"`` or ``"Cuda"``. Core inserts copies between values whose
+    memory names differ. ``hardware`` is False for software emulation (e.g. lavapipe). The
+    memory name without a ``:N`` suffix, lowercased, is the device type users give for
+    device-resident values (``OrtValue.ortvalue_from_numpy(x, "cuda", 0)``): core finds the
+    provider by it and copies with its ``DataTransfer``.
     """
 
     ep_name: str
@@ -195,6 +232,9 @@ class KernelRequest:
     outputs: tuple[str, ...]
     fused: bool
     implicit_inputs: tuple[str, ...] = ()
+    #: the file the model was loaded from, None for a model given as bytes or a ModelProto
+    #: (``ort_core.epcontext.read_context`` resolves a context file relative to it)
+    model_path: str | None = None
     _build_subgraph: Callable[[GraphView], SubgraphRunner] | None = None
     _to_model: Callable[[], Any] | None = None
 
@@ -241,6 +281,18 @@ class Kernel:
     even though the provider's device memory is elsewhere (e.g. the ``shape`` input of Reshape
     on a GPU provider); core inserts copies accordingly. ``note`` is shown in the placement
     report (e.g. "delegated to onnx.reference").
+
+    ``export_context`` (contract 1.2) is for compiling providers: a fused group's kernel that
+    can save its compiled form returns it as an ``EpContextBlob``. With the session config
+    ``ep.context_enable=1`` core then writes a context model in which the group is one
+    ``com.microsoft.EPContext`` node carrying the blob (see ``ort_core.epcontext``). Loading
+    rule: such a node is offered to providers like any ``com.microsoft`` node; claim (single
+    node, ``fuse=False``) those whose ``source`` attribute is your provider name
+    (``ort_core.epcontext.is_context_node(node, name)``), and in ``ort_create_kernel`` get the
+    blob with ``ort_core.epcontext.read_context(request)`` and load it without compiling; a
+    blob you cannot load (corrupt, truncated, another SDK version or device) is an ``ort_core``
+    error naming the partition (``partition_name``) and, for a file, the file. Decline nodes of
+    another ``source`` with a reason.
     """
 
     run: Callable[..., Any]
@@ -248,6 +300,21 @@ class Kernel:
     host_inputs: frozenset[int] = frozenset()
     host_outputs: frozenset[int] = frozenset()
     note: str = ""
+    export_context: Callable[[], EpContextBlob] | None = None
+
+
+@dataclass(frozen=True)
+class EpContextBlob:
+    """A compiled group as a provider saves it (``Kernel.export_context``): ``data`` is what the
+    provider reads back (``ort_core.epcontext.read_context``); the rest goes into the EPContext
+    node's attributes of the same names (``ep_sdk_version``, ``hardware_architecture``,
+    ``notes``) so a provider can refuse a blob built by another SDK version or for another
+    device before it tries to load it."""
+
+    data: bytes
+    sdk_version: str = ""
+    hardware_architecture: str = ""
+    notes: str = ""
 
 
 # --------------------------------------------------------------------------------------------

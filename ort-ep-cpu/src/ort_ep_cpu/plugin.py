@@ -6,10 +6,12 @@ import logging
 import platform
 
 from ort_core import (
+    CORE_DOMAIN,
     Capability,
     Claim,
     EpDevice,
     EpDevices,
+    FusedOp,
     GraphView,
     Kernel,
     KernelRequest,
@@ -20,7 +22,7 @@ from ort_core import (
 )
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
-from .kernels import _onednn, onednn_group
+from .kernels import _jit, _onednn, onednn_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -47,6 +49,22 @@ SPEC = ProviderSpec(
         ),
     ),
     description="numpy kernels; the reference provider and the final fallback",
+    # every fused node core's optimizer forms: kernels/fused.py, norm.py, attention.py,
+    # math.py and reduce.py compute each as onnxruntime does (the kit's fusion_parity checks it)
+    fused_ops=(
+        FusedOp("FusedConv", attributes={"activation": ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")}),
+        FusedOp("FusedGemm", attributes={"activation": ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid")}),
+        FusedOp("FusedMatMul"),
+        FusedOp("Gelu"),
+        FusedOp("BiasGelu"),
+        FusedOp("SkipLayerNormalization"),
+        FusedOp("Attention"),
+        FusedOp("MultiHeadAttention"),
+        FusedOp("LayerNormalization", ""),
+        FusedOp("LayerNormalization", CORE_DOMAIN),
+        FusedOp("HardSwish", ""),
+        FusedOp("HardSwish", CORE_DOMAIN),
+    ),
 )
 
 
@@ -80,9 +98,10 @@ def ort_register_providers() -> list[ProviderSpec]:
 def ort_ep_devices(provider: str) -> EpDevices | None:
     if provider != PROVIDER_NAME:
         return None
-    # which accelerated library runs the heavy ops here (`ort-core providers` shows it)
-    onednn = _onednn.info()
-    metadata = {"onednn": onednn["version"] if onednn["used"] else f"not used ({onednn['reason']})"}
+    # which compiled paths run here, and how to get a missing one (`ort-core providers` shows it)
+    metadata = {}
+    for name, info in (("numba", _jit.info()), ("onednn", _onednn.info())):
+        metadata[name] = info["version"] if info["used"] else f"not used ({info['reason']})"
     return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine(), metadata=metadata),))
 
 

@@ -274,6 +274,7 @@ def _layer_norm(xp: Any, x: Any, scale: Any, bias: Any, axis: int, eps: float) -
 
 
 @op("LayerNormalization", since=17, dtypes=FLOATS)
+@op("LayerNormalization", domain="ort_core", dtypes=FLOATS)  # the optimizer's, below opset 17
 def _layernorm(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
     xp = rt.xp
     axis, eps = int(node.attr("axis", -1)), float(node.attr("epsilon", 1e-5))

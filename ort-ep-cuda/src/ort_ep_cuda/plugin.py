@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ort_core import (
+    CORE_DOMAIN,
     Allocator,
     Capability,
     Claim,
@@ -14,6 +15,7 @@ from ort_core import (
     EpDevice,
     EpDevices,
     EPFail,
+    FusedOp,
     GraphView,
     Kernel,
     KernelRequest,
@@ -38,6 +40,7 @@ from . import (  # noqa: F401  (the ops_* modules register the kernels)
 from .bfloat16 import BFLOAT16, adapt
 from .graphs import GraphMode, graph_kernel
 from .host import host_kernel, host_nodes
+from .ops_fused import ACTIVATIONS
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
 from .version import __version__
@@ -49,6 +52,23 @@ SPEC = ProviderSpec(
     kind="kernel",
     options=OPTIONS,
     description="CuPy device arrays on NVIDIA GPUs; cuBLAS products, cuDNN convolutions",
+    # the fused nodes core's optimizer may form for this provider (contract 1.2): ops_fused.py,
+    # ops_attention.py and ops_math.py compute each as onnxruntime does (the kit's
+    # fusion_parity checks it)
+    fused_ops=(
+        FusedOp("FusedConv", attributes={"activation": ACTIVATIONS}),
+        FusedOp("FusedGemm", attributes={"activation": tuple(a for a in ACTIVATIONS if a != "Clip")}),
+        FusedOp("FusedMatMul"),
+        FusedOp("Gelu"),
+        FusedOp("BiasGelu"),
+        FusedOp("SkipLayerNormalization"),
+        FusedOp("Attention"),
+        FusedOp("MultiHeadAttention"),
+        FusedOp("LayerNormalization", ""),
+        FusedOp("LayerNormalization", CORE_DOMAIN),
+        FusedOp("HardSwish", ""),
+        FusedOp("HardSwish", CORE_DOMAIN),
+    ),
 )
 
 

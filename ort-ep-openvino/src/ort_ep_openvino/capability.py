@@ -81,6 +81,9 @@ DIVERGENT_OPS: dict[str, str] = {
 def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
     """Why ``node`` must not go to OpenVINO although it converts: it would compute something
     else than ONNX specifies (each rule was seen failing the ONNX node suite). None if fine."""
+    if node.domain == "com.microsoft" and node.op_type == "FusedGemm" and node.attr("activation", "") not in ("Relu", "LeakyRelu"):
+        # the frontend converts the Gemm and drops any other activation (Tanh: errors of 27)
+        return f"OpenVINO's com.microsoft FusedGemm ignores activation {node.attr('activation', '')!r}"
     if node.domain:
         return None
     op = node.op_type
@@ -208,7 +211,76 @@ def node_model(graph: GraphView, indices: Iterable[int], hints: ShapeHints | Non
     for inp, const in moved:
         model.graph.input.remove(inp)
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(const), inp.name))
+    if graph.opset_imports.get("", 0) >= 11:  # Clip-6's bounds are attributes
+        _fill_clip_bounds(model.graph, _clip_types(graph))
     return model
+
+
+# OpenVINO's ONNX frontend (2026.4) dies with SIGSEGV converting a Clip-11+ with its min or max
+# omitted whose data input comes from a node it could not convert (the input's element type is
+# then dynamic, and the translator builds the omitted bound from that type). It does so in
+# ``convert_partially`` (the survey) and ``read_model`` alike, taking the process with it: seen
+# with onnx-asr's wespeaker front end (DFT -> ReduceSumSquare -> MatMul that fails to convert ->
+# Clip(x, eps)). So no model handed to OpenVINO has such a Clip: an omitted bound is spelled out
+# as ONNX defines it, the type's lowest or largest value (so +-inf saturate, as in onnxruntime).
+# A Clip whose element type the graph does not know cannot be filled in: ``fragile_reason``
+# declines it and keeps it out of the survey.
+
+
+def _clip_types(graph: GraphView) -> dict[str, np.dtype]:
+    """The element type of each Clip's output, by output name, in ``graph`` and its bodies."""
+    types: dict[str, np.dtype] = {}
+    for node in graph.nodes:
+        if node.op_type == "Clip" and not node.domain and node.outputs and node.outputs[0]:
+            dtype = _clip_dtype(graph, node)
+            if dtype is not None:
+                types[node.outputs[0]] = dtype
+        for value in node.attributes.values():
+            for body in value if isinstance(value, list) else [value]:
+                if isinstance(body, GraphView):
+                    types.update(_clip_types(body))
+    return types
+
+
+def _clip_dtype(graph: GraphView, node: NodeView) -> np.dtype | None:
+    for name in (node.outputs[0], node.inputs[0] if node.inputs else ""):
+        if name and graph.value(name).dtype is not None:
+            return graph.value(name).dtype
+    return None
+
+
+def _fill_clip_bounds(graph: onnx.GraphProto, types: dict[str, np.dtype]) -> None:
+    nodes = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                _fill_clip_bounds(body, types)
+        inputs = list(node.input) + [""] * (3 - len(node.input))
+        dtype = types.get(node.output[0]) if node.op_type == "Clip" and node.domain in ("", "ai.onnx") else None
+        if dtype is not None and not (inputs[1] and inputs[2]):
+            info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+            for k, bound in ((1, info.min), (2, info.max)):
+                if not inputs[k]:
+                    inputs[k] = f"{node.output[0]}__clip_bound{k}"
+                    tensor = onnx.numpy_helper.from_array(np.array(bound, dtype=dtype), inputs[k])
+                    nodes.append(onnx.helper.make_node("Constant", [], [inputs[k]], value=tensor))
+            del node.input[:]
+            node.input.extend(inputs)
+        copy = onnx.NodeProto()  # the originals go with the field cleared below
+        copy.CopyFrom(node)
+        nodes.append(copy)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def fragile_reason(graph: GraphView, node: NodeView) -> str | None:
+    """Why handing ``node`` to OpenVINO's frontend could crash the process, else None: a
+    Clip-11+ with an omitted bound whose element type is unknown (see ``_fill_clip_bounds``)."""
+    if (node.op_type == "Clip" and not node.domain and node.opset >= 11
+            and (len(node.inputs) < 3 or not node.inputs[1] or not node.inputs[2])
+            and _clip_dtype(graph, node) is None):
+        return "Clip with an omitted min/max and an unknown element type (OpenVINO's frontend can crash on it)"
+    return None
 
 
 def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
@@ -223,7 +295,7 @@ def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
     pending: dict[tuple[str, str], list[int]] = {}
     for i in indices:
         node = graph.nodes[i]
-        reason = type_reason(graph, node) or divergence_reason(graph, node)
+        reason = type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
         if reason is not None:
             reasons[i] = reason
             continue
@@ -382,7 +454,8 @@ def survey(graph: GraphView, candidates: Iterable[int], device: str) -> Survey:
     the answer for all candidates at once, sparing a query per node (about 10 ms each).
     Computed once per graph view, device and candidate set.
     """
-    key = (device, frozenset(candidates))
+    # a node that could crash the frontend never goes to it, not even to be surveyed
+    key = (device, frozenset(i for i in candidates if fragile_reason(graph, graph.nodes[i]) is None))
     with _surveys_lock:
         cached = _surveys.get(graph, {}).get(key)
     if cached is not None:

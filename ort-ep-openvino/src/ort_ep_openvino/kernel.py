@@ -15,6 +15,7 @@ pool (creating one when all are busy) and gives it back.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -65,6 +66,26 @@ def _match_inputs(ports: Sequence[Any], inputs: Sequence[InputSpec], label: str)
         else:
             raise ValueError(f"OpenVINO input {port.get_any_name()!r} of {label} matches none of its inputs {names}")
     return [p for p in positions if p is not None]
+
+
+def reported_precisions(compiled: Any) -> dict[str, str]:
+    """What OpenVINO says a compiled model runs in: execution device -> element type ("f32",
+    "bf16", "f16"). A meta device (AUTO, HETERO, MULTI) answers per device through
+    DEVICE_PROPERTIES; a physical one directly."""
+    devices = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    try:
+        per_device = compiled.get_property("DEVICE_PROPERTIES")
+    except Exception:  # a physical device's compiled model has no DEVICE_PROPERTIES
+        per_device = None
+    if isinstance(per_device, dict):
+        return {d: _type_name(p["INFERENCE_PRECISION_HINT"]) for d, p in per_device.items()
+                if "INFERENCE_PRECISION_HINT" in p}
+    hint = _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    return {d: hint for d in devices}
+
+
+def _type_name(value: Any) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
 
 
 class _Compiled:
@@ -125,6 +146,7 @@ class GroupKernel:
         self._by_shape: OrderedDict[tuple[tuple[int, ...], ...], _Compiled] = OrderedDict()
         self._single: _Compiled | None = None  # the static model, or the dynamic one
         self.compilations = 0  # how many times this group was compiled (tests read it)
+        self.precisions: dict[str, str] = {}  # what OpenVINO reported at the last compilation
         if self._static_model or settings.dynamic:
             self._single = self._compile(self.model)
         self._per_shape = not self._static_model
@@ -132,6 +154,14 @@ class GroupKernel:
     def _compile(self, model: Any) -> _Compiled:
         compiled = _ov.core().compile_model(model, self.settings.device_type, self.settings.config)
         self.compilations += 1
+        self.precisions = reported_precisions(compiled)
+        if self.settings.precision == "FP32":
+            # the precision the note states is the one OpenVINO must report, on every device
+            # it runs on (a CPU plugin left without a hint runs in bf16 where the CPU has it)
+            wrong = {d: t for d, t in self.precisions.items() if t != "f32"}
+            if wrong:
+                raise ValueError(f"FP32 was asked, but OpenVINO compiled {self.label} for "
+                                 + ", ".join(f"{d} in {t}" for d, t in sorted(wrong.items())))
         return _Compiled(compiled)
 
     def _for_shapes(self, inputs: Sequence[np.ndarray]) -> _Compiled:
@@ -151,6 +181,14 @@ class GroupKernel:
             while len(self._by_shape) > self.settings.shape_cache_size:
                 self._by_shape.popitem(last=False)
             return entry
+
+    def export(self) -> bytes | None:
+        """The compiled model that serves every shape, as OpenVINO exports it
+        (``CompiledModel.export_model``), or None when each shape has its own static model
+        (NPU, ``disable_dynamic_shapes``): there is no one compiled form to save."""
+        if self._single is None:
+            return None
+        return self._single.compiled.export_model().getvalue()
 
     @property
     def cached_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
@@ -175,3 +213,26 @@ class GroupKernel:
                 out = out.astype(dtype)
             result.append(out)
         return result
+
+
+class ImportedKernel(GroupKernel):
+    """A group compiled earlier, imported from its exported blob (an EPContext node): no
+    compilation. It runs like a ``GroupKernel`` whose one model serves every shape."""
+
+    def __init__(self, blob: bytes, settings: CompileSettings, inputs: Sequence[InputSpec],
+                 output_names: Sequence[str], output_dtypes: Sequence[np.dtype | None], label: str):
+        self.label = label
+        self.settings = settings
+        compiled = _ov.core().import_model(io.BytesIO(blob), settings.device_type, settings.config)
+        self._feed = _match_inputs(compiled.inputs, inputs, label)
+        results = {name: k for k, r in enumerate(compiled.outputs) for name in r.get_names()}
+        missing = [n for n in output_names if n not in results]
+        if missing:
+            raise ValueError(f"the imported model of {label} has no output named {', '.join(map(repr, missing))}")
+        self._take = [results[n] for n in output_names]
+        self._output_dtypes = tuple(output_dtypes)
+        self._lock = threading.Lock()
+        self._by_shape = OrderedDict()
+        self._single = _Compiled(compiled)
+        self._per_shape = False
+        self.compilations = 0

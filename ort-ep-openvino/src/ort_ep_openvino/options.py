@@ -189,6 +189,9 @@ def resolve(options: Mapping[str, Any], intra_op_num_threads: int = 0) -> Compil
         device_props["EXECUTION_MODE_HINT"] = "ACCURACY"
     threads = options["num_of_threads"] or intra_op_num_threads
     per_device: dict[str, dict[str, Any]] = {}
+    # bare AUTO may pick any device: each gets the precision, or the CPU plugin would choose
+    # bf16 on CPUs that have it while the kernel note says FP32 (OpenVINO ignores properties
+    # of devices that are not present)
     targets = physical_devices(device_type) or PHYSICAL
     for dev in targets:
         props = dict(device_props)
@@ -214,9 +217,6 @@ def resolve(options: Mapping[str, Any], intra_op_num_threads: int = 0) -> Compil
         for d, p in load_config.items():
             if d not in META and d not in props_by_device:
                 props_by_device[d] = dict(p)
-        if head == "AUTO" and not physical_devices(device_type):
-            # bare AUTO: only explicit load_config entries; precision applies to all devices
-            props_by_device = {d: {**device_props, **load_config.get(d, {})} for d in load_config if d not in META}
         if props_by_device:
             config["DEVICE_PROPERTIES"] = props_by_device
     else:

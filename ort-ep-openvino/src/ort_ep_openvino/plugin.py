@@ -12,9 +12,11 @@ import os
 from ort_core import (
     Capability,
     Claim,
+    EpContextBlob,
     EpDevice,
     EpDevices,
     EPFail,
+    Fail,
     GraphView,
     Kernel,
     KernelRequest,
@@ -22,10 +24,19 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.epcontext import is_context_node, read_context
 
 from . import PROVIDER_NAME, _ov
-from .capability import decline_reasons, divergence_reason, groups, node_model, survey, type_reason
-from .kernel import GroupKernel
+from .capability import (
+    decline_reasons,
+    divergence_reason,
+    fragile_reason,
+    groups,
+    node_model,
+    survey,
+    type_reason,
+)
+from .kernel import GroupKernel, ImportedKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
 
@@ -38,6 +49,10 @@ SPEC = ProviderSpec(
     kind="compiling",
     options=OPTIONS,
     description="claimed subgraphs become OpenVINO compiled models (CPU, GPU, NPU, AUTO/HETERO/MULTI)",
+    # none: OpenVINO fuses on its own, so core's optimizer hands it the graph unfused (as
+    # onnxruntime does its compiling providers); the fused ops a model already holds are
+    # OpenVINO's to take or decline (capability.divergence_reason)
+    fused_ops=(),
 )
 
 _TYPES = {"CPU": "CPU", "GPU": "GPU", "NPU": "NPU"}
@@ -134,6 +149,17 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
         return None
     settings: CompileSettings = ep.state["settings"]
     capability = Capability()
+    # EPContext nodes (a model compiled earlier): ours are claimed one by one, others declined
+    contexts = {i for i in candidates if is_context_node(graph.nodes[i])}
+    for i in sorted(contexts):
+        node = graph.nodes[i]
+        if is_context_node(node, PROVIDER_NAME):
+            capability.claims.append(Claim((i,)))
+        else:
+            capability.declined[i] = f"EPContext node compiled by {node.attr('source')!r}, not OpenVINO"
+    candidates = frozenset(candidates - contexts)
+    if not candidates:
+        return capability
     supported: set[int] = set()
     found = survey(graph, candidates, settings.device_type)
     # kept for kernel creation, which reuses the shapes it found (and keeps the view alive)
@@ -143,7 +169,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     for i in sorted(candidates):
         if asked is None:
             node = graph.nodes[i]
-            reason = type_reason(graph, node) or divergence_reason(graph, node)
+            reason = type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
         else:
             reason = asked[i]  # those checks first, then OpenVINO's answer
         if reason is None:
@@ -160,6 +186,8 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     if ep.name != PROVIDER_NAME:
         return None
     settings: CompileSettings = ep.state["settings"]
+    if len(request.nodes) == 1 and is_context_node(request.node, PROVIDER_NAME):
+        return _imported_kernel(ep, request, settings)
     indices = [n.index for n in request.nodes]
     known = ep.state.get("surveys", {}).get(id(request.graph))
     hints = known[1].hints if known is not None and known[0] is request.graph else None
@@ -177,4 +205,52 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     except Exception as exc:
         raise EPFail(f"OpenVINO cannot compile group {label} for {settings.device_type}: {exc}") from exc
     ep.state.setdefault("kernels", []).append(group)
-    return Kernel(run=group, note=f"OpenVINO {settings.device_type} {settings.precision}")
+    version = _ov.load().__version__
+
+    def export_context() -> EpContextBlob:
+        data = group.export()
+        if data is None:
+            raise EPFail(f"group {label} has one static model per input shape on {settings.device_type} "
+                         "(disable_dynamic_shapes or NPU): no single compiled model to export")
+        return EpContextBlob(data, sdk_version=version, hardware_architecture=settings.device_type,
+                             notes=f"precision={settings.precision}")
+
+    note = f"OpenVINO {settings.device_type} {settings.precision}"
+    stated = {"FP32": "f32", "FP16": "f16"}.get(settings.precision)
+    if stated and any(t != stated for t in group.precisions.values()):  # e.g. FP16 as bf16 on a CPU
+        note += " (OpenVINO runs " + ", ".join(f"{d} in {t}" for d, t in sorted(group.precisions.items())) + ")"
+    exportable = group._single is not None
+    return Kernel(run=group, note=note, export_context=export_context if exportable else None)
+
+
+def _imported_kernel(ep: ProviderContext, request: KernelRequest, settings: CompileSettings) -> Kernel:
+    """The kernel of one of our EPContext nodes: the exported compiled model, imported."""
+    node = request.node
+    partition = node.attr("partition_name", node.name)
+    partition = partition.decode() if isinstance(partition, bytes) else partition
+    blob = read_context(request)
+
+    def text(key: str) -> str:
+        v = node.attr(key, "")
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+    version, device = text("ep_sdk_version"), text("hardware_architecture")
+    here = _ov.load().__version__
+    if version and version != here:
+        raise Fail(f"EPContext partition {partition!r} was compiled by OpenVINO {version}; this is {here}: "
+                   "compile the model again (ep.context_enable=1 or ModelCompiler)")
+    if device and device != settings.device_type:
+        raise Fail(f"EPContext partition {partition!r} was compiled for OpenVINO device {device}; this session's "
+                   f"device_type is {settings.device_type}: set device_type={device} or compile again")
+    dtypes = [request.value(name).dtype for name in request.outputs]
+    specs = []
+    for name in request.inputs:
+        value = request.value(name)
+        specs.append((name, value.dtype, None if value.shape is None else len(value.shape)))
+    try:
+        kernel = ImportedKernel(blob, settings, specs, request.outputs, dtypes, partition)
+    except Exception as exc:
+        raise Fail(f"OpenVINO cannot import EPContext partition {partition!r} ({len(blob)} bytes): "
+                   f"{type(exc).__name__}: {exc}") from exc
+    ep.state.setdefault("kernels", []).append(kernel)
+    return Kernel(run=kernel, note=f"OpenVINO {settings.device_type}: imported compiled model")

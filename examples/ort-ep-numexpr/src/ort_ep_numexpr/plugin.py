@@ -45,6 +45,12 @@ SPEC = ProviderSpec(
     kind="compiling",
     options=(OptionSpec("max_group", 16, "most nodes fused into one expression (1: no fusion)", _max_group),),
     description="elementwise chains fused into numexpr expressions",
+    # the fused nodes core's optimizer may form for this provider: none, since it fuses the
+    # elementwise chains itself (a com.microsoft Gelu would hide the chain from it). A provider
+    # lists here only the ops it computes exactly as onnxruntime does, e.g.
+    # FusedOp("FusedGemm", attributes={"activation": ("Relu",)}); the kit's fusion_parity
+    # check runs each against the unfused graph.
+    fused_ops=(),
 )
 
 

@@ -1,3 +1,3 @@
 """Version of ort-ep-numexpr."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
@@ -39,6 +41,8 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
         base_dir = None
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_dir():
+            raise NoSuchFile(f"model path {str(path)!r} is a directory, not an ONNX model file")
         if not path.is_file():
             raise NoSuchFile(f"model file not found: {str(path)!r}")
         data = path.read_bytes()
@@ -83,21 +87,32 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
     for tensor in _tensors(model):
         if not external_data_helper.uses_external_data(tensor):
             continue
-        info = external_data_helper.ExternalDataInfo(tensor)
+        try:  # offset or length not a non-negative integer
+            info = external_data_helper.ExternalDataInfo(tensor)
+        except ValueError as exc:
+            entries = {e.key: e.value for e in tensor.external_data}
+            raise InvalidGraph(f"initializer {tensor.name!r}: bad external data entry {entries}: {exc}") from exc
+        if "\0" in info.location:
+            raise InvalidGraph(f"initializer {tensor.name!r}: external data path {info.location!r} holds a NUL byte")
         target = (base_dir / info.location).resolve()
         if os.path.isabs(info.location) or not target.is_relative_to(base_dir):
             raise InvalidGraph(
                 f"initializer {tensor.name!r}: external data path {info.location!r} "
                 f"escapes the model's folder {str(base_dir)!r}; refused"
             )
-        if not target.is_file():
+        if not target.exists():
             raise NoSuchFile(
                 f"initializer {tensor.name!r}: external data file not found: {str(target)!r}"
+            )
+        if not target.is_file():  # a FIFO would block the read forever, a directory fails it
+            kind = "a directory" if target.is_dir() else "not a regular file"
+            raise InvalidGraph(
+                f"initializer {tensor.name!r}: external data path {str(target)!r} is {kind}"
             )
     try:
         external_data_helper.load_external_data_for_model(model, str(base_dir))
     except Exception as exc:
-        raise InvalidGraph(f"external data could not be read: {exc}") from None
+        raise InvalidGraph(f"external data could not be read: {type(exc).__name__}: {exc}") from exc
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
@@ -145,19 +160,83 @@ def _give_io_shapes(graph: onnx.GraphProto) -> bool:
     return changed
 
 
+#: onnx's data propagation holds a 1-D value's data as a list of numbers, whatever its length;
+#: a constant 1-D value longer than this (a ConstantOfShape of [10^9]) turns it off, or it
+#: materialises the value in Python (10^7 elements took 6 s; shape vectors are short)
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def _small_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The graph's initializers and Constant outputs of at most 8 elements, as arrays."""
+    result = {}
+    for t in graph.initializer:
+        if math.prod(t.dims) <= 8 and t.data_location != onnx.TensorProto.EXTERNAL:
+            try:
+                result[t.name] = onnx.numpy_helper.to_array(t)
+            except Exception:  # unreadable: not a constant to this estimate
+                pass
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and len(node.attribute) == 1:
+            attr = node.attribute[0]
+            if attr.name == "value" and math.prod(attr.t.dims) <= 8:
+                try:
+                    result[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+                except Exception:
+                    pass
+            elif attr.name == "value_ints" and len(attr.ints) <= 8:
+                result[node.output[0]] = np.array(attr.ints, np.int64)
+    return result
+
+
+def _long_1d_constant(graph: onnx.GraphProto) -> bool:
+    """Whether a node of ``graph`` (or of its subgraphs) makes a constant 1-D value longer than
+    ``DATA_PROP_MAX_LENGTH`` from constant inputs (ConstantOfShape, Expand, Tile, Range)."""
+    consts = _small_constants(graph)
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                if _long_1d_constant(sub):
+                    return True
+        ins = [consts.get(n) for n in node.input]
+        try:
+            if node.op_type == "ConstantOfShape" and ins and ins[0] is not None and ins[0].size == 1:
+                length = int(ins[0].reshape(-1)[0])
+            elif node.op_type in ("Expand", "Tile") and len(ins) > 1 and ins[1] is not None and ins[1].size == 1:
+                length = int(ins[1].reshape(-1)[0])
+            elif node.op_type == "Range" and len(ins) == 3 and all(x is not None and x.size == 1 for x in ins):
+                start, limit, delta = (float(x.reshape(-1)[0]) for x in ins)
+                length = math.ceil((limit - start) / delta) if delta else 0
+            else:
+                continue
+        except (ValueError, TypeError, OverflowError):  # inf, NaN: the op's own error later
+            continue
+        if length > DATA_PROP_MAX_LENGTH:
+            return True
+    return False
+
+
+#: onnx's message for an inferred element type that is not the declared one (a graph output
+#: declared float that a node makes int64): a type error, which the non-strict retry misses
+_TYPE_CLASH = "Inferred elem type differs from existing elem type"
+
+
 def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
     """ONNX type and shape inference. A type error (e.g. Add of float and double) is an
     InvalidGraph naming the node; other inference failures keep the model as it was (``model``
     itself is returned). ``data``: the model's bytes, if the caller has them."""
     source = model if data is None else data
+    data_prop = not _long_1d_constant(model.graph)
     try:
-        return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=data_prop)
     except onnx.shape_inference.InferenceError as exc:
+        if _TYPE_CLASH in str(exc):  # a node's output type is not the one the graph declares
+            raise InvalidGraph(f"model fails type inference: {exc}") from exc
         # Strict mode also fails on what is not a type error, e.g. inside the function body of
         # an op whose attribute takes its default (MeanVarianceNormalization without axes);
         # type errors still fail without it.
         try:
-            inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False,
+                                                         data_prop=data_prop)
         except onnx.shape_inference.InferenceError:
             raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
         except Exception:
@@ -188,17 +267,112 @@ def load_model(source: ModelSource) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
     proto, data = _read(source)
     check_proto(proto if data is None else data)
+    _check_opsets(proto)
     if proto.functions:
         proto, data = onnx.inliner.inline_local_functions(proto), None
+    _check_tensor_sizes(proto)
     inferred = infer_shapes(proto, data)
     _untype_maps(inferred.graph)
     try:
         model = ir.serde.deserialize_model(inferred)
     except Exception as exc:
-        raise InvalidGraph(f"model could not be read into the IR: {exc}") from None
+        raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
+    _check_outputs_produced(model.graph)
+    _check_if_branches(model.graph)
     if inferred is not proto and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     return model
+
+
+#: TensorProto's typed data fields, by the data types stored in them
+_TYPED_FIELDS = {
+    "float_data": (onnx.TensorProto.FLOAT, onnx.TensorProto.COMPLEX64),
+    "int32_data": (onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8, onnx.TensorProto.UINT16,
+                   onnx.TensorProto.UINT8, onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16),
+    "int64_data": (onnx.TensorProto.INT64,),
+    "double_data": (onnx.TensorProto.DOUBLE, onnx.TensorProto.COMPLEX128),
+    "uint64_data": (onnx.TensorProto.UINT32, onnx.TensorProto.UINT64),
+    "string_data": (onnx.TensorProto.STRING,),
+}
+
+
+def _check_tensor_sizes(model: onnx.ModelProto) -> None:
+    """Every tensor's data (initializers, Constant values) holds as many elements as its shape
+    says, as onnxruntime checks at load; the mismatch otherwise surfaced as numpy's 'cannot
+    reshape' in whatever read the tensor first."""
+    for tensor in _tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or any(d < 0 for d in tensor.dims):
+            continue
+        elements = math.prod(tensor.dims)
+        given = expected = None
+        if tensor.HasField("raw_data"):
+            try:
+                itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            except Exception:  # an element type numpy has no dtype for: onnx decides later
+                continue
+            if tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+                expected, given = (elements + 1) // 2, len(tensor.raw_data)
+            elif tensor.data_type != onnx.TensorProto.STRING:
+                expected, given = elements * itemsize, len(tensor.raw_data)
+            unit = "bytes"
+        else:
+            for field, types in _TYPED_FIELDS.items():
+                if tensor.data_type in types:
+                    count = len(getattr(tensor, field))
+                    per = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
+                    if count or elements:
+                        expected, given = elements * per, count
+                    break
+            unit = "values"
+        if expected is not None and given != expected:
+            raise InvalidGraph(
+                f"tensor {tensor.name!r}: its shape {list(tensor.dims)} needs {expected} {unit} of data, "
+                f"it holds {given}"
+            )
+
+
+def _check_opsets(model: onnx.ModelProto) -> None:
+    """The standard domain's opset is one this onnx knows (onnxruntime refuses newer ones: the
+    ops' semantics there are not known)."""
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            raise InvalidGraph(
+                f"model imports opset {opset.version} of the standard domain; the newest this runtime knows "
+                f"is {newest} (onnx {onnx.__version__})"
+            )
+
+
+def _check_if_branches(graph: ir.Graph) -> None:
+    """Each If's branches have as many outputs as the node, with the same element types where
+    both are known (onnxruntime checks it at load; else a run fails, or not, by the branch)."""
+    for g in (graph, *graph.subgraphs()):
+        for node in g:
+            if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+                continue
+            branches = {k: a.value for k, a in node.attributes.items() if k in ("then_branch", "else_branch")}
+            if len(branches) != 2:
+                continue
+            counts = {k: len(b.outputs) for k, b in branches.items()}
+            if len(set(counts.values())) != 1 or counts["then_branch"] != len(node.outputs):
+                raise InvalidGraph(
+                    f"If node {node.name!r}: then_branch has {counts['then_branch']} output(s), else_branch "
+                    f"{counts['else_branch']}, the node {len(node.outputs)}"
+                )
+            for k, (a, b) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
+                if a.type is not None and b.type is not None and a.type != b.type:
+                    raise InvalidGraph(
+                        f"If node {node.name!r}: output {k} is {a.type} in then_branch but {b.type} in else_branch"
+                    )
+
+
+def _check_outputs_produced(graph: ir.Graph) -> None:
+    """Every graph output (of every graph) is a graph input, an initializer or a node's output."""
+    for g in (graph, *graph.subgraphs()):
+        for out in g.outputs:
+            if out.producer() is None and not out.is_graph_input() and not out.is_initializer():
+                where = f"graph {g.name!r}" if g is not graph else "the main graph"
+                raise InvalidGraph(f"output {out.name!r} of {where} is produced by no node")
 
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})

@@ -86,7 +86,7 @@ class ValueView:
                 attr = producer.attributes.get("value")
                 if attr is not None and attr.type == _ATTR.TENSOR:
                     tensor = attr.value
-        return None if tensor is None else np.asarray(tensor.numpy())
+        return None if tensor is None else _tensor_array(tensor)
 
     @property
     def static_shape(self) -> bool:
@@ -97,13 +97,24 @@ class ValueView:
         return f"ValueView({self.name!r}, {self.type}, shape={self.shape})"
 
 
+def _tensor_array(tensor) -> np.ndarray:
+    """A tensor's data as numpy; strings as an object array of str, as the runtime carries them
+    (onnx-ir gives bytes: a string initializer's values came out of the model as b'...')."""
+    array = np.asarray(tensor.numpy())
+    if array.dtype.kind == "S":
+        return np.char.decode(array, "utf-8").astype(object)
+    if array.dtype == object:
+        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in array.flat], dtype=object).reshape(array.shape)
+    return array
+
+
 def _convert_attribute(attr: ir.Attr, graph: GraphView, path: str) -> Any:
     t = attr.type
     v = attr.value
     if t == _ATTR.TENSOR:
-        return np.asarray(v.numpy())
+        return _tensor_array(v)
     if t == _ATTR.TENSORS:
-        return [np.asarray(x.numpy()) for x in v]
+        return [_tensor_array(x) for x in v]
     if t == _ATTR.GRAPH:
         return GraphView(v, outer=graph, path=f"{path}/{attr.name}")
     if t == _ATTR.GRAPHS:

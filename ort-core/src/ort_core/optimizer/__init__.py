@@ -14,8 +14,9 @@ the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
 MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``) and the decomposed
 LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
-is applied only where the session's first provider claims the fused node
-(``gate.provider_gate``), since core knows no provider's kernels.
+is applied only where the session's first provider declares the fused node in
+``ProviderSpec.fused_ops`` and claims it (``gate.provider_gate``), since core knows no
+provider's kernels: a provider that declares none gets the graph as BASIC leaves it.
 
 ``ORT_ENABLE_ALL`` (99): the extended passes, with the decomposed LayerNorm fused below opset
 17 too, then hard-swish (x * HardSigmoid(x, 1/6, 1/2), or x * Clip(x + 3, 0, 6) / 6) fused into
@@ -36,6 +37,7 @@ from onnx_ir.passes import common as common_passes
 
 from .attention_fusion import AttentionFusionPass
 from .basic import (
+    MAX_FOLD_BYTES,
     ConstantFoldingPass,
     ConvAddFoldPass,
     ConvBatchNormFoldPass,
@@ -56,13 +58,13 @@ from .fusion import (
     MatMulScaleFusionPass,
     Supports,
 )
-from .gate import provider_gate
+from .gate import FUSED_OPS, provider_gate
 from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SkipLayerNormFusionPass
 
-__all__ = ["optimize", "passes_for_level", "provider_gate", "Supports"]
+__all__ = ["FUSED_OPS", "MAX_FOLD_BYTES", "optimize", "passes_for_level", "provider_gate", "Supports"]
 
 
-def _basic() -> list[ir.passes.PassBase]:
+def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
     return [
         LiftConstantsPass(),
         DropoutEliminationPass(),
@@ -70,7 +72,7 @@ def _basic() -> list[ir.passes.PassBase]:
         common_passes.RemoveUnusedNodesPass(),
         ShapeInferenceQuietPass(),
         ShapeFoldingPass(),
-        ConstantFoldingPass(),
+        ConstantFoldingPass(max_fold_bytes),
         common_passes.RemoveUnusedNodesPass(),
         ConvBatchNormFoldPass(),
         ConvMulFoldPass(),
@@ -97,13 +99,16 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
     ]
 
 
-def passes_for_level(level: int, supports: Supports | None = None) -> list[ir.passes.PassBase]:
+def passes_for_level(
+    level: int, supports: Supports | None = None, max_fold_bytes: int = MAX_FOLD_BYTES
+) -> list[ir.passes.PassBase]:
     """The passes a level runs, in order. Without ``supports`` no fusion into non-standard ops
-    is run (nothing is known to claim them)."""
+    is run (nothing is known to claim them). ``max_fold_bytes``: constant folding leaves nodes
+    whose outputs would take more (``session.max_fold_bytes``)."""
     level = int(level)
     if level <= 0:
         return []
-    passes = _basic()
+    passes = _basic(max_fold_bytes)
     if level >= 2 and supports is not None:
         passes += _extended(supports, core_domain=level >= 99)
     if level >= 99 and supports is not None:
@@ -111,13 +116,19 @@ def passes_for_level(level: int, supports: Supports | None = None) -> list[ir.pa
     return passes
 
 
-def optimize(model: ir.Model, level: int, supports: Callable[[ir.Node], bool] | None = None) -> ir.Model:
+def optimize(
+    model: ir.Model,
+    level: int,
+    supports: Callable[[ir.Node], bool] | None = None,
+    max_fold_bytes: int = MAX_FOLD_BYTES,
+) -> ir.Model:
     """Run the passes of ``level`` over ``model`` (in place) and return it.
 
     ``supports(node)`` says whether the session's provider claims a fused node (see
-    ``provider_gate``); fusions ask it before rewriting.
+    ``provider_gate``); fusions ask it before rewriting. ``max_fold_bytes`` bounds constant
+    folding (see ``ConstantFoldingPass``).
     """
-    passes = passes_for_level(level, supports)
+    passes = passes_for_level(level, supports, max_fold_bytes)
     if passes:
         ir.passes.Sequential(*passes)(model)
     return model

@@ -26,6 +26,58 @@ _NOT_FOLDABLE = {
 }
 #: folded outputs bigger than this many elements stay computed (ORT keeps big Expand/Tile too)
 FOLD_LIMIT = 1 << 20
+#: default of ``session.max_fold_bytes``: no node is folded whose outputs would take more bytes
+#: (onnxruntime's default limit on a constant-folded node's output, 1 GiB, since 1.27)
+MAX_FOLD_BYTES = 1 << 30
+#: ops whose output can be far bigger than their inputs: folded only when the output's size is
+#: known before evaluating them (from shape inference or from their constant inputs)
+_GROWING = {
+    "ConstantOfShape", "Expand", "Range", "Tile", "Pad", "Resize", "Upsample", "OneHot", "MatMul",
+    "Gemm", "Einsum", "ConvTranspose", "Col2Im", "CenterCropPad", "EyeLike", "Conv",
+}
+
+
+def _fold_estimate(node: ir.Node, inputs: list[np.ndarray | None]) -> tuple[int, int] | None:
+    """(elements, bytes) the node's outputs would take, from their inferred shapes or, for the
+    ops that make big outputs from small inputs, from the constant inputs; None if unknown.
+    Asked before evaluating: materialising a [10^9] ConstantOfShape to find it too big took
+    72 s and 11 GB."""
+    elements = nbytes = 0
+    for out in node.outputs:
+        shape, dtype = out.shape, out.dtype
+        if shape is not None and dtype is not None and all(isinstance(d, int) and d >= 0 for d in shape):
+            n = int(np.prod([int(d) for d in shape], dtype=object))
+            elements, nbytes = elements + n, nbytes + n * max(1, dtype.itemsize)
+            continue
+        n = _output_elements(node, inputs)
+        if n is None:
+            return None
+        elements, nbytes = elements + n, nbytes + n * 8  # element type unknown: the widest
+    return elements, nbytes
+
+
+def _output_elements(node: ir.Node, inputs: list[np.ndarray | None]) -> int | None:
+    """Elements of the node's output computed from its constant inputs, for the ops that grow;
+    for the others, the broadcast of the inputs' shapes (elementwise ops, and a bound for the
+    shape ops); None where neither applies."""
+    op = node.op_type
+    try:
+        if op == "ConstantOfShape":
+            return int(np.prod([int(d) for d in inputs[0].reshape(-1)], dtype=object))
+        if op == "Expand":
+            shape = np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1)))
+            return int(np.prod(shape, dtype=object))
+        if op == "Tile":
+            return int(np.prod([d * int(r) for d, r in zip(inputs[0].shape, inputs[1].reshape(-1))], dtype=object))
+        if op == "Range":
+            start, limit, delta = (float(x.reshape(())) for x in inputs[:3])
+            return max(0, int(np.ceil((limit - start) / delta)))
+        if op in _GROWING:
+            return None
+        shapes = [x.shape for x in inputs if x is not None]
+        return int(np.prod(np.broadcast_shapes(*shapes), dtype=object)) if shapes else None
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError, AttributeError):
+        return None
 
 
 class LiftConstantsPass(ir.passes.InPlacePass):
@@ -164,7 +216,20 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
     """Nodes of the standard domain whose inputs are all constants become initializers
     (evaluated once with ``onnx.reference``, or for the common shape-arithmetic ops with the
     same numpy calls directly, see ``_fold``). Random ops, control flow and outputs bigger than
-    ``FOLD_LIMIT`` elements are left alone; a node the evaluator cannot run is left alone."""
+    ``FOLD_LIMIT`` elements or ``max_bytes`` bytes are left alone, the size estimated before
+    the node is evaluated (``_fold_estimate``; a node whose size is unknown is folded only if
+    it is not one of the ops that grow); a node the evaluator cannot run is left alone."""
+
+    def __init__(self, max_bytes: int = MAX_FOLD_BYTES):
+        super().__init__()
+        self.max_bytes = max_bytes
+
+    def _too_big(self, node: ir.Node, inputs: list[np.ndarray | None]) -> bool:
+        estimate = _fold_estimate(node, inputs)
+        if estimate is None:
+            return node.op_type in _GROWING
+        elements, nbytes = estimate
+        return elements > FOLD_LIMIT or nbytes > self.max_bytes
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opsets = dict(model.opset_imports)
@@ -180,7 +245,7 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
                 if any(o.is_graph_output() for o in node.outputs):
                     continue
                 inputs = _constant_inputs(node)
-                if inputs is None:
+                if inputs is None or self._too_big(node, inputs):
                     continue
                 results = _fold.evaluate(node, inputs, version) if version is not None else None
                 if results is None:
@@ -191,7 +256,7 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
                         continue
                 if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
                     continue  # a sequence (list) or an optional (None) is no tensor initializer
-                if any(np.asarray(r).size > FOLD_LIMIT for r in results):
+                if any(np.asarray(r).size > FOLD_LIMIT or np.asarray(r).nbytes > self.max_bytes for r in results):
                     continue
                 namer = namer or Namer(graph)
                 new_values = []
@@ -244,6 +309,8 @@ class ShapeFoldingPass(ir.passes.InPlacePass):
                     index = const(reader.inputs[1])
                     if index is None or reader.outputs[0].is_graph_output():
                         continue
+                    if index.dtype.kind not in "iu" or np.any(index < -len(dims)) or np.any(index >= len(dims)):
+                        continue  # out of range: Gather's kernel reports it at run
                     picked = np.take(np.array([-1 if d is None else d for d in dims], np.int64), index)
                     if np.any(picked < 0):
                         continue
@@ -285,6 +352,9 @@ class ConvBatchNormFoldPass(ir.passes.InPlacePass):
                 if len(conv.inputs) > 2 and conv.inputs[2] is not None and b is None:
                     continue
                 scale, shift, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+                m = w.shape[0] if w.ndim else -1
+                if any(p.size != m for p in (scale, shift, mean, var)) or (b is not None and b.size != m):
+                    continue  # lengths that disagree with the weights: the kernels report it at run
                 eps = float(attr(bn, "epsilon", 1e-5))
                 factor = scale / np.sqrt(var + eps)
                 new_w = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)

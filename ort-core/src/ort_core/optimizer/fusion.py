@@ -2,12 +2,13 @@
 (domain ``com.microsoft``), so that an optimized model written by ``optimized_model_filepath``
 also loads in onnxruntime.
 
-A fused op runs only if a provider has a kernel for it, and core knows no provider: every fusion
-asks ``supports(node)`` (see ``gate.py``) before it rewrites; a fusion whose op the session's
-provider does not claim is not applied.
+A fused op runs only if a provider computes it, and core knows no provider: every fusion asks
+``supports(node)`` (see ``gate.py``) before it rewrites; a fusion whose op (with those
+attributes) the session's first provider does not declare in ``ProviderSpec.fused_ops`` and
+claim is not applied.
 
     FusedConv   Conv + Relu/Tanh/Sigmoid/LeakyRelu/Clip/HardSigmoid (attribute ``activation``)
-    FusedGemm   Gemm + the same activations
+    FusedGemm   Gemm + the same activations but Clip (onnxruntime's FusedGemm has none)
     Gelu        x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it
     FusedMatMul MatMul(a, Transpose(b) swapping the last two axes) scaled by a constant
 """
@@ -29,7 +30,10 @@ CORE_DOMAIN = "ort_core"
 #: ``supports(node) -> bool``: whether the session's provider claims this (fused) node
 Supports = Callable[[ir.Node], bool]
 
-_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
+#: the activations FusedConv and FusedGemm take (attribute ``activation``)
+ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
+#: those FusedGemm takes
+GEMM_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid")
 
 
 def _activation_params(node: ir.Node) -> list[float] | None:
@@ -63,7 +67,7 @@ def _typed_like(value: ir.Value, like: ir.Value) -> None:
 
 def _follow_activation(value: ir.Value) -> tuple[ir.Node, list[float]] | None:
     act = only_use(value)
-    if act is None or act.domain not in ("", "ai.onnx") or act.op_type not in _ACTIVATIONS:
+    if act is None or act.domain not in ("", "ai.onnx") or act.op_type not in ACTIVATIONS:
         return None
     if act.inputs[0] is not value:
         return None
@@ -101,6 +105,7 @@ class _ActivationFusionPass(_FusionPass):
 
     op_type: str
     fused_op: str
+    activations: tuple[str, ...] = ACTIVATIONS  # those the fused op takes
 
     def activation_attributes(self, act: ir.Node, params: list[float]) -> list[ir.Attr]:
         raise NotImplementedError
@@ -115,6 +120,8 @@ class _ActivationFusionPass(_FusionPass):
                 if found is None:
                     continue
                 act, params = found
+                if act.op_type not in self.activations:
+                    continue
                 attributes = [*node.attributes.values(), ir.AttrString("activation", act.op_type)]
                 attributes.extend(self.activation_attributes(act, params))
                 fused = ir.Node(MS_DOMAIN, self.fused_op, list(node.inputs), attributes, num_outputs=1,
@@ -138,6 +145,9 @@ class GemmActivationFusionPass(_ActivationFusionPass):
     """Gemm + activation -> com.microsoft FusedGemm."""
 
     op_type, fused_op = "Gemm", "FusedGemm"
+    # onnxruntime's FusedGemm refuses Clip ("unknown kernel type"): a model written with it
+    # would not load there
+    activations = GEMM_ACTIVATIONS
 
     def activation_attributes(self, act: ir.Node, params: list[float]) -> list[ir.Attr]:
         return [ir.AttrFloat32(name, v) for name, v in zip(("activation_alpha", "activation_beta"), params)]

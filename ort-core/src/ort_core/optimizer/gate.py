@@ -1,13 +1,22 @@
-"""Whether the session's provider would run a fused node: core asks, it never assumes.
+"""Whether the optimizer may form a fused node: only for a provider that computes it exactly.
 
-Fusions produce ops outside the ONNX standard (onnxruntime's ``com.microsoft`` contrib ops).
-Core depends on no provider, so before rewriting, a fusion pass builds the fused node and asks
-the session's first (highest-priority) provider, through the ordinary capability hook, whether
-it claims that node in a one-node probe graph with the same input types, shapes and constant
-inputs. Only a claim lets the rewrite happen. With an accelerator first that does not claim
-the fused op, the graph stays as the accelerator can take it (such providers fuse on their
-own); with the CPU provider first (or alone), the CPU provider's fused kernels are used.
-Answers are cached per op, attributes and input types.
+Fusions produce nodes outside the model's own ops (onnxruntime's ``com.microsoft`` contrib ops,
+ort-core's ``ort_core`` ops, and the standard LayerNormalization/HardSwish in place of their
+decomposed forms). A node may be formed only where the provider that will run it computes
+exactly that op with those attributes. Core depends on no provider, so it asks the session's
+first (highest-priority) provider, which is the one that runs a node it claims:
+
+1. the provider must declare the op with these attribute values in ``ProviderSpec.fused_ops``
+   (a claim says a provider *takes* a node, not that it *computes* it: OpenVINO's frontend
+   converts com.microsoft FusedGemm but drops its Tanh);
+2. and claim the fused node in a one-node probe graph with the same input types, shapes and
+   constant inputs (a declared op may still be declined for its types).
+
+A provider that declares nothing (the default; compiling providers, which fuse on their own)
+gets the graph unfused, as onnxruntime gives its compiling providers; with the CPU provider
+first (or alone), its fused kernels are used. Whether a declared op matches the unfused graph
+is what the conformance kit's ``fusion_parity`` check verifies. Answers are cached per op,
+attributes and input types.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import onnx_ir as ir
 
 from ..graph.view import GraphView
 from ..partition import BoundProvider
+from ..types import FusedOp, ProviderSpec
+from .fusion import ACTIVATIONS, CORE_DOMAIN, GEMM_ACTIVATIONS
 
 
 def _probe_graph(node: ir.Node, opsets: dict[str, int]) -> ir.Graph:
@@ -45,15 +56,24 @@ def _probe_graph(node: ir.Node, opsets: dict[str, int]) -> ir.Graph:
                     opset_imports=dict(opsets), name="fusion_probe")
 
 
+def declared(spec: ProviderSpec, node: ir.Node) -> bool:
+    """Whether ``spec`` declares ``node`` (op and attribute values) among its ``fused_ops``."""
+    attributes = {name: a.value for name, a in node.attributes.items()}
+    return any(op.admits(node.domain, node.op_type, attributes) for op in spec.fused_ops)
+
+
 def provider_gate(providers: Sequence[BoundProvider], opsets: dict[str, int],
                   ir_version: int = 8) -> Callable[[ir.Node], bool]:
-    """``supports(node)``: True when the first of ``providers`` claims ``node``."""
+    """``supports(node)``: True when the first of ``providers`` declares ``node`` in its
+    ``ProviderSpec.fused_ops`` and claims it in a one-node probe."""
     if not providers:
         return lambda node: False
     first = providers[0]
     cache: dict[tuple, bool] = {}
 
     def supports(node: ir.Node) -> bool:
+        if not declared(first.spec, node):
+            return False
         key = (
             node.domain, node.op_type,
             tuple(sorted((name, repr(a.value)) for name, a in node.attributes.items())),
@@ -73,3 +93,22 @@ def provider_gate(providers: Sequence[BoundProvider], opsets: dict[str, int],
         return answer
 
     return supports
+
+
+#: Every fused node the optimizer can form, with every attribute value it can give it: what a
+#: provider with kernels for all of them (the CPU provider) declares, and what the conformance
+#: kit's ``fusion_parity`` check covers.
+FUSED_OPS: tuple[FusedOp, ...] = (
+    FusedOp("FusedConv", attributes={"activation": ACTIVATIONS}),
+    FusedOp("FusedGemm", attributes={"activation": GEMM_ACTIVATIONS}),
+    FusedOp("FusedMatMul"),
+    FusedOp("Gelu"),
+    FusedOp("BiasGelu"),
+    FusedOp("SkipLayerNormalization"),
+    FusedOp("Attention"),
+    FusedOp("MultiHeadAttention"),
+    FusedOp("LayerNormalization", ""),
+    FusedOp("LayerNormalization", CORE_DOMAIN),
+    FusedOp("HardSwish", ""),
+    FusedOp("HardSwish", CORE_DOMAIN),
+)

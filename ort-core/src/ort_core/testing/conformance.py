@@ -38,6 +38,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..progress import progress as progress_bar
+
 #: Sets that can be loaded without a network: "node" is generated, the others ship as files.
 SETS: tuple[str, ...] = ("node", "simple", "pytorch-converted", "pytorch-operator")
 DEFAULT_RTOL = 1e-3
@@ -521,7 +523,7 @@ def run_suite(
         loggers[1].setLevel(logging.ERROR)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            for case in cases:
+            for case in progress_bar(cases, desc="conformance"):
                 r = run_case(case, providers, sess_options, timeout)
                 results.append(r)
                 if progress is not None:

@@ -15,3 +15,4 @@ from . import quant  # noqa: F401, E402  (family A: QuantizeLinear, DequantizeLi
 from . import signal  # noqa: F401, E402  (family B: DFT, STFT, windows, MelWeightMatrix)
 from . import fused  # noqa: F401, E402  (performance: com.microsoft fused ops the optimizer emits)
 from . import training  # noqa: F401, E402  (family A: ai.onnx.preview.training optimizers, Gradient)
+from . import svm  # noqa: F401, E402  (ai.onnx.ml SVMClassifier as onnxruntime computes it)

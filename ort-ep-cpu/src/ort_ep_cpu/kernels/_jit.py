@@ -5,7 +5,7 @@ either copies K shifted images into a column buffer for a batched GEMV, or makes
 multiply/add over the output; both are memory-bound (about 2 ms for ocr-rec's 240-channel 5x5
 layer on this machine). A compiled loop reads each padded row from L1, four taps a pass
 over an accumulator row, and vectorises over the output row (ocr-rec's 240-channel 12x80 5x5
-layer: 398 us). numba is optional (``pip install ort-ep-cpu[numba]``): without it, or with
+layer: 398 us). numba is a default dependency where it installs: without it, or with
 ``ORT_EP_CPU_NUMBA=0`` in the environment, the numpy path runs. Functions compile on first use
 per dtype (``cache=True`` keeps the machine code on disk for the next process).
 
@@ -45,6 +45,19 @@ def enabled() -> bool:
         return False
     _load()
     return _depthwise is not None
+
+
+def info() -> dict:
+    """Whether the compiled loops are used here, numba's version, or why not (``ort-core
+    providers`` shows it). Does not import numba (about 0.4 s): a session that reaches no
+    compiled loop never pays for it."""
+    from importlib import metadata, util
+
+    if not USE:
+        return {"library": "numba", "used": False, "reason": "switched off (ORT_EP_CPU_NUMBA=0)"}
+    if _tried and _depthwise is None or not _tried and util.find_spec("numba") is None:
+        return {"library": "numba", "used": False, "reason": "numba is not installed: pip install numba"}
+    return {"library": "numba", "used": True, "version": metadata.version("numba")}
 
 
 def depthwise_rows() -> Callable | None:

@@ -1,6 +1,6 @@
 """oneDNN (Intel's deep-learning primitives library) for the CPU provider's float32
 convolutions, pools and products with constant weights, called through its C API with ctypes
-where its PyPI build is installed (``pip install ort-ep-cpu[onednn]``: the ``onednn-cpu-gomp``
+where its PyPI build is installed (a default dependency where it installs: the ``onednn-cpu-gomp``
 wheel, oneDNN 3.2, Linux x86-64; it needs the system's ``libgomp.so.1``).
 
 Why: a convolution done as column copies + numpy's BLAS (OpenBLAS) SGEMM reaches about half of
@@ -263,7 +263,7 @@ def library() -> _Library | None:
             if not _tried:
                 path = _find()
                 if path is None:
-                    _problem = f"the {DISTRIBUTION} distribution is not installed"
+                    _problem = f"the {DISTRIBUTION} distribution is not installed: pip install {DISTRIBUTION} (Linux x86-64)"
                 else:
                     try:
                         _library = _Library(path)

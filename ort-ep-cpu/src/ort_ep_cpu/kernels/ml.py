@@ -15,7 +15,7 @@ from ort_core import Kernel
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from ._delegate import DELEGATED, delegate, reference_kernel
+from ._delegate import DELEGATED, reference_kernel
 
 ML = "ai.onnx.ml"
 
@@ -672,6 +672,4 @@ def _svm_regressor(node, request):
     return predict
 
 
-# SVMClassifier (one-vs-one voting, Platt-scaled probabilities) is rarely met in new models:
-# it runs on onnx.reference for now.
-delegate("SVMClassifier", since=1, domain=ML)
+# SVMClassifier: svm.py (onnxruntime's probabilities and labels)

@@ -134,6 +134,11 @@ def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
     if len(node.inputs) != 2 or not all(node.inputs):
         return None
     tensors = [name for name in node.inputs if not _one_element(values.graph, name)]
+    if any(_fixed_constant(values.graph, name) is not None for name in tensors):
+        # a constant tensor (e.g. a (1, C, 1, 1) scale) is bound as the graph holds it, in
+        # NCHW, not in the group's layout: (N, H, W, C) + (1, C, 1, 1) does not broadcast
+        # (BASIC folds such operands into the convolution; ORT_DISABLE_ALL keeps them)
+        return None
     channels = {values.channels(name) for name in tensors}
     if not tensors or len(channels) != 1 or None in channels or _UNKNOWN in channels:
         return None

@@ -2,16 +2,20 @@
 
 Each kernel owns one numpy ``Generator`` made at session creation: seeded from the node's
 ``seed`` attribute when it has one (so two sessions of the same model draw the same numbers,
-and successive runs of one session draw new ones), from OS entropy otherwise. Outputs match
+and successive runs of one session draw new ones), else from ``ort_core.set_seed``'s seed and
+the node's name when one was set, from OS entropy otherwise. Outputs match
 other runtimes only statistically; the suite's expected values cannot be reproduced.
 """
 
 from __future__ import annotations
 
 import threading
+import zlib
 
 import numpy as np
 import onnx
+
+from ort_core.seed import default_seed
 
 from ..registry import kernel
 
@@ -21,6 +25,11 @@ _FLOAT = onnx.TensorProto.FLOAT
 def _generator(node) -> np.random.Generator:
     seed = node.attr("seed")
     if seed is None:
+        # ort_core.set_seed (onnxruntime's set_seed): sessions made after the same seed draw
+        # the same numbers; the node's name keeps two unseeded nodes of a model apart
+        default = default_seed()
+        if default is not None:
+            return np.random.default_rng([default & 0xFFFFFFFFFFFFFFFF, zlib.crc32(node.name.encode())])
         return np.random.default_rng()
     # the seed is a float attribute: use all its bits so 0.5 and 0.7 differ
     return np.random.default_rng(int(np.array(float(seed), dtype=np.float64).view(np.uint64)))

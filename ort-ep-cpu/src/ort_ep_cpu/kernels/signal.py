@@ -65,6 +65,13 @@ def _stft(node, request):
     onesided = bool(node.attr("onesided", 1))
 
     def stft(signal, frame_step, window=None, frame_length=None):
+        if signal.ndim == 2:  # (batch, samples): a real signal without its [re] axis, as
+            signal = signal[..., None]  # onnxruntime accepts and audio front ends export
+        if signal.ndim != 3 or signal.shape[-1] not in (1, 2):
+            raise ValueError(
+                f"STFT signal must be (batch, samples), (batch, samples, 1) or (batch, samples, 2), "
+                f"got shape {signal.shape}"
+            )
         step = int(np.asarray(frame_step).reshape(-1)[0])
         if frame_length is not None:
             length = int(np.asarray(frame_length).reshape(-1)[0])

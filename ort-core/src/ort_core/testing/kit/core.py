@@ -66,6 +66,7 @@ CHECKS: tuple[str, ...] = (
     "data_transfer",
     "node_cases",
     "partial_placement",
+    "fusion_parity",
     "concurrency",
     "bad_inputs",
 )
@@ -800,6 +801,67 @@ class Kit:
         split = ", ".join(f"{p} {n}" for p, n in counts.items())
         copies = len(sess.get_placement().copies)
         return f"{label} split {how} ({split}; {copies} copies) matches {reference} (rtol {MODEL_RTOL}, atol {MODEL_ATOL})"
+
+    # ------------------------------------------------------------------ fusion parity
+    def _check_fusion_parity(self, problems: list[str]) -> str:
+        """For each fused op the optimizer may form (``optimizer.FUSED_OPS``, one case per
+        attribute value): (a) the unfused pattern at ORT_ENABLE_ALL with the provider first, and
+        where the fused node is formed for the provider, its outputs against the unfused
+        model's on onnxruntime; (b) the fused node as a model may already hold it, at
+        ORT_DISABLE_ALL: declined, or claimed and matching. Outcomes go to the scorecard's
+        ``fusions``."""
+        import onnx_ir as ir
+
+        from ...optimizer import optimize
+
+        self._device()
+        spec = self._provider().spec
+        chain: list[Any] = [(self.name, dict(self.config.options))]
+        if self.name != CPU_PROVIDER and registry().get(CPU_PROVIDER) is not None:
+            chain.append(CPU_PROVIDER)
+        outcomes = self.scorecard.fusions
+        reference = ""
+        for case in probes.fusion_cases():
+            declared = any(op.admits(case.domain, case.op_type, case.attributes) for op in spec.fused_ops)
+            feeds = models.random_inputs(case.model, batch=2, seed=3)
+            expected, reference = probes.reference_outputs(case.model, feeds)
+            names = [o.name for o in case.model.graph.output]
+            fused = ir.serde.deserialize_model(case.model)
+            optimize(fused, GraphOptimizationLevel.ORT_ENABLE_ALL, lambda n, c=case: n.op_type not in c.without)
+            steps = []
+            for how, model, level in (("formed", case.model, GraphOptimizationLevel.ORT_ENABLE_ALL),
+                                      ("given", ir.serde.serialize_model(fused), GraphOptimizationLevel.ORT_DISABLE_ALL)):
+                so = SessionOptions()
+                so.graph_optimization_level = level
+                try:
+                    sess = InferenceSession(model, so, providers=chain)
+                except OrtNotImplemented:
+                    steps.append(f"{how}: nothing installed runs it")
+                    continue
+                mine = [p for p in sess.get_placement().nodes if p.provider == self.name
+                        and (p.domain, p.op_type) == (case.domain, case.op_type)]
+                if not mine:
+                    if how == "formed" and declared:
+                        steps.append("formed: declared, not formed (declined in the probe, or another fusion took the pattern)")
+                    elif how == "given":
+                        steps.append("given: declined")
+                    continue
+                mismatch = [m for e, a, name in zip(expected, sess.run(None, feeds), names)
+                            if (m := compare(e, a, MODEL_RTOL, MODEL_ATOL, f"output {name!r}"))]
+                if mismatch:
+                    fix = ("remove it from ProviderSpec.fused_ops" if how == "formed"
+                           else "decline it in ort_get_capability")
+                    problems.append(f"{case.label} ({how}): runs on {self.name} and differs from the unfused graph: "
+                                    f"{mismatch[0]}; {fix}")
+                    steps.append(f"{how}: DIFFERS")
+                else:
+                    steps.append(f"{how}: matches")
+            outcomes[case.label] = ("declared; " if declared else "not declared; ") + ", ".join(steps)
+        formed = sum("formed: matches" in o or "formed: DIFFERS" in o for o in outcomes.values())
+        given = sum("given: matches" in o or "given: DIFFERS" in o for o in outcomes.values())
+        return (f"{len(outcomes)} fused ops: {formed} formed for {self.name}, {given} claimed where a model holds "
+                f"them, the rest declined; compared with the unfused graph on {reference} (rtol {MODEL_RTOL}, "
+                f"atol {MODEL_ATOL})")
 
     # ------------------------------------------------------------------ 9. concurrency
     def _check_concurrency(self, problems: list[str]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -83,3 +85,105 @@ def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> t
     from onnx.reference import ReferenceEvaluator
 
     return list(ReferenceEvaluator(model).run(None, feeds)), "onnx.reference.ReferenceEvaluator"
+
+
+# ---------------------------------------------------------------------------- fusion cases
+def _small(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "kit_fusion", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _f(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _c(name: str, array) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array, np.float32), name)
+
+
+_ACTIVATION_NODES = {  # activation -> (attributes, extra constant inputs)
+    "Relu": ({}, []), "Tanh": ({}, []), "Sigmoid": ({}, []), "LeakyRelu": ({"alpha": 0.1}, []),
+    "HardSigmoid": ({"alpha": 0.3, "beta": 0.4}, []), "Clip": ({}, ["lo", "hi"]),
+}
+
+
+@dataclass(frozen=True)
+class FusionCase:
+    """A fused op with given attribute values (``label``), and the smallest unfused ``model``
+    the optimizer rewrites into it when every fused op but those in ``without`` is allowed."""
+
+    label: str
+    domain: str
+    op_type: str
+    attributes: dict
+    model: onnx.ModelProto
+    without: tuple[str, ...] = ()
+
+
+def fusion_cases() -> list[FusionCase]:
+    """One case per fused op and attribute value of ``ort_core.optimizer.FUSED_OPS``. Inputs
+    are float32 with fixed shapes (the transformer's: int64 ids and mask)."""
+    from ...optimizer.fusion import ACTIVATIONS, CORE_DOMAIN, GEMM_ACTIVATIONS, MS_DOMAIN
+
+    rng = np.random.default_rng(7)
+    cases = []
+    bounds = [_c("lo", -0.5), _c("hi", 0.7)]
+    for act in ACTIVATIONS:
+        attrs, extra = _ACTIVATION_NODES[act]
+        conv = _small([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                       helper.make_node(act, ["c", *extra], ["y"], **attrs)],
+                      [_f("x", [1, 3, 8, 8])], [_f("y", [1, 4, 8, 8])],
+                      [_c("w", rng.standard_normal((4, 3, 3, 3)) * 0.4), _c("b", rng.standard_normal(4) * 0.1),
+                       *(bounds if extra else [])])
+        cases.append(FusionCase(f"FusedConv(activation={act})", MS_DOMAIN, "FusedConv", {"activation": act}, conv))
+    for act in GEMM_ACTIVATIONS:
+        attrs, extra = _ACTIVATION_NODES[act]
+        gemm = _small([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                       helper.make_node(act, ["g", *extra], ["y"], **attrs)],
+                      [_f("x", [4, 16])], [_f("y", [4, 8])],
+                      [_c("w", rng.standard_normal((8, 16)) * 0.5), _c("b", rng.standard_normal(8) * 0.1)])
+        cases.append(FusionCase(f"FusedGemm(activation={act})", MS_DOMAIN, "FusedGemm", {"activation": act}, gemm))
+    cases.append(FusionCase("FusedMatMul", MS_DOMAIN, "FusedMatMul", {}, _small(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["m"]),
+         helper.make_node("Mul", ["m", "s"], ["y"])],
+        [_f("x", [2, 4, 16])], [_f("y", [2, 4, 8])], [_c("w", rng.standard_normal((8, 16))), _c("s", 0.25)])))
+    gelu = [helper.make_node("Div", ["h", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["y"])]
+    gelu_consts = [_c("sqrt2", np.sqrt(2.0)), _c("one", 1.0), _c("half", 0.5)]
+    cases.append(FusionCase("Gelu", MS_DOMAIN, "Gelu", {}, _small(
+        [helper.make_node("Identity", ["x"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], gelu_consts)))
+    cases.append(FusionCase("BiasGelu", MS_DOMAIN, "BiasGelu", {}, _small(
+        [helper.make_node("Add", ["x", "bias"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])],
+        [*gelu_consts, _c("bias", rng.standard_normal(16) * 0.1)])))
+    ln_consts = [_c("gamma", 1 + 0.1 * rng.standard_normal(16)), _c("beta", 0.1 * rng.standard_normal(16))]
+    cases.append(FusionCase("SkipLayerNormalization", MS_DOMAIN, "SkipLayerNormalization", {}, _small(
+        [helper.make_node("Add", ["x", "skip"], ["s"]),
+         helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)],
+        [_f("x", [2, 4, 16]), _f("skip", [2, 4, 16])], [_f("y", [2, 4, 16])], ln_consts)))
+
+    def decomposed_ln(opset):
+        return _small(
+            [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]), helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]), helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+             helper.make_node("Add", ["g", "beta"], ["y"])],
+            [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], [_c("two", 2.0), _c("eps", 1e-5), *ln_consts], opset)
+
+    cases.append(FusionCase("LayerNormalization", "", "LayerNormalization", {}, decomposed_ln(17)))
+    cases.append(FusionCase(f"{CORE_DOMAIN}::LayerNormalization", CORE_DOMAIN, "LayerNormalization", {}, decomposed_ln(13)))
+
+    def hard_swish(opset):
+        return _small([helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1 / 6, beta=0.5),
+                       helper.make_node("Mul", ["x", "h"], ["y"])], [_f("x", [2, 3, 4, 4])], [_f("y", [2, 3, 4, 4])], [], opset)
+
+    cases.append(FusionCase("HardSwish", "", "HardSwish", {}, hard_swish(14)))
+    cases.append(FusionCase(f"{CORE_DOMAIN}::HardSwish", CORE_DOMAIN, "HardSwish", {}, hard_swish(13)))
+    attention = models.transformer(seq=8, dim=32, heads=2, layers=1)  # vocab as random_inputs' ids
+    cases.append(FusionCase("Attention", MS_DOMAIN, "Attention", {}, attention))
+    cases.append(FusionCase("MultiHeadAttention", MS_DOMAIN, "MultiHeadAttention", {},
+                  attention, without=("Attention",)))
+    return cases

@@ -54,6 +54,10 @@ class Scorecard:
     options: dict[str, Any] = field(default_factory=dict)
     checks: list[CheckResult] = field(default_factory=list)
     node_cases: NodeCaseTally = field(default_factory=NodeCaseTally)
+    # fused op (with attribute values) -> what the fusion_parity check found: declared or not;
+    # "formed" (by the optimizer for the provider) and "given" (a model holding it): matches,
+    # DIFFERS, or declined
+    fusions: dict[str, str] = field(default_factory=dict)
 
     def result(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)

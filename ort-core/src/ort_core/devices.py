@@ -1,0 +1,241 @@
+"""Devices as onnxruntime's device API shows them, and what to do about a provider that is not here.
+
+``get_ep_devices()`` returns ``OrtEpDevice`` objects in onnxruntime's shape (``ep_name``,
+``ep_vendor``, ``ep_metadata``, ``ep_options``, ``device`` with ``type``, ``vendor``,
+``vendor_id``, ``device_id``, ``metadata``, and ``memory_info(mem_type)``), built from the
+providers' ``EpDevice`` answers; ``ep_device`` keeps the contract object.
+
+``missing_provider`` decides what a requested provider that is not installed means: a name of
+this project's family (or any other well-formed name) is warned about and skipped, with the
+``pip install`` line where this project has a package; a near-miss of an installed name is an
+error that suggests it; strict mode (``session.disable_cpu_ep_fallback=1``) makes any of them
+an error.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import EPFail, NoSuchProvider
+from .types import HOST_MEMORY, EpDevice, MemoryInfo
+
+#: this project's provider packages, by provider name (the warning for a missing one names it)
+PROVIDER_PACKAGES: dict[str, str] = {
+    "TensorrtExecutionProvider": "ort-ep-tensorrt",
+    "CUDAExecutionProvider": "ort-ep-cuda",
+    "OpenVINOExecutionProvider": "ort-ep-openvino",
+    "QNNExecutionProvider": "ort-ep-qnn",
+    "CoreMLExecutionProvider": "ort-ep-coreml",
+    "WebGpuExecutionProvider": "ort-ep-webgpu",
+    "CPUExecutionProvider": "ort-ep-cpu",
+}
+
+# PCI vendor ids onnxruntime reports in OrtHardwareDevice.vendor_id (0 where unknown)
+_VENDOR_IDS = {"intel": 0x8086, "nvidia": 0x10DE, "amd": 0x1002, "advanced micro devices": 0x1002,
+               "qualcomm": 0x5143, "apple": 0x106B, "microsoft": 0x1414, "mesa": 0x10005}
+
+
+class OrtHardwareDeviceType(enum.IntEnum):
+    """onnxruntime's hardware device types (same values)."""
+
+    CPU = 0
+    GPU = 1
+    NPU = 2
+
+
+class OrtDeviceMemoryType(enum.IntEnum):
+    """onnxruntime's device memory types for ``OrtEpDevice.memory_info``."""
+
+    DEFAULT = 0
+    HOST_ACCESSIBLE = 5
+
+
+@dataclass(frozen=True)
+class OrtHardwareDevice:
+    """The hardware under a provider's device (onnxruntime's ``OrtHardwareDevice``)."""
+
+    type: OrtHardwareDeviceType
+    vendor: str
+    vendor_id: int
+    device_id: int
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+class OrtEpDevice:
+    """A provider on a device (onnxruntime's ``OrtEpDevice``); ``ep_device`` is the provider's
+    own ``EpDevice``, whose fields (``name``, ``device_type``, ``memory``, ``hardware``, ...)
+    are also readable here."""
+
+    def __init__(self, ep_device: EpDevice, ep_version: str = ""):
+        self.ep_device = ep_device
+        self.ep_name = ep_device.ep_name
+        self.ep_vendor = ep_device.ep_vendor
+        self.ep_metadata: dict[str, str] = {"version": ep_version} if ep_version else {}
+        self.ep_options: dict[str, str] = {}
+        vendor = ep_device.vendor or ep_device.ep_vendor
+        self.device = OrtHardwareDevice(
+            type=OrtHardwareDeviceType[ep_device.device_type],
+            vendor=vendor,
+            vendor_id=_vendor_id(vendor),
+            device_id=ep_device.device_id,
+            metadata={"name": ep_device.name, "memory": ep_device.memory,
+                      "hardware": "1" if ep_device.hardware else "0", **ep_device.metadata},
+        )
+
+    def memory_info(self, mem_type: OrtDeviceMemoryType | int = OrtDeviceMemoryType.DEFAULT) -> MemoryInfo | None:
+        """The device's memory (None for host memory, as onnxruntime answers for the CPU)."""
+        if self.ep_device.memory == HOST_MEMORY or int(mem_type) != OrtDeviceMemoryType.DEFAULT:
+            return None
+        return MemoryInfo(self.ep_device.memory, self.ep_device.device_type, self.ep_device.device_id)
+
+    # the contract device's fields, for code written against EpDevice
+    def __getattr__(self, name: str) -> Any:
+        if name in ("name", "device_type", "device_id", "vendor", "memory", "hardware", "metadata"):
+            return getattr(self.ep_device, name)
+        raise AttributeError(f"OrtEpDevice has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        d = self.ep_device
+        return f"OrtEpDevice({self.ep_name}, {d.device_type} {d.name!r}, memory {d.memory!r})"
+
+
+def _vendor_id(vendor: str) -> int:
+    text = vendor.lower()
+    return next((v for k, v in _VENDOR_IDS.items() if k in text), 0)
+
+
+def ep_devices() -> list[OrtEpDevice]:
+    """Every device of every installed provider that can run here, in onnxruntime's shape."""
+    from .plugins import registry
+
+    reg = registry()
+    result = []
+    for name, provider in reg.providers().items():
+        for d in reg.devices(name).devices:
+            result.append(OrtEpDevice(d, provider.spec.version))
+    return result
+
+
+def as_ep_device(device: Any) -> EpDevice:
+    """The contract ``EpDevice`` of an ``OrtEpDevice`` (or of an ``EpDevice`` itself)."""
+    if isinstance(device, OrtEpDevice):
+        return device.ep_device
+    if isinstance(device, EpDevice):
+        return device
+    raise TypeError(f"expected an OrtEpDevice from get_ep_devices(), got {type(device).__name__}")
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions)."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def missing_provider(name: str, installed: Sequence[str], failures: Sequence[Any], strict: bool) -> str:
+    """The warning for a requested provider ``name`` that is not installed, or raise
+    ``NoSuchProvider``: for a near-miss of a provider name (a typo), and in strict mode."""
+    known = list(dict.fromkeys([*installed, *PROVIDER_PACKAGES]))
+    if name not in PROVIDER_PACKAGES:
+        by_case = [k for k in known if k.lower() == name.lower()]
+        # a typo is one or two edits away; names differing more (another runtime's provider,
+        # "DmlExecutionProvider") are providers that are not installed
+        close = by_case or [k for k in installed if _edits(name.lower(), k.lower()) <= 2]
+        if close:
+            raise NoSuchProvider(
+                f"unknown provider {name!r}; did you mean {close[0]!r}? available providers: "
+                f"{', '.join(installed) or '(none)'}")
+    key = name.lower().replace("executionprovider", "")
+    failed = [f for f in failures if key and key in (f.package + f.plugin).lower().replace("-", "").replace("_", "")]
+    hint = "".join(f"; {f.package or f.plugin} failed to load: {f.error}" for f in failed)
+    package = PROVIDER_PACKAGES.get(name)
+    install = f" (install it with `pip install {package}`)" if package and not failed else ""
+    message = (f"provider {name!r} is not installed{install}{hint}; available providers: "
+               f"{', '.join(installed) or '(none)'}")
+    if strict:
+        raise NoSuchProvider(f"{message}; session.disable_cpu_ep_fallback=1 makes this an error")
+    return message + "; running on the others"
+
+
+# --------------------------------------------------------------------------------------------
+# device memory outside sessions (OrtValues on a device)
+# --------------------------------------------------------------------------------------------
+
+
+def memory_base(memory: str) -> str:
+    """"WebGpu:0" -> "webgpu": the memory space name compared with a device type."""
+    return memory.split(":")[0].lower()
+
+
+@dataclass
+class DeviceMemory:
+    """A provider's device memory as OrtValues use it: the provider bound once per process
+    and device (default options), its data transfer and allocator."""
+
+    provider: str
+    memory: str
+    device_id: int
+    transfer: Any
+    allocator: Any
+    context: Any
+    registry: Any = None
+
+    @property
+    def memory_device_type(self) -> str:
+        """The device type OrtValues on this memory name ("webgpu", "cuda")."""
+        return memory_base(self.memory)
+
+
+_DEVICE_MEMORY: dict[tuple[str, int], DeviceMemory] = {}
+_DEVICE_LOCK = __import__("threading").Lock()
+
+
+def device_memory(device_type: str, device_id: int = 0) -> DeviceMemory:
+    """The provider whose ``EpDevice.memory`` is ``device_type`` ("webgpu" -> "WebGpu", "cuda"
+    -> "Cuda"), bound on device ``device_id`` for OrtValues (once per process)."""
+    from .plugins import registry
+    from .session import validate_options
+    from .types import ProviderContext
+
+    wanted = str(device_type).lower()
+    reg = registry()
+    key = (id(reg), wanted, int(device_id))  # a registry made anew (tests) binds anew
+    with _DEVICE_LOCK:
+        found = _DEVICE_MEMORY.get(key)
+        if found is not None and found.registry is reg:
+            return found
+        seen = []
+        for name, provider in reg.providers().items():
+            for d in reg.devices(name).devices:
+                seen.append(f"{d.memory} ({name}, device {d.device_id})")
+                if memory_base(d.memory) != wanted or d.device_id != int(device_id):
+                    continue
+                options = validate_options(name, provider.spec.options, {})
+                ctx = ProviderContext(name=name, options=options, device=d, session_config={})
+                try:
+                    provider.hooks.ort_session_start(ep=ctx)
+                    allocator = provider.hooks.ort_create_allocator(ep=ctx)
+                    transfer = provider.hooks.ort_create_data_transfer(ep=ctx)
+                except Exception as exc:
+                    raise EPFail(f"{name} could not be started for {device_type!r} memory: {type(exc).__name__}: {exc}") from exc
+                if transfer is None:
+                    raise EPFail(f"{name}: device memory {d.memory!r} but no data transfer hook")
+                found = _DEVICE_MEMORY[key] = DeviceMemory(name, ctx.device.memory, int(device_id), transfer,
+                                                           allocator, ctx, reg)
+                return found
+        from .errors import InvalidArgument
+
+        raise InvalidArgument(
+            f"device {device_type!r} (id {device_id}): no installed provider has that memory; device memories "
+            f"here: {', '.join(seen) or '(none)'} (install e.g. {_memory_package(wanted)})")
+
+
+def _memory_package(device_type: str) -> str:
+    return {"cuda": "ort-ep-cuda", "webgpu": "ort-ep-webgpu"}.get(device_type, "the provider package")

@@ -1,0 +1,112 @@
+"""``ort-core compare``: errors per output against onnxruntime, and the first diverging node
+named with its op and provider (``ort_core/compare.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
+from fake_providers import HostProvider, OnnxruntimeNodeProvider
+from ort_core import Capability, Claim, Kernel, hookimpl
+from ort_core import compare as cmp
+from ort_core.cli import main
+
+WRONG = "WrongGemmExecutionProvider"
+
+
+class WrongGemm(HostProvider):
+    """Declares com.microsoft FusedGemm and drops its activation, as OpenVINO did with Tanh."""
+
+    fused_ops = (ort_core.FusedOp("FusedGemm"),)
+
+    @hookimpl
+    def ort_get_capability(self, ep, graph, candidates) -> Capability | None:
+        if ep.name != self.name:
+            return None
+        cap = Capability()
+        for i in sorted(candidates):
+            node = graph.nodes[i]
+            if (node.domain, node.op_type) == ("com.microsoft", "FusedGemm"):
+                cap.claims.append(Claim((i,)))
+            else:
+                cap.declined[i] = "only FusedGemm"
+        return cap
+
+    @hookimpl
+    def ort_create_kernel(self, ep, request) -> Kernel | None:
+        if ep.name != self.name:
+            return None
+        return Kernel(run=lambda x, w, b: x @ w.T + b, single_output=True)
+
+
+def _pooler_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["h"], name="scale"),
+         helper.make_node("Gemm", ["h", "w", "b"], ["g"], name="dense", transB=1),
+         helper.make_node("Tanh", ["g"], ["t"], name="tanh"),
+         helper.make_node("Add", ["t", "one"], ["y"], name="shift")],
+        "pooler", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+         numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+         numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.fixture
+def providers(registry: Any) -> None:
+    assert ort_core.register(OnnxruntimeNodeProvider(), "ort-cpu")
+    assert ort_core.register(WrongGemm(WRONG), "wrong-gemm")
+
+
+def test_the_first_diverging_node_is_named_with_its_op_and_provider(providers: None) -> None:
+    result = cmp.compare(_pooler_model(), [[WRONG], ["CPUExecutionProvider"]])
+    wrong, right = result.results
+    assert not wrong.ok and right.ok and not result.ok
+    assert wrong.outputs[0].max_abs > 0.1 and right.outputs[0].max_abs < 1e-5
+    d = wrong.divergence
+    assert (d.node, d.op, d.provider, d.output) == ("dense", "com.microsoft::FusedGemm", WRONG, "t")
+    text = result.report()
+    assert "first divergence at node 'dense' (com.microsoft::FusedGemm) on WrongGemmExecutionProvider" in text
+    assert "MISMATCH" in text and "onnxruntime" in text
+
+
+def test_at_disable_all_nothing_is_fused_and_all_match(providers: None) -> None:
+    # the wrong provider takes no node of the unfused graph: the CPU fallback runs it all
+    result = cmp.compare(_pooler_model(), [[WRONG]], level="ORT_DISABLE_ALL")
+    assert result.ok and result.results[0].divergence is None
+
+
+def test_cli(providers: None, tmp_path: Any, capsys: Any) -> None:
+    path = tmp_path / "pooler.onnx"
+    onnx.save(_pooler_model(), path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((3, 8), np.float32))
+    assert main(["compare", str(path), "--providers", f"{WRONG},CPUExecutionProvider", "--inputs", f"x={x}"]) == 1
+    out = capsys.readouterr().out
+    assert "node 'dense'" in out and "(> " in out
+    assert main(["compare", str(path), "--providers", "CPUExecutionProvider", "--level", "ORT_ENABLE_BASIC"]) == 0
+
+
+def test_bad_arguments_are_named(providers: None, tmp_path: Any) -> None:
+    with pytest.raises(ort_core.InvalidArgument, match="NAME=FILE.npy, got 'x'"):
+        cmp.parse_inputs(["x"])
+    with pytest.raises(ort_core.InvalidArgument, match="cannot read"):
+        cmp.parse_inputs([f"x={tmp_path / 'missing.npy'}"])
+    with pytest.raises(ort_core.InvalidArgument, match="level 'FAST'; valid: ORT_DISABLE_ALL"):
+        cmp.compare(_pooler_model(), [["CPUExecutionProvider"]], level="FAST")
+    assert cmp.parse_runners("A,B+C") == [["A"], ["B", "C"]]
+    with pytest.raises(ort_core.NoSuchFile, match="missing.onnx"):
+        cmp.compare(str(tmp_path / "missing.onnx"), [["CPUExecutionProvider"]])
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(ort_core.InvalidProtobuf, match="junk.onnx"):
+        cmp.compare(str(tmp_path / "junk.onnx"), [["CPUExecutionProvider"]])

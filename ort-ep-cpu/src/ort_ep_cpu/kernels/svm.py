@@ -1,0 +1,220 @@
+"""ai.onnx.ml SVMClassifier as onnxruntime computes it.
+
+onnx.reference (which ran this op before) differs from onnxruntime where models meet it: the
+probabilities of ``SVC(probability=True)`` (onnxruntime applies libsvm's Platt sigmoid per class
+pair and then libsvm's pairwise coupling, an iterative solve in float32), the label (one-vs-one
+votes, first class on ties) and the two-class score layouts. This kernel follows onnxruntime's
+CPU kernel (``core/providers/cpu/ml/svmclassifier.cc``), vectorised over the batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import kernel
+
+ML = "ai.onnx.ml"
+_F = np.float32
+
+
+def _logistic(v: np.ndarray) -> np.ndarray:
+    # onnxruntime's ComputeLogistic: 1 / (1 + exp(-|v|)), mirrored for v < 0, in float32
+    e = _F(1) / (_F(1) + np.exp(-np.abs(v)))
+    return np.where(v < 0, _F(1) - e, e).astype(_F)
+
+
+def _erfinv_approx(x: np.ndarray) -> np.ndarray:
+    # onnxruntime's ErfInv (Winitzki's approximation, a = 0.147), the one its PROBIT uses
+    sgn = np.where(x < 0, _F(-1), _F(1))
+    t = np.log((_F(1) - x) * (_F(1) + x))
+    v = _F(2 / (3.14159 * 0.147)) + _F(0.5) * t
+    v2 = _F(1 / 0.147) * t
+    return (sgn * np.sqrt(-v + np.sqrt(v * v - v2))).astype(_F)
+
+
+def _probit(p: np.ndarray) -> np.ndarray:
+    return (_F(1.41421356) * _erfinv_approx(_F(2) * p - _F(1))).astype(_F)
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(_F)
+
+
+def _softmax_zero_rows(s: np.ndarray) -> np.ndarray:
+    # onnxruntime: entries within 1e-7 of 0 are scaled by exp(-max) instead of exponentiated
+    vmax = s.max(axis=1, keepdims=True)
+    small = np.abs(s) <= _F(1e-7)
+    e = np.where(small, s * np.exp(-vmax), np.exp(s - vmax))
+    total = np.where(small, _F(0), e).sum(axis=1, keepdims=True)
+    return (e / total).astype(_F)
+
+
+_POST = {
+    "NONE": lambda s: s,
+    "LOGISTIC": _logistic,
+    "SOFTMAX": _softmax_rows,
+    "SOFTMAX_ZERO": _softmax_zero_rows,
+    "PROBIT": _probit,
+}
+
+
+def _coupling(r: np.ndarray) -> np.ndarray:
+    """libsvm's pairwise coupling (Wu, Lin and Weng, method 2) of pairwise probabilities
+    r[n, i, j] ~ P(class i | i or j) into class probabilities (n, k), with onnxruntime's float32
+    arithmetic, iteration order, stopping rule (max error < 0.005 / k) and 100-step cap."""
+    n, k, _ = r.shape
+    q = np.zeros((n, k, k), dtype=_F)
+    for i in range(k):
+        for j in range(k):
+            if j != i:
+                q[:, i, i] += r[:, j, i] * r[:, j, i]
+        for j in range(i):
+            q[:, i, j] = q[:, j, i]
+        for j in range(i + 1, k):
+            q[:, i, j] = -r[:, j, i] * r[:, i, j]
+    p = np.full((n, k), _F(1) / _F(k), dtype=_F)
+    eps = _F(0.005) / _F(k)
+    active = np.ones(n, dtype=bool)
+    for _ in range(100):
+        qp = np.zeros((n, k), dtype=_F)
+        for j in range(k):  # sequential float32 sums, as onnxruntime adds them
+            qp += q[:, :, j] * p[:, j : j + 1]
+        pqp = np.zeros(n, dtype=_F)
+        for i in range(k):
+            pqp += p[:, i] * qp[:, i]
+        active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
+        if not active.any():
+            break
+        a = active
+        for i in range(k):
+            qii = q[a, i, i]
+            diff = ((-qp[a, i] + pqp[a]) / qii).astype(_F)
+            p[a, i] += diff
+            one = _F(1) + diff
+            pqp[a] = (pqp[a] + diff * (diff * qii + _F(2) * qp[a, i])) / one / one
+            qp[a] = (qp[a] + diff[:, None] * q[a, i, :]) / one[:, None]
+            p[a] /= one[:, None]
+    return p
+
+
+def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.ndarray, sv: np.ndarray) -> np.ndarray:
+    """K(x, sv) for all rows and support vectors, (N, F) x (S, F) -> (N, S) float32."""
+    if kind == "RBF":
+        x64, s64 = x.astype(np.float64), sv.astype(np.float64)
+        d2 = (x64 * x64).sum(axis=1)[:, None] - 2.0 * (x64 @ s64.T) + (s64 * s64).sum(axis=1)[None, :]
+        return np.exp(-gamma * np.maximum(d2, 0.0)).astype(_F)
+    dot = x.astype(np.float64) @ sv.astype(np.float64).T
+    if kind == "LINEAR":
+        return dot.astype(_F)
+    dot = gamma * dot + coef0
+    if kind == "POLY":
+        return (dot**degree).astype(_F)
+    return np.tanh(dot).astype(_F)  # SIGMOID
+
+
+_KINDS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+
+@kernel("SVMClassifier", domain=ML)
+def _svm_classifier(node, request):
+    name = f"SVMClassifier {node.name!r}"
+    kind = str(node.attr("kernel_type", "LINEAR"))
+    if kind not in _KINDS:
+        raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_KINDS)}")
+    post_name = str(node.attr("post_transform", "NONE"))
+    if post_name not in _POST:
+        raise ValueError(f"{name}: post_transform {post_name!r} not one of {', '.join(_POST)}")
+    post = _POST[post_name]
+    gamma, coef0, degree = ([float(v) for v in node.attr("kernel_params") or []] + [0.0, 0.0, 0.0])[:3]
+    strings = node.attr("classlabels_strings")
+    labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_ints") or [], dtype=np.int64)
+    k = len(labels)
+    if k == 0:
+        raise ValueError(f"{name}: one of classlabels_strings, classlabels_ints is required")
+    coefficients = np.asarray(node.attr("coefficients") or [], dtype=_F)
+    if coefficients.size == 0:
+        raise ValueError(f"{name}: coefficients are empty")
+    rho = np.asarray(node.attr("rho") or [], dtype=_F)
+    prob_a = np.asarray(node.attr("prob_a") or [], dtype=_F)
+    prob_b = np.asarray(node.attr("prob_b") or [], dtype=_F)
+    if prob_a.size != prob_b.size:
+        raise ValueError(f"{name}: prob_a has {prob_a.size} values, prob_b {prob_b.size}")
+    per_class = [int(v) for v in node.attr("vectors_per_class") or []]
+    n_vectors = sum(per_class)
+    pairs = [(i, j) for i in range(k - 1) for j in range(i + 1, k)]
+    have_proba = prob_a.size > 0
+    all_positive = bool((coefficients >= 0).all())
+
+    if n_vectors > 0:  # libsvm's one-vs-one SVC
+        if len(per_class) != k:
+            raise ValueError(f"{name}: vectors_per_class has {len(per_class)} entries for {k} class labels")
+        sv = np.asarray(node.attr("support_vectors") or [], dtype=_F)
+        if sv.size % n_vectors:
+            raise ValueError(f"{name}: {sv.size} support-vector values for {n_vectors} vectors")
+        sv = sv.reshape(n_vectors, -1)
+        if coefficients.size < (k - 1) * n_vectors or rho.size < len(pairs):
+            raise ValueError(
+                f"{name}: needs {(k - 1) * n_vectors} coefficients and {len(pairs)} rho values, "
+                f"has {coefficients.size} and {rho.size}"
+            )
+        if have_proba and prob_a.size < len(pairs):
+            raise ValueError(f"{name}: needs {len(pairs)} prob_a/prob_b values, has {prob_a.size}")
+        if k == 2 and not have_proba and post_name == "PROBIT":
+            # onnxruntime writes one probit score into the two-column output and leaves the
+            # other column unset: there is no answer of its to match
+            raise NotImplementedError(f"{name}: two classes, no prob_a/prob_b and post_transform PROBIT")
+        coef = coefficients[: (k - 1) * n_vectors].reshape(k - 1, n_vectors).astype(np.float64)
+        start = np.concatenate([[0], np.cumsum(per_class)])
+        blocks = [slice(start[c], start[c + 1]) for c in range(k)]
+    else:  # liblinear: one row of weights per class, rho[0] added to every score
+        if coefficients.size % k:
+            raise ValueError(f"{name}: {coefficients.size} coefficients for {k} classes")
+        weights = coefficients.reshape(k, -1)
+        if rho.size < 1:
+            raise ValueError(f"{name}: rho needs at least one value")
+
+    def classify(x):
+        xf = np.asarray(x, dtype=_F)
+        xf = xf.reshape(1, -1) if xf.ndim == 1 else xf.reshape(xf.shape[0], -1)
+        n = xf.shape[0]
+        if n_vectors == 0:
+            if xf.shape[1] != weights.shape[1]:
+                raise ValueError(f"{name}: input has {xf.shape[1]} features, the model {weights.shape[1]}")
+            scores = (xf.astype(np.float64) @ weights.T.astype(np.float64) + float(rho[0])).astype(_F)
+            best = np.argmax(scores, axis=1)
+            label = labels[best]
+            if k == 2 and not have_proba:  # onnxruntime's ChooseClass: a threshold on the top score
+                top = scores.max(axis=1)
+                label = np.where((top >= 0.5) if all_positive else (top > 0), labels[1], label)
+            return [label, post(scores).astype(_F)]
+        if xf.shape[1] != sv.shape[1]:
+            raise ValueError(f"{name}: input has {xf.shape[1]} features, the support vectors {sv.shape[1]}")
+        kern = _kernel_matrix(kind, gamma, coef0, degree, xf, sv).astype(np.float64)
+        pair_scores = np.empty((n, len(pairs)), dtype=np.float64)
+        votes = np.zeros((n, k), dtype=np.int64)
+        for p, (i, j) in enumerate(pairs):
+            bi, bj = blocks[i], blocks[j]
+            s = kern[:, bi] @ coef[j - 1, bi] + kern[:, bj] @ coef[i, bj] + float(rho[p])
+            pair_scores[:, p] = s
+            winner = np.where(s > 0, i, j)
+            np.add.at(votes, (np.arange(n), winner), 1)
+        pair_scores = pair_scores.astype(_F)
+        label = labels[np.argmax(votes, axis=1)]  # first of the most voted, like std::max_element
+        if have_proba:
+            r = np.zeros((n, k, k), dtype=_F)
+            for p, (i, j) in enumerate(pairs):
+                v = _F(1) - _logistic(pair_scores[:, p] * prob_a[p] + prob_b[p])
+                v = np.clip(v, _F(1e-7), _F(1) - _F(1e-7))
+                r[:, i, j] = v
+                r[:, j, i] = _F(1) - v
+            return [label, post(_coupling(r)).astype(_F)]
+        if k == 2:  # one score, expanded to two columns the way onnxruntime (1.32) does
+            s = pair_scores[:, 0]
+            first = {"NONE": -s, "LOGISTIC": None, "PROBIT": _probit(s)}.get(post_name, _F(1) - s)
+            if post_name == "LOGISTIC":
+                first, s = _logistic(-s), _logistic(s)
+            return [label, np.stack([first, s], axis=1).astype(_F)]
+        return [label, post(pair_scores).astype(_F)]
+
+    return classify

@@ -1,0 +1,53 @@
+"""Regression tests for issue 23 on the CPU provider: each fails without the fix it names.
+Cases that hung or ate memory before their fix run in a subprocess with a time limit, so a
+regression fails the test instead of stalling the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from onnx import helper
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "t", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _in_subprocess(code: str, timeout: float = 120) -> str:
+    """Run ``code`` in a fresh interpreter; a hang fails the test after ``timeout`` seconds."""
+    try:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"did not finish in {timeout} s:\n{code}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# ------------------------------------------------------------------ 2. Conv with a huge stride
+@pytest.mark.parametrize("group", [1, 2])  # 2: depthwise, the compiled loops' path
+def test_conv_with_a_stride_of_2_to_the_32_finishes(group):
+    out = _in_subprocess(f"""
+        import numpy as np, onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+        import ort_core
+        s = 2 ** 32
+        w = numpy_helper.from_array(np.arange(36 // {group}, dtype=np.float32).reshape(2, 2 // {group}, 3, 3), "w")
+        node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[s, s], pads=[1, 1, 1, 1], group={group})
+        graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 4, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        x = np.random.default_rng(0).random((2, 2, 4, 4), dtype=np.float32)
+        got = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {{"x": x}})[0]
+        want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {{"x": x}})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        print(got.shape)
+    """, timeout=60)
+    assert out.strip() == "(2, 2, 1, 1)"
