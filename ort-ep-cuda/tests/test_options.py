@@ -69,15 +69,6 @@ def test_device_id_out_of_range_lists_the_devices():
 
 
 @fake_only
-def test_enable_cuda_graph_is_refused_by_name():
-    options = ort.SessionOptions()
-    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    with pytest.raises(ort.EPFail, match="enable_cuda_graph=1"):
-        ort.InferenceSession(models.mlp(in_features=4, hidden=4, layers=1), options,
-                             providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
-
-
-@fake_only
 def test_options_reach_the_device_and_the_arena():
     session = _session({"gpu_mem_limit": "123456789", "arena_extend_strategy": "1", "cudnn_conv_algo_search": "DEFAULT",
                         "use_tf32": "0", "prefer_nhwc": "1", "do_copy_in_default_stream": "0",
@@ -96,3 +87,14 @@ def test_shrinkage_run_option_names_devices_as_onnxruntime_does():
     assert shrink_requested("cpu:0;gpu:1", 1)
     assert not shrink_requested("cpu:0", 0)
     assert not shrink_requested("gpu:1", 0)
+
+
+def test_the_seed_examples_options_are_taken_as_python_values():
+    """providers=[('CUDAExecutionProvider', {...}), 'CPUExecutionProvider'] as onnxruntime's
+    documentation writes it (ints and a bool, not strings)."""
+    options = {"device_id": 0, "arena_extend_strategy": "kNextPowerOfTwo", "gpu_mem_limit": 2 * 1024 * 1024 * 1024,
+               "cudnn_conv_algo_search": "EXHAUSTIVE", "do_copy_in_default_stream": True}
+    session = _session(options)
+    assert session.get_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert session.get_provider_options()["CUDAExecutionProvider"]["gpu_mem_limit"] == str(2 << 30)
+    assert runtime(session).dev.arena.stats().limit_bytes == 2 << 30

@@ -4,6 +4,7 @@ shape computations (they run on the host, claimed by this provider). Data transf
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnxruntime
 import pytest
@@ -100,15 +101,43 @@ def test_strict_mode_names_the_fallback_node():
         ort.InferenceSession(_fallback_model(), options, providers=["CUDAExecutionProvider"])
 
 
-def test_bfloat16_nodes_are_declined_with_the_reason():
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["a", "a"], ["y"], name="add")], "bf16",
-        [helper.make_tensor_value_info("a", TensorProto.BFLOAT16, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2])],
-    )
+def test_bfloat16_is_computed_in_float32_and_rounded_once():
+    """bfloat16 nodes run on CUDA: inputs widened exactly, float32 math, outputs rounded to
+    nearest-even once; data movement (Transpose) is bit-exact."""
+    bf16 = TensorProto.BFLOAT16
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"], name="matmul"),
+             helper.make_node("Softmax", ["m"], ["s"], name="softmax", axis=-1),
+             helper.make_node("Transpose", ["a"], ["t"], name="transpose"),
+             helper.make_node("Cast", ["s"], ["f"], name="cast", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "bf16",
+                              [helper.make_tensor_value_info("a", bf16, [4, 8]), helper.make_tensor_value_info("b", bf16, [8, 3])],
+                              [helper.make_tensor_value_info("s", bf16, [4, 3]), helper.make_tensor_value_info("t", bf16, [8, 4]),
+                               helper.make_tensor_value_info("f", TensorProto.FLOAT, [4, 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    placement = ort.InferenceSession(model, providers=PROVIDERS).get_placement()
-    assert "bfloat16" in placement.nodes[0].declined["CUDAExecutionProvider"]
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    assert {p.provider for p in session.get_placement().nodes} == {"CUDAExecutionProvider"}
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 8)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((8, 3)).astype(ml_dtypes.bfloat16)
+    s, t, f = session.run(None, {"a": a, "b": b})
+    m = (a.astype(np.float32) @ b.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    e = np.exp(m - m.max(axis=-1, keepdims=True))
+    expected = (e / e.sum(axis=-1, keepdims=True)).astype(ml_dtypes.bfloat16)
+    assert s.dtype == ml_dtypes.bfloat16 and t.dtype == ml_dtypes.bfloat16 and f.dtype == np.float32
+    np.testing.assert_allclose(s.astype(np.float32), expected.astype(np.float32), rtol=1e-2, atol=1e-3)
+    assert t.tobytes() == np.ascontiguousarray(a.T).tobytes()
+    np.testing.assert_array_equal(f, s.astype(np.float32))
+
+
+def test_rounding_to_bfloat16_is_nearest_even_with_nan_and_inf():
+    from ort_ep_cuda.bfloat16 import narrow, widen
+
+    x = np.array([1.0, 1.00390625, 1.01171875, -2.5e-39, 3.4e38, np.inf, -np.inf, np.nan, -0.0, 65504.0, 1e-45],
+                 np.float32)
+    got = narrow(np, x)
+    assert got.bits.tobytes() == x.astype(ml_dtypes.bfloat16).view(np.uint16).tobytes()
+    back = widen(np, got)
+    np.testing.assert_array_equal(back, x.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 def _transfer():
@@ -124,7 +153,8 @@ def _transfer():
     np.array([1.0 / 3, -np.inf, 5e-324], np.float64),
     np.arange(5, dtype=np.int8), np.array([True, False, True]), np.zeros((0, 3), np.float32),
     np.array(2.5, np.float32), np.arange(12, dtype=np.float32).reshape(3, 4).T,
-], ids=["float32", "float16", "int64", "float64", "int8", "bool", "empty", "scalar", "transposed"])
+    np.array([1.5, -np.inf, np.nan, 3e38], np.float32).astype(ml_dtypes.bfloat16),
+], ids=["float32", "float16", "int64", "float64", "int8", "bool", "empty", "scalar", "transposed", "bfloat16"])
 def test_data_transfer_round_trip_is_bit_exact(array):
     _session, transfer = _transfer()
     device = transfer.to_device(array)
@@ -135,8 +165,17 @@ def test_data_transfer_round_trip_is_bit_exact(array):
 
 
 def test_a_dtype_the_gpu_cannot_hold_is_a_clear_error():
-    import ml_dtypes
-
     _session, transfer = _transfer()
-    with pytest.raises(TypeError, match="bfloat16 tensor cannot be held on the GPU"):
-        transfer.to_device(np.zeros(3, ml_dtypes.bfloat16))
+    with pytest.raises(TypeError, match="float8_e4m3fn tensor cannot be held on the GPU"):
+        transfer.to_device(np.zeros(3, ml_dtypes.float8_e4m3fn))
+
+
+def test_split_into_one_output():
+    node = helper.make_node("Split", ["x"], ["y"], axis=0, num_outputs=1)
+    graph = helper.make_graph([node], "split1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    assert session.get_placement().nodes[0].provider == "CUDAExecutionProvider"
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x)

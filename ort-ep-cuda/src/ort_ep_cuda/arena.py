@@ -89,14 +89,21 @@ class Arena(Allocator):
         self._regions: list[_Region] = []
         self._free: list[_Chunk] = []
         self._used: dict[int, _Chunk] = {}
-        self._lock = threading.Lock()
+        # re-entrant: CuPy frees an array's memory when the array is collected, and the garbage
+        # collector may run inside the arena's own critical section (it allocates Python
+        # objects); such a nested free is queued and done when the outer call leaves
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._deferred: list[int] = []
+        self._held: list[int] | None = None  # while a CUDA graph is captured: frees kept here
+        self._keep_after: list[int] | None = None  # ... and after, until the graph is gone
         self.extensions = 0  # regions reserved so far (for tests and statistics)
 
     # ------------------------------------------------------------------ Allocator
     def allocate(self, nbytes: int) -> int:
         """A device pointer to at least ``nbytes`` bytes, aligned to 256."""
         size = round_up(int(nbytes))
-        with self._lock:
+        with self._critical():
             chunk = self._best_fit(size)
             if chunk is None:
                 self._extend(size, int(nbytes))
@@ -111,26 +118,59 @@ class Arena(Allocator):
 
     def free(self, buffer: int) -> None:
         with self._lock:
-            chunk = self._used.pop(int(buffer), None)
-            if chunk is None:
-                raise ValueError(f"{self.memory_info.name} arena: pointer {int(buffer):#x} was not allocated here")
-            self._stats.in_use_bytes -= chunk.size
-            self._stats.num_frees += 1
-            chunk.free = True
-            chunk.region.in_use -= 1
-            self._free.append(chunk)
-            for neighbour in (chunk.next, chunk.prev):
-                if neighbour is not None and neighbour.free:
-                    chunk = self._merge(chunk, neighbour)
+            if self._held is not None:  # a captured CUDA graph writes there again: not reusable
+                self._held.append(int(buffer))
+                return
+            if self._depth:  # inside this thread's own allocate/free (a GC finalizer): later
+                self._deferred.append(int(buffer))
+                return
+            with self._critical():
+                self._free_now(int(buffer))
+
+    def _critical(self) -> _Critical:
+        return _Critical(self)
+
+    def _free_now(self, buffer: int) -> None:
+        chunk = self._used.pop(int(buffer), None)
+        if chunk is None:
+            raise ValueError(f"{self.memory_info.name} arena: pointer {int(buffer):#x} was not allocated here")
+        self._stats.in_use_bytes -= chunk.size
+        self._stats.num_frees += 1
+        chunk.free = True
+        chunk.region.in_use -= 1
+        self._free.append(chunk)
+        for neighbour in (chunk.next, chunk.prev):
+            if neighbour is not None and neighbour.free:
+                chunk = self._merge(chunk, neighbour)
 
     def stats(self) -> AllocatorStats:
         with self._lock:
             return AllocatorStats(**self._stats.__dict__)
 
     # ------------------------------------------------------------------ policy
+    def hold_frees(self) -> None:
+        """From now on, keep what is freed (a CUDA graph being captured will reuse it)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def end_hold(self) -> None:
+        """Stop keeping frees (the capture is over); what was kept stays kept."""
+        with self._lock:
+            self._keep_after = self._held
+            self._held = None
+
+    def release_held(self) -> None:
+        """Free what ``hold_frees`` kept (the graph is gone) and reuse memory again."""
+        with self._lock:
+            held = (self._held or []) + (self._keep_after or [])
+            self._held = self._keep_after = None
+        for ptr in held:
+            self.free(ptr)
+
     def shrink(self) -> int:
         """Give the regions with no chunk in use back to the device; returns the bytes released."""
-        with self._lock:
+        with self._critical():
             return self._release_free_regions()
 
     def region_sizes(self) -> list[int]:
@@ -225,3 +265,23 @@ class Arena(Allocator):
             self._stats.reserved_bytes -= region.size
             released += region.size
         return released
+
+
+class _Critical:
+    """The arena's critical section: the lock held, nested frees deferred, and done on leaving."""
+
+    def __init__(self, arena: Arena):
+        self.arena = arena
+
+    def __enter__(self) -> None:
+        self.arena._lock.acquire()
+        self.arena._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        arena = self.arena
+        try:
+            while arena._depth == 1 and arena._deferred:
+                arena._free_now(arena._deferred.pop())
+        finally:
+            arena._depth -= 1
+            arena._lock.release()

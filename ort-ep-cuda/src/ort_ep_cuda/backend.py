@@ -21,10 +21,11 @@ import numpy as np
 from ort_core import MemoryInfo
 
 from .arena import Arena
+from .bfloat16 import BFLOAT16, BFloat16Tensor
 from .devices import CUDNN_HINT, GpuRecord
 from .options import SMALL_CONV_WORKSPACE
 
-#: dtypes CuPy arrays can hold (bfloat16 is not one: CuPy has no bfloat16 dtype)
+#: dtypes CuPy arrays can hold (not bfloat16: it is held as bits, see bfloat16.py)
 DEVICE_DTYPES = frozenset(np.dtype(t) for t in (
     np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.bool_,
@@ -53,10 +54,11 @@ class _RawMemory:
 @dataclass
 class _ConvPlan:
     graph: Any
-    tensors: tuple[Any, Any, Any]  # X, W, Y of the graph
+    tensors: tuple[Any, ...]  # the graph's tensors: X, W, Y (convolutions) or Q, K, V, O (attention)
     workspace: int  # bytes
     nhwc: bool
     out_shape: tuple[int, ...]
+    index: int | None = None  # the plan chosen by timing (EXHAUSTIVE), else cuDNN's choice
 
 
 class CudaDevice:
@@ -73,7 +75,9 @@ class CudaDevice:
         with self._device:
             # a blocking stream: work on CUDA's legacy default stream (the copies with
             # do_copy_in_default_stream=1) is ordered with it, so no event is needed between them
-            self.stream = cupy.cuda.Stream(non_blocking=False)
+            # (a CUDA graph is captured on a non-blocking stream, which CUDA requires not to
+            # meet the legacy default stream during capture; copies then wait on events)
+            self.stream = cupy.cuda.Stream(non_blocking=bool(options["enable_cuda_graph"]))
         self.copy_stream = cupy.cuda.Stream.null if options["do_copy_in_default_stream"] else self.stream
         limit = options["gpu_mem_limit"] or None
         self.arena = Arena(_RawMemory(cupy, self.device_id), MemoryInfo(memory_name, "GPU", self.device_id, 256),
@@ -84,10 +88,27 @@ class CudaDevice:
         self.algo_search = options["cudnn_conv_algo_search"]
         self.workspace_limit = None if options["cudnn_conv_use_max_workspace"] else SMALL_CONV_WORKSPACE
         self._uploads: list[tuple[Any, np.ndarray]] = []  # pinned staging buffers of copies in flight
-        self._conv_plans: dict[tuple, _ConvPlan] = {}
+        self._conv_plans: dict[tuple, _ConvPlan | None] = {}  # cuDNN graphs per op and shape
         self._cudnn: Any = None
         self._handle: Any = None
         self._lock = threading.Lock()
+        self._graph: Any = None
+
+    # ------------------------------------------------------------------ CUDA graphs
+    def begin_capture(self) -> None:
+        """Record the stream's work into a CUDA graph (relaxed mode: the arena may cudaMalloc)."""
+        self.synchronize()
+        self.arena.hold_frees()
+        self.stream.begin_capture(mode=self.cupy.cuda.runtime.streamCaptureModeRelaxed)
+
+    def end_capture(self) -> None:
+        try:
+            self._graph = self.stream.end_capture()
+        finally:
+            self.arena.end_hold()
+
+    def launch_graph(self) -> None:
+        self._graph.launch(stream=self.stream)
 
     # ------------------------------------------------------------------ memory and streams
     def _malloc(self, size: int, device_id: int) -> int:
@@ -104,6 +125,8 @@ class CudaDevice:
     def to_device(self, array: Any) -> Any:
         """A host array copied to a new device array, through a pinned staging buffer."""
         array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+        if array.dtype == BFLOAT16:  # held as its bit patterns (CuPy has no bfloat16)
+            return BFloat16Tensor(self.to_device(array.view(np.uint16)))
         if array.dtype not in DEVICE_DTYPES:
             raise TypeError(f"a {array.dtype} tensor cannot be held on the GPU (CuPy has no {array.dtype} arrays)")
         cupy = self.cupy
@@ -113,13 +136,20 @@ class CudaDevice:
                 pinned = self._pinned(array.shape, array.dtype)
                 pinned[...] = array
                 out.set(pinned, stream=self.copy_stream)
-                # the staging buffer must live until the copy has read it
+                # the staging buffer must live until the copy has read it; the compute stream
+                # waits for the copy (implicit with the legacy default stream, not with a
+                # per-thread one: CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1)
+                event = self.copy_stream.record()
+                if self.copy_stream is not self.stream:
+                    self.stream.wait_event(event)
                 self._uploads = [(e, p) for e, p in self._uploads if not e.done]
-                self._uploads.append((self.copy_stream.record(), pinned))
+                self._uploads.append((event, pinned))
         return out
 
     def to_host(self, tensor: Any) -> np.ndarray:
         """A device array copied into a pinned host array (complete when this returns)."""
+        if isinstance(tensor, BFloat16Tensor):
+            return self.to_host(tensor.bits).view(BFLOAT16)
         cupy = self.cupy
         with self._device, cupy.cuda.using_allocator(self._allocator.malloc):
             if self.copy_stream is not self.stream:
@@ -144,6 +174,8 @@ class CudaDevice:
         self.synchronize()
         self._uploads.clear()
         self._conv_plans.clear()
+        self._graph = None
+        self.arena.release_held()
         if self._handle is not None:
             self._cudnn.destroy_handle(self._handle)
             self._handle = None
@@ -174,6 +206,48 @@ class CudaDevice:
         """ONNX ConvTranspose (no bias) as cuDNN's data gradient of a convolution."""
         del group
         return self._conv("dgrad", x, w, pads, strides, dilations, out_shape)
+
+    def sdpa(self, q: Any, k: Any, v: Any, scale: float, causal: bool) -> Any:
+        """cuDNN's fused attention on float16 (B, N, S, H) arrays, or None where cuDNN is missing
+        or declines the graph (the caller then computes it with two products and a softmax)."""
+        if not self.record.cudnn:
+            return None
+        key = ("sdpa", q.shape, k.shape, v.shape, float(scale), bool(causal))
+        with self._lock:
+            if key not in self._conv_plans:
+                try:
+                    self._conv_plans[key] = self._build_sdpa(q.shape, k.shape, v.shape, scale, causal)
+                except Exception:  # cudnnGraphNotSupportedError and kin: not this graph
+                    self._conv_plans[key] = None
+            plan = self._conv_plans[key]
+        if plan is None:
+            return None
+        cupy = self.cupy
+        Q, K, V, Out = plan.tensors
+        qc, kc, vc = (cupy.asarray(a, order="C") for a in (q, k, v))
+        out = cupy.empty(plan.out_shape, q.dtype)
+        workspace = cupy.empty(max(plan.workspace, 1), np.uint8)
+        plan.graph.execute({Q: qc.data.ptr, K: kc.data.ptr, V: vc.data.ptr, Out: out.data.ptr}, workspace.data.ptr,
+                           handle=self._handle)
+        return out
+
+    def _build_sdpa(self, q_shape, k_shape, v_shape, scale, causal) -> _ConvPlan:
+        cudnn = self._cudnn_module()
+        half = cudnn.data_type.HALF
+        graph = cudnn.pygraph(io_data_type=half, intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=self._handle)
+        Q, K, V = (graph.tensor(name=n, dim=list(s), stride=_strides(s, False), data_type=half)
+                   for n, s in (("Q", q_shape), ("K", k_shape), ("V", v_shape)))
+        Out, _stats = graph.sdpa(name="sdpa", q=Q, k=K, v=V, is_inference=True, attn_scale=float(scale),
+                               use_causal_mask=bool(causal))
+        out_shape = (*q_shape[:3], v_shape[3])
+        Out.set_output(True).set_data_type(half).set_dim(list(out_shape)).set_stride(_strides(out_shape, False))
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        graph.check_support()
+        graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+        return _ConvPlan(graph, (Q, K, V, Out), int(graph.get_workspace_size()), False, out_shape)
 
     def _cudnn_module(self) -> Any:
         if self._cudnn is None:
@@ -211,7 +285,11 @@ class CudaDevice:
             xc, wc = cupy.asarray(x, order="C"), cupy.asarray(w, order="C")
             y = cupy.empty(out_shape, x.dtype)
         workspace = cupy.empty(max(plan.workspace, 1), np.uint8)
-        plan.graph.execute({X: xc.data.ptr, W: wc.data.ptr, Y: y.data.ptr}, workspace.data.ptr, handle=self._handle)
+        pack = {X: xc.data.ptr, W: wc.data.ptr, Y: y.data.ptr}
+        if plan.index is None:
+            plan.graph.execute(pack, workspace.data.ptr, handle=self._handle)
+        else:
+            plan.graph.execute_plan_at_index(pack, workspace.data.ptr, plan.index, handle=self._handle)
         if plan.nhwc:
             y = y.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
         return y
@@ -247,12 +325,10 @@ class CudaDevice:
         if self.algo_search == "EXHAUSTIVE":
             graph.build_plans(cudnn.build_plan_policy.ALL)
             best = self._time_plans(graph, (X, W, Y), x.shape, w.shape, out_shape, x.dtype, nhwc)
-            graph.build_plan_at_index(best)  # selects it for execute()
-            workspace = graph.get_workspace_size_plan_at_index(best)
-        else:
-            graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
-            workspace = graph.get_workspace_size()
-        return _ConvPlan(graph, (X, W, Y), int(workspace), nhwc, tuple(out_shape))
+            return _ConvPlan(graph, (X, W, Y), int(graph.get_workspace_size_plan_at_index(best)), nhwc,
+                             tuple(out_shape), best)
+        graph.build_plans(cudnn.build_plan_policy.HEURISTICS_CHOICE)
+        return _ConvPlan(graph, (X, W, Y), int(graph.get_workspace_size()), nhwc, tuple(out_shape))
 
     def _time_plans(self, graph: Any, tensors: tuple[Any, Any, Any], x_shape: tuple[int, ...],
                     w_shape: tuple[int, ...], y_shape: tuple[int, ...], dtype: np.dtype, nhwc: bool) -> int:

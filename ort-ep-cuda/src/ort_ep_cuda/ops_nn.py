@@ -125,6 +125,7 @@ def _pool(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
     ceil_mode = bool(node.attr("ceil_mode", 0))
     is_max = node.op_type == "MaxPool"
     include_pad = bool(node.attr("count_include_pad", 0))
+    divisors: dict[tuple, Any] = {}  # AveragePool's divisors on the device, per input shape
 
     def run(x):
         n = x.ndim - 2
@@ -146,16 +147,19 @@ def _pool(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
             return xp.max(windows(xp, padded, kernel, strides, dilations, out_sizes), axis=axes)
         x32 = x.astype(np.float32)
         sums = xp.sum(windows(xp, xp.pad(x32, width), kernel, strides, dilations, out_sizes), axis=axes)
-        # the divisor: input cells in each window, plus the explicit pads with count_include_pad
-        # (never the extension ceil_mode adds)
-        ones = np.ones(x.shape[2:], np.float32)
-        if include_pad:
-            ones = np.pad(ones, [(pads[k], pads[n + k]) for k in range(n)], constant_values=1)
-            ones = np.pad(ones, [(0, extra[k]) for k in range(n)])
-        else:
-            ones = np.pad(ones, [(pads[k], pads[n + k] + extra[k]) for k in range(n)])
-        counts = _host_window_sums(ones, kernel, strides, dilations, out_sizes)
-        return (sums / xp.asarray(counts)).astype(x.dtype)
+        key = tuple(x.shape[2:])
+        counts = divisors.get(key)
+        if counts is None:
+            # the divisor: input cells in each window, plus the explicit pads with
+            # count_include_pad (never the extension ceil_mode adds); made once per shape
+            ones = np.ones(x.shape[2:], np.float32)
+            if include_pad:
+                ones = np.pad(ones, [(pads[k], pads[n + k]) for k in range(n)], constant_values=1)
+                ones = np.pad(ones, [(0, extra[k]) for k in range(n)])
+            else:
+                ones = np.pad(ones, [(pads[k], pads[n + k] + extra[k]) for k in range(n)])
+            counts = divisors[key] = xp.asarray(_host_window_sums(ones, kernel, strides, dilations, out_sizes))
+        return (sums / counts).astype(x.dtype)
 
     return Body(run)
 

@@ -107,7 +107,8 @@ def _split(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
             chunk = -(-length // parts)
             sizes = [min(chunk, max(0, length - k * chunk)) for k in range(parts)]
         bounds = np.cumsum(sizes)[:-1]
-        return [xp.asarray(p, order="C") for p in xp.split(x, [int(b) for b in bounds], axis=ax)]
+        parts = [xp.asarray(p, order="C") for p in xp.split(x, [int(b) for b in bounds], axis=ax)]
+        return parts if n_out > 1 else parts[0]
 
     return Body(run, host_inputs=frozenset() if node.opset < 13 else frozenset({1}), n_outputs=n_out)
 

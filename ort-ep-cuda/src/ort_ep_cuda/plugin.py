@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ort_core import (
+    CORE_DOMAIN,
     Allocator,
     Capability,
     Claim,
@@ -12,6 +15,7 @@ from ort_core import (
     EpDevice,
     EpDevices,
     EPFail,
+    FusedOp,
     GraphView,
     Kernel,
     KernelRequest,
@@ -21,8 +25,22 @@ from ort_core import (
     hookimpl,
 )
 
-from . import MEMORY_NAME, PROVIDER_NAME, backend, devices, ops_control, ops_math, ops_nn, ops_tensor  # noqa: F401  (register kernels)
+from . import (  # noqa: F401  (the ops_* modules register the kernels)
+    MEMORY_NAME,
+    PROVIDER_NAME,
+    backend,
+    devices,
+    ops_attention,
+    ops_control,
+    ops_fused,
+    ops_math,
+    ops_nn,
+    ops_tensor,
+)
+from .bfloat16 import BFLOAT16, adapt
+from .graphs import GraphMode, graph_kernel
 from .host import host_kernel, host_nodes
+from .ops_fused import ACTIVATIONS
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
 from .version import __version__
@@ -34,6 +52,23 @@ SPEC = ProviderSpec(
     kind="kernel",
     options=OPTIONS,
     description="CuPy device arrays on NVIDIA GPUs; cuBLAS products, cuDNN convolutions",
+    # the fused nodes core's optimizer may form for this provider (contract 1.2): ops_fused.py,
+    # ops_attention.py and ops_math.py compute each as onnxruntime does (the kit's
+    # fusion_parity checks it)
+    fused_ops=(
+        FusedOp("FusedConv", attributes={"activation": ACTIVATIONS}),
+        FusedOp("FusedGemm", attributes={"activation": tuple(a for a in ACTIVATIONS if a != "Clip")}),
+        FusedOp("FusedMatMul"),
+        FusedOp("Gelu"),
+        FusedOp("BiasGelu"),
+        FusedOp("SkipLayerNormalization"),
+        FusedOp("Attention"),
+        FusedOp("MultiHeadAttention"),
+        FusedOp("LayerNormalization", ""),
+        FusedOp("LayerNormalization", CORE_DOMAIN),
+        FusedOp("HardSwish", ""),
+        FusedOp("HardSwish", CORE_DOMAIN),
+    ),
 )
 
 
@@ -68,14 +103,12 @@ def ort_session_start(ep: ProviderContext) -> None:
     found = devices.probe()
     if not found.records:
         raise EPFail(found.reason or "no CUDA device")
-    if ep.options["enable_cuda_graph"]:
-        raise EPFail("option enable_cuda_graph=1: CUDA graph capture is not implemented in this version of "
-                     "ort-ep-cuda; run without it (enable_cuda_graph=0)")
     # core picked the device named by option device_id (and refused one that is not present)
     record = next(r for r in found.records if r.index == ep.device.device_id)
     dev = backend.open_device(record, dict(ep.options), MEMORY_NAME)
     ep.state["runtime"] = Runtime(dev, cudnn=bool(record.cudnn), cudnn_reason=record.cudnn_reason)
     ep.state["host_nodes"] = {}
+    ep.state["graph_mode"] = GraphMode() if ep.options["enable_cuda_graph"] else None
     ep.device = _device(record)
 
 
@@ -110,8 +143,18 @@ def shrink_requested(value: str, device_id: int) -> bool:
 
 
 @hookimpl
+def ort_run_start(ep: ProviderContext, run_options: Any) -> None:
+    if ep.name == PROVIDER_NAME and ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].start_run(_runtime(ep).dev)
+
+
+@hookimpl
 def ort_run_end(ep: ProviderContext, run_options: Any) -> None:
-    if ep.name != PROVIDER_NAME or "runtime" not in ep.state or run_options is None:
+    if ep.name != PROVIDER_NAME or "runtime" not in ep.state:
+        return
+    if ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].end_run(_runtime(ep).dev)
+    if run_options is None:
         return
     try:
         value = run_options.get_run_config_entry(SHRINKAGE_RUN_OPTION)
@@ -145,9 +188,11 @@ def decline_reason(node: NodeView, rt: Runtime) -> str | None:
         dtype = node.graph.value(name).dtype
         if dtype is None:
             return f"{node.op_type}: {name!r} is not a tensor of a known type"
+        if dtype == BFLOAT16 and np.dtype(np.float32) in e.dtypes:
+            continue  # computed in float32 (bfloat16.py)
         if dtype not in e.dtypes:
-            if dtype.name == "bfloat16":
-                return f"{node.op_type} on bfloat16 has no CUDA kernel (CuPy has no bfloat16 arrays)"
+            if dtype == BFLOAT16:
+                return f"{node.op_type} on bfloat16 has no CUDA kernel (no float32 kernel to compute it in)"
             return f"{node.op_type} on {dtype} has no CUDA kernel (takes {', '.join(sorted(d.name for d in e.dtypes))})"
     return None if e.check is None else e.check(node, rt)
 
@@ -165,7 +210,13 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             capability.claims.append(Claim((i,)))
         else:
             capability.declined[i] = reason
+    if ep.state.get("graph_mode") is not None:
+        ep.state["graph_mode"].check_graph(graph, candidates, capability.declined)
     return capability
+
+
+def _touches_bfloat16(node: NodeView) -> bool:
+    return any(n and node.graph.value(n).dtype == BFLOAT16 for n in (*node.inputs, *node.outputs))
 
 
 @hookimpl
@@ -174,12 +225,18 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
         return None
     node = request.node
     if node.index in _host_nodes(ep, request.graph):
-        return host_kernel(node, backend.DEVICE_DTYPES)
+        return host_kernel(node, backend.DEVICE_DTYPES | {BFLOAT16})
     e = entry(node.domain, node.op_type)
     if e is None:
         raise ValueError(f"no CUDA kernel for {node.qualified_op}")
     rt = _runtime(ep)
     body = e.build(node, request, rt)
     launch, fn = rt.dev.launch, body.fn
+    if body.launch and _touches_bfloat16(node):
+        outs = [bool(n) and node.graph.value(n).dtype == BFLOAT16 for n in node.outputs]
+        fn = adapt(rt.xp, fn, outs, body.n_outputs)
     run = (lambda *args: launch(fn, args)) if body.launch else fn
+    mode = ep.state.get("graph_mode")
+    if mode is not None and body.launch:
+        run = graph_kernel(mode, node.name, launch, fn, body.host_inputs)
     return Kernel(run=run, single_output=body.n_outputs == 1, host_inputs=body.host_inputs)
