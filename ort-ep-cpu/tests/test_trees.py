@@ -95,11 +95,23 @@ def _convert(model, x, **kwargs):
     return to_onnx(model, x[:1], **kwargs)
 
 
+_FITTED: dict = {}
+
+
+def _fitted(table: dict, name: str, classes: int | None):
+    """The estimator fitted once per module (both paths test the same model)."""
+    key = (id(table), name, classes)
+    if key not in _FITTED:
+        x, y = _data(classes)
+        _FITTED[key] = table[name]().fit(x, y)
+    return _FITTED[key]
+
+
 @pytest.mark.parametrize("n_classes", [2, 3])
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_sklearn_classifiers_match_onnxruntime(name, n_classes, path):
-    x, y = _data(n_classes)
-    model = CLASSIFIERS[name]().fit(x, y)
+    x, _ = _data(n_classes)
+    model = _fitted(CLASSIFIERS, name, n_classes)
     onx = _convert(model, x, options={id(model): {"zipmap": False}}, target_opset={"": 17, ML: 3})
     _compare(onx.SerializeToString(), {"X": x[:64]})
 
@@ -113,8 +125,8 @@ def test_sklearn_classifier_with_string_labels_and_zipmap(path):
 
 @pytest.mark.parametrize("name", sorted(REGRESSORS))
 def test_sklearn_regressors_match_onnxruntime(name, path):
-    x, y = _data(None)
-    model = REGRESSORS[name]().fit(x, y)
+    x, _ = _data(None)
+    model = _fitted(REGRESSORS, name, None)
     onx = _convert(model, x, target_opset={"": 17, ML: 3})
     _compare(onx.SerializeToString(), {"X": x[:64]})
     _compare(onx.SerializeToString(), {"X": x[:1]})
@@ -161,8 +173,8 @@ def _as_tree_ensemble(legacy_model):
 
 @pytest.mark.parametrize("name", ["random_forest", "gradient_boosting", "hist_gradient_boosting"])
 def test_sklearn_regressor_as_the_newer_tree_ensemble(name, path):
-    x, y = _data(None)
-    model = REGRESSORS[name]().fit(x, y)
+    x, _ = _data(None)
+    model = _fitted(REGRESSORS, name, None)
     onx = _as_tree_ensemble(_convert(model, x, target_opset={"": 17, ML: 3}))
     _compare(onx.SerializeToString(), {"X": x[:64]})
 
