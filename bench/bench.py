@@ -42,12 +42,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 RTOL = 1e-3
 ATOL = 1e-4
 REFERENCE_LIMIT_S = 60  # onnx.reference is skipped where it would take longer (warm-up run included)
 GENERATED = ("mlp", "cnn", "transformer")
 REAL = ("ocr-det", "ocr-rec", "ocr-cls", "silero-vad")
+# made at bench time (bench/zoo.py): scikit-learn models through skl2onnx, a QDQ-quantized CNN
+from zoo import ZOO  # noqa: E402, I001  (bench/ is on the path from above)
 
 
 # --------------------------------------------------------------------------------------------
@@ -59,12 +62,12 @@ def model_cases(names: list[str], batches: list[int]) -> list[tuple[str, str, in
     """(case label, model name, batch) for every requested model."""
     cases = []
     for name in names:
-        if name in GENERATED:
+        if name in GENERATED or name in ZOO:
             cases.extend((f"{name}-b{b}", name, b) for b in batches)
         elif name in REAL:
             cases.append((name, name, 1))
         else:
-            raise SystemExit(f"unknown model {name!r}; valid: {', '.join(GENERATED + REAL)}")
+            raise SystemExit(f"unknown model {name!r}; valid: {', '.join(GENERATED + REAL + ZOO)}")
     return cases
 
 
@@ -75,6 +78,10 @@ def load_case(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
     if name in GENERATED:
         proto = models.MODELS[name]()
         return proto.SerializeToString(), models.random_inputs(proto, batch=batch)
+    if name in ZOO:
+        import zoo
+
+        return zoo.load(name, batch)
     from real_models import fetch
 
     data = fetch(name).read_bytes()
@@ -464,7 +471,7 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child_main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(GENERATED + REAL))
+    parser.add_argument("--models", default=",".join(GENERATED + REAL + ZOO))
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=50)

@@ -360,10 +360,20 @@ def test_tree_ensemble_classifier_matches_onnxruntime(post, base, strings):
     assert placed.note == ""  # native
 
 
-def test_two_class_tree_ensemble_classifier_is_delegated():
-    model = _random_classifier(np.random.default_rng(1), 2, None, "LOGISTIC", False)
-    (placed,) = ort.InferenceSession(model.SerializeToString()).get_placement().nodes
-    assert placed.note == "delegated to onnx.reference"
+def test_two_class_tree_ensemble_classifier_is_native():
+    # onnxruntime's two-class conventions, kernels/trees.py (more cases in tests/test_trees.py)
+    rng = np.random.default_rng(1)
+    model = _random_classifier(rng, 2, None, "LOGISTIC", False)
+    feeds = {"x": np.round(rng.standard_normal((100, 4)), 1).astype(np.float32)}
+    session = ort.InferenceSession(model.SerializeToString())
+    label, scores = session.run(None, feeds)
+    expected_label, expected_scores = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-6)
+    # onnxruntime answers 1/0 for the labels (3, 5) of this encoding; the class labels are meant
+    assert set(expected_label.tolist()) <= {0, 1}
+    np.testing.assert_array_equal(label, np.array([3, 5])[expected_label])
+    (placed,) = session.get_placement().nodes
+    assert placed.note == ""
 
 
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])

@@ -378,7 +378,8 @@ def test_not_installed_is_reported_quietly(monkeypatch, caplog):
         assert _onednn.library() is None
     assert caplog.text == ""
     assert _onednn.info() == {"library": "oneDNN", "used": False,
-                              "reason": f"the {_onednn.DISTRIBUTION} distribution is not installed"}
+                              "reason": f"the {_onednn.DISTRIBUTION} distribution is not installed: "
+                                        f"pip install {_onednn.DISTRIBUTION} (Linux x86-64)"}
 
 
 def test_a_thread_s_stream_is_destroyed_when_the_thread_ends(runs, monkeypatch):

@@ -38,6 +38,7 @@ def test_unknown_key_names_the_valid_keys(mlp):
         ("num_of_threads", "-1", "num_of_threads must be a whole number >= 0"),
         ("num_streams", "many", "num_streams must be a whole number"),
         ("shape_cache_size", "0", ">= 1"),
+        ("min_subgraph_size", "0", ">= 1"),
         ("disable_dynamic_shapes", "maybe", "valid values: True, False"),
         ("load_config", "{not json", "not valid JSON"),
         ("load_config", '{"CPU": 4}', "must map a device to its properties"),

@@ -189,3 +189,44 @@ def test_input_of_another_dtype_is_cast():
     (y,) = compiled.infer([x])
     assert y.dtype == np.float32
     np.testing.assert_array_equal(y, np.maximum(x, 0).astype(np.float32))
+
+
+def _fragments():
+    """Relu -> Neg -> TopK (OpenVINO's diverges: declined) -> Abs: two fragments, of 2 and 1 nodes."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Neg", ["a"], ["b"], name="neg"),
+        helper.make_node("TopK", ["b", "k"], ["v", "i"], name="topk", axis=1),
+        helper.make_node("Abs", ["v"], ["y"], name="abs"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_small_fragments_are_left_to_the_cpu_provider_by_default():
+    from ort_ep_openvino.options import MIN_SUBGRAPH_SIZE
+
+    model = _fragments()
+    placement = {p.name: p for p in session(model).get_placement().nodes}
+    assert {p.provider for p in placement.values()} == {CPU}
+    assert placement["neg"].declined[OV] == f"group too small: 2 node(s) < min_subgraph_size {MIN_SUBGRAPH_SIZE}"
+    assert placement["abs"].declined[OV] == f"group too small: 1 node(s) < min_subgraph_size {MIN_SUBGRAPH_SIZE}"
+    assert "indices of equal values" in placement["topk"].declined[OV]
+
+
+def test_min_subgraph_size_1_takes_every_fragment():
+    model = _fragments()
+    sess = session(model, {"min_subgraph_size": "1"})
+    placement = {p.name: p for p in sess.get_placement().nodes}
+    assert [placement[n].provider for n in ("relu", "neg", "topk", "abs")] == [OV, OV, CPU, OV]
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    assert_parity(sess.run(None, {"x": x}), reference(model.SerializeToString(), {"x": x}), rel=1e-6)
+
+
+def test_a_small_model_taken_whole_is_no_fragment():
+    model = _chain_with_side_path()  # 4 nodes, all supported
+    assert {p.provider for p in session(model).get_placement().nodes} == {OV}

@@ -10,11 +10,12 @@ The names follow onnxruntime's Python API on purpose::
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from .binding import IOBinding
 from .devices import PROVIDER_PACKAGES, OrtDeviceMemoryType, OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType
-from .epcontext import ModelCompiler, OrtCompileApiFlags
 from .errors import (
     EPFail,
     Fail,
@@ -28,23 +29,10 @@ from .errors import (
     OrtError,
     RuntimeException,
 )
-from .graph.view import GraphView, NodeView, ValueView
 from .hookspecs import ENTRY_POINT_GROUP, hookimpl
 from .memory import HostAllocator, OrtValue
-from .optimizer.fusion import CORE_DOMAIN
-from .partition import CopyPlacement, NodePlacement, Placement
 from .plugins import PluginFailure, plugin_failures, register, registry, unregister
-from .policy import OrtExecutionProviderDevicePolicy
 from .seed import set_seed
-from .session import (
-    ExecutionMode,
-    GraphOptimizationLevel,
-    InferenceSession,
-    ModelMetadata,
-    NodeArg,
-    RunOptions,
-    SessionOptions,
-)
 from .types import (
     HOST_MEMORY,
     Allocator,
@@ -65,6 +53,49 @@ from .types import (
     SubgraphRunner,
 )
 from .version import CONTRACT_VERSION, __version__
+
+# The names below live in modules that import onnx and onnx-ir (and, through onnx-ir, sympy):
+# about 1 s together, which `import ort_core` must not pay (onnxruntime imports in 0.03 s).
+# They are imported at their first use (PEP 562), which is when a session is made.
+_LAZY = {
+    "GraphView": "graph.view", "NodeView": "graph.view", "ValueView": "graph.view",
+    "CORE_DOMAIN": "optimizer.fusion",
+    "CopyPlacement": "partition", "NodePlacement": "partition", "Placement": "partition",
+    "ExecutionMode": "session", "GraphOptimizationLevel": "session", "InferenceSession": "session",
+    "ModelMetadata": "session", "NodeArg": "session", "RunOptions": "session",
+    "SessionOptions": "session",
+    "ModelCompiler": "epcontext", "OrtCompileApiFlags": "epcontext",
+    "OrtExecutionProviderDevicePolicy": "policy",
+}
+
+if TYPE_CHECKING:
+    from .epcontext import ModelCompiler, OrtCompileApiFlags
+    from .graph.view import GraphView, NodeView, ValueView
+    from .optimizer.fusion import CORE_DOMAIN
+    from .partition import CopyPlacement, NodePlacement, Placement
+    from .policy import OrtExecutionProviderDevicePolicy
+    from .session import (
+        ExecutionMode,
+        GraphOptimizationLevel,
+        InferenceSession,
+        ModelMetadata,
+        NodeArg,
+        RunOptions,
+        SessionOptions,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ort_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 # The providers of this project's family; get_all_providers() lists them and any other
 # provider installed here, as onnxruntime lists every provider its build knows.

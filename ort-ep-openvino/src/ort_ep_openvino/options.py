@@ -131,6 +131,11 @@ def parse_load_config(value: Any) -> dict[str, dict[str, Any]]:
     return result
 
 
+#: default of ``min_subgraph_size``, measured (README "Small fragments"): one OpenVINO infer
+#: call costs about 15 us here, a tiny node on the CPU provider 1.5-5 us; silero VAD's fragments
+#: inside If branches (1-6 nodes, two of 21) made [OpenVINO, CPU] 2-4x slower than CPU alone
+MIN_SUBGRAPH_SIZE = 32
+
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("device_type", "CPU", f"OpenVINO device to compile for: {DEVICE_FORMS}", parse_device_type),
     OptionSpec(
@@ -152,6 +157,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                '{"CPU": {"PROPERTY": value}}; these override the other options', parse_load_config),
     OptionSpec("disable_dynamic_shapes", False, "never compile a dynamic-shape model: one static-shape model "
                "per input shape, in an LRU of shape_cache_size", parse_bool),
+    OptionSpec("min_subgraph_size", MIN_SUBGRAPH_SIZE, "fewest nodes a group needs to be compiled (as onnxruntime's "
+               "trt_min_subgraph_size): a smaller fragment is left to the next provider ('group too small'), "
+               "since each OpenVINO call costs about as much as ten tiny nodes on the CPU provider; a group that "
+               "is the whole model is always taken", _positive_int("min_subgraph_size")),
     OptionSpec("shape_cache_size", 8, "static-shape compiled models per group: the first shapes seen (then "
                "the dynamic model serves new shapes), or the LRU with disable_dynamic_shapes",
                _positive_int("shape_cache_size")),
@@ -167,6 +176,7 @@ class CompileSettings:
     config: dict[str, Any]  # the compile_model config
     dynamic: bool  # compile dynamic-shape models (else one static model per input shape)
     shape_cache_size: int
+    min_subgraph_size: int = 1
 
 
 def _device_default_precision(device_type: str) -> str:
@@ -225,4 +235,5 @@ def resolve(options: Mapping[str, Any], intra_op_num_threads: int = 0) -> Compil
     dynamic = not options["disable_dynamic_shapes"] and not any(
         d.startswith("NPU") for d in physical_devices(device_type)
     )
-    return CompileSettings(device_type, precision, config, dynamic, options["shape_cache_size"])
+    return CompileSettings(device_type, precision, config, dynamic, options["shape_cache_size"],
+                           options["min_subgraph_size"])

@@ -176,8 +176,15 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             supported.add(i)
         else:
             capability.declined[i] = reason
+    least = settings.min_subgraph_size
     for group in groups(graph, supported):
-        capability.claims.append(Claim(group, fuse=True))
+        # a small fragment costs an OpenVINO call for little work; the whole model is no fragment
+        whole = graph.outer is None and len(group) == len(graph.nodes)
+        if len(group) < least and not whole:
+            for i in group:
+                capability.declined[i] = f"group too small: {len(group)} node(s) < min_subgraph_size {least}"
+        else:
+            capability.claims.append(Claim(group, fuse=True))
     return capability
 
 

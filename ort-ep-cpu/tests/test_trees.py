@@ -1,0 +1,253 @@
+"""Tree ensembles (``kernels/trees.py``) against onnxruntime, on scikit-learn models converted by
+skl2onnx and on hand-made two-class encodings, through the compiled loop and the numpy walk.
+
+Tolerances: scores rtol 1e-5, atol 1e-5 (this provider sums in float64, onnxruntime in float32);
+labels exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import _jit, trees
+
+sklearn = pytest.importorskip("sklearn")
+skl2onnx = pytest.importorskip("skl2onnx")
+
+from skl2onnx import to_onnx  # noqa: E402
+from sklearn import ensemble  # noqa: E402
+
+ML = "ai.onnx.ml"
+RTOL = ATOL = 1e-5
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def path(request, monkeypatch):
+    if request.param == "compiled":
+        if trees._compiled() is None:
+            pytest.skip("numba is not installed")
+    else:
+        monkeypatch.setattr(_jit, "USE", False)
+    return request.param
+
+
+def _compare(data: bytes, feeds: dict, expect_native: bool = True) -> None:
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    expected = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = session.run(None, feeds)
+    for name, a, b in zip([o.name for o in session.get_outputs()], got, expected):
+        if isinstance(b, list):  # ZipMap's list of dicts
+            assert len(a) == len(b)
+            for ra, rb in zip(a, b):
+                assert ra.keys() == rb.keys()
+                np.testing.assert_allclose(list(ra.values()), list(rb.values()), rtol=RTOL, atol=ATOL, err_msg=name)
+        elif np.asarray(b).dtype.kind in "OU":
+            assert np.asarray(a).tolist() == np.asarray(b).tolist(), name
+        else:
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=name)
+            assert np.asarray(a).dtype == np.asarray(b).dtype, name
+    notes = {p.op_type: p.note for p in session.get_placement().nodes if p.op_type.startswith("TreeEnsemble")}
+    assert notes, "no tree ensemble in the model"
+    if expect_native:
+        assert set(notes.values()) == {""}, notes
+
+
+def _data(n_classes: int | None, n: int = 300, n_features: int = 6):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, n_features)).astype(np.float32)
+    if n_classes is None:
+        return x, x[:, 0] * 2 + np.sin(x[:, 1]) + 0.1 * rng.standard_normal(n)
+    return x, (np.digitize(x[:, 0] + 0.5 * x[:, 1], np.linspace(-1, 1, n_classes - 1))).astype(np.int64)
+
+
+CLASSIFIERS = {
+    "random_forest": lambda: ensemble.RandomForestClassifier(n_estimators=12, max_depth=6, random_state=0),
+    "extra_trees": lambda: ensemble.ExtraTreesClassifier(n_estimators=8, max_depth=5, random_state=0),
+    "gradient_boosting": lambda: ensemble.GradientBoostingClassifier(n_estimators=15, max_depth=3, random_state=0),
+    "hist_gradient_boosting": lambda: ensemble.HistGradientBoostingClassifier(max_iter=15, random_state=0),
+}
+REGRESSORS = {
+    "random_forest": lambda: ensemble.RandomForestRegressor(n_estimators=12, max_depth=6, random_state=0),
+    "gradient_boosting": lambda: ensemble.GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0),
+    "hist_gradient_boosting": lambda: ensemble.HistGradientBoostingRegressor(max_iter=20, random_state=0),
+}
+
+
+@pytest.fixture(autouse=True)
+def _int_missing_tracks(monkeypatch):
+    # skl2onnx 1.20 passes a Python bool as nodes_missing_value_tracks_true for the leaves of
+    # histogram gradient boosting, which protobuf 7 refuses in an ints attribute: give it an int
+    from skl2onnx.common import tree_ensemble
+
+    add_node = tree_ensemble.add_node
+
+    def add_int_node(*args, nodes_missing_value_tracks_true=0, **kwargs):
+        return add_node(*args, nodes_missing_value_tracks_true=int(nodes_missing_value_tracks_true), **kwargs)
+
+    monkeypatch.setattr(tree_ensemble, "add_node", add_int_node)
+
+
+def _convert(model, x, **kwargs):
+    return to_onnx(model, x[:1], **kwargs)
+
+
+_FITTED: dict = {}
+
+
+def _fitted(table: dict, name: str, classes: int | None):
+    """The estimator fitted once per module (both paths test the same model)."""
+    key = (id(table), name, classes)
+    if key not in _FITTED:
+        x, y = _data(classes)
+        _FITTED[key] = table[name]().fit(x, y)
+    return _FITTED[key]
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_sklearn_classifiers_match_onnxruntime(name, n_classes, path):
+    x, _ = _data(n_classes)
+    model = _fitted(CLASSIFIERS, name, n_classes)
+    onx = _convert(model, x, options={id(model): {"zipmap": False}}, target_opset={"": 17, ML: 3})
+    _compare(onx.SerializeToString(), {"X": x[:64]})
+
+
+def test_sklearn_classifier_with_string_labels_and_zipmap(path):
+    x, y = _data(2)
+    model = ensemble.RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0).fit(x, np.array(["no", "yes"])[y])
+    onx = _convert(model, x, target_opset={"": 17, ML: 3})
+    _compare(onx.SerializeToString(), {"X": x[:20]})
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSORS))
+def test_sklearn_regressors_match_onnxruntime(name, path):
+    x, _ = _data(None)
+    model = _fitted(REGRESSORS, name, None)
+    onx = _convert(model, x, target_opset={"": 17, ML: 3})
+    _compare(onx.SerializeToString(), {"X": x[:64]})
+    _compare(onx.SerializeToString(), {"X": x[:1]})
+
+
+def _as_tree_ensemble(legacy_model):
+    """The legacy TreeEnsembleRegressor of a one-target model re-encoded as ai.onnx.ml 5's
+    TreeEnsemble (which has no base values: those are dropped)."""
+    (node,) = [n for n in legacy_model.graph.node if n.op_type == "TreeEnsembleRegressor"]
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    modes = [m.decode() for m in a["nodes_modes"]]
+    key = list(zip(a["nodes_treeids"], a["nodes_nodeids"]))
+    inner = [k for k, m in zip(key, modes) if m != "LEAF"]
+    leaves = [k for k, m in zip(key, modes) if m == "LEAF"]
+    at_inner, at_leaf = {k: i for i, k in enumerate(inner)}, {k: i for i, k in enumerate(leaves)}
+    vote = {(t, n): w for t, n, w in zip(a["target_treeids"], a["target_nodeids"], a["target_weights"])}
+    codes = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4, "BRANCH_NEQ": 5}
+    row = {k: j for j, k in enumerate(key)}
+    attrs = {k: [] for k in ("nodes_featureids", "nodes_truenodeids", "nodes_trueleafs", "nodes_falsenodeids",
+                             "nodes_falseleafs")}
+    splits, node_modes = [], []
+    for t, n in inner:
+        j = row[(t, n)]
+        attrs["nodes_featureids"].append(a["nodes_featureids"][j])
+        splits.append(a["nodes_values"][j])
+        node_modes.append(codes[modes[j]])
+        for side in ("true", "false"):
+            child = (t, a[f"nodes_{side}nodeids"][j])
+            is_leaf = child in at_leaf
+            attrs[f"nodes_{side}nodeids"].append(at_leaf[child] if is_leaf else at_inner[child])
+            attrs[f"nodes_{side}leafs"].append(int(is_leaf))
+    children = {(t, a[f"nodes_{s}nodeids"][row[(t, n)]]) for t, n in inner for s in ("true", "false")}
+    roots = [at_inner[k] for k in inner if k not in children]
+    new = helper.make_node(
+        "TreeEnsemble", list(node.input), list(node.output), domain=ML, **attrs, tree_roots=roots,
+        nodes_splits=helper.make_tensor("s", TensorProto.FLOAT, [len(splits)], splits),
+        nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [len(node_modes)], node_modes),
+        leaf_targetids=[0] * len(leaves),
+        leaf_weights=helper.make_tensor("w", TensorProto.FLOAT, [len(leaves)], [vote[k] for k in leaves]),
+        n_targets=1, aggregate_function=1, post_transform=0)
+    graph = helper.make_graph([new], "g", list(legacy_model.graph.input), list(legacy_model.graph.output))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(ML, 5)])
+
+
+@pytest.mark.parametrize("name", ["random_forest", "gradient_boosting", "hist_gradient_boosting"])
+def test_sklearn_regressor_as_the_newer_tree_ensemble(name, path):
+    x, _ = _data(None)
+    model = _fitted(REGRESSORS, name, None)
+    onx = _as_tree_ensemble(_convert(model, x, target_opset={"": 17, ML: 3}))
+    _compare(onx.SerializeToString(), {"X": x[:64]})
+
+
+# ------------------------------------------------------------------------- two-class encodings
+
+
+def _two_class(class_ids, weights, base, post, labels=(0, 1), mixed=False):
+    """Three stumps over feature 0/1/2; each leaf votes ``weights`` (one per class id) times a
+    uniform draw from (0, 1), or from (-1, 1) where ``mixed``."""
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
+                             "class_ids", "class_weights")}
+    rng = np.random.default_rng(len(class_ids))
+    for t in range(3):
+        for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
+            attrs["nodes_treeids"].append(t)
+            attrs["nodes_nodeids"].append(k)
+            attrs["nodes_featureids"].append(t)
+            attrs["nodes_modes"].append(mode)
+            attrs["nodes_values"].append(0.1 * t)
+            attrs["nodes_truenodeids"].append(true)
+            attrs["nodes_falsenodeids"].append(false)
+            if mode == "LEAF":
+                for c, w in zip(class_ids, weights):
+                    attrs["class_treeids"].append(t)
+                    attrs["class_nodeids"].append(k)
+                    attrs["class_ids"].append(c)
+                    attrs["class_weights"].append(float(w * (2 * rng.random() - 1 if mixed else rng.random())))
+    extra = {"base_values": base} if base else {}
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
+                            classlabels_int64s=list(labels), **attrs, **extra)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("base", [[], [0.3], [0.2, -0.4]])
+@pytest.mark.parametrize("votes", [
+    ([1], [1.0], False),  # binary, probabilities of class 1
+    ([0], [1.0], False),  # binary, probabilities of class 0
+    ([0], [2.0], True),  # binary, margins of both signs for class 0
+    ([1], [1.5], True),  # binary, margins of both signs for class 1
+    ([1], [-1.5], False),  # binary, negative margins
+    ([0, 1], [0.7, 0.3], False),  # both classes voted
+])
+def test_two_class_encodings_match_onnxruntime(votes, base, post, path):
+    class_ids, weights, mixed = votes
+    if len(base) == 1 and len(class_ids) == 2:
+        pytest.skip("one base value without a binary encoding runs on onnx.reference (next test)")
+    data = _two_class(class_ids, weights, base, post, mixed=mixed)
+    x = np.random.default_rng(3).standard_normal((50, 3)).astype(np.float32)
+    _compare(data, {"x": x})
+
+
+def test_two_class_configurations_onnxruntime_leaves_open_run_on_the_reference():
+    data = _two_class([0, 1], [0.7, 0.3], [0.3], "NONE")
+    (placed,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_placement().nodes
+    assert placed.note == "delegated to onnx.reference"
+    data = _two_class([1], [1.0], [], "PROBIT")
+    (placed,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_placement().nodes
+    assert placed.note == "delegated to onnx.reference"
+
+
+def test_a_node_reading_a_missing_feature_is_an_error_naming_it(path):
+    import onnx
+
+    model = onnx.load_from_string(_two_class([1], [1.0], [], "NONE"))
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "features"  # any width passes the session
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.OrtError, match="TreeEnsembleClassifier.*a node reads feature 2, but the input has 2"):
+        session.run(None, {"x": np.zeros((2, 2), np.float32)})
