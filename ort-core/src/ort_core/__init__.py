@@ -88,6 +88,12 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        # a submodule not imported yet (``ort_core.optimizer.FUSED_OPS``), as a package attribute
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
         raise AttributeError(f"module 'ort_core' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later lookups are plain attribute reads
