@@ -357,3 +357,43 @@ def test_a_provider_raising_in_ort_ep_devices_is_named_in_plugin_failures(host):
     assert ort_core.get_available_providers() == ["CPUExecutionProvider"]
     failures = [f for f in ort_core.plugin_failures() if f.plugin == "broken"]
     assert len(failures) == 1 and "BrokenProvider: ort_ep_devices raised OSError: driver missing" in failures[0].error
+
+
+# ------------------------------------------------------------------ 7. outputs never alias
+def test_an_identity_of_an_input_is_a_fresh_array(host):
+    model = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"])],
+                       [tensor_info("x", [2])], [tensor_info("y", None), tensor_info("z", None)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    x = np.array([1.0, 2.0], np.float32)
+    y, z = sess.run(None, {"x": x})
+    assert not np.shares_memory(y, x) and not np.shares_memory(y, z)
+    y[0] = 7
+    assert x[0] == 1 and z[0] == 1
+
+
+def test_an_output_from_an_initializer_is_writable_and_not_shared_between_runs(host):
+    w = _tensor("w", np.array([3.0, 4.0], np.float32))
+    so = ort_core.SessionOptions()
+    so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model = make_model([helper.make_node("Identity", ["w"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
+                       [tensor_info("x", [2])], [tensor_info("y", None), tensor_info("z", None)], [w])
+    sess = ort_core.InferenceSession(model.SerializeToString(), so)
+    first = sess.run(["y"], {"x": np.ones(2, np.float32)})[0]
+    assert first.flags.writeable
+    first[:] = 0
+    np.testing.assert_array_equal(sess.run(["y"], {"x": np.ones(2, np.float32)})[0], [3.0, 4.0])
+
+
+def test_an_output_made_by_the_run_is_not_copied(host):
+    sess = ort_core.InferenceSession(_relu_model())
+    kernel_output = []
+    plan_run = sess._plan.run
+
+    def spy(feeds, **kw):
+        outs = plan_run(feeds, **kw)
+        kernel_output.extend(outs)
+        return outs
+
+    sess._plan.run = spy
+    y = sess.run(None, {"x": np.ones(2, np.float32)})[0]
+    assert y is kernel_output[0]

@@ -558,7 +558,7 @@ class InferenceSession:
                 logger.warning("after a failed run: %s", exc)
             raise
         _end_run(started, run_options)
-        return [_to_output(outputs[k]) for k in wanted]
+        return _unaliased([_to_output(outputs[k]) for k in wanted], feeds)
 
     def run_with_ort_values(
         self,
@@ -702,6 +702,29 @@ def _end_run(started: list[BoundProvider], run_options: Any) -> None:
             error = error or exc
     if error is not None:
         raise error
+
+
+def _unaliased(results: list[Any], feeds: list[Any]) -> list[Any]:
+    """The outputs as fresh, writable arrays, as onnxruntime returns them: an output that may
+    share memory with a feed (an Identity or Reshape of an input), with another output, or that
+    is read-only (an initializer or a view of one, shared between runs) is copied; the others,
+    made by the run, are returned as they are."""
+    arrays = [f for f in feeds if isinstance(f, np.ndarray)]
+    seen: list[np.ndarray] = []
+
+    def fresh(value: Any) -> Any:
+        if isinstance(value, list):  # a sequence output: its tensors, one by one
+            return [fresh(v) for v in value]
+        if not isinstance(value, np.ndarray):
+            return value
+        if not value.flags.writeable or any(np.may_share_memory(value, a) for a in arrays) or any(
+            np.may_share_memory(value, s) for s in seen
+        ):
+            value = value.copy()
+        seen.append(value)
+        return value
+
+    return [fresh(r) for r in results]
 
 
 def _to_output(value: Any) -> Any:
