@@ -397,3 +397,15 @@ def test_an_output_made_by_the_run_is_not_copied(host):
     sess._plan.run = spy
     y = sess.run(None, {"x": np.ones(2, np.float32)})[0]
     assert y is kernel_output[0]
+
+
+# ------------------------------------------------------------------ 8. bounded per-shape state
+def test_ever_new_input_shapes_keep_a_bounded_set_of_signatures(host):
+    from ort_core import plan
+
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N"])], [tensor_info("y", None)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    for n in range(plan.MAX_TRACKED_SIGNATURES + 50):
+        sess.run(None, {"x": np.ones(n, np.float32)})
+    assert len(sess._plan._tracked) <= plan.MAX_TRACKED_SIGNATURES  # was one per shape seen
+    assert sess.get_memory_stats()["Cpu"]["peak_bytes"] > 0
