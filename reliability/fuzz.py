@@ -112,6 +112,19 @@ DTYPES = [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.
 
 
 # ---------------------------------------------------------------------------- mutations
+def _array(t: onnx.TensorProto) -> np.ndarray | None:
+    """The tensor's data, or None where an earlier mutation made it unreadable."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _inline(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers whose data is in the model (mutations read them as arrays)."""
+    return [t for t in graph.initializer if t.data_location != TensorProto.EXTERNAL]
+
+
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any]]:
     """(seed name, model bytes, feeds): a seed with 0-3 structure-aware mutations."""
@@ -139,9 +152,11 @@ def cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any]]:
                         ints = ints[: draw(st.integers(0, len(ints)))]
                     del a.ints[:]
                     a.ints.extend(ints)
-        elif kind == "init" and graph.initializer:
-            t = draw(st.sampled_from(list(graph.initializer)))
-            array = numpy_helper.to_array(t)
+        elif kind == "init" and _inline(graph):
+            t = draw(st.sampled_from(_inline(graph)))
+            array = _array(t)
+            if array is None:
+                continue
             choice = draw(st.sampled_from(["value", "shape", "dtype"]))
             if choice == "value" and array.size:
                 flat = array.reshape(-1).copy()
@@ -158,9 +173,10 @@ def cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any]]:
                 t.dims.extend(dims)
             else:
                 t.data_type = draw(st.sampled_from(DTYPES))
-        elif kind == "init_raw" and graph.initializer:
-            t = draw(st.sampled_from(list(graph.initializer)))
-            raw = t.raw_data or numpy_helper.from_array(numpy_helper.to_array(t)).raw_data
+        elif kind == "init_raw" and _inline(graph):
+            t = draw(st.sampled_from(_inline(graph)))
+            array = _array(t)
+            raw = t.raw_data or (b"" if array is None or array.dtype == object else array.tobytes())
             t.raw_data = raw[: draw(st.integers(0, len(raw)))] + b"\x00" * draw(st.integers(0, 16))
         elif kind == "input_shape" and graph.input:
             v = draw(st.sampled_from(list(graph.input)))
@@ -209,8 +225,8 @@ def cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any]]:
             del graph.node[draw(st.integers(0, len(graph.node) - 1))]
         elif kind == "output_type" and graph.output:
             graph.output[0].type.tensor_type.elem_type = draw(st.sampled_from(DTYPES[:7]))
-        elif kind == "external" and graph.initializer:
-            t = draw(st.sampled_from(list(graph.initializer)))
+        elif kind == "external" and _inline(graph):
+            t = draw(st.sampled_from(_inline(graph)))
             t.ClearField("raw_data")
             t.data_location = TensorProto.EXTERNAL
             del t.external_data[:]
