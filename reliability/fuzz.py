@@ -135,105 +135,116 @@ def cases(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any]]:
     feeds = dict(feeds)
     graph = model.graph
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["attr", "init", "init_raw", "input_shape", "feed", "op", "opset", "output",
-                                     "edge", "drop_node", "output_type", "external"]))
-        if kind == "attr":
-            attrs = [(n, a) for n in graph.node for a in n.attribute if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)]
-            if attrs:
-                _, a = draw(st.sampled_from(attrs))
-                value = draw(st.sampled_from(INTERESTING_INTS))
-                if a.type == onnx.AttributeProto.INT:
-                    a.i = value
-                else:
-                    k = draw(st.integers(0, max(0, len(a.ints) - 1)))
-                    ints = list(a.ints) or [0]
-                    ints[k % len(ints)] = value
-                    if draw(st.booleans()):
-                        ints = ints[: draw(st.integers(0, len(ints)))]
-                    del a.ints[:]
-                    a.ints.extend(ints)
-        elif kind == "init" and _inline(graph):
-            t = draw(st.sampled_from(_inline(graph)))
-            array = _array(t)
-            if array is None:
-                continue
-            choice = draw(st.sampled_from(["value", "shape", "dtype"]))
-            if choice == "value" and array.size:
-                flat = array.reshape(-1).copy()
-                if flat.dtype.kind == "f":
-                    flat[draw(st.integers(0, flat.size - 1))] = draw(st.sampled_from(INTERESTING_FLOATS))
-                elif flat.dtype.kind in "iu":
-                    v = draw(st.sampled_from(INTERESTING_INTS))
-                    info = np.iinfo(flat.dtype)
-                    flat[draw(st.integers(0, flat.size - 1))] = min(max(v, info.min), info.max)
-                t.CopyFrom(numpy_helper.from_array(flat.reshape(array.shape), t.name))
-            elif choice == "shape":
-                dims = draw(st.lists(st.sampled_from([0, 1, 2, 3, 4, 10 ** 9]), max_size=4))
-                del t.dims[:]
-                t.dims.extend(dims)
-            else:
-                t.data_type = draw(st.sampled_from(DTYPES))
-        elif kind == "init_raw" and _inline(graph):
-            t = draw(st.sampled_from(_inline(graph)))
-            array = _array(t)
-            raw = t.raw_data or (b"" if array is None or array.dtype == object else array.tobytes())
-            t.raw_data = raw[: draw(st.integers(0, len(raw)))] + b"\x00" * draw(st.integers(0, 16))
-        elif kind == "input_shape" and graph.input:
-            v = draw(st.sampled_from(list(graph.input)))
-            dims = v.type.tensor_type.shape.dim
-            if dims and draw(st.booleans()):
-                dims[draw(st.integers(0, len(dims) - 1))].dim_value = draw(st.sampled_from([0, 1, 2, 7, 2 ** 31]))
-            else:
-                v.type.tensor_type.elem_type = draw(st.sampled_from(DTYPES[:7]))
-        elif kind == "feed" and feeds:
-            key = draw(st.sampled_from(sorted(feeds)))
-            x = feeds[key]
-            choice = draw(st.sampled_from(["dtype", "shape", "nan", "empty", "none", "list", "extra", "missing"]))
-            if choice == "dtype":
-                feeds[key] = np.asarray(x).astype(draw(st.sampled_from([np.float64, np.int64, np.int8, np.bool_, np.float16])))
-            elif choice == "shape":
-                feeds[key] = np.ones(draw(st.lists(st.integers(0, 6), max_size=5)), np.asarray(x).dtype)
-            elif choice == "nan" and np.asarray(x).dtype.kind == "f":
-                y = np.array(x, copy=True)
-                y.reshape(-1)[:1] = draw(st.sampled_from(INTERESTING_FLOATS))
-                feeds[key] = y
-            elif choice == "empty":
-                feeds[key] = np.zeros((0,) * max(1, np.ndim(x)), np.asarray(x).dtype)
-            elif choice == "none":
-                feeds[key] = None
-            elif choice == "list":
-                feeds[key] = [draw(st.sampled_from(INTERESTING_INTS))] * max(1, np.size(x))
-            elif choice == "extra":
-                feeds["no_such_input"] = np.ones(1, np.float32)
-            else:
-                del feeds[key]
-        elif kind == "op" and graph.node:
-            n = draw(st.sampled_from(list(graph.node)))
-            n.op_type = draw(st.sampled_from(OPS))
-        elif kind == "opset":
-            model.opset_import[0].version = draw(st.sampled_from([1, 6, 7, 11, 13, 18, 21, 23, 99]))
-        elif kind == "output" and graph.output:
-            graph.output[0].name = draw(st.sampled_from(["nowhere", "x", "", "s"]))
-        elif kind == "edge" and graph.node:
-            n = draw(st.sampled_from(list(graph.node)))
-            names = [v.name for v in graph.input] + [t.name for t in graph.initializer] + list(n.input) + ["", "ghost"]
-            if n.input and draw(st.booleans()):
-                n.input[draw(st.integers(0, len(n.input) - 1))] = draw(st.sampled_from(names))
-            else:
-                n.input.append(draw(st.sampled_from(names)))
-        elif kind == "drop_node" and len(graph.node) > 1:
-            del graph.node[draw(st.integers(0, len(graph.node) - 1))]
-        elif kind == "output_type" and graph.output:
-            graph.output[0].type.tensor_type.elem_type = draw(st.sampled_from(DTYPES[:7]))
-        elif kind == "external" and _inline(graph):
-            t = draw(st.sampled_from(_inline(graph)))
-            t.ClearField("raw_data")
-            t.data_location = TensorProto.EXTERNAL
-            del t.external_data[:]
-            t.external_data.add(key="location", value=draw(st.sampled_from(["w.bin", "../w.bin", "/etc/passwd", "w\0", "."])))
-            if draw(st.booleans()):
-                t.external_data.add(key="offset", value=draw(st.sampled_from(["-1", "abc", "0", "99999999999"])))
+        kind = draw(st.sampled_from(MUTATIONS))
+        try:
+            _mutate(draw, kind, model, graph, feeds)
+        except (ValueError, TypeError, IndexError, OverflowError, KeyError, AttributeError):
+            pass  # a mutation that an earlier one made meaningless (a feed now None, ...)
     return name, model.SerializeToString(), feeds
+
+
+MUTATIONS = ["attr", "init", "init_raw", "input_shape", "feed", "op", "opset", "output",
+             "edge", "drop_node", "output_type", "external"]
+
+
+def _mutate(draw: st.DrawFn, kind: str, model: onnx.ModelProto, graph: onnx.GraphProto, feeds: dict) -> None:
+    """Apply one mutation of ``kind`` in place."""
+    if kind == "attr":
+        attrs = [(n, a) for n in graph.node for a in n.attribute if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)]
+        if attrs:
+            _, a = draw(st.sampled_from(attrs))
+            value = draw(st.sampled_from(INTERESTING_INTS))
+            if a.type == onnx.AttributeProto.INT:
+                a.i = value
+            else:
+                k = draw(st.integers(0, max(0, len(a.ints) - 1)))
+                ints = list(a.ints) or [0]
+                ints[k % len(ints)] = value
+                if draw(st.booleans()):
+                    ints = ints[: draw(st.integers(0, len(ints)))]
+                del a.ints[:]
+                a.ints.extend(ints)
+    elif kind == "init" and _inline(graph):
+        t = draw(st.sampled_from(_inline(graph)))
+        array = _array(t)
+        if array is None:
+            return
+        choice = draw(st.sampled_from(["value", "shape", "dtype"]))
+        if choice == "value" and array.size:
+            flat = array.reshape(-1).copy()
+            if flat.dtype.kind == "f":
+                flat[draw(st.integers(0, flat.size - 1))] = draw(st.sampled_from(INTERESTING_FLOATS))
+            elif flat.dtype.kind in "iu":
+                v = draw(st.sampled_from(INTERESTING_INTS))
+                info = np.iinfo(flat.dtype)
+                flat[draw(st.integers(0, flat.size - 1))] = min(max(v, info.min), info.max)
+            t.CopyFrom(numpy_helper.from_array(flat.reshape(array.shape), t.name))
+        elif choice == "shape":
+            dims = draw(st.lists(st.sampled_from([0, 1, 2, 3, 4, 10 ** 9]), max_size=4))
+            del t.dims[:]
+            t.dims.extend(dims)
+        else:
+            t.data_type = draw(st.sampled_from(DTYPES))
+    elif kind == "init_raw" and _inline(graph):
+        t = draw(st.sampled_from(_inline(graph)))
+        array = _array(t)
+        raw = t.raw_data or (b"" if array is None or array.dtype == object else array.tobytes())
+        t.raw_data = raw[: draw(st.integers(0, len(raw)))] + b"\x00" * draw(st.integers(0, 16))
+    elif kind == "input_shape" and graph.input:
+        v = draw(st.sampled_from(list(graph.input)))
+        dims = v.type.tensor_type.shape.dim
+        if dims and draw(st.booleans()):
+            dims[draw(st.integers(0, len(dims) - 1))].dim_value = draw(st.sampled_from([0, 1, 2, 7, 2 ** 31]))
+        else:
+            v.type.tensor_type.elem_type = draw(st.sampled_from(DTYPES[:7]))
+    elif kind == "feed" and feeds:
+        key = draw(st.sampled_from(sorted(feeds)))
+        x = feeds[key]
+        choice = draw(st.sampled_from(["dtype", "shape", "nan", "empty", "none", "list", "extra", "missing"]))
+        if choice == "dtype":
+            feeds[key] = np.asarray(x).astype(draw(st.sampled_from([np.float64, np.int64, np.int8, np.bool_, np.float16])))
+        elif choice == "shape":
+            feeds[key] = np.ones(draw(st.lists(st.integers(0, 6), max_size=5)), np.asarray(x).dtype)
+        elif choice == "nan" and np.asarray(x).dtype.kind == "f":
+            y = np.array(x, copy=True)
+            y.reshape(-1)[:1] = draw(st.sampled_from(INTERESTING_FLOATS))
+            feeds[key] = y
+        elif choice == "empty":
+            feeds[key] = np.zeros((0,) * max(1, np.ndim(x)), np.asarray(x).dtype)
+        elif choice == "none":
+            feeds[key] = None
+        elif choice == "list":
+            feeds[key] = [draw(st.sampled_from(INTERESTING_INTS))] * max(1, np.size(x))
+        elif choice == "extra":
+            feeds["no_such_input"] = np.ones(1, np.float32)
+        else:
+            del feeds[key]
+    elif kind == "op" and graph.node:
+        n = draw(st.sampled_from(list(graph.node)))
+        n.op_type = draw(st.sampled_from(OPS))
+    elif kind == "opset":
+        model.opset_import[0].version = draw(st.sampled_from([1, 6, 7, 11, 13, 18, 21, 23, 99]))
+    elif kind == "output" and graph.output:
+        graph.output[0].name = draw(st.sampled_from(["nowhere", "x", "", "s"]))
+    elif kind == "edge" and graph.node:
+        n = draw(st.sampled_from(list(graph.node)))
+        names = [v.name for v in graph.input] + [t.name for t in graph.initializer] + list(n.input) + ["", "ghost"]
+        if n.input and draw(st.booleans()):
+            n.input[draw(st.integers(0, len(n.input) - 1))] = draw(st.sampled_from(names))
+        else:
+            n.input.append(draw(st.sampled_from(names)))
+    elif kind == "drop_node" and len(graph.node) > 1:
+        del graph.node[draw(st.integers(0, len(graph.node) - 1))]
+    elif kind == "output_type" and graph.output:
+        graph.output[0].type.tensor_type.elem_type = draw(st.sampled_from(DTYPES[:7]))
+    elif kind == "external" and _inline(graph):
+        t = draw(st.sampled_from(_inline(graph)))
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        t.external_data.add(key="location", value=draw(st.sampled_from(["w.bin", "../w.bin", "/etc/passwd", "w\0", "."])))
+        if draw(st.booleans()):
+            t.external_data.add(key="offset", value=draw(st.sampled_from(["-1", "abc", "0", "99999999999"])))
 
 
 # ---------------------------------------------------------------------------- one case, forked
