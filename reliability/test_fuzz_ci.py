@@ -13,7 +13,7 @@ import fuzz
 
 def test_fuzz_ci_run_finds_no_unnamed_error_hang_or_crash():
     summary = fuzz.campaign(
-        examples=int(os.environ.get("FUZZ_CI_EXAMPLES", "400")),
+        examples=int(os.environ.get("FUZZ_CI_EXAMPLES", "1000")),
         seed_value=int(os.environ.get("FUZZ_CI_SEED", "23")),
         providers=["CPUExecutionProvider"],
         limits=fuzz.Limits(seconds=30.0, memory_bytes=3 << 30),
