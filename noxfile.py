@@ -26,6 +26,7 @@ PACKAGES: dict[str, list[str]] = {
 }
 
 DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "fuzz-ci"]
 nox.options.sessions = DEFAULT
 
 
@@ -155,3 +156,38 @@ def bench(session: nox.Session) -> None:
     session.install("onnxruntime", "onnx", "matplotlib", "threadpoolctl", "pip", "scikit-learn", "skl2onnx")
     env = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
     session.run("python", "bench/bench.py", *session.posargs, env=env)
+
+
+def _install_reliability(session: nox.Session) -> None:
+    """Core, the CPU provider and every other provider that installs here, and hypothesis."""
+    _install(session, "ort-core", "ort-ep-cpu")
+    for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
+        try:
+            session.install(f"./{provider}")
+        except nox.command.CommandFailed:
+            session.log(f"{provider} does not install here; the reliability checks run without it")
+    session.install("hypothesis", "pytest")
+
+
+@nox.session(name="fuzz-ci")
+def fuzz_ci(session: nox.Session) -> None:
+    """reliability/: the fuzzer's short fixed-seed run (<= ~150 s) and the concurrency test
+    (first use from 8 threads in a fresh process, one session under 8 threads) on every
+    installed provider. FUZZ_SUMMARY=<file> keeps the fuzzer's counts."""
+    _install_reliability(session)
+    session.run("pytest", "reliability", "-q", "-s", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """The long fuzz run (not in CI): `nox -s fuzz -- --examples 20000 --seed 5 --keep-going`."""
+    _install_reliability(session)
+    args = session.posargs or ["--examples", "20000", "--keep-going"]
+    session.run("python", "reliability/fuzz.py", *args)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """An hour of mixed runs with RSS sampled (not in CI): `nox -s soak -- --minutes 60`."""
+    _install_reliability(session)
+    session.run("python", "reliability/soak.py", *(session.posargs or ["--minutes", "60"]))

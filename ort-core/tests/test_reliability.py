@@ -262,3 +262,150 @@ def test_an_opset_newer_than_onnx_knows_is_invalid_graph(host):
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)], opset=99)
     with pytest.raises(ort_core.InvalidGraph, match="opset 99 of the standard domain; the newest"):
         ort_core.InferenceSession(model.SerializeToString())
+
+
+# ------------------------------------------------------------------ 6. hostile plugins
+def _relu_model() -> bytes:
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)]).SerializeToString()
+
+
+class _Hostile:
+    """A cross-cutting plugin (registers no provider) that raises in one hook."""
+
+    def __init__(self, hook: str):
+        self.hook = hook
+        self.calls = 0
+
+    def _raise(self):
+        self.calls += 1
+        raise RuntimeError(f"hostile {self.hook}")
+
+    @ort_core.hookimpl
+    def ort_session_start(self, ep):
+        if self.hook == "ort_session_start":
+            self._raise()
+
+    @ort_core.hookimpl
+    def ort_create_allocator(self, ep):
+        if self.hook == "ort_create_allocator":
+            self._raise()
+
+    @ort_core.hookimpl
+    def ort_run_start(self, ep, run_options):
+        if self.hook == "ort_run_start":
+            self._raise()
+
+    @ort_core.hookimpl
+    def ort_run_end(self, ep, run_options):
+        if self.hook == "ort_run_end":
+            self._raise()
+
+
+@pytest.mark.parametrize("hook", ["ort_session_start", "ort_create_allocator", "ort_run_start", "ort_run_end"])
+def test_a_cross_cutting_plugin_that_raises_is_contained_and_named(host, hook):
+    hostile = _Hostile(hook)
+    assert ort_core.register(hostile, "hostile")
+    sess = ort_core.InferenceSession(_relu_model())
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0], [0.0, 2.0])
+    assert hostile.calls >= 1
+    failures = [f for f in ort_core.plugin_failures() if f.plugin == "hostile"]
+    assert len(failures) == 1  # once, however many runs it failed
+    assert f"{hook} raised RuntimeError: hostile {hook}" in failures[0].error
+
+
+class _RunHooks(HostProvider):
+    """A host provider whose run hooks are logged, and whose ort_run_start can raise."""
+
+    def __init__(self, name: str, log: list, fail_start: bool = False):
+        super().__init__(name)
+        self.log, self.fail_start = log, fail_start
+
+    @ort_core.hookimpl
+    def ort_run_start(self, ep, run_options):
+        if ep.name == self.name:
+            self.log.append(("start", self.name))
+            if self.fail_start:
+                raise KeyError("own plugin error")
+
+    @ort_core.hookimpl
+    def ort_run_end(self, ep, run_options):
+        if ep.name == self.name:
+            self.log.append(("end", self.name))
+
+
+def test_run_start_failing_still_ends_the_providers_that_started_and_is_named(registry):
+    log: list = []
+    assert ort_core.register(_RunHooks("FirstHost", log), "first")
+    assert ort_core.register(_RunHooks("CPUExecutionProvider", log, fail_start=True), "second")
+    sess = ort_core.InferenceSession(_relu_model(), providers=["FirstHost", "CPUExecutionProvider"])
+    with pytest.raises(ort_core.EPFail, match="CPUExecutionProvider: ort_run_start raised KeyError") as info:
+        sess.run(None, {"x": np.ones(2, np.float32)})
+    assert isinstance(info.value.__cause__, KeyError)  # the plugin's own class, chained
+    assert log == [("start", "FirstHost"), ("start", "CPUExecutionProvider"), ("end", "FirstHost")]
+
+
+class _NoDevices(HostProvider):
+    @ort_core.hookimpl
+    def ort_ep_devices(self, provider):
+        if provider == self.name:
+            raise OSError("driver missing")
+
+
+def test_a_provider_raising_in_ort_ep_devices_is_named_in_plugin_failures(host):
+    assert ort_core.register(_NoDevices("BrokenProvider"), "broken")
+    assert ort_core.get_available_providers() == ["CPUExecutionProvider"]
+    failures = [f for f in ort_core.plugin_failures() if f.plugin == "broken"]
+    assert len(failures) == 1 and "BrokenProvider: ort_ep_devices raised OSError: driver missing" in failures[0].error
+
+
+# ------------------------------------------------------------------ 7. outputs never alias
+def test_an_identity_of_an_input_is_a_fresh_array(host):
+    model = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"])],
+                       [tensor_info("x", [2])], [tensor_info("y", None), tensor_info("z", None)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    x = np.array([1.0, 2.0], np.float32)
+    y, z = sess.run(None, {"x": x})
+    assert not np.shares_memory(y, x) and not np.shares_memory(y, z)
+    y[0] = 7
+    assert x[0] == 1 and z[0] == 1
+
+
+def test_an_output_from_an_initializer_is_writable_and_not_shared_between_runs(host):
+    w = _tensor("w", np.array([3.0, 4.0], np.float32))
+    so = ort_core.SessionOptions()
+    so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model = make_model([helper.make_node("Identity", ["w"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
+                       [tensor_info("x", [2])], [tensor_info("y", None), tensor_info("z", None)], [w])
+    sess = ort_core.InferenceSession(model.SerializeToString(), so)
+    first = sess.run(["y"], {"x": np.ones(2, np.float32)})[0]
+    assert first.flags.writeable
+    first[:] = 0
+    np.testing.assert_array_equal(sess.run(["y"], {"x": np.ones(2, np.float32)})[0], [3.0, 4.0])
+
+
+def test_an_output_made_by_the_run_is_not_copied(host):
+    sess = ort_core.InferenceSession(_relu_model())
+    kernel_output = []
+    plan_run = sess._plan.run
+
+    def spy(feeds, **kw):
+        outs = plan_run(feeds, **kw)
+        kernel_output.extend(outs)
+        return outs
+
+    sess._plan.run = spy
+    y = sess.run(None, {"x": np.ones(2, np.float32)})[0]
+    assert y is kernel_output[0]
+
+
+# ------------------------------------------------------------------ 8. bounded per-shape state
+def test_ever_new_input_shapes_keep_a_bounded_set_of_signatures(host):
+    from ort_core import plan
+
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", ["N"])], [tensor_info("y", None)])
+    sess = ort_core.InferenceSession(model.SerializeToString())
+    for n in range(plan.MAX_TRACKED_SIGNATURES + 50):
+        sess.run(None, {"x": np.ones(n, np.float32)})
+    assert len(sess._plan._tracked) <= plan.MAX_TRACKED_SIGNATURES  # was one per shape seen
+    assert sess.get_memory_stats()["Cpu"]["peak_bytes"] > 0

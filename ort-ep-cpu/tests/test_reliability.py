@@ -8,8 +8,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import onnxruntime
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -51,3 +55,54 @@ def test_conv_with_a_stride_of_2_to_the_32_finishes(group):
         print(got.shape)
     """, timeout=60)
     assert out.strip() == "(2, 2, 1, 1)"
+
+
+# ------------------------------------------------------------------ 8. bounded per-shape caches
+def test_ever_new_input_shapes_keep_a_bounded_number_of_conv_plans(monkeypatch):
+    import gc
+
+    from ort_ep_cpu.kernels import _onednn, _util, nn
+
+    monkeypatch.setattr(_onednn, "USE", False)  # numpy's path, whose geometries are per shape
+
+    w = numpy_helper.from_array(np.ones((2, 2, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["c"], ["p"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["p"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 4, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    so = ort_core.SessionOptions()
+    so.graph_optimization_level = ort_core.GraphOptimizationLevel.ORT_DISABLE_ALL  # the plain kernels
+    sess = ort_core.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for n in range(1, 2 * _util.SHAPE_CACHE_MAX + 10):  # a batch size never seen before, each run
+        sess.run(None, {"x": np.ones((n, 2, 4, 4), np.float32)})
+    gc.collect()
+    geometries = sum(isinstance(o, nn._Geometry) for o in gc.get_objects())
+    # unbounded, every shape's geometry (and its padded buffers and workspaces) stayed: 274
+    assert geometries <= 2 * _util.SHAPE_CACHE_MAX, geometries  # Conv's and AveragePool's caches
+
+
+# ------------------------------------------------------------------ 10. Range with delta 0
+def test_range_with_delta_0_is_a_named_error_as_in_onnxruntime():
+    t = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [])  # noqa: E731
+    model = _model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="r")], [t("a"), t("b"), t("c")],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    feeds = {"a": np.float32(0), "b": np.float32(5), "c": np.float32(0)}
+    with pytest.raises(Exception):  # noqa: B017  (onnxruntime's InvalidArgument)
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ort_core.Fail, match="Range node 'r': delta must not be 0"):
+        sess.run(None, feeds)  # was "cannot convert float infinity to integer"
+
+
+# ------------------------------------------------------------------ 11. NotImplemented's first line
+def test_not_implemented_names_the_node_and_reason_on_its_first_line():
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="alien", domain="no.such.domain")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model.opset_import.append(helper.make_opsetid("no.such.domain", 1))
+    with pytest.raises(ort_core.NotImplemented) as info:
+        ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    first = str(info.value).splitlines()[0]
+    assert "node 'alien' (op Relu, domain no.such.domain" in first and "CPUExecutionProvider:" in first
+    assert not first.endswith(":")

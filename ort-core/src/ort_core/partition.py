@@ -156,9 +156,12 @@ def partition(
                 f"opset {node.opset}): {reasons}"
             )
         asked = ", ".join(bp.name for bp in providers) or "none"
+        # the first node and its reasons on the first line (logs and one-line reports show it)
         raise OrtNotImplemented(
-            f"no provider can run {len(missing)} node(s) of graph {graph.path or 'main'} "
-            f"(providers asked: {asked}):\n  " + "\n  ".join(lines)
+            f"no provider can run {lines[0]}"
+            + (f" (and {len(missing) - 1} more node(s) below)" if len(missing) > 1 else "")
+            + f"; graph {graph.path or 'main'}, providers asked: {asked}"
+            + "".join(f"\n  {line}" for line in lines[1:])
         )
     return Assignment(graph, claims, node_claim, declined)
 

@@ -31,6 +31,9 @@ from .graph.view import GraphView
 from .partition import Assignment, CopyPlacement
 from .types import HOST_MEMORY, DataTransfer, Kernel, SubgraphRunner
 
+#: input shape signatures a plan remembers having measured (see ``Plan.run``); bounded
+MAX_TRACKED_SIGNATURES = 256
+
 
 @dataclass(frozen=True)
 class StepInfo:
@@ -273,6 +276,10 @@ class Plan:
             track_memory = signature not in self._tracked
             if track_memory:
                 with self._lock:
+                    if len(self._tracked) >= MAX_TRACKED_SIGNATURES:
+                        # ever new shapes (200,000 of them grew RSS by 40 MB): the peaks stay,
+                        # the set starts over (a shape seen again is measured again)
+                        self._tracked.clear()
                     self._tracked.add(signature)
         if track_memory or profile is not None:
             try:

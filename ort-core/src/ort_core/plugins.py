@@ -64,11 +64,18 @@ def contract_compatible(provider_version: str, core_version: str = CONTRACT_VERS
 
 
 class _HookSubset:
-    """Attribute access to the hooks of a subset of plugins (pluggy's subset_hook_caller)."""
+    """Attribute access to the hooks of a subset of plugins (pluggy's subset_hook_caller).
 
-    def __init__(self, pm: pluggy.PluginManager, exclude: list[Any]):
+    ``owner``: the plugin that registered the provider; the others in the subset are the
+    cross-cutting plugins (they register no provider). ``on_failure(plugin, hook, exc)`` is
+    told when a cross-cutting plugin raises in ``call_contained``."""
+
+    def __init__(self, pm: pluggy.PluginManager, exclude: list[Any], owner: Any = None,
+                 on_failure: Any = None):
         self._pm = pm
         self._exclude = exclude
+        self._owner = owner
+        self._on_failure = on_failure
         self._cache: dict[str, Any] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -84,6 +91,34 @@ class _HookSubset:
         """Whether any plugin in the subset implements hook ``name``."""
         return bool(getattr(self, name).get_hookimpls())
 
+    def call_contained(self, name: str, **kwargs: Any) -> Any:
+        """Call hook ``name`` plugin by plugin, in pluggy's order: an exception from the
+        provider's own plugin propagates (it is that provider's failure); one from a
+        cross-cutting plugin is reported to ``on_failure`` and that plugin is skipped, so one
+        broken plugin cannot fail every provider's sessions and runs. A firstresult hook
+        returns the first answer that is not None, the others the list of answers."""
+        caller = getattr(self, name)
+        impls = caller.get_hookimpls()
+        if any(i.hookwrapper or getattr(i, "wrapper", False) for i in impls):
+            return caller(**kwargs)  # wrappers wrap the whole call: pluggy's own loop
+        first = bool(caller.spec and caller.spec.opts.get("firstresult"))
+        results = []
+        for impl in reversed(impls):  # pluggy calls the last registered first
+            args = {a: kwargs[a] for a in impl.argnames}
+            if impl.plugin is self._owner or self._on_failure is None:
+                result = impl.function(**args)
+            else:
+                try:
+                    result = impl.function(**args)
+                except Exception as exc:
+                    self._on_failure(impl.plugin, name, exc)
+                    continue
+            if result is not None:
+                if first:
+                    return result
+                results.append(result)
+        return None if first else results
+
 
 class PluginRegistry:
     """All plugins of this process. Use ``registry()`` for the shared instance."""
@@ -98,6 +133,7 @@ class PluginRegistry:
         self.failures: list[PluginFailure] = []
         self._providers: dict[str, RegisteredProvider] = {}
         self._provider_plugins: dict[int, list[str]] = {}  # id(plugin) -> provider names
+        self._packages: dict[int, str] = {}  # id(plugin) -> distribution that advertised it
         self._devices: dict[str, EpDevices] = {}
 
     # ---------------------------------------------------------------- loading
@@ -134,6 +170,7 @@ class PluginRegistry:
     def _add(self, plugin: Any, name: str, package: str) -> bool:
         try:
             self.pm.register(plugin, name=name)
+            self._packages[id(plugin)] = package
         except Exception as exc:
             self._fail(name, package, f"registration failed: {type(exc).__name__}: {exc}")
             return False
@@ -181,7 +218,18 @@ class PluginRegistry:
         ]
         for reg in self._providers.values():
             others = [p for p in provider_plugins if p is not reg.plugin]
-            reg.hooks = _HookSubset(self.pm, others)
+            reg.hooks = _HookSubset(self.pm, others, reg.plugin, self._cross_cutting_failed)
+
+    def _cross_cutting_failed(self, plugin: Any, hook: str, exc: Exception) -> None:
+        """A plugin that registers no provider raised in ``hook``: logged, and recorded once per
+        plugin and hook in ``failures`` (a hook raising on every run must not grow the list)."""
+        name = self.pm.get_name(plugin) or repr(plugin)
+        error = f"{hook} raised {type(exc).__name__}: {exc}; the plugin was skipped there"
+        with self._lock:
+            if any(f.plugin == name and f.error.startswith(f"{hook} raised") for f in self.failures):
+                logger.debug("plugin %r: %s", name, error)
+                return
+            self._fail(name, self._packages.get(id(plugin), ""), error)
 
     # ---------------------------------------------------------------- public
     def register(self, plugin: Any, name: str | None = None) -> bool:
@@ -223,8 +271,9 @@ class PluginRegistry:
             reg = self._providers[name]
             try:
                 answer = reg.hooks.ort_ep_devices(provider=name)
-            except Exception as exc:
+            except Exception as exc:  # the provider is unusable here, and says why
                 answer = EpDevices((), f"ort_ep_devices raised {type(exc).__name__}: {exc}")
+                self._fail(self.pm.get_name(reg.plugin) or name, reg.package, f"{name}: {answer.unavailable_reason}")
             if answer is None:
                 answer = EpDevices((), "the plugin reported no devices")
             self._devices[name] = answer

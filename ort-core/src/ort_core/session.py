@@ -549,8 +549,10 @@ class InferenceSession:
             )
             bp = BoundProvider(ctx, spec, reg_provider.hooks)
             try:
-                bp.hooks.ort_session_start(ep=ctx)
-                bp.allocator = bp.hooks.ort_create_allocator(ep=ctx)
+                # a cross-cutting plugin (no provider of its own) that raises here is skipped and
+                # named in plugin_failures(); it must not fail every provider's sessions
+                bp.hooks.call_contained("ort_session_start", ep=ctx)
+                bp.allocator = bp.hooks.call_contained("ort_create_allocator", ep=ctx)
                 if device.memory != HOST_MEMORY:
                     bp.data_transfer = bp.hooks.ort_create_data_transfer(ep=ctx)
                     if bp.data_transfer is None:
@@ -711,9 +713,11 @@ class InferenceSession:
         feeds = self._prepare_feeds(input_feed)
         wanted = self._output_indices(output_names)
         plan = self._plan_for(input_feed, output_memory)
-        for bp in self._run_hooks:
-            bp.hooks.ort_run_start(ep=bp.ctx, run_options=run_options)
+        started: list[BoundProvider] = []
         try:
+            for bp in self._run_hooks:
+                _run_hook(bp, "ort_run_start", run_options)
+                started.append(bp)
             if self._profile is not None:
                 records: list = []
                 start = time.perf_counter_ns()
@@ -722,10 +726,16 @@ class InferenceSession:
                     self._profile.append((start, time.perf_counter_ns(), records))
             else:
                 outputs = plan.run(feeds)  # memory tracked on each new input-shape signature
-        finally:
-            for bp in self._run_hooks:
-                bp.hooks.ort_run_end(ep=bp.ctx, run_options=run_options)
-        return [outputs[k] for k in wanted]
+        except BaseException:
+            # ended for exactly the providers whose start returned; the run's error is the one
+            # raised (an ort_run_end failure after it is logged)
+            try:
+                _end_run(started, run_options)
+            except Exception as exc:
+                logger.warning("after a failed run: %s", exc)
+            raise
+        _end_run(started, run_options)
+        return _unaliased([outputs[k] for k in wanted], feeds)
 
     def _plan_for(self, input_feed: Mapping[str, Any],
                   output_memory: Mapping[str, tuple[str, DataTransfer]] | None = None) -> Plan:
@@ -869,9 +879,56 @@ def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> 
 def _end_session(providers: list[BoundProvider]) -> None:
     for bp in providers:
         try:
-            bp.hooks.ort_session_end(ep=bp.ctx)
+            bp.hooks.call_contained("ort_session_end", ep=bp.ctx)
         except Exception as exc:  # releasing must not raise
             logger.warning("%s: ort_session_end raised %s: %s", bp.name, type(exc).__name__, exc)
+
+
+def _run_hook(bp: BoundProvider, hook: str, run_options: Any) -> None:
+    """``ort_run_start``/``ort_run_end`` of one provider; its own plugin's exception becomes an
+    EPFail naming the provider and the hook (a cross-cutting plugin's is contained)."""
+    try:
+        bp.hooks.call_contained(hook, ep=bp.ctx, run_options=run_options)
+    except OrtError:
+        raise
+    except Exception as exc:
+        raise EPFail(f"{bp.name}: {hook} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _end_run(started: list[BoundProvider], run_options: Any) -> None:
+    """``ort_run_end`` for every provider in ``started``, all of them even if one raises; the
+    first error is raised after the others have ended."""
+    error: BaseException | None = None
+    for bp in started:
+        try:
+            _run_hook(bp, "ort_run_end", run_options)
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+def _unaliased(results: list[Any], feeds: list[Any]) -> list[Any]:
+    """The outputs as fresh, writable arrays, as onnxruntime returns them: an output that may
+    share memory with a feed (an Identity or Reshape of an input), with another output, or that
+    is read-only (an initializer or a view of one, shared between runs) is copied; the others,
+    made by the run, are returned as they are."""
+    arrays = [f for f in feeds if isinstance(f, np.ndarray)]
+    seen: list[np.ndarray] = []
+
+    def fresh(value: Any) -> Any:
+        if isinstance(value, list):  # a sequence output: its tensors, one by one
+            return [fresh(v) for v in value]
+        if not isinstance(value, np.ndarray):
+            return value
+        if not value.flags.writeable or any(np.may_share_memory(value, a) for a in arrays) or any(
+            np.may_share_memory(value, s) for s in seen
+        ):
+            value = value.copy()
+        seen.append(value)
+        return value
+
+    return [fresh(r) for r in results]
 
 
 def _to_output(value: Any) -> Any:

@@ -152,9 +152,42 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
         return "SpaceToDepth with a mode attribute: OpenVINO applies it, ONNX has none"
     if op == "Tile" and len(node.inputs) > 1 and graph.value(node.inputs[1]).const_value is None:
         return "OpenVINO's Tile with computed (non-constant) repeats gave wrong values"
+    if op == "Range" and (len(node.inputs) < 3 or not _nonzero_constant(graph, node.inputs[2])):
+        return "OpenVINO's Range returns an empty tensor for a delta of 0, where ONNX (onnxruntime) fails"
+    if _too_deep(node):
+        return (f"{op} with control flow nested {_control_flow_depth(node.ir)} deep (more than "
+                f"{MAX_CONTROL_FLOW_DEPTH}): OpenVINO's query and compile time doubles with each level "
+                "(depth 20 took 31 s)")
     if op == "Resize":
         return _resize_reason(graph, node)
     return None
+
+
+#: control flow nested deeper than this is declined: OpenVINO 2026.4's query_model and
+#: compile_model time doubles per nested If (depth 15: 2.2 s, 20: 31 s, 22: 124 s)
+MAX_CONTROL_FLOW_DEPTH = 8
+
+
+def _too_deep(node: NodeView) -> bool:
+    return node.op_type in ("If", "Loop", "Scan") and _control_flow_depth(node.ir) > MAX_CONTROL_FLOW_DEPTH
+
+
+def _control_flow_depth(node: Any) -> int:
+    """Levels of If/Loop/Scan from ``node`` (an onnx-ir node) down: 1 for one without any inside."""
+    deepest = 0
+    for a in node.attributes.values():
+        kind = getattr(a.type, "name", "")
+        subs = [a.value] if kind == "GRAPH" else list(a.value) if kind == "GRAPHS" else []
+        for sub in subs:
+            for inner in sub:
+                if inner.op_type in ("If", "Loop", "Scan"):
+                    deepest = max(deepest, _control_flow_depth(inner))
+    return deepest + 1
+
+
+def _nonzero_constant(graph: GraphView, name: str) -> bool:
+    value = graph.value(name).const_value if name else None
+    return value is not None and value.size == 1 and bool(np.all(value != 0))
 
 
 def _infinite_constant(graph: GraphView, name: str, depth: int = 3) -> bool:
@@ -473,8 +506,11 @@ def survey(graph: GraphView, candidates: Iterable[int], device: str) -> Survey:
     the answer for all candidates at once, sparing a query per node (about 10 ms each).
     Computed once per graph view, device and candidate set.
     """
-    # a node that could crash the frontend never goes to it, not even to be surveyed
-    key = (device, frozenset(i for i in candidates if fragile_reason(graph, graph.nodes[i]) is None))
+    # a node that could crash the frontend never goes to it, not even to be surveyed; deep
+    # control flow is declined (divergence_reason): converting and querying it here would cost
+    # what declining it saves
+    key = (device, frozenset(i for i in candidates
+                             if fragile_reason(graph, graph.nodes[i]) is None and not _too_deep(graph.nodes[i])))
     with _surveys_lock:
         cached = _surveys.get(graph, {}).get(key)
     if cached is not None:

@@ -16,6 +16,7 @@ pool (creating one when all are busy) and gives it back.
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -202,8 +203,11 @@ class GroupKernel:
             x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C")
             for x in (inputs[k] for k in self._feed)
         ]
-        compiled = self._for_shapes(arrays) if self._per_shape else self._single
-        outputs = compiled.infer(arrays)
+        try:
+            compiled = self._for_shapes(arrays) if self._per_shape else self._single
+            outputs = compiled.infer(arrays)
+        except RuntimeError as exc:
+            raise RuntimeError(f"OpenVINO: {openvino_message(exc)}") from exc
         result = []
         for k, dtype in zip(self._take, self._output_dtypes):
             out = outputs[k]
@@ -236,3 +240,19 @@ class ImportedKernel(GroupKernel):
         self._single = _Compiled(compiled)
         self._per_shape = False
         self.compilations = 0
+
+
+def openvino_message(exc: BaseException) -> str:
+    """OpenVINO's message without the lines that say where in its C++ sources it was thrown
+    ("Exception from src/inference/src/cpp/compiled_model.cpp:128:", "Check '...' failed at
+    src/...cpp:117:"), which users cannot act on."""
+    kept = []
+    for line in (ln.strip() for ln in str(exc).splitlines()):
+        if not line or _SOURCE_LINE.match(line):
+            continue
+        kept.append(_SOURCE_REF.sub("", line).strip())
+    return " ".join(k for k in kept if k) or type(exc).__name__
+
+
+_SOURCE_LINE = re.compile(r"^(Exception from \S+:\d+:|Check .* failed at \S+:\d+:?)$")
+_SOURCE_REF = re.compile(r"(Exception from |at )?\S+\.(cpp|hpp|h):\d+:?")

@@ -288,7 +288,10 @@ def explicit_pads(node: NodeView, spatial: Sequence[int], kernel: Sequence[int],
     auto_pad = node.attr("auto_pad", "NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     if auto_pad == "NOTSET":
-        return [int(p) for p in (node.attr("pads") or [0] * (2 * nd))]
+        pads = [int(p) for p in (node.attr("pads") or [0] * (2 * nd))]
+        if any(p < 0 for p in pads):  # as onnxruntime: the spec wants them >= 0
+            raise ValueError(f"{node.op_type} node {node.name!r}: pads {pads} must be non-negative")
+        return pads
     if auto_pad == "VALID":
         return [0] * (2 * nd)
     begin, end = [], []
@@ -337,6 +340,8 @@ def _conv(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
         pads = explicit_pads(node, spatial, kernel, strides, dilations)
         if c != cg * group or m % group:
             raise ValueError(f"Conv {node.name!r}: {c} input channels, weight {w.shape}, group {group}")
+        if any(d == 0 for d in spatial):  # onnxruntime refuses it too (the CPU provider as well)
+            raise ValueError(f"Conv {node.name!r}: input shape {list(x.shape)} has an empty spatial dimension")
         out_spatial = [
             (spatial[d] + pads[d] + pads[d + nd] - ((kernel[d] - 1) * dilations[d] + 1)) // strides[d] + 1
             for d in range(nd)

@@ -408,6 +408,9 @@ def _pad(node: NodeView, request: KernelRequest, rt: SessionRuntime) -> Kernel:
         for k, a in enumerate(axes):
             begin[a], end[a] = pads_given[k], pads_given[k + len(axes)]
         out_shape = tuple(x.shape[d] + begin[d] + end[d] for d in range(rank))
+        if any(d < 0 for d in out_shape):  # negative pads crop; they cannot crop past the input
+            raise ValueError(f"Pad node {node.name!r}: pads {pads_given} on input shape {list(x.shape)} "
+                             f"give a negative output shape {list(out_shape)}")
         st = wgsl.strides(x.shape)
         lines = [wgsl.decompose("i", out_shape, "c"), "  var inside = true;"]
         for d in range(rank):

@@ -157,6 +157,10 @@ class Pipeline:
     layout: Any  # bind group layout 0
 
 
+#: compiled pipelines a device keeps (by WGSL source)
+MAX_PIPELINES = 1024
+
+
 class GpuDevice:
     """A wgpu device with its compiled-pipeline cache (shared by the sessions of a process)."""
 
@@ -186,6 +190,10 @@ class GpuDevice:
                     layout="auto", compute={"module": module, "entry_point": "main"}
                 )
                 cached = Pipeline(pipeline, pipeline.get_bind_group_layout(0))
+                if len(self._pipelines) >= MAX_PIPELINES:
+                    # sources specialised by shape, ever new: bounded (kernels keep the
+                    # pipelines they prepared; the others are compiled again when asked)
+                    self._pipelines.clear()
                 self._pipelines[source] = cached
                 self.compiled += 1
         return cached

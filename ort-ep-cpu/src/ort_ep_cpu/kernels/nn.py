@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit, _onednn
-from ._util import constant_weight, zeros_vector
+from ._util import SHAPE_CACHE_MAX, constant_weight, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 
@@ -296,6 +296,8 @@ class _GeometryCache:
                 pads = conv_pads(node, x_shape[2:], kernel_shape, strides, dilations)
             g = _Geometry(x_shape[2:], kernel_shape, strides, dilations, pads)
             with self.lock:
+                if len(self.cache) >= SHAPE_CACHE_MAX:  # ever new shapes: bounded, made again
+                    self.cache.clear()
                 self.cache[key] = g
         return g
 
@@ -588,6 +590,8 @@ class _WidePlan:
         return (key, fills, (starts, gemm, crop, buf), scratch)
 
     def give(self, ws: tuple) -> None:
+        if ws[0] not in self.pool and len(self.pool) >= SHAPE_CACHE_MAX:
+            self.pool.clear()  # batch sizes or threads ever new: bounded, workspaces are made again
         self.pool.setdefault(ws[0], []).append(ws)
 
     def _make_workspace(self, key: tuple, x_shape: tuple, dtype: np.dtype, m: int, group: int) -> tuple:
@@ -666,6 +670,8 @@ def _conv_depthwise_jit(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _
             _jit.depthwise_rows()(xp, wk, bias, y, g.strides[0], layout.starts, 0, c)
     finally:
         if not direct:
+            if key not in g.pad_pool and len(g.pad_pool) >= SHAPE_CACHE_MAX:
+                g.pad_pool.clear()  # batch sizes ever new: bounded
             g.pad_pool.setdefault(key, []).append(xp)
 
 
@@ -1022,6 +1028,8 @@ def _avg_pool(node, request):
                 counts = window_sum(padded, g)
             else:
                 counts = window_sum(_padded(ones, g, 0), g)
+            if len(counts_cache) >= SHAPE_CACHE_MAX:
+                counts_cache.clear()
             counts_cache[key] = counts
         return counts
 

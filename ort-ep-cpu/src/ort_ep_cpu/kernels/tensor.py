@@ -274,6 +274,8 @@ def _range(node, request):
         dtype = start.dtype
         # inputs are scalars, but exporters also write 1-element tensors
         s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+        if d == 0:  # as onnxruntime (it was "cannot convert float infinity to integer")
+            raise ValueError(f"Range node {node.name!r}: delta must not be 0")
         if dtype.kind in "iu":
             n = max(-(-(int(lim) - int(s)) // int(d)), 0)  # exact integer ceil, no float rounding
             return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)
