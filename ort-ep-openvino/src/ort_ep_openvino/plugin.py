@@ -25,13 +25,13 @@ from ort_core import (
     hookimpl,
 )
 from ort_core.epcontext import is_context_node, read_context
+from ort_core.grouping import fusable_groups
 
 from . import PROVIDER_NAME, _ov
 from .capability import (
     decline_reasons,
     divergence_reason,
     fragile_reason,
-    groups,
     node_model,
     survey,
     type_reason,
@@ -177,7 +177,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
         else:
             capability.declined[i] = reason
     least = settings.min_subgraph_size
-    for group in groups(graph, supported):
+    for group in fusable_groups(graph, supported):
         # a small fragment costs an OpenVINO call for little work; the whole model is no fragment
         whole = graph.outer is None and len(group) == len(graph.nodes)
         if len(group) < least and not whole:

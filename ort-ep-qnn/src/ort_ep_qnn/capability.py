@@ -4,8 +4,6 @@ backend's ``backendValidateOpConfig``. That call is the only judge: ``graphAddNo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
 from ort_core import GraphView, NodeView
@@ -88,65 +86,3 @@ def node_reason(backend: Backend, graph: GraphView, node: NodeView,
             return (f"{node.op_type} {node.name}: QNN {op.type_name} refused by backendValidateOpConfig, "
                     f"error {code} ({message}){tail}")
     return None
-
-
-def groups(graph: GraphView, supported: set[int]) -> list[tuple[int, ...]]:
-    """``supported`` split into connected groups that fuse without a cycle (a path that leaves
-    a group and comes back): the nodes reachable from outside descendants are split off and
-    processed again (the same procedure as ort-ep-openvino's)."""
-    result: list[tuple[int, ...]] = []
-    pending = _components(graph, supported)
-    while pending:
-        comp = pending.pop()
-        tainted = _tainted(graph, comp)
-        if not tainted:
-            result.append(tuple(sorted(comp)))
-            continue
-        pending.extend(_components(graph, comp - tainted))
-        pending.extend(_components(graph, tainted))
-    return sorted(result)
-
-
-def _successors(graph: GraphView, i: int) -> Iterable[int]:
-    for out in graph.nodes[i].outputs:
-        if out:
-            yield from graph.consumers.get(out, ())
-
-
-def _components(graph: GraphView, nodes: set[int]) -> list[set[int]]:
-    neighbours: dict[int, set[int]] = {i: set() for i in nodes}
-    for i in nodes:
-        for j in _successors(graph, i):
-            if j in nodes and j != i:
-                neighbours[i].add(j)
-                neighbours[j].add(i)
-    seen: set[int] = set()
-    result = []
-    for start in sorted(nodes):
-        if start in seen:
-            continue
-        comp, stack = {start}, [start]
-        while stack:
-            for j in neighbours[stack.pop()]:
-                if j not in comp:
-                    comp.add(j)
-                    stack.append(j)
-        seen |= comp
-        result.append(comp)
-    return result
-
-
-def _tainted(graph: GraphView, comp: set[int]) -> set[int]:
-    outside = [j for i in comp for j in _successors(graph, i) if j not in comp]
-    seen: set[int] = set()
-    tainted: set[int] = set()
-    while outside:
-        n = outside.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        for j in _successors(graph, n):
-            if j in comp:
-                tainted.add(j)
-            outside.append(j)
-    return tainted

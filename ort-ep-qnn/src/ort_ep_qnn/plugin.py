@@ -29,10 +29,11 @@ from ort_core import (
 )
 from ort_core.epcontext import is_context_node, read_context
 from ort_core.graph.load import load_model
+from ort_core.grouping import fusable_groups
 
 from . import PROVIDER_NAME
 from . import _qnn as Q
-from .capability import groups, node_reason, quant_params, static_view
+from .capability import node_reason, quant_params, static_view
 from .kernel import GroupKernel, PerShapeKernel
 from .lowering import Lowering, fold_units, to_float16
 from .options import OPTIONS, Settings, resolve
@@ -139,7 +140,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
         else:
             capability.declined[i] = reason
     trials = ep.state.setdefault("trials", {})
-    pending = groups(graph, supported)
+    pending = fusable_groups(graph, supported)
     while pending:
         group = pending.pop(0)
         inputs, outputs = graph.group_io(group)
@@ -163,7 +164,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
             if culprit is not None:
                 supported.discard(culprit)
                 rest = set(group) - {culprit}
-                pending = groups(graph, rest) + pending
+                pending = fusable_groups(graph, rest) + pending
             continue
         trials[(id(graph), group)] = (graph, kernel)  # the view is kept: its id stays unique
         capability.claims.append(Claim(group, fuse=True))
