@@ -57,6 +57,12 @@ Cross-cutting plugins use the same hooks as wrappers, e.g. to veto nodes for a p
         if ep.name == "OpenVINOExecutionProvider" and capability is not None:
             ...  # drop claims on vetoed ops, add reasons to capability.declined
         return capability
+
+Failures are contained to the plugin: a cross-cutting plugin that raises in
+``ort_session_start``, ``ort_create_allocator``, ``ort_run_start`` or ``ort_run_end`` is skipped
+and recorded once in ``ort_core.plugin_failures()``; a provider's own exception from its run
+hooks becomes an ``EPFail`` naming the provider (the original chained), and ``ort_run_end`` is
+called for exactly the providers whose ``ort_run_start`` returned.
 """
 
 from __future__ import annotations
