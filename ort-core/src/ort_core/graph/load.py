@@ -14,6 +14,10 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from ..errors import InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+from . import ort_schemas
+
+# onnxruntime's ONNX-domain contrib ops load as they do there (see ort_schemas)
+ort_schemas.register()
 
 logger = logging.getLogger("ort_core")
 

@@ -102,6 +102,28 @@ def _skip_simplified_layer_normalization(node, request):
     return skip_simplified
 
 
+@kernel("SimplifiedLayerNormalization")
+def _simplified_layer_normalization(node, request):
+    """onnxruntime's RMS normalisation, registered by onnxruntime in the ONNX domain (LLM
+    exports emit it there): x / sqrt(mean(x^2 over axes axis..) + epsilon) * scale, computed in
+    float32 (stash_type 1); the optional second output is 1 / RMS with the normalised axes kept
+    as 1. ort-core registers its schema so the model loads (``graph/ort_schemas.py``)."""
+    eps = np.float32(node.attr("epsilon", 1e-5))
+    axis = int(node.attr("axis", -1))
+    n_out = len([o for o in node.outputs if o])
+
+    def simplified(x, scale):
+        rank = x.ndim
+        first = axis + rank if axis < 0 else axis
+        axes = tuple(range(first, rank))
+        x32 = x.astype(np.float32, copy=False)
+        inv = (1.0 / np.sqrt((x32 * x32).mean(axis=axes, keepdims=True) + eps)).astype(np.float32)
+        y = (x32 * inv * scale.astype(np.float32)).astype(scale.dtype, copy=False)
+        return y if n_out == 1 else (y, inv)
+
+    return simplified
+
+
 @kernel("RotaryEmbedding", domain=MS)
 def _ms_rotary_embedding(node, request):
     """com.microsoft RotaryEmbedding(input, position_ids, cos_cache, sin_cache): position_ids is
