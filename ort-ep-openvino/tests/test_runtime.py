@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 
 import ort_core as ort
 from conftest import CPU, OV, assert_parity, ov_state, reference, session
+from ort_core.grouping import fusable_groups
 from ort_core.testing import models
-from ort_ep_openvino.capability import groups
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,9 @@ def test_groups_split_to_avoid_cycles():
 
     model = ir.serde.deserialize_model(_chain_with_side_path())
     view = ort.GraphView(model.graph, opset_imports=dict(model.opset_imports))
-    assert groups(view, {0, 1, 2, 3}) == [(0, 1, 2, 3)]
-    assert groups(view, {0, 2, 3}) == [(0,), (2, 3)]
-    assert groups(view, {1, 2}) == [(1, 2)]
+    assert fusable_groups(view, {0, 1, 2, 3}) == [(0, 1, 2, 3)]
+    assert fusable_groups(view, {0, 2, 3}) == [(0,), (2, 3)]
+    assert fusable_groups(view, {1, 2}) == [(1, 2)]
 
 
 class _VetoSigmoid:
@@ -112,7 +112,7 @@ class _VetoSigmoid:
             vetoed = {i for i in candidates if graph.nodes[i].op_type == "Sigmoid"}
             if vetoed:
                 claimed = [i for c in capability.claims for i in c.nodes if i not in vetoed]
-                capability.claims = [ort.Claim(g, fuse=True) for g in groups(graph, set(claimed))]
+                capability.claims = [ort.Claim(g, fuse=True) for g in fusable_groups(graph, set(claimed))]
                 capability.declined.update({i: "vetoed by test" for i in vetoed})
         return capability
 
