@@ -95,3 +95,21 @@ def test_bad_row_in_a_dataset_names_row_and_input(cluster, mlp):
     with pytest.raises(Exception, match=r"row 13: input 'x'"):
         ds.map_batches(OrtPredictor, fn_constructor_kwargs={"model": mlp}, concurrency=1,
                        batch_size=20, batch_format="numpy").take_all()
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    """The README's "Running on a Ray cluster" block, extracted and run in its own process."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Running on a Ray cluster"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    script = tmp_path / "example.py"
+    script.write_text(code.replace("ray.init(address=os.environ.get(\"RAY_ADDRESS\"))",
+                                   "ray.init(address=os.environ.get(\"RAY_ADDRESS\"), num_cpus=2, include_dashboard=False)"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"\[\s*[-\d.e]+", done.stdout), done.stdout  # the first row's scores printed
