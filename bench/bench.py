@@ -504,7 +504,9 @@ def main() -> int:
     print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f} on {} CPUs".format(*load_before, os.cpu_count() or 0))
     overhead = executor_overhead(args.threads)  # first: before the models' sessions pile up
     rows = []
-    for label, name, batch in cases:
+    from ort_core.progress import progress
+
+    for label, name, batch in progress(cases, desc="bench", total=len(cases)):
         print(f"... {label}", flush=True)
         rows.append(bench_case(label, name, batch, providers, args))
         gc.collect()
