@@ -320,10 +320,24 @@ def run_case(model: bytes, feeds: dict, providers: list[str] | None = None, limi
 BUGS = ("unnamed", "hang", "crash")
 
 
+def warm_up() -> None:
+    """Import, in the parent, what every case's child would otherwise import again: ``import
+    ort_core`` is lazy (no onnx, onnx-ir or session until first use) and plugins load on first
+    use, which cost each forked child about a second. No session is made here, so no provider
+    starts threads before the fork."""
+    import ort_core
+    import ort_core.graph.load  # noqa: F401
+    import ort_core.optimizer  # noqa: F401
+    import ort_core.session  # noqa: F401
+
+    ort_core.registry().providers()
+
+
 def campaign(examples: int, seed_value: int, providers: list[str] | None, limits: Limits,
              budget_s: float | None = None, stop_on_bug: bool = True) -> dict[str, Any]:
     """Run ``examples`` cases (or until ``budget_s``); counts by outcome, and the bugs. With
     ``stop_on_bug`` hypothesis shrinks the first bug to a minimal case (``minimal``)."""
+    warm_up()
     counts: collections.Counter = collections.Counter()
     bugs: list[dict] = []
     errors: collections.Counter = collections.Counter()
