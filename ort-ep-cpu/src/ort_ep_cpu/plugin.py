@@ -6,12 +6,10 @@ import logging
 import platform
 
 from ort_core import (
-    CORE_DOMAIN,
     Capability,
     Claim,
     EpDevice,
     EpDevices,
-    FusedOp,
     GraphView,
     Kernel,
     KernelRequest,
@@ -20,6 +18,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.optimizer import FUSED_OPS
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
 from .kernels import _jit, _onednn, onednn_group
@@ -51,20 +50,7 @@ SPEC = ProviderSpec(
     description="numpy kernels; the reference provider and the final fallback",
     # every fused node core's optimizer forms: kernels/fused.py, norm.py, attention.py,
     # math.py and reduce.py compute each as onnxruntime does (the kit's fusion_parity checks it)
-    fused_ops=(
-        FusedOp("FusedConv", attributes={"activation": ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")}),
-        FusedOp("FusedGemm", attributes={"activation": ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid")}),
-        FusedOp("FusedMatMul"),
-        FusedOp("Gelu"),
-        FusedOp("BiasGelu"),
-        FusedOp("SkipLayerNormalization"),
-        FusedOp("Attention"),
-        FusedOp("MultiHeadAttention"),
-        FusedOp("LayerNormalization", ""),
-        FusedOp("LayerNormalization", CORE_DOMAIN),
-        FusedOp("HardSwish", ""),
-        FusedOp("HardSwish", CORE_DOMAIN),
-    ),
+    fused_ops=FUSED_OPS,
 )
 
 
