@@ -71,6 +71,20 @@ def test_weights_are_taken_a_slab_at_a_time(monkeypatch):
     _check(*_model(256, 40, 4, 32, "packed", bias=True, seed=5))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("rows", [1, matmul_nbits._FEW_ROWS, matmul_nbits._FEW_ROWS + 1, 9])
+def test_both_4bit_paths_every_row_count(monkeypatch, compiled, rows):
+    # rows <= _FEW_ROWS take the compiled dot loop over packed bytes, more rows the compiled
+    # slab dequantization + BLAS (5 blocks, 2 per slab: a partial last slab), or numpy's path
+    from ort_ep_cpu.kernels import _jit
+
+    if compiled and matmul_nbits._packed4_kernels() is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(_jit, "USE", compiled)
+    monkeypatch.setattr(matmul_nbits, "_SLAB_BYTES", 24 * 32 * 4 * 2)
+    _check(*_model(150, 24, 4, 32, "packed", bias=True, seed=rows, a_shape=(rows,)))
+
+
 def test_onnxruntime_quantizer_output_matches():
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
