@@ -36,6 +36,41 @@ PROVIDER_PACKAGES: dict[str, str] = {
 # PCI vendor ids onnxruntime reports in OrtHardwareDevice.vendor_id (0 where unknown)
 _VENDOR_IDS = {"intel": 0x8086, "nvidia": 0x10DE, "amd": 0x1002, "advanced micro devices": 0x1002,
                "qualcomm": 0x5143, "apple": 0x106B, "microsoft": 0x1414, "mesa": 0x10005}
+# onnxruntime gives AMD's processors AMD's CPU vendor id, not the GPUs' (ATI's) one
+_CPU_VENDOR_IDS = {**_VENDOR_IDS, "amd": 0x1022, "advanced micro devices": 0x1022}
+# /proc/cpuinfo's x86 vendor strings and ARM implementer codes, as vendor names
+_CPUINFO_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon",
+                    "0x41": "ARM", "0x51": "Qualcomm", "0x61": "Apple", "0x48": "HiSilicon"}
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The processor this process runs on: its model name and its vendor ("Intel", "AMD", ...)."""
+
+    name: str
+    vendor: str
+
+
+def host_cpu() -> HostCpu:
+    """The host processor, for providers whose device is the CPU (read from /proc/cpuinfo where
+    there is one; else what ``platform`` knows)."""
+    import platform
+
+    name = vendor = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and not name:
+                    name = value
+                elif key in ("vendor_id", "CPU implementer") and not vendor:
+                    vendor = _CPUINFO_VENDORS.get(value, value)
+    except OSError:
+        pass
+    if not vendor and platform.system() == "Darwin" and platform.machine() == "arm64":
+        vendor = "Apple"
+    return HostCpu(name or platform.processor() or platform.machine(), vendor or platform.machine())
 
 
 class OrtHardwareDeviceType(enum.IntEnum):
@@ -79,7 +114,7 @@ class OrtEpDevice:
         self.device = OrtHardwareDevice(
             type=OrtHardwareDeviceType[ep_device.device_type],
             vendor=vendor,
-            vendor_id=_vendor_id(vendor),
+            vendor_id=_vendor_id(vendor, ep_device.device_type),
             device_id=ep_device.device_id,
             metadata={"name": ep_device.name, "memory": ep_device.memory,
                       "hardware": "1" if ep_device.hardware else "0", **ep_device.metadata},
@@ -102,9 +137,10 @@ class OrtEpDevice:
         return f"OrtEpDevice({self.ep_name}, {d.device_type} {d.name!r}, memory {d.memory!r})"
 
 
-def _vendor_id(vendor: str) -> int:
+def _vendor_id(vendor: str, device_type: str) -> int:
     text = vendor.lower()
-    return next((v for k, v in _VENDOR_IDS.items() if k in text), 0)
+    ids = _CPU_VENDOR_IDS if device_type == "CPU" else _VENDOR_IDS
+    return next((v for k, v in ids.items() if k in text), 0)
 
 
 def ep_devices() -> list[OrtEpDevice]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import platform
 
 from ort_core import (
     Capability,
@@ -18,6 +17,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.devices import host_cpu
 from ort_core.optimizer import FUSED_OPS
 
 from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
@@ -64,17 +64,6 @@ def _parse_bool(key: str, value: object) -> bool:
     raise ValueError(f"{key} takes 1 or 0 (true or false)")
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 @hookimpl
 def ort_register_providers() -> list[ProviderSpec]:
     return [SPEC]
@@ -88,7 +77,8 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
     metadata = {}
     for name, info in (("numba", _jit.info()), ("onednn", _onednn.info())):
         metadata[name] = info["version"] if info["used"] else f"not used ({info['reason']})"
-    return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", _cpu_name(), vendor=platform.machine(), metadata=metadata),))
+    cpu = host_cpu()
+    return EpDevices((EpDevice(PROVIDER_NAME, "ort", "CPU", cpu.name, vendor=cpu.vendor, metadata=metadata),))
 
 
 @hookimpl

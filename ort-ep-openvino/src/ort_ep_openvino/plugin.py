@@ -24,6 +24,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.devices import host_cpu
 from ort_core.epcontext import is_context_node, read_context
 from ort_core.grouping import fusable_groups
 
@@ -82,9 +83,11 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
             full = str(core.get_property(name, "FULL_DEVICE_NAME"))
         except Exception:
             full = name
+        # OpenVINO's CPU plugin runs on any x86 or ARM processor: the hardware is the host's
+        vendor = host_cpu().vendor if kind == "CPU" else "Intel"
         devices.append(
             EpDevice(
-                PROVIDER_NAME, "Intel", kind, full, device_id=k, vendor="Intel",
+                PROVIDER_NAME, "Intel", kind, full, device_id=k, vendor=vendor,
                 metadata={"ov_device": name, "openvino_version": ov_version},
             )
         )

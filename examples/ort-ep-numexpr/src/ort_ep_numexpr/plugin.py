@@ -7,8 +7,6 @@ evaluated in one pass over memory with numexpr's threads.
 
 from __future__ import annotations
 
-import platform
-
 import numexpr
 
 from ort_core import (
@@ -25,6 +23,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.devices import host_cpu
 
 from . import PROVIDER_NAME
 from .expressions import build_kernel, decline_reason
@@ -64,8 +63,9 @@ def ort_ep_devices(provider: str) -> EpDevices | None:
     if provider != PROVIDER_NAME:
         return None
     threads = str(numexpr.get_num_threads())
+    cpu = host_cpu()
     return EpDevices((
-        EpDevice(PROVIDER_NAME, "ort examples", "CPU", platform.machine() or "host", memory=HOST_MEMORY,
+        EpDevice(PROVIDER_NAME, "ort examples", "CPU", cpu.name, vendor=cpu.vendor, memory=HOST_MEMORY,
                  metadata={"numexpr": numexpr.__version__, "threads": threads}),
     ))
 

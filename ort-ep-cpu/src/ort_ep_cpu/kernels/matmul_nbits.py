@@ -134,7 +134,7 @@ def _packed4_loops(prange):
     return dot, dequantize
 
 
-def _packed4_product(kernels, a: np.ndarray, w: "_Weights") -> np.ndarray:
+def _packed4_product(kernels, a: np.ndarray, w: _Weights) -> np.ndarray:
     """a (M, K) @ dequantized(w)^T from the packed codes, A zero-padded to whole blocks."""
     dot, dequantize = kernels
     m = a.shape[0]
