@@ -221,7 +221,7 @@ def _constant_check(node: NodeView, rt: Runtime) -> str | None:
 
 @op("Constant", dtypes=ANY, check=_constant_check)
 def _constant(node: NodeView, request: KernelRequest, rt: Runtime) -> Body:
-    from .host import constant_value
+    from ort_core.hostshapes import constant_value
 
     value = constant_value(node)
     held: list[Any] = []  # the device copy, made on the first run (on the session's stream)

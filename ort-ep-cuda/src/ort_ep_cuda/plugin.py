@@ -24,6 +24,7 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.hostshapes import host_kernel, host_nodes_cached
 
 from . import (  # noqa: F401  (the ops_* modules register the kernels)
     MEMORY_NAME,
@@ -39,7 +40,6 @@ from . import (  # noqa: F401  (the ops_* modules register the kernels)
 )
 from .bfloat16 import BFLOAT16, adapt
 from .graphs import GraphMode, graph_kernel
-from .host import host_kernel, host_nodes
 from .ops_fused import ACTIVATIONS
 from .options import OPTIONS, SHRINKAGE_RUN_OPTION
 from .registry import Runtime, entry
@@ -107,7 +107,6 @@ def ort_session_start(ep: ProviderContext) -> None:
     record = next(r for r in found.records if r.index == ep.device.device_id)
     dev = backend.open_device(record, dict(ep.options), MEMORY_NAME)
     ep.state["runtime"] = Runtime(dev, cudnn=bool(record.cudnn), cudnn_reason=record.cudnn_reason)
-    ep.state["host_nodes"] = {}
     ep.state["graph_mode"] = GraphMode() if ep.options["enable_cuda_graph"] else None
     ep.device = _device(record)
 
@@ -166,14 +165,6 @@ def ort_run_end(ep: ProviderContext, run_options: Any) -> None:
         rt.dev.arena.shrink()
 
 
-def _host_nodes(ep: ProviderContext, graph: GraphView) -> set[int]:
-    cache = ep.state["host_nodes"]
-    key = id(graph)
-    if key not in cache:
-        cache[key] = (graph, host_nodes(graph))  # the graph is kept so that its id stays unique
-    return cache[key][1]
-
-
 def decline_reason(node: NodeView, rt: Runtime) -> str | None:
     """Why the CUDA provider cannot take ``node``, or None if it can."""
     e = entry(node.domain, node.op_type)
@@ -202,7 +193,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     if ep.name != PROVIDER_NAME:
         return None
     rt = _runtime(ep)
-    on_host = _host_nodes(ep, graph)
+    on_host = host_nodes_cached(ep, graph)
     capability = Capability()
     for i in sorted(candidates):
         reason = None if i in on_host else decline_reason(graph.nodes[i], rt)
@@ -224,7 +215,7 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     if ep.name != PROVIDER_NAME:
         return None
     node = request.node
-    if node.index in _host_nodes(ep, request.graph):
+    if node.index in host_nodes_cached(ep, request.graph):
         return host_kernel(node, backend.DEVICE_DTYPES | {BFLOAT16})
     e = entry(node.domain, node.op_type)
     if e is None:

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ort_core import Kernel, KernelRequest, NodeView
+from ort_core.hostshapes import constant_value
 
 from . import wgsl
-from .host import constant_value
 from .registry import Dispatch, Prepared, SessionRuntime, op, shader_kernel
 from .runtime import GpuTensor
 

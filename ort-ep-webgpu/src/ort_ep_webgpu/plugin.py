@@ -23,11 +23,11 @@ from ort_core import (
     ProviderSpec,
     hookimpl,
 )
+from ort_core.hostshapes import host_kernel, host_nodes_cached
 
 from . import MEMORY_NAME, PROVIDER_NAME, ops_control, ops_elementwise, ops_nn, ops_tensor  # noqa: F401  (register kernels)
-from .host import host_kernel, host_nodes
 from .registry import SessionRuntime, entry
-from .runtime import BufferPool, Stream, choose_adapter, describe, get_device, list_adapters
+from .runtime import DEVICE_TYPES, BufferPool, Stream, choose_adapter, describe, get_device, list_adapters
 from .version import __version__
 
 
@@ -136,7 +136,6 @@ def ort_session_start(ep: ProviderContext) -> None:
     gemm = ep.options["gemm_kernel"]
     direct = gemm == "registers" or (gemm == "auto" and not record.hardware)
     ep.state["runtime"] = SessionRuntime(gpu, pool, stream, fp16, direct)
-    ep.state["host_nodes"] = {}
     # the session uses the adapter chosen here (core picked the first listed one)
     ep.device = _device(record)
 
@@ -171,14 +170,6 @@ def ort_run_end(ep: ProviderContext, run_options: object) -> None:
         _runtime(ep).stream.flush()
 
 
-def _host_nodes(ep: ProviderContext, graph: GraphView) -> set[int]:
-    cache = ep.state["host_nodes"]
-    key = id(graph)
-    if key not in cache:
-        cache[key] = (graph, host_nodes(graph))  # keep the graph so its id stays unique
-    return cache[key][1]
-
-
 def decline_reason(node: NodeView, rt: SessionRuntime) -> str | None:
     """Why the WebGPU provider cannot take ``node``, or None if it can."""
     if node.domain:
@@ -211,7 +202,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     if ep.name != PROVIDER_NAME:
         return None
     rt = _runtime(ep)
-    on_host = _host_nodes(ep, graph)
+    on_host = host_nodes_cached(ep, graph)
     capability = Capability()
     for i in sorted(candidates):
         node = graph.nodes[i]
@@ -228,8 +219,8 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     if ep.name != PROVIDER_NAME:
         return None
     node = request.node
-    if node.index in _host_nodes(ep, request.graph):
-        return host_kernel(node)
+    if node.index in host_nodes_cached(ep, request.graph):
+        return host_kernel(node, DEVICE_TYPES)
     e = entry(node.op_type)
     if e is None:
         raise ValueError(f"no WebGPU kernel for {node.op_type}")
