@@ -44,6 +44,13 @@ HTP_GRAPH_OPTIMIZATION, HTP_GRAPH_PRECISION = 1, 2
 HTP_OPT_FINALIZE_OPTIMIZATION_FLAG = 3
 PRECISION_FLOAT16 = 1
 
+# QnnProfile.h: levels, event types and units
+PROFILE_LEVEL_BASIC, PROFILE_LEVEL_DETAILED = 1, 2
+PROFILE_EVENT_TYPES = {100: "INIT", 300: "FINALIZE", 400: "EXECUTE", 404: "NODE", 405: "EXECUTE QUEUE WAIT",
+                       406: "EXECUTE PREPROCESS", 407: "EXECUTE DEVICE", 408: "EXECUTE POSTPROCESS",
+                       500: "DE-INIT", 600: "TRACE", 1000: "BACKEND"}
+PROFILE_UNITS = {1: "US", 2: "BYTES", 3: "CYCLES", 4: "COUNT", 5: "OBJECT", 6: "NONE", 1000: "BACKEND"}
+
 OP_PACKAGE = b"qti.aisw"
 
 # --- structs --------------------------------------------------------------------------------------
@@ -198,6 +205,10 @@ class HtpGraphCustomConfig(C.Structure):
     _fields_ = [("option", C.c_int), ("u", _HtpGraphConfigValue)]
 
 
+class ProfileEventData(C.Structure):
+    _fields_ = [("type", C.c_uint32), ("unit", C.c_uint32), ("value", C.c_uint64), ("identifier", C.c_char_p)]
+
+
 # the interface table, in the header's order (QnnInterface.h); the used entries get prototypes
 INTERFACE_FUNCTIONS = [
     "propertyHasCapability",
@@ -283,6 +294,11 @@ PROTOTYPES: dict[str, Any] = {
     "logFree": C.CFUNCTYPE(E, P),
     "deviceCreate": C.CFUNCTYPE(E, P, P, PP),
     "deviceFree": C.CFUNCTYPE(E, P),
+    "profileCreate": C.CFUNCTYPE(E, P, C.c_uint32, PP),
+    "profileGetEvents": C.CFUNCTYPE(E, P, C.POINTER(C.POINTER(C.c_uint64)), C.POINTER(C.c_uint32)),
+    "profileGetSubEvents": C.CFUNCTYPE(E, C.c_uint64, C.POINTER(C.POINTER(C.c_uint64)), C.POINTER(C.c_uint32)),
+    "profileGetEventData": C.CFUNCTYPE(E, C.c_uint64, C.POINTER(ProfileEventData)),
+    "profileFree": C.CFUNCTYPE(E, P),
     "errorGetMessage": C.CFUNCTYPE(E, E, C.POINTER(C.c_char_p)),
     "errorGetVerboseMessage": C.CFUNCTYPE(E, E, C.POINTER(C.c_char_p)),
     "errorFreeVerboseMessage": C.CFUNCTYPE(E, C.c_char_p),

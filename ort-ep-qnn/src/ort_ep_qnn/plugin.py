@@ -87,13 +87,10 @@ def ort_session_start(ep: ProviderContext) -> None:
     if ep.name != PROVIDER_NAME:
         return
     options = ep.options
-    if options["profiling_level"] != "off":
-        raise EPFail(f"profiling_level {options['profiling_level']!r}: QNN profiling is not implemented by "
-                     f"ort-ep-qnn; valid here: off")
     try:
         settings = resolve(options)
         lib = Q.load(settings.library)
-        backend = Backend(lib)
+        backend = Backend(lib, options["profiling_level"], options["profiling_file_path"])
     except (ImportError, Q.QnnError) as exc:
         raise EPFail(f"QNN {options['backend_type']} backend: {exc}") from exc
     ep.state["settings"] = settings
