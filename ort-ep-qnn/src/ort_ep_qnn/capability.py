@@ -62,13 +62,14 @@ def static_view(graph: GraphView) -> GraphView:
 def node_reason(backend: Backend, graph: GraphView, node: NodeView,
                 quant: dict[str, tuple[float, int, np.dtype]]) -> str | None:
     """None when QNN takes ``node``, else why not (naming the node, the QNN op and QNN's answer)."""
+    if node.op_type == "DequantizeLinear" and graph.value(node.inputs[0]).const_value is not None:
+        # (per-tensor or per-channel alike: a folded unit reads the quantized constant itself)
+        return (f"DequantizeLinear {node.name}: of a constant; QNN nodes reading it take the dequantized "
+                f"data as their constant")
     if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
         q = node.outputs[0] if node.op_type == "QuantizeLinear" else node.inputs[0]
         if q not in quant:
             return f"{node.op_type} {node.name}: only a constant per-tensor scale and zero point are lowered"
-    if node.op_type == "DequantizeLinear" and graph.value(node.inputs[0]).const_value is not None:
-        return (f"DequantizeLinear {node.name}: of a constant; QNN nodes reading it take the dequantized "
-                f"data as their constant")
     lowering = Lowering(graph, [n for n in node.inputs if n], node.outputs, quant)
     try:
         ops = lowering.lower(node)

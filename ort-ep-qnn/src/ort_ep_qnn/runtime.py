@@ -86,7 +86,9 @@ QUANTIZED = {np.dtype(np.uint8): Q.DT_UFIXED_8, np.dtype(np.uint16): Q.DT_UFIXED
 class TensorSpec:
     """One QNN tensor: ``kind`` is "in" (fed by the caller), "out" (read back), "native"
     (inside the graph) or "static" (``data`` baked into the graph). ``quant`` is
-    (scale, zero_point) for a quantized tensor: QNN's offset is the negated zero point."""
+    (scale, zero_point) for a quantized tensor: QNN's offset is the negated zero point.
+    ``axis_quant`` is (axis, scales, zero points) for a constant quantized per channel
+    (per-channel weights and their biases)."""
 
     name: str
     dtype: np.dtype
@@ -94,10 +96,15 @@ class TensorSpec:
     kind: str = "native"
     data: np.ndarray | None = None
     quant: tuple[float, int] | None = None
+    axis_quant: tuple[int, tuple[float, ...], tuple[int, ...]] | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.quant is not None or self.axis_quant is not None
 
     @property
     def qnn_dtype(self) -> int:
-        return QUANTIZED[self.dtype] if self.quant is not None else NUMPY_TO_QNN[self.dtype]
+        return QUANTIZED[self.dtype] if self.quantized else NUMPY_TO_QNN[self.dtype]
 
 
 @dataclass
@@ -135,7 +142,15 @@ def fill_tensor(t: Q.Tensor, spec: TensorSpec, keep: _Keep, id_: int = 0) -> Non
     v.dataFormat = 0  # flat buffer
     v.dataType = spec.qnn_dtype
     q = v.quantizeParams
-    if spec.quant is None:
+    if spec.axis_quant is not None:
+        axis, scales, zero_points = spec.axis_quant
+        q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_DEFINED, Q.ENCODING_AXIS_SCALE_OFFSET
+        pairs = keep.keep((Q.ScaleOffset * len(scales))(*[Q.ScaleOffset(float(sc), -int(zp))
+                                                           for sc, zp in zip(scales, zero_points)]))
+        enc = q.axisScaleOffsetEncoding
+        enc.axis, enc.numScaleOffsets = axis, len(scales)
+        enc.scaleOffset = C.cast(pairs, C.POINTER(Q.ScaleOffset))
+    elif spec.quant is None:
         q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_UNDEFINED, Q.ENCODING_UNDEFINED
     else:
         q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_DEFINED, Q.ENCODING_SCALE_OFFSET
