@@ -23,7 +23,7 @@ def quant_params(graph: GraphView) -> dict[str, tuple[float, int, np.dtype]]:
         scale = graph.value(node.inputs[1]).const_value
         zp = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
         if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
-            continue  # per-axis or dynamic: no per-tensor encoding (the node is declined)
+            continue  # per-axis (a constant's: lowering.axis_encoding) or dynamic: no per-tensor encoding
         # the quantized type: the zero point's, else the value's, else uint8 (ONNX's default)
         dtype = zp.dtype if zp is not None else graph.value(quantized).dtype or np.dtype(np.uint8)
         result[quantized] = (float(scale.reshape(())), int(0 if zp is None else zp.reshape(())), np.dtype(dtype))

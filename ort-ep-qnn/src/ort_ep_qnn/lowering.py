@@ -268,8 +268,8 @@ def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[fl
                refused: dict[int, str] | None = None) -> dict[int, dict[str, str]]:
     """The QDQ units of ``group`` that become one QNN op on quantized tensors: an op of
     FOLDABLE whose float inputs are all DequantizeLinear outputs (in the group, or of a
-    constant) with per-tensor encodings (or, for a constant, per-channel ones), and whose only reader is one QuantizeLinear in the
-    group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
+    constant) with per-tensor encodings (a constant's may be per channel), and whose only
+    reader is one QuantizeLinear in the group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
     it becomes; the others stay float ops between QNN Quantize/Dequantize, and ``refused``
     (when given) gets why, for each unit the backend refused."""
     members = set(group)
