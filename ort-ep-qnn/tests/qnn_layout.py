@@ -41,6 +41,9 @@ STRUCTS = {
     "HtpGraphCustomConfig": ("QnnHtpGraph_CustomConfig_t", ["option", "optimizationOption", "precision"]),
     "Interface": ("QnnInterface_t", ["backendId", "providerName", "apiVersion"]),
     "ProfileEventData": ("QnnProfile_EventData_t", ["type", "unit", "value", "identifier"]),
+    "ProfileExtendedEventDataV1": ("QnnProfile_ExtendedEventDataV1_t", ["type", "unit", "value", "backendOpaqueObject",
+                                                                        "timestamp", "identifier"]),
+    "ProfileExtendedEventData": ("QnnProfile_ExtendedEventData_t", ["version", "v1"]),
     "SystemInterface": ("QnnSystemInterface_t", ["backendId", "providerName", "systemApiVersion"]),
 }
 

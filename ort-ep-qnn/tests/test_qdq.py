@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import QNN, needs_qnn, reference, session
+from conftest import QNN, needs_qnn, onnxruntime_qnn_session, reference, session
 from ort_core.testing import models
 
 pytestmark = needs_qnn
@@ -343,30 +343,6 @@ def test_qdq_mlp_and_attention_run_integer_on_qnn(tmp_path, name, activations):
         assert err <= bound + 1e-3
 
 
-def _onnxruntime_qnn(model: onnx.ModelProto):
-    """A session of onnxruntime's own QNN EP (the wheel's plugin library, on the same HTP
-    simulator) on ``model``: the reference for what QNN computes; skipped where onnxruntime
-    cannot load it."""
-    import os
-
-    import onnxruntime
-
-    try:
-        import onnxruntime_qnn
-
-        lib = os.path.join(os.path.dirname(onnxruntime_qnn.__file__), "libonnxruntime_providers_qnn.so")
-        if not any(d.ep_name == QNN for d in onnxruntime.get_ep_devices()):
-            onnxruntime.register_execution_provider_library(QNN, lib)
-        devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == QNN]
-    except Exception as exc:  # an onnxruntime without plugin providers, or no such library
-        pytest.skip(f"onnxruntime's QNN EP does not load here: {type(exc).__name__}: {exc}")
-    if not devices:
-        pytest.skip("onnxruntime's QNN EP lists no device here")
-    so = onnxruntime.SessionOptions()
-    so.add_provider_for_devices(devices[:1], {"backend_type": "htp"})
-    return onnxruntime.InferenceSession(model.SerializeToString(), so)
-
-
 @pytest.mark.parametrize("name,activations,per_channel,weights", [
     ("Gemm", "uint16", False, "uint8"),
     ("MatMul", "uint8", True, "int8"),
@@ -379,7 +355,7 @@ def test_qdq_products_are_bit_identical_to_onnxruntimes_qnn_ep(tmp_path, name, a
     # result, onnxruntime's QNN EP is exactly as far
     float_model = {"mlp": _mlp, "attention": _attention}.get(name, lambda: _one(name))()
     qdq = _quantize(float_model, tmp_path, activations, per_channel, weights)
-    theirs = _onnxruntime_qnn(qdq)
+    theirs = onnxruntime_qnn_session(qdq)
     ours = session(qdq)
     for seed in (0, 1):
         feeds = models.random_inputs(qdq, batch=1, seed=90 + seed)

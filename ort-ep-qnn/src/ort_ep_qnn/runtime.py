@@ -258,6 +258,10 @@ class Profiler:
         self.lib = lib
         self.level = _PROFILE_LEVELS[level]
         self.path = path
+        # the extended event data carry a timestamp (the CSV's first column); onnxruntime uses
+        # them when the backend says it has them, as here (the low 16 bits: the property code)
+        code = int(lib.fn("propertyHasCapability")(Q.PROPERTY_PROFILE_SUPPORTS_EXTENDED_EVENT))
+        self.extended = (code & 0xFFFF) == 0
         self._lock = threading.Lock()  # graphs of one session may report from several threads
 
     def create(self, backend: Any) -> C.c_void_p:
@@ -279,12 +283,21 @@ class Profiler:
         return [int(ids[k]) for k in range(count.value)]
 
     def _rows(self, event: int, level: str, rows: list[str]) -> None:
-        data = Q.ProfileEventData()
-        self.lib.call("profileGetEventData", event, C.byref(data))
+        if self.extended:
+            ext = Q.ProfileExtendedEventData()
+            self.lib.call("profileGetExtendedEventData", event, C.byref(ext))
+            if ext.version != Q.PROFILE_DATA_VERSION_1:
+                return  # a later layout than this one knows: skipped, as onnxruntime does
+            data = ext.v1
+            stamp, value = str(data.timestamp), _scalar_text(data.value)
+        else:
+            data = Q.ProfileEventData()
+            self.lib.call("profileGetEventData", event, C.byref(data))
+            # the basic event data have no timestamp: onnxruntime writes UNKNOWN there too
+            stamp, value = "UNKNOWN", str(data.value)
         kind = Q.PROFILE_EVENT_TYPES.get(data.type, "BACKEND" if data.type > 1000 else "UNKNOWN")
         ident = (data.identifier or b"NULL").decode(errors="replace").replace(",", ";").replace("\n", " ")
-        # the basic event data has no timestamp: onnxruntime writes UNKNOWN there too
-        rows.append(f"UNKNOWN,{kind},{data.value},{Q.PROFILE_UNITS.get(data.unit, 'UNKNOWN')},BACKEND,{level},{ident}")
+        rows.append(f"{stamp},{kind},{value},{Q.PROFILE_UNITS.get(data.unit, 'UNKNOWN')},BACKEND,{level},{ident}")
         for sub in self._ids("profileGetSubEvents", C.c_uint64(event)):
             self._rows(sub, "SUB-EVENT", rows)
 
@@ -308,6 +321,16 @@ class Profiler:
                 for row in rows:
                     logger.info("QNN profile %s: %s", graph, row)
         return len(rows)
+
+
+def _scalar_text(s: Q.Scalar) -> str:
+    """An extended event's value (a Qnn_Scalar_t) as text."""
+    fields = {Q.DT_INT_8: "int8Value", Q.DT_INT_16: "int16Value", Q.DT_INT_32: "int32Value",
+              Q.DT_INT_64: "int64Value", Q.DT_UINT_8: "uint8Value", Q.DT_UINT_16: "uint16Value",
+              Q.DT_UINT_32: "uint32Value", Q.DT_UINT_64: "uint64Value", Q.DT_FLOAT_32: "floatValue",
+              Q.DT_FLOAT_64: "doubleValue"}
+    name = fields.get(s.dataType)
+    return str(getattr(s, name)) if name else "UNKNOWN"
 
 
 # --- the backend -----------------------------------------------------------------------------
