@@ -97,6 +97,24 @@ def test_constant_folding_leaves_random_and_runtime_inputs():
     assert _ops(_apply(model, basic.ConstantFoldingPass())) == ["RandomNormal", "Add"]
 
 
+def test_constant_folding_keeps_the_dequantize_of_quantized_weights():
+    # as onnxruntime: a QDQ model's DequantizeLinear of a constant stays, so that a provider
+    # running the QDQ unit in integer still sees the quantized weights (at any opset)
+    for opset in (17, 21):
+        model = make_model(
+            [
+                helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"]),
+                helper.make_node("MatMul", ["x", "w"], ["y"]),
+            ],
+            [_vi("x", [2, 3])], [_vi("y", [2, 4])],
+            [_init("wq", np.arange(12, dtype=np.uint8).reshape(3, 4)), _init("s", np.array(0.1, np.float32)),
+             _init("z", np.array(3, np.uint8))],
+            opset=opset,
+        )
+        out = _apply(model, basic.ConstantFoldingPass())
+        assert _ops(out) == ["DequantizeLinear", "MatMul"], opset
+
+
 def test_shape_folding_then_constant_folding():
     model = make_model(
         [

@@ -90,3 +90,25 @@ def one_node_model(op: str, inputs: list[tuple[str, np.ndarray | tuple, int]], o
 
 
 F = TensorProto.FLOAT
+
+
+def onnxruntime_qnn_session(model, options: dict | None = None):
+    """A session of onnxruntime's own QNN EP (the wheel's plugin library, on the same HTP
+    simulator) on ``model``: the reference for what QNN computes; skipped where onnxruntime
+    cannot load it."""
+    import onnxruntime
+
+    try:
+        import onnxruntime_qnn
+
+        lib = os.path.join(os.path.dirname(onnxruntime_qnn.__file__), "libonnxruntime_providers_qnn.so")
+        if not any(d.ep_name == QNN for d in onnxruntime.get_ep_devices()):
+            onnxruntime.register_execution_provider_library(QNN, lib)
+        devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == QNN]
+    except Exception as exc:  # an onnxruntime without plugin providers, or no such library
+        pytest.skip(f"onnxruntime's QNN EP does not load here: {type(exc).__name__}: {exc}")
+    if not devices:
+        pytest.skip("onnxruntime's QNN EP lists no device here")
+    so = onnxruntime.SessionOptions()
+    so.add_provider_for_devices(devices[:1], {"backend_type": "htp", **(options or {})})
+    return onnxruntime.InferenceSession(model.SerializeToString(), so)

@@ -40,6 +40,10 @@ STRUCTS = {
     "ContextConfig": ("QnnContext_Config_t", ["option", "priority"]),
     "HtpGraphCustomConfig": ("QnnHtpGraph_CustomConfig_t", ["option", "optimizationOption", "precision"]),
     "Interface": ("QnnInterface_t", ["backendId", "providerName", "apiVersion"]),
+    "ProfileEventData": ("QnnProfile_EventData_t", ["type", "unit", "value", "identifier"]),
+    "ProfileExtendedEventDataV1": ("QnnProfile_ExtendedEventDataV1_t", ["type", "unit", "value", "backendOpaqueObject",
+                                                                        "timestamp", "identifier"]),
+    "ProfileExtendedEventData": ("QnnProfile_ExtendedEventData_t", ["version", "v1"]),
     "SystemInterface": ("QnnSystemInterface_t", ["backendId", "providerName", "systemApiVersion"]),
 }
 
@@ -47,7 +51,7 @@ STRUCTS = {
 def c_source() -> str:
     lines = [
         "#include <stdio.h>", "#include <stddef.h>", "#include <stdbool.h>", '#include "QnnInterface.h"', '#include "QnnGraph.h"',
-        '#include "QnnContext.h"', '#include "HTP/QnnHtpGraph.h"', '#include "System/QnnSystemInterface.h"',
+        '#include "QnnContext.h"', '#include "QnnProfile.h"', '#include "HTP/QnnHtpGraph.h"', '#include "System/QnnSystemInterface.h"',
         '#include "QnnSdkBuildId.h"',
         "int main(void) {", '  printf("{\\"sdk_build_id\\": \\"%s\\",\\n", QNN_SDK_BUILD_ID);',
     ]

@@ -47,7 +47,6 @@ def test_bad_value_names_the_key_and_the_valid_values(key, value, valid):
 
 @needs_qnn
 @pytest.mark.parametrize("options,message", [
-    ({"profiling_level": "basic"}, "profiling_level 'basic'"),
     ({"backend_path": "/nonexistent/libQnnHtp.so"}, "/nonexistent/libQnnHtp.so"),
 ])
 def test_options_that_cannot_work_here_fail_the_provider(options, message):

@@ -24,7 +24,7 @@ Handle = C.c_void_p
 
 DT_INT_8, DT_INT_16, DT_INT_32, DT_INT_64 = 0x0008, 0x0016, 0x0032, 0x0064
 DT_UINT_8, DT_UINT_16, DT_UINT_32, DT_UINT_64 = 0x0108, 0x0116, 0x0132, 0x0164
-DT_FLOAT_16, DT_BFLOAT_16, DT_FLOAT_32 = 0x0216, 0x0226, 0x0232
+DT_FLOAT_16, DT_BFLOAT_16, DT_FLOAT_32, DT_FLOAT_64 = 0x0216, 0x0226, 0x0232, 0x0264
 DT_SFIXED_8, DT_SFIXED_16, DT_SFIXED_32 = 0x0308, 0x0316, 0x0332
 DT_UFIXED_8, DT_UFIXED_16, DT_UFIXED_32 = 0x0408, 0x0416, 0x0432
 DT_BOOL_8 = 0x0508
@@ -43,6 +43,16 @@ CONTEXT_CONFIG_PRIORITY = 1  # QNN_CONTEXT_CONFIG_OPTION_PRIORITY
 HTP_GRAPH_OPTIMIZATION, HTP_GRAPH_PRECISION = 1, 2
 HTP_OPT_FINALIZE_OPTIMIZATION_FLAG = 3
 PRECISION_FLOAT16 = 1
+
+# QnnProfile.h: levels, event types and units
+PROFILE_LEVEL_BASIC, PROFILE_LEVEL_DETAILED = 1, 2
+PROFILE_EVENT_TYPES = {100: "INIT", 300: "FINALIZE", 400: "EXECUTE", 404: "NODE", 405: "EXECUTE QUEUE WAIT",
+                       406: "EXECUTE PREPROCESS", 407: "EXECUTE DEVICE", 408: "EXECUTE POSTPROCESS",
+                       500: "DE-INIT", 600: "TRACE", 1000: "BACKEND"}
+PROFILE_DATA_VERSION_1 = 1
+# QnnProperty.h: QNN_PROPERTY_GROUP_CORE (1) + 1400 (the profile group) + 3
+PROPERTY_PROFILE_SUPPORTS_EXTENDED_EVENT = 1 + 1400 + 3
+PROFILE_UNITS = {1: "US", 2: "BYTES", 3: "CYCLES", 4: "COUNT", 5: "OBJECT", 6: "NONE", 1000: "BACKEND"}
 
 OP_PACKAGE = b"qti.aisw"
 
@@ -198,6 +208,37 @@ class HtpGraphCustomConfig(C.Structure):
     _fields_ = [("option", C.c_int), ("u", _HtpGraphConfigValue)]
 
 
+class ProfileEventData(C.Structure):
+    _fields_ = [("type", C.c_uint32), ("unit", C.c_uint32), ("value", C.c_uint64), ("identifier", C.c_char_p)]
+
+
+class OpaqueObject(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("len", C.c_uint64)]
+
+
+class ProfileBackendOpaqueObject(C.Structure):
+    _fields_ = [("opaqueObject", OpaqueObject), ("fileName", C.c_char_p)]
+
+
+class _ExtendedEventValue(C.Union):
+    _fields_ = [("value", Scalar), ("backendOpaqueObject", ProfileBackendOpaqueObject)]
+
+
+class ProfileExtendedEventDataV1(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("type", C.c_uint32), ("unit", C.c_uint32), ("u", _ExtendedEventValue), ("timestamp", C.c_uint64),
+                ("identifier", C.c_char_p)]
+
+
+class _ExtendedEventVersions(C.Union):
+    _fields_ = [("v1", ProfileExtendedEventDataV1)]
+
+
+class ProfileExtendedEventData(C.Structure):
+    _anonymous_ = ("u",)
+    _fields_ = [("version", C.c_int), ("u", _ExtendedEventVersions)]
+
+
 # the interface table, in the header's order (QnnInterface.h); the used entries get prototypes
 INTERFACE_FUNCTIONS = [
     "propertyHasCapability",
@@ -283,6 +324,13 @@ PROTOTYPES: dict[str, Any] = {
     "logFree": C.CFUNCTYPE(E, P),
     "deviceCreate": C.CFUNCTYPE(E, P, P, PP),
     "deviceFree": C.CFUNCTYPE(E, P),
+    "profileCreate": C.CFUNCTYPE(E, P, C.c_uint32, PP),
+    "profileGetEvents": C.CFUNCTYPE(E, P, C.POINTER(C.POINTER(C.c_uint64)), C.POINTER(C.c_uint32)),
+    "profileGetSubEvents": C.CFUNCTYPE(E, C.c_uint64, C.POINTER(C.POINTER(C.c_uint64)), C.POINTER(C.c_uint32)),
+    "profileGetEventData": C.CFUNCTYPE(E, C.c_uint64, C.POINTER(ProfileEventData)),
+    "profileGetExtendedEventData": C.CFUNCTYPE(E, C.c_uint64, C.POINTER(ProfileExtendedEventData)),
+    "profileFree": C.CFUNCTYPE(E, P),
+    "propertyHasCapability": C.CFUNCTYPE(E, C.c_uint32),
     "errorGetMessage": C.CFUNCTYPE(E, E, C.POINTER(C.c_char_p)),
     "errorGetVerboseMessage": C.CFUNCTYPE(E, E, C.POINTER(C.c_char_p)),
     "errorFreeVerboseMessage": C.CFUNCTYPE(E, C.c_char_p),

@@ -23,7 +23,7 @@ def quant_params(graph: GraphView) -> dict[str, tuple[float, int, np.dtype]]:
         scale = graph.value(node.inputs[1]).const_value
         zp = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
         if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
-            continue  # per-axis or dynamic: no per-tensor encoding (the node is declined)
+            continue  # per-axis (a constant's: lowering.axis_encoding) or dynamic: no per-tensor encoding
         # the quantized type: the zero point's, else the value's, else uint8 (ONNX's default)
         dtype = zp.dtype if zp is not None else graph.value(quantized).dtype or np.dtype(np.uint8)
         result[quantized] = (float(scale.reshape(())), int(0 if zp is None else zp.reshape(())), np.dtype(dtype))
@@ -62,13 +62,14 @@ def static_view(graph: GraphView) -> GraphView:
 def node_reason(backend: Backend, graph: GraphView, node: NodeView,
                 quant: dict[str, tuple[float, int, np.dtype]]) -> str | None:
     """None when QNN takes ``node``, else why not (naming the node, the QNN op and QNN's answer)."""
+    if node.op_type == "DequantizeLinear" and graph.value(node.inputs[0]).const_value is not None:
+        # (per-tensor or per-channel alike: a folded unit reads the quantized constant itself)
+        return (f"DequantizeLinear {node.name}: of a constant; QNN nodes reading it take the dequantized "
+                f"data as their constant")
     if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
         q = node.outputs[0] if node.op_type == "QuantizeLinear" else node.inputs[0]
         if q not in quant:
             return f"{node.op_type} {node.name}: only a constant per-tensor scale and zero point are lowered"
-    if node.op_type == "DequantizeLinear" and graph.value(node.inputs[0]).const_value is not None:
-        return (f"DequantizeLinear {node.name}: of a constant; QNN nodes reading it take the dequantized "
-                f"data as their constant")
     lowering = Lowering(graph, [n for n in node.inputs if n], node.outputs, quant)
     try:
         ops = lowering.lower(node)

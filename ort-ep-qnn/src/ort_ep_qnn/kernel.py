@@ -34,6 +34,8 @@ class GroupKernel:
         self.outputs = list(outputs)
         self.context = Context(backend, name, context_configs, graph_configs)
         self.ops: list[OpSpec] = []
+        self.fixed_point: list[str] = []  # the ONNX nodes (QDQ units) lowered as fixed-point QNN ops
+        self.float_units: dict[str, str] = {}  # QDQ units the backend refused in fixed point: why
         self._lock = threading.Lock()
 
     @classmethod

@@ -120,7 +120,59 @@ class Lowering:
         if q is not None:
             spec.quant = (q[0], q[1])
             spec.dtype = q[2]
+        elif data is not None and name in self._alias.values():
+            # a folded unit's per-channel constant (weights, bias): its raw data and encodings
+            spec.axis_quant = axis_encoding(self.graph, name)
         self.tensors[name] = spec
+        return spec
+
+    def weight(self, name: str, perm: Sequence[int]) -> TensorSpec:
+        """Constant ``name`` as lowered (the raw quantized data in a folded unit, else float),
+        transposed by ``perm``; a per-channel encoding's axis moves with it."""
+        t = self.tensor(name)
+        if t.kind != "static" or t.data is None:
+            raise Unsupported(f"{self._node.op_type if self._node else 'op'}: {name!r} must be a constant")
+        spec = self.static(t.name, np.ascontiguousarray(t.data.transpose(perm)))
+        spec.dtype, spec.quant = t.dtype, t.quant
+        if t.axis_quant is not None:
+            axis, scales, zero_points = t.axis_quant
+            spec.axis_quant = (list(perm).index(axis), scales, zero_points)
+        return spec
+
+    def bias(self, node: NodeView, k: int, x: TensorSpec, w: TensorSpec, n: int) -> TensorSpec:
+        """Input ``k`` of ``node``, the [n] bias of a convolution or fully connected op reading
+        ``x`` with weights ``w``; zeros when absent. In a quantized op it is int32 with scale
+        x_scale * w_scale (per channel when ``w`` is), as QNN's fixed-point kernels take it: a
+        QDQ model's quantized bias keeps its own encoding (quantize_static writes exactly that
+        scale), a float bias is quantized to it here."""
+        name = node.inputs[k] if len(node.inputs) > k else ""
+        if name:
+            b = self.tensor(name)
+            if b.kind == "static" and b.data is not None and b.data.ndim != 1:  # Gemm's [1, n]
+                flat = self.static(b.name, b.data.reshape(-1))
+                flat.dtype, flat.quant, flat.axis_quant = b.dtype, b.quant, b.axis_quant
+                b = flat
+            if b.quantized or not w.quantized:
+                return b
+            if b.kind != "static" or b.data is None:
+                raise Unsupported(f"{node.op_type}: a float bias of a quantized op must be a constant")
+            data = b.data.astype(np.float64)
+        else:
+            data = np.zeros(n, np.float64)
+            if not w.quantized:
+                return self.static(f"{node.name}.bias", data.astype(np.float32))
+        if x.quant is None:
+            raise Unsupported(f"{node.op_type}: quantized weights with a float input")
+        if w.axis_quant is not None:
+            scales = x.quant[0] * np.asarray(w.axis_quant[1], np.float64)
+        else:
+            scales = np.full(n, x.quant[0] * w.quant[0])
+        values = np.clip(np.round(data / scales), -(2**31), 2**31 - 1).astype(np.int32)
+        spec = self.static(f"{node.name}.bias", values)
+        if w.axis_quant is not None:
+            spec.axis_quant = (0, tuple(float(v) for v in scales), (0,) * n)
+        else:
+            spec.quant = (float(scales[0]), 0)
         return spec
 
     def temp(self, like: TensorSpec, dims: Sequence[int], dtype: np.dtype | None = None) -> TensorSpec:
@@ -212,12 +264,14 @@ FOLDABLE = {"Conv", "Gemm", "MatMul", "Add", "Mul", "MaxPool", "AveragePool", "G
 
 
 def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[float, int, np.dtype]],
-               inputs: Sequence[str], outputs: Sequence[str], validate: Callable[[OpSpec], int]) -> dict[int, dict[str, str]]:
+               inputs: Sequence[str], outputs: Sequence[str], validate: Callable[[OpSpec], tuple[int, str, str]],
+               refused: dict[int, str] | None = None) -> dict[int, dict[str, str]]:
     """The QDQ units of ``group`` that become one QNN op on quantized tensors: an op of
     FOLDABLE whose float inputs are all DequantizeLinear outputs (in the group, or of a
-    constant) with per-tensor encodings, and whose only reader is one QuantizeLinear in the
-    group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
-    it becomes; the others stay float ops between QNN Quantize/Dequantize."""
+    constant) with per-tensor encodings (a constant's may be per channel), and whose only
+    reader is one QuantizeLinear in the group. A unit is kept only when ``validate`` (backendValidateOpConfig) accepts every QNN op
+    it becomes; the others stay float ops between QNN Quantize/Dequantize, and ``refused``
+    (when given) gets why, for each unit the backend refused."""
     members = set(group)
     units: dict[int, dict[str, str]] = {}
     for i in group:
@@ -234,7 +288,8 @@ def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[fl
                 continue  # e.g. Reshape's shape: not quantized
             p = graph.producer.get(name)
             dq = graph.nodes[p] if p is not None else None
-            if dq is None or dq.op_type != "DequantizeLinear" or dq.inputs[0] not in quant:
+            if dq is None or dq.op_type != "DequantizeLinear" or (
+                    dq.inputs[0] not in quant and axis_encoding(graph, dq.inputs[0]) is None):
                 ok = False
                 break
             if p not in members and graph.value(dq.inputs[0]).const_value is None:
@@ -255,9 +310,39 @@ def fold_units(graph: GraphView, group: Sequence[int], quant: dict[str, tuple[fl
             ops = trial.lower(node)
         except Unsupported:
             continue
-        if all(validate(op) == 0 for op in ops):
+        for op in ops:
+            code, message, detail = validate(op)
+            if code:
+                if refused is not None:
+                    refused[i] = (f"QNN {op.type_name} refused by backendValidateOpConfig, error {code} "
+                                  f"({message}){': ' + detail if detail else ''}")
+                break
+        else:
             units[i] = alias
     return units
+
+
+def axis_encoding(graph: GraphView, name: str) -> tuple[int, tuple[float, ...], tuple[int, ...]] | None:
+    """(axis, scales, zero points) when constant ``name`` is dequantized per channel: read by a
+    DequantizeLinear with a constant 1-D scale (and zero point) of more than one value."""
+    data = graph.value(name).const_value
+    if data is None or data.ndim == 0:
+        return None
+    for r in graph.consumers.get(name, []):
+        dq = graph.nodes[r]
+        if dq.op_type != "DequantizeLinear" or dq.inputs[0] != name:
+            continue
+        scale = graph.value(dq.inputs[1]).const_value
+        zp_name = dq.inputs[2] if len(dq.inputs) > 2 else ""
+        zp = graph.value(zp_name).const_value if zp_name else None
+        if scale is None or scale.ndim != 1 or scale.size < 2 or (zp_name and zp is None):
+            return None
+        axis = _axis(int(dq.attr("axis", 1)), data.ndim)
+        if data.shape[axis] != scale.size:
+            return None
+        zp = np.zeros(scale.size, np.int64) if zp is None else zp.astype(np.int64).reshape(-1)
+        return axis, tuple(float(v) for v in scale), tuple(int(v) for v in zp)
+    return None
 
 
 def dequantized_constant(graph: GraphView, node: NodeView) -> np.ndarray | None:
@@ -302,7 +387,7 @@ def to_float16(ops: list[OpSpec]) -> list[OpSpec]:
     for op in ops:
         for specs in (op.inputs, op.outputs):
             for k, spec in enumerate(specs):
-                if spec.dtype != f32 or spec.quant is not None:
+                if spec.dtype != f32 or spec.quantized:
                     continue
                 if spec.kind in ("in", "out"):
                     specs[k] = twin(spec)
@@ -353,24 +438,10 @@ def _conv(L: Lowering, node: NodeView) -> None:
     strides = list(node.attr("strides", [1, 1]))
     dilations = list(node.attr("dilations", [1, 1]))
     pads = _pads_2d(node, x.dims[2:], (kh, kw), strides, dilations)
-    wq = L.qparams(node.inputs[1])
     depthwise = group > 1 and cin_g == 1 and group == x.dims[1]
     # QNN's weights: HWIO [kh, kw, cin/group, cout]; depthwise: [kh, kw, 1, cin * multiplier]
-    weights = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
-    wt = L.static(node.inputs[1], weights)
-    if wq is not None:
-        wt.dtype, wt.quant = wq[2], (wq[0], wq[1])
-    extra = [wt]
-    if len(node.inputs) > 2 and node.inputs[2]:
-        extra.append(L.tensor(node.inputs[2]))
-    else:
-        bias = np.zeros(cout, np.float32 if wq is None else np.int32)
-        b = L.static(f"{node.name}.bias", bias)
-        if wq is not None:
-            xq = L.qparams(node.inputs[0])
-            b.quant = (wq[0] * (xq[0] if xq else 1.0), 0)
-            b.dtype = np.dtype(np.int32)
-        extra.append(b)
+    wt = L.weight(node.inputs[1], (2, 3, 1, 0))
+    extra = [wt, L.bias(node, 2, x, wt, cout)]
     params: dict[str, Any] = {"stride": np.array(strides, np.uint32), "pad_amount": pads,
                               "dilation": np.array(dilations, np.uint32)}
     if depthwise:
@@ -511,7 +582,31 @@ def _matmul(L: Lowering, node: NodeView) -> None:
     a, b = L.tensor(node.inputs[0]), L.tensor(node.inputs[1])
     if len(a.dims) < 2 or len(b.dims) < 2:
         raise Unsupported("MatMul of a 1-D operand: not lowered")
-    L.op("MatMul", [a, b], [L.tensor(node.outputs[0])], transpose_in0=False, transpose_in1=False)
+    y = L.tensor(node.outputs[0])
+    if b.axis_quant is not None:
+        # per-channel weights: QNN's FullyConnected takes them ([n, k], channels on axis 0)
+        _fully_connected(L, node, a, L.weight(node.inputs[1], (1, 0)), None, y)
+        return
+    L.op("MatMul", [a, b], [y], transpose_in0=False, transpose_in1=False)
+
+
+def _fully_connected(L: Lowering, node: NodeView, a: TensorSpec, w: TensorSpec, bias_input: int | None,
+                     y: TensorSpec) -> None:
+    """y = a @ w.T + bias with QNN's FullyConnected (w: [n, k]); ``a`` of rank > 2 is
+    flattened to [m, k] and the [m, n] result reshaped to ``y`` (FullyConnected's output is 2-D)."""
+    n, k = w.dims
+    if a.dims[-1] != k:
+        raise Unsupported(f"{node.op_type}: input {a.dims} does not match weights {w.dims}")
+    bias = L.bias(node, bias_input if bias_input is not None else len(node.inputs), a, w, n)
+    if len(a.dims) == 2 and len(y.dims) == 2:
+        L.op("FullyConnected", [a, w, bias], [y])
+        return
+    m = int(np.prod(a.dims[:-1]))
+    flat = L.temp(a, (m, k))
+    L.op("Reshape", [a], [flat])
+    out = L.temp(y, (m, n))
+    L.op("FullyConnected", [flat, w, bias], [out])
+    L.op("Reshape", [out], [y])
 
 
 def _gemm(L: Lowering, node: NodeView) -> None:
@@ -519,15 +614,29 @@ def _gemm(L: Lowering, node: NodeView) -> None:
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     y = L.tensor(node.outputs[0])
     has_c = len(node.inputs) > 2 and bool(node.inputs[2]) and beta != 0.0
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    if b.quantized:
+        # a QDQ unit: QNN's FullyConnected on the quantized tensors, with the int32 bias
+        # (a MatMul then an Add would round the product to the output's encoding before the
+        # bias is added, and a [n] int32 bias does not broadcast-add to a uint8 tensor on HTP)
+        if alpha != 1.0 or (has_c and beta != 1.0) or trans_a:
+            raise Unsupported("quantized Gemm with alpha or beta != 1 or transA=1: not lowered")
+        if b.kind != "static":
+            raise Unsupported("quantized Gemm with a non-constant B: not lowered")
+        w = L.weight(node.inputs[1], (0, 1) if trans_b else (1, 0))  # QNN's [n, k]
+        _fully_connected(L, node, a, w, 2 if has_c else None, y)
+        return
     if alpha != 1.0:
         data = L.const(node.inputs[1])
         if data is None:
             raise Unsupported("Gemm alpha != 1 with a non-constant B: not lowered")
         b = L.static(node.inputs[1], (data * alpha).astype(data.dtype))
-    params = {"transpose_in0": bool(node.attr("transA", 0)), "transpose_in1": bool(node.attr("transB", 0))}
+    params = {"transpose_in0": trans_a, "transpose_in1": trans_b}
     if not has_c:
         L.op("MatMul", [a, b], [y], **params)
         return
+    if a.quantized or y.quantized:
+        raise Unsupported("quantized Gemm with a float B and a bias: not lowered")
     c = L.tensor(node.inputs[2])
     if beta != 1.0:
         data = L.const(node.inputs[2])

@@ -77,9 +77,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("htp_arch", 0, "HTP architecture (0: the backend's); validated and recorded, the simulator is v68",
                _int("htp_arch", HTP_ARCHS)),
     OptionSpec("device_id", 0, "HTP device; only 0 exists here", _int("device_id")),
-    OptionSpec("profiling_level", "off", "QNN profiling: only off is implemented",
+    OptionSpec("profiling_level", "off", "QNN profiling of each graph's finalize and executions: off, basic "
+               "(whole-graph times), detailed (also per QNN node)",
                _choice("profiling_level", ("off", "basic", "detailed"))),
-    OptionSpec("profiling_file_path", "", "where profiling events would be written (profiling is not implemented)"),
+    OptionSpec("profiling_file_path", "", "CSV file the profiling events are appended to, in onnxruntime's columns; "
+               "empty: they go to the ort_core.qnn logger at INFO"),
     OptionSpec("qnn_context_priority", "normal", "priority of this session's QNN contexts",
                _choice("qnn_context_priority", tuple(PRIORITIES))),
     OptionSpec("offload_graph_io_quantization", True, "1: a QuantizeLinear reading a graph input and a "

@@ -87,13 +87,10 @@ def ort_session_start(ep: ProviderContext) -> None:
     if ep.name != PROVIDER_NAME:
         return
     options = ep.options
-    if options["profiling_level"] != "off":
-        raise EPFail(f"profiling_level {options['profiling_level']!r}: QNN profiling is not implemented by "
-                     f"ort-ep-qnn; valid here: off")
     try:
         settings = resolve(options)
         lib = Q.load(settings.library)
-        backend = Backend(lib)
+        backend = Backend(lib, options["profiling_level"], options["profiling_file_path"])
     except (ImportError, Q.QnnError) as exc:
         raise EPFail(f"QNN {options['backend_type']} backend: {exc}") from exc
     ep.state["settings"] = settings
@@ -236,23 +233,32 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     except Exception as exc:
         raise EPFail(f"QNN cannot build group {label}: {exc}") from exc
     ep.state["kernels"].append(kernel)
-    return _kernel(kernel, f"QNN HTP graph {kernel.name} ({precision})")
+    # the QDQ units that run as fixed-point QNN ops (the rest of the graph is float)
+    fixed = f"; fixed point: {', '.join(kernel.fixed_point)}" if kernel.fixed_point else ""
+    if kernel.float_units:
+        fixed += "; float QDQ units: " + "; ".join(f"{n} ({why})" for n, why in kernel.float_units.items())
+    return _kernel(kernel, f"QNN HTP graph {kernel.name} ({precision}{fixed})")
 
 
 def _build_group(backend: Backend, settings: Settings, graph: GraphView, nodes, inputs, outputs, name: str,
                  label: str) -> GroupKernel:
     quant = quant_params(graph)
     lowering = Lowering(graph, inputs, outputs, quant)
+    refused: dict[int, str] = {}
     if quant:
-        lowering.units = fold_units(graph, [n.index for n in nodes], quant, inputs, outputs,
-                                    lambda op: backend.validate(op)[0])
+        lowering.units = fold_units(graph, [n.index for n in nodes], quant, inputs, outputs, backend.validate, refused)
     for node in nodes:
         lowering.lower(node)
     specs_in = [None if lowering.const(n) is not None else lowering.tensor(n) for n in inputs]
     specs_out = [lowering.tensor(n) for n in outputs]
     ops = to_float16(lowering.ops) if settings.fp16 else lowering.ops
-    return GroupKernel.build(backend, name, ops, specs_in, specs_out, settings.context_configs(),
-                             settings.graph_configs(), label)
+    kernel = GroupKernel.build(backend, name, ops, specs_in, specs_out, settings.context_configs(),
+                               settings.graph_configs(), label)
+    kernel.fixed_point = [graph.nodes[i].name for i in sorted(lowering.units)]
+    kernel.float_units = {graph.nodes[i].name: why for i, why in sorted(refused.items())}
+    for node_name, why in kernel.float_units.items():
+        logger.info("QDQ unit %s runs in float between QNN Dequantize/Quantize: %s", node_name, why)
+    return kernel
 
 
 def _per_shape_kernel(backend: Backend, settings: Settings, request: KernelRequest, name: str,

@@ -86,7 +86,9 @@ QUANTIZED = {np.dtype(np.uint8): Q.DT_UFIXED_8, np.dtype(np.uint16): Q.DT_UFIXED
 class TensorSpec:
     """One QNN tensor: ``kind`` is "in" (fed by the caller), "out" (read back), "native"
     (inside the graph) or "static" (``data`` baked into the graph). ``quant`` is
-    (scale, zero_point) for a quantized tensor: QNN's offset is the negated zero point."""
+    (scale, zero_point) for a quantized tensor: QNN's offset is the negated zero point.
+    ``axis_quant`` is (axis, scales, zero points) for a constant quantized per channel
+    (per-channel weights and their biases)."""
 
     name: str
     dtype: np.dtype
@@ -94,10 +96,15 @@ class TensorSpec:
     kind: str = "native"
     data: np.ndarray | None = None
     quant: tuple[float, int] | None = None
+    axis_quant: tuple[int, tuple[float, ...], tuple[int, ...]] | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.quant is not None or self.axis_quant is not None
 
     @property
     def qnn_dtype(self) -> int:
-        return QUANTIZED[self.dtype] if self.quant is not None else NUMPY_TO_QNN[self.dtype]
+        return QUANTIZED[self.dtype] if self.quantized else NUMPY_TO_QNN[self.dtype]
 
 
 @dataclass
@@ -135,7 +142,15 @@ def fill_tensor(t: Q.Tensor, spec: TensorSpec, keep: _Keep, id_: int = 0) -> Non
     v.dataFormat = 0  # flat buffer
     v.dataType = spec.qnn_dtype
     q = v.quantizeParams
-    if spec.quant is None:
+    if spec.axis_quant is not None:
+        axis, scales, zero_points = spec.axis_quant
+        q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_DEFINED, Q.ENCODING_AXIS_SCALE_OFFSET
+        pairs = keep.keep((Q.ScaleOffset * len(scales))(*[Q.ScaleOffset(float(sc), -int(zp))
+                                                           for sc, zp in zip(scales, zero_points)]))
+        enc = q.axisScaleOffsetEncoding
+        enc.axis, enc.numScaleOffsets = axis, len(scales)
+        enc.scaleOffset = C.cast(pairs, C.POINTER(Q.ScaleOffset))
+    elif spec.quant is None:
         q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_UNDEFINED, Q.ENCODING_UNDEFINED
     else:
         q.encodingDefinition, q.quantizationEncoding = Q.DEFINITION_DEFINED, Q.ENCODING_SCALE_OFFSET
@@ -212,7 +227,7 @@ def op_config(op: OpSpec, keep: _Keep, tensors: dict[str, Q.Tensor] | None = Non
 
 
 #: QNN objects alive in this process, by kind (tests read it to prove handles are freed)
-LIVE: dict[str, int] = {"backend": 0, "context": 0}
+LIVE: dict[str, int] = {"backend": 0, "context": 0, "profile": 0}
 _live_lock = threading.Lock()
 
 
@@ -221,14 +236,112 @@ def _count(kind: str, delta: int) -> None:
         LIVE[kind] += delta
 
 
+# --- profiling -----------------------------------------------------------------------------------
+
+#: the columns onnxruntime's QNN EP writes to its profiling CSV (so its readers read ours)
+PROFILE_CSV_HEADER = "Msg Timestamp,Message,Time,Unit of Measurement,Timing Source,Event Level,Event Identifier"
+_PROFILE_LEVELS = {"basic": Q.PROFILE_LEVEL_BASIC, "detailed": Q.PROFILE_LEVEL_DETAILED}
+
+
+class Profiler:
+    """QNN's profile API for one session (``profiling_level`` basic or detailed).
+
+    Each graph gets its own profile handle (``create``), passed to its graphFinalize and every
+    graphExecute, so the events read after a call are that graph's. A call replaces the
+    handle's events (measured on the simulator: the same event ids, new values, after each
+    execute), so ``report`` writes every root event, each followed by its sub-events (per QNN
+    node with ``detailed``), after each call. The rows go to
+    ``profiling_file_path`` as onnxruntime writes them (appended; the header when the file is
+    new), or to the ``ort_core.qnn`` logger at INFO when no file is named."""
+
+    def __init__(self, lib: Q.Library, level: str, path: str = ""):
+        self.lib = lib
+        self.level = _PROFILE_LEVELS[level]
+        self.path = path
+        # the extended event data carry a timestamp (the CSV's first column); onnxruntime uses
+        # them when the backend says it has them, as here (the low 16 bits: the property code)
+        code = int(lib.fn("propertyHasCapability")(Q.PROPERTY_PROFILE_SUPPORTS_EXTENDED_EVENT))
+        self.extended = (code & 0xFFFF) == 0
+        self._lock = threading.Lock()  # graphs of one session may report from several threads
+
+    def create(self, backend: Any) -> C.c_void_p:
+        handle = C.c_void_p()
+        self.lib.call("profileCreate", backend, self.level, C.byref(handle))
+        _count("profile", 1)
+        return handle
+
+    def free(self, handle: C.c_void_p) -> None:
+        code = self.lib.fn("profileFree")(handle)
+        if code:
+            logger.warning("QNN profileFree returned %d (%s)", code, self.lib.message(int(code)))
+        _count("profile", -1)
+
+    def _ids(self, name: str, key: Any) -> list[int]:
+        ids = C.POINTER(C.c_uint64)()
+        count = C.c_uint32()
+        self.lib.call(name, key, C.byref(ids), C.byref(count))
+        return [int(ids[k]) for k in range(count.value)]
+
+    def _rows(self, event: int, level: str, rows: list[str]) -> None:
+        if self.extended:
+            ext = Q.ProfileExtendedEventData()
+            self.lib.call("profileGetExtendedEventData", event, C.byref(ext))
+            if ext.version != Q.PROFILE_DATA_VERSION_1:
+                return  # a later layout than this one knows: skipped, as onnxruntime does
+            data = ext.v1
+            stamp, value = str(data.timestamp), _scalar_text(data.value)
+        else:
+            data = Q.ProfileEventData()
+            self.lib.call("profileGetEventData", event, C.byref(data))
+            # the basic event data have no timestamp: onnxruntime writes UNKNOWN there too
+            stamp, value = "UNKNOWN", str(data.value)
+        kind = Q.PROFILE_EVENT_TYPES.get(data.type, "BACKEND" if data.type > 1000 else "UNKNOWN")
+        ident = (data.identifier or b"NULL").decode(errors="replace").replace(",", ";").replace("\n", " ")
+        rows.append(f"{stamp},{kind},{value},{Q.PROFILE_UNITS.get(data.unit, 'UNKNOWN')},BACKEND,{level},{ident}")
+        for sub in self._ids("profileGetSubEvents", C.c_uint64(event)):
+            self._rows(sub, "SUB-EVENT", rows)
+
+    def report(self, handle: C.c_void_p, graph: str) -> int:
+        """Write the events of ``handle`` (those of the last call it was given); returns how many rows."""
+        rows: list[str] = []
+        for event in self._ids("profileGetEvents", handle):
+            self._rows(event, "ROOT", rows)
+        if not rows:
+            return 0
+        with self._lock:
+            if self.path:
+                import os
+
+                new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+                with open(self.path, "a", encoding="utf-8") as f:
+                    if new:
+                        f.write(PROFILE_CSV_HEADER + "\n")
+                    f.write("\n".join(rows) + "\n")
+            else:
+                for row in rows:
+                    logger.info("QNN profile %s: %s", graph, row)
+        return len(rows)
+
+
+def _scalar_text(s: Q.Scalar) -> str:
+    """An extended event's value (a Qnn_Scalar_t) as text."""
+    fields = {Q.DT_INT_8: "int8Value", Q.DT_INT_16: "int16Value", Q.DT_INT_32: "int32Value",
+              Q.DT_INT_64: "int64Value", Q.DT_UINT_8: "uint8Value", Q.DT_UINT_16: "uint16Value",
+              Q.DT_UINT_32: "uint32Value", Q.DT_UINT_64: "uint64Value", Q.DT_FLOAT_32: "floatValue",
+              Q.DT_FLOAT_64: "doubleValue"}
+    name = fields.get(s.dataType)
+    return str(getattr(s, name)) if name else "UNKNOWN"
+
+
 # --- the backend -----------------------------------------------------------------------------
 
 
 class Backend:
     """QNN log + backend + device for one session."""
 
-    def __init__(self, lib: Q.Library):
+    def __init__(self, lib: Q.Library, profiling: str = "off", profiling_file_path: str = ""):
         self.lib = lib
+        self.profiler = Profiler(lib, profiling, profiling_file_path) if profiling != "off" else None
         self.log = C.c_void_p()
         self.backend = C.c_void_p()
         self.device = C.c_void_p()
@@ -290,7 +403,21 @@ class Context:
         self._context_configs = self._null_terminated(configs)
         self._graph_configs = self._null_terminated(graph_configs)
         self.ids: dict[str, int] = {}  # tensor name -> the id QNN gave it (execute refers to it)
+        self.profile = C.c_void_p()  # this graph's QNN profile handle, when the session profiles
         backend.contexts.append(self)
+
+    def _profile(self) -> Any:
+        """The profile handle to pass to a QNN call (None without profiling)."""
+        profiler = self.backend.profiler
+        if profiler is None:
+            return None
+        if not self.profile:
+            self.profile = profiler.create(self.backend.backend)
+        return self.profile
+
+    def _report(self) -> None:
+        if self.profile:
+            self.backend.profiler.report(self.profile, self.graph_name)
 
     def _null_terminated(self, configs: Sequence[Any]) -> Any:
         if not configs:
@@ -324,7 +451,7 @@ class Context:
                 raise Q.QnnError(f"graphAddNode({op.name}: {op.type_name})", exc.code, exc.qnn_message) from None
         _capture.lines = []
         try:
-            lib.call("graphFinalize", self.graph, None, None)
+            lib.call("graphFinalize", self.graph, self._profile(), None)
         except Q.QnnError as exc:
             exc.log = list(_capture.lines)
             culprits = [ln.split('"')[1] for ln in exc.log if "generated: could not create op" in ln and '"' in ln]
@@ -334,6 +461,7 @@ class Context:
             raise
         finally:
             _capture.lines = None
+        self._report()
 
     def load(self, binary: bytes, ids: dict[str, int]) -> None:
         """Create the context from ``binary`` and retrieve its graph; ``ids`` are its I/O
@@ -341,8 +469,9 @@ class Context:
         self.ids = dict(ids)
         buf = self._keep.keep(C.create_string_buffer(binary, len(binary)))
         self.lib.call("contextCreateFromBinary", self.backend.backend, self.backend.device, self._context_configs,
-                      buf, len(binary), C.byref(self.handle), None)
+                      buf, len(binary), C.byref(self.handle), self._profile())
         _count("context", 1)
+        self._report()
         self.lib.call("graphRetrieve", self.handle, self.graph_name.encode(), C.byref(self.graph))
 
     def binary(self) -> bytes:
@@ -361,7 +490,8 @@ class Context:
         for arr, specs in ((ins, inputs), (outs, outputs)):
             for k, spec in enumerate(specs):
                 fill_tensor(arr[k], spec, keep, self.ids[spec.name])
-        self.lib.call("graphExecute", self.graph, ins, len(inputs), outs, len(outputs), None, None)
+        self.lib.call("graphExecute", self.graph, ins, len(inputs), outs, len(outputs), self._profile(), None)
+        self._report()
 
     def close(self) -> None:
         if self._closed:
@@ -373,3 +503,6 @@ class Context:
                 logger.warning("QNN contextFree returned %d (%s)", code, self.lib.message(int(code)))
             self.handle = C.c_void_p()
             _count("context", -1)
+        if self.profile:
+            self.backend.profiler.free(self.profile)
+            self.profile = C.c_void_p()

@@ -19,10 +19,13 @@ from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, repla
 
 logger = logging.getLogger("ort_core")
 
-#: ops never folded: random ones (a different draw per run) and those with side effects
+#: ops never folded: random ones (a different draw per run) and those with side effects; and
+#: DequantizeLinear, as onnxruntime's constant folding skips it by default: a QDQ model's
+#: quantized weights must stay quantized for the providers that run its QDQ units in integer
+#: (folded, an NPU provider sees only float weights)
 _NOT_FOLDABLE = {
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
-    "Bernoulli", "Dropout", "If", "Loop", "Scan", "SequenceMap",
+    "Bernoulli", "Dropout", "If", "Loop", "Scan", "SequenceMap", "DequantizeLinear",
 }
 #: folded outputs bigger than this many elements stay computed (ORT keeps big Expand/Tile too)
 FOLD_LIMIT = 1 << 20
