@@ -256,3 +256,13 @@ def test_a_quantize_read_twice_stays_out_of_the_pair():
     assert np.abs(got[1].astype(int) - want[1].astype(int)).max() <= 1
     placement = {p.name: p for p in _session(data).get_placement().nodes}
     assert placement[q.name].group is None
+
+
+def test_a_lone_qdq_convolution_is_a_group():
+    """One convolution with its Q/DQ pairs groups on its own (a float one needs two
+    primitives): its weights are constants there."""
+    n = Net(3, 16)
+    data = quantized(n.model(n.conv("x", 3, 8, bias=True)), "uint8", True)
+    session = _check(data, 2)
+    (group,) = _groups(session)
+    assert group.count("Conv") == 1 and "QuantizeLinear" in group

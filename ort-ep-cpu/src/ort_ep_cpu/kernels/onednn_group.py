@@ -23,6 +23,19 @@ run their usual CPU kernels on the arrays as they are: an elementwise op does no
 array is laid out, and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds
 in nhwc ((N, 1, 1, C) over (N, H, W, C)) and in the blocked layouts alike.
 
+QDQ models (``onnxruntime.quantization.quantize_static``, QDQ format) join the same groups, in
+float32: a DequantizeLinear of constants (the weights, biases and BatchNormalization
+parameters) is taken into the group that reads it and its value is the constant the member
+uses (dequantized once, so the constant-weight paths apply); a QuantizeLinear with one scale and
+zero point whose only reader is a DequantizeLinear is one member with it (``FakeQuant``:
+DequantizeLinear(QuantizeLinear(x)) in float32; after a convolution or pool four eltwise
+post-ops, linear, round half to even, clip, linear); a BatchNormalization with constant
+parameters is x * factor + shift (two per-channel binary post-ops, or a step). So a QDQ
+convolution with its BatchNormalization and residual Add is one oneDNN primitive. This is not
+onnxruntime's route (integer QLinearConv kernels): the results equal the QDQ graph's float32
+semantics, which onnxruntime's integer kernels meet except where a value lands within rounding
+of a tie (one step, on under 2% of the elements measured; ``tests/test_qdq_groups.py``).
+
 The group's kernel makes a program per input shape at its first run. A member oneDNN declines
 for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
 reorders around it; inputs that are not 4-D float32 run every member's own kernel in order.
@@ -54,7 +67,8 @@ UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "
 #: one element (a scale or shift: the same for every element in any layout)
 BINARY = frozenset({"Add", "Mul"})
 
-#: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair
+#: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair (one,
+#: where it holds a QDQ model's QuantizeLinear pair)
 MIN_PRIMITIVES = 2
 
 
@@ -380,7 +394,11 @@ def groups(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, ...]]:
             members[chosen].append(node.index)
             upstream |= {chosen}
         depends.append(upstream)
-    formed = [indices for indices in members.values() if sum(i in primitives for i in indices) >= MIN_PRIMITIVES]
+    # a QDQ model's convolution or pool groups on its own too: in a group its weights are
+    # constants and its Q/DQ pair a post-op; alone it would run on non-constant weights
+    formed = [indices for indices in members.values()
+              if sum(i in primitives for i in indices) >= MIN_PRIMITIVES
+              or any(graph.nodes[i].op_type == "QuantizeLinear" for i in indices)]
     # a DequantizeLinear of constants (a QDQ model's weights) joins the group that reads it,
     # first (it reads no other node): the group uses its value as a constant
     group_at = {i: k for k, indices in enumerate(formed) for i in indices}
