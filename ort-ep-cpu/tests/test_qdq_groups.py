@@ -213,7 +213,7 @@ def test_pairs_and_batch_norm_as_steps_where_not_post_ops(monkeypatch):
     """Without post-ops (a CPU whose kernels take none), the pairs and BatchNormalizations run
     as steps on the arrays in the group's layout."""
     monkeypatch.setattr(onednn_group._Program, "_post_ops",
-                        lambda self, node, y_shape, sum_allowed=True: ([], [], node.outputs[0], None))
+                        lambda self, node, y_shape, pool=False: ([], [], node.outputs[0], None))
     gc.collect()
     before = {id(p) for p in _programs()}
     _check(quantized(_cnn(), "int8", False), 2, levels=("ORT_DISABLE_ALL",))
@@ -266,3 +266,26 @@ def test_a_lone_qdq_convolution_is_a_group():
     session = _check(data, 2)
     (group,) = _groups(session)
     assert group.count("Conv") == 1 and "QuantizeLinear" in group
+
+
+def test_float_models_group_as_before(monkeypatch):
+    """The float model quantize_static started from: its BatchNormalizations stay out of the
+    group at ORT_DISABLE_ALL, and its pools take no post-ops (the QDQ members change nothing
+    for it)."""
+    pool_post_ops = []
+    real = _onednn.Pooling.__init__
+
+    def spy(self, *args, post_ops=(), **kwargs):
+        pool_post_ops.append(list(post_ops))
+        real(self, *args, post_ops=post_ops, **kwargs)
+
+    monkeypatch.setattr(_onednn.Pooling, "__init__", spy)
+    proto = _cnn()
+    data = proto.SerializeToString()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = _session(data)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    placement = session.get_placement().nodes
+    assert all(p.group is None for p in placement if p.op_type == "BatchNormalization")
+    assert pool_post_ops == [[], []]  # the MaxPool and the GlobalAveragePool

@@ -195,9 +195,8 @@ def _scalar_quant(graph: GraphView, node: NodeView) -> tuple[np.float32, int, np
     zero = _fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     if len(node.inputs) > 2 and node.inputs[2] and (zero is None or zero.size != 1):
         return None
-    to = int(node.attr("output_dtype", 0) or 0) if node.op_type == "QuantizeLinear" else 0
-    if to:
-        return None  # the zero point's type decides, as in every QDQ model
+    if int(node.attr("output_dtype", 0) or 0) not in (0, 1 if node.op_type == "DequantizeLinear" else 0):
+        return None  # Q: the zero point's type decides, as in every QDQ model; DQ: float32 out
     dtype = zero.dtype if zero is not None else np.dtype(np.uint8)
     if dtype not in _QUANT_RANGES:
         return None
@@ -335,7 +334,11 @@ def _kind(node: NodeView, values: _Values) -> str | None:
             channels = values.made.get(node.inputs[0])
         kind = "elementwise"
     elif not node.domain and node.op_type == "BatchNormalization":
-        channels = values.channels(node.inputs[0])
+        # in a QDQ model only (its input a DequantizeLinear's): a float model's is folded into
+        # the convolution from ORT_ENABLE_BASIC on, and ORT_DISABLE_ALL keeps it as written
+        producer = values.graph.producer.get(node.inputs[0])
+        from_dq = producer is not None and values.graph.nodes[producer].op_type == "DequantizeLinear"
+        channels = values.channels(node.inputs[0]) if from_dq else None
         affine = _batch_norm(node, values.graph) if channels is not None else None
         if affine is None or (isinstance(channels, int) and affine[0].size != channels):
             channels = None
@@ -588,13 +591,14 @@ class _Program:
         self.primitives += 1
 
     def _post_ops(self, node: NodeView, y_shape: tuple[int, ...],
-                  sum_allowed: bool = True) -> tuple[list, list[int], str, str | None]:
+                  pool: bool = False) -> tuple[list, list[int], str, str | None]:
         """The elementwise members that follow a convolution (or a pool), each the only reader
         of the value before it, as oneDNN post-ops: (post-ops, their node indices, the last
         one's output name, the residual Add's other operand or None). A residual Add (the sum
         post-op, convolutions only) needs that operand made already and of the output's own
         shape (the sum does not broadcast). A QuantizeLinear pair is four eltwise post-ops
-        (``FakeQuant.post_ops``), a BatchNormalization two per-channel binary ones."""
+        (``FakeQuant.post_ops``), a BatchNormalization two per-channel binary ones. A pool
+        (``pool``) takes QuantizeLinear pairs only."""
         graph = self.graph
         post_ops: list = []
         absorbed: list[int] = []
@@ -604,17 +608,17 @@ class _Program:
             if len(readers) != 1 or readers[0] not in self.members or out in graph.outputs:
                 break
             reader = graph.nodes[readers[0]]
-            ops, taken, reader_out = _eltwise(reader, graph), [reader.index], reader.outputs[0]
+            ops, taken, reader_out = None if pool else _eltwise(reader, graph), [reader.index], reader.outputs[0]
             ops = None if ops is None else [ops]
             if ops is None and reader.op_type == "QuantizeLinear":
                 fq = _fake_quant(reader, graph)
                 if fq is not None and fq.dq in self.members:
                     ops, taken, reader_out = fq.post_ops(), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
-            elif ops is None and reader.op_type == "BatchNormalization":
+            elif ops is None and reader.op_type == "BatchNormalization" and not pool:
                 affine = _batch_norm(reader, graph)
                 if affine is not None and affine[0].size == y_shape[1]:
                     ops = [_onednn.Binary(_onednn.BINARY_MUL, affine[0]), _onednn.Binary(_onednn.BINARY_ADD, affine[1])]
-            elif (ops is None and sum_allowed and reader.op_type == "Add" and not reader.domain
+            elif (ops is None and not pool and reader.op_type == "Add" and not reader.domain
                   and addend is None):
                 other = reader.inputs[1] if reader.inputs[0] == out else reader.inputs[0]
                 if other != out and other in self.where and self.shape.get(other) == y_shape:
@@ -647,7 +651,7 @@ class _Program:
         self.shape[node.outputs[0]] = y_shape
         # the members after it that oneDNN applies as post-ops (a QDQ model's QuantizeLinear
         # pair), else none
-        post_ops, absorbed, out, _ = self._post_ops(node, y_shape, sum_allowed=False)
+        post_ops, absorbed, out, _ = self._post_ops(node, y_shape, pool=True)
         try:
             prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
                                    layout=self.layout, post_ops=post_ops)
