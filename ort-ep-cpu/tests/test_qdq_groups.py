@@ -5,7 +5,7 @@ convolution or pool, else a step), a BatchNormalization with constant parameters
 per-channel binary post-ops (or a step).
 
 Compared with onnxruntime, whose CPU provider runs the same model as integer kernels
-(QLinearConv, ...) from ORT_ENABLE_BASIC on and as written at ORT_DISABLE_ALL: outputs are
+(QLinearConv, ...) at its default level and as written at ORT_DISABLE_ALL: outputs are
 DequantizeLinear outputs, on a grid of the output's scale; a value that lands within float
 rounding of a tie rounds either way, in any layer, so an element may differ by a step. Measured
 on these models: at most 1 step, for under 2% of the elements (``STEPS``, ``OFF_FRACTION``).
