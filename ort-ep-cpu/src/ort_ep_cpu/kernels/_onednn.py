@@ -31,6 +31,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -76,10 +77,27 @@ POST_OPS = {
 
 #: eltwise algorithms a group of ``onednn_group.py`` also applies as post-ops
 ELTWISE_LINEAR, ELTWISE_HARDSWISH = 0x26, 0x34  # alpha * x + beta; x * clip(alpha * x + beta, 0, 1)
+#: round half to even (nearbyint in the default rounding mode), and clip(x, alpha, beta): with
+#: linear ones they make a QuantizeLinear -> DequantizeLinear pair (a "fake quantization")
+ELTWISE_ROUND, ELTWISE_CLIP = 0x32, 0x2E
+#: binary post-op algorithms: the output op a per-channel constant
+BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
+_ARG_SRC_1, _ARG_ATTR_MULTIPLE_POST_OP_BASE = 2, 32768  # oneDNN 3.x (2.x: 16384)
 
-#: a post-op: an eltwise one as (algorithm, alpha, beta), or ``SUM``: the output's prior
-#: content is added (y = op(x) + y), as a residual Add is
-PostOp = tuple[int, float, float] | str
+
+@dataclass(frozen=True, eq=False)
+class Binary:
+    """A binary post-op: the output (N, C, ...) combined by ``algorithm`` (``BINARY_ADD``,
+    ``BINARY_MUL``) with ``values`` (C,), one per output channel (a BatchNormalization's factor
+    and shift)."""
+
+    algorithm: int
+    values: np.ndarray
+
+
+#: a post-op: an eltwise one as (algorithm, alpha, beta), a per-channel ``Binary`` one, or
+#: ``SUM``: the output's prior content is added (y = op(x) + y), as a residual Add is
+PostOp = tuple[int, float, float] | Binary | str
 SUM = "sum"
 
 
@@ -130,6 +148,7 @@ class _Library:
         d.dnnl_stream_wait.argtypes = [_P]
         d.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
         d.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
+        d.dnnl_post_ops_append_binary.argtypes = [_P, ctypes.c_int, _P]
 
         class Version(ctypes.Structure):
             _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
@@ -349,6 +368,10 @@ class _Primitive:
         self.x_md = self._descriptor_of(x_shape, LAYOUTS[x_layout] if x_layout else _plain(len(x_shape)))
         self.y_md = self._descriptor_of(y_shape, LAYOUTS[y_layout] if y_layout else _plain(len(y_shape)))
         self.constant_args: list[tuple[int, _P]] = []  # weights, bias
+        self.x_rank = len(x_shape)
+        # the binary post-ops' operands: (argument, descriptor, values), bound by _bind_binary
+        self.binary_args: list[tuple[int, _P, np.ndarray]] = []
+        self.kept: list[np.ndarray] = []  # arrays constant memories point into
         self.free: list[list] = []  # bindings not in use (list.pop/append are atomic)
 
     def _finish(self, pd: _P) -> None:
@@ -386,8 +409,16 @@ class _Primitive:
         if post_ops:
             chain = self._own("dnnl_post_ops_destroy", _P())
             lib.check(d.dnnl_post_ops_create(ctypes.byref(chain)), "dnnl_post_ops_create")
-            for op in post_ops:
-                if op == SUM:  # scale 1, no zero point, the output's data type
+            for index, op in enumerate(post_ops):
+                if isinstance(op, Binary):
+                    # (1, C, 1, ...): broadcast over every axis but the channels; its values are
+                    # bound as a constant argument of the primitive (_bind_binary)
+                    values = np.ascontiguousarray(op.values, dtype=np.float32).reshape(-1)
+                    dims = (1, values.size) + (1,) * (self.x_rank - 2)
+                    md = self._descriptor_of(dims, _plain(len(dims)))
+                    lib.check(d.dnnl_post_ops_append_binary(chain, op.algorithm, md), "binary post-op")
+                    self.binary_args.append((_ARG_ATTR_MULTIPLE_POST_OP_BASE * (index + 1) | _ARG_SRC_1, md, values))
+                elif op == SUM:  # scale 1, no zero point, the output's data type
                     lib.check(d.dnnl_post_ops_append_sum(chain, 1.0, 0, 0), "sum post-op")
                 else:
                     lib.check(d.dnnl_post_ops_append_eltwise(chain, *op), f"eltwise post-op {op}")
@@ -414,6 +445,12 @@ class _Primitive:
             lib.dnnl.dnnl_primitive_destroy(reorder)
             lib.dnnl.dnnl_memory_destroy(source)
         self.constant_args.append((arg, memory))
+
+    def _bind_binary(self) -> None:
+        """The binary post-ops' per-channel operands as constant arguments (their arrays kept)."""
+        for arg, md, values in self.binary_args:
+            self.kept.append(values)
+            self.constant_args.append((arg, self._own("dnnl_memory_destroy", self.lib.memory(md, values.ctypes.data))))
 
     def _bind(self) -> list:
         """Memory objects and argument arrays for one caller at a time: [x memory, y memory,
@@ -515,25 +552,27 @@ class Convolution(_Primitive):
         self._constant(_ARG_WEIGHTS, w_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), w)
         if b is not None:
             self._constant(_ARG_BIAS, b_md, b_md, b)
+        self._bind_binary()
 
 
 class Pooling(_Primitive):
-    """2-D max or average pooling (``algorithm``: one of the ``POOLING_*`` constants) on the
-    NCHW input as it is: oneDNN's AVX-512 pooling reads it directly (the cnn's MaxPool, once
+    """2-D max or average pooling (``algorithm``: one of the ``POOLING_*`` constants; eltwise
+    ``post_ops`` as for ``Convolution``) on the NCHW input as it is: oneDNN's AVX-512 pooling reads it directly (the cnn's MaxPool, once
     measured: 51 us so, 46 with reorders into and out of the blocked layout; not taken), or on
     input and output in ``layout`` inside a group of ``onednn_group.py``."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], algorithm: int, kernel, strides, dilations, pads,
-                 y_shape: tuple[int, ...], layout: str = ""):
+                 y_shape: tuple[int, ...], layout: str = "", post_ops: Sequence[PostOp] = ()):
         super().__init__(lib, x_shape, y_shape, layout, layout)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         top, left, bottom, right = pads
         lib.check(lib.dnnl.dnnl_pooling_forward_primitive_desc_create(
             ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, algorithm, self.x_md, self.y_md,
             _Dims(*strides), _Dims(*kernel), _Dims(*(v - 1 for v in dilations)), _Dims(top, left),
-            _Dims(bottom, right), self._attributes()),
+            _Dims(bottom, right), self._attributes(post_ops)),
             f"pooling x{tuple(x_shape)} kernel {tuple(kernel)}")
         self._finish(pd)
+        self._bind_binary()
 
 
 class MatMul(_Primitive):

@@ -23,6 +23,19 @@ run their usual CPU kernels on the arrays as they are: an elementwise op does no
 array is laid out, and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds
 in nhwc ((N, 1, 1, C) over (N, H, W, C)) and in the blocked layouts alike.
 
+QDQ models (``onnxruntime.quantization.quantize_static``, QDQ format) join the same groups, in
+float32: a DequantizeLinear of constants (the weights, biases and BatchNormalization
+parameters) is taken into the group that reads it and its value is the constant the member
+uses (dequantized once, so the constant-weight paths apply); a QuantizeLinear with one scale and
+zero point whose only reader is a DequantizeLinear is one member with it (``FakeQuant``:
+DequantizeLinear(QuantizeLinear(x)) in float32; after a convolution or pool four eltwise
+post-ops, linear, round half to even, clip, linear); a BatchNormalization with constant
+parameters is x * factor + shift (two per-channel binary post-ops, or a step). So a QDQ
+convolution with its BatchNormalization and residual Add is one oneDNN primitive. This is not
+onnxruntime's route (integer QLinearConv kernels): the results equal the QDQ graph's float32
+semantics, which onnxruntime's integer kernels meet except where a value lands within rounding
+of a tie (one step, on under 2% of the elements measured; ``tests/test_qdq_groups.py``).
+
 The group's kernel makes a program per input shape at its first run. A member oneDNN declines
 for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
 reorders around it; inputs that are not 4-D float32 run every member's own kernel in order.
@@ -54,7 +67,8 @@ UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "
 #: one element (a scale or shift: the same for every element in any layout)
 BINARY = frozenset({"Add", "Mul"})
 
-#: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair
+#: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair (one,
+#: where it holds a QDQ model's QuantizeLinear pair)
 MIN_PRIMITIVES = 2
 
 
@@ -74,6 +88,7 @@ class _Values:
     def __init__(self, graph: GraphView):
         self.graph = graph
         self.made: dict[str, int | str] = {}
+        self.claimed: set[int] = set()
 
     def channels(self, name: str) -> int | str | None:
         """The channel count (an int, a symbolic dimension's name, or ``_UNKNOWN``) of a 4-D
@@ -98,6 +113,132 @@ def _fixed_constant(graph: GraphView, name: str) -> np.ndarray | None:
     return value.const_value
 
 
+def _dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
+    """The output of a DequantizeLinear of fixed constants (a QDQ model's weights, bias and
+    BatchNormalization parameters), computed as its kernel computes it, else None. A group
+    takes such a node in (``constant_members``) and uses its value as the constant it is."""
+    index = graph.producer.get(name) if name else None
+    if index is None:
+        return None
+    node = graph.nodes[index]
+    if node.op_type != "DequantizeLinear" or node.domain or len(node.outputs) != 1:
+        return None
+    arrays = [_fixed_constant(graph, n) if n else None for n in node.inputs]
+    if arrays[0] is None or any(a is None for n, a in zip(node.inputs, arrays) if n):
+        return None
+    if arrays[1].dtype != np.float32 or node.attr("output_dtype", 0):
+        return None
+    from .quant import dequantize  # noqa: PLC0415  (quant imports onnx; groups are formed late)
+
+    x = arrays[0]
+    axis = int(node.attr("axis", 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    try:
+        return dequantize(x, arrays[1], arrays[2] if len(arrays) > 2 else None, axis if x.ndim else 0,
+                          int(node.attr("block_size", 0) or 0))
+    except ValueError:
+        return None
+
+
+def _constant(graph: GraphView, name: str) -> np.ndarray | None:
+    """A fixed constant (``_fixed_constant``) or the output of a DequantizeLinear of fixed
+    constants (``_dequantized_constant``), else None."""
+    value = _fixed_constant(graph, name) if name else None
+    return value if value is not None else _dequantized_constant(graph, name)
+
+
+#: the integer types a QuantizeLinear -> DequantizeLinear pair in a group quantizes to: range
+_QUANT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
+                 np.dtype(np.uint16): (0, 65535), np.dtype(np.int16): (-32768, 32767)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeQuant:
+    """A QuantizeLinear with one scale and zero point whose only reader is a DequantizeLinear
+    (a QDQ model's activations): ``y = (clip(rint(x / scale), lo, hi) + shift) * out_scale``
+    with ``lo, hi`` the type's range less the zero point and ``shift`` the Q zero point less
+    the DQ one (0 in a QDQ pair), which is DequantizeLinear(QuantizeLinear(x)) computed in
+    float32. ``dq``: the DequantizeLinear's node index."""
+
+    scale: np.float32
+    lo: float
+    hi: float
+    shift: float
+    out_scale: np.float32
+    dq: int
+
+    def post_ops(self) -> list[tuple[int, float, float]]:
+        """As oneDNN eltwise post-ops (x * (1 / scale) there, for x / scale: a tie may round
+        the other way)."""
+        return [(_onednn.ELTWISE_LINEAR, float(1 / np.float64(self.scale)), 0.0), (_onednn.ELTWISE_ROUND, 0.0, 0.0),
+                (_onednn.ELTWISE_CLIP, self.lo, self.hi),
+                (_onednn.ELTWISE_LINEAR, float(self.out_scale), float(np.float32(self.shift) * self.out_scale))]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        q = x / self.scale
+        np.rint(q, out=q)
+        np.clip(q, self.lo, self.hi, out=q)
+        if self.shift:
+            q += np.float32(self.shift)
+        q *= self.out_scale
+        return q
+
+
+def _scalar_quant(graph: GraphView, node: NodeView) -> tuple[np.float32, int, np.dtype] | None:
+    """(scale, zero point, integer type) of a QuantizeLinear / DequantizeLinear with one float32
+    scale and an 8- or 16-bit integer zero point (or none: uint8), else None."""
+    if node.domain or len(node.inputs) < 2 or int(node.attr("block_size", 0) or 0) or node.attr("precision", 0):
+        return None
+    scale = _fixed_constant(graph, node.inputs[1])
+    if scale is None or scale.dtype != np.float32 or scale.size != 1 or not np.isfinite(scale).all() or scale.reshape(()) <= 0:
+        return None
+    zero = _fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if len(node.inputs) > 2 and node.inputs[2] and (zero is None or zero.size != 1):
+        return None
+    if int(node.attr("output_dtype", 0) or 0) not in (0, 1 if node.op_type == "DequantizeLinear" else 0):
+        return None  # Q: the zero point's type decides, as in every QDQ model; DQ: float32 out
+    dtype = zero.dtype if zero is not None else np.dtype(np.uint8)
+    if dtype not in _QUANT_RANGES:
+        return None
+    return np.float32(scale.reshape(())), 0 if zero is None else int(zero.reshape(())), dtype
+
+
+def _fake_quant(node: NodeView, graph: GraphView, claimed: set[int] | None = None) -> FakeQuant | None:
+    """A QuantizeLinear a group computes together with its DequantizeLinear, else None."""
+    if node.op_type != "QuantizeLinear" or node.domain or len(node.outputs) != 1:
+        return None
+    out = node.outputs[0]
+    readers = graph.consumers.get(out, [])
+    if len(readers) != 1 or out in graph.outputs or (claimed is not None and readers[0] not in claimed):
+        return None
+    dq = graph.nodes[readers[0]]
+    if dq.op_type != "DequantizeLinear" or dq.domain or dq.inputs[0] != out or len(dq.outputs) != 1:
+        return None
+    q_params, dq_params = _scalar_quant(graph, node), _scalar_quant(graph, dq)
+    if q_params is None or dq_params is None or q_params[2] != dq_params[2]:
+        return None
+    lo, hi = _QUANT_RANGES[q_params[2]]
+    return FakeQuant(q_params[0], float(lo - q_params[1]), float(hi - q_params[1]), float(q_params[1] - dq_params[1]),
+                     dq_params[0], dq.index)
+
+
+def _batch_norm(node: NodeView, graph: GraphView) -> tuple[np.ndarray, np.ndarray] | None:
+    """(factor, shift) per channel of an inference BatchNormalization with constant (or
+    dequantized constant) parameters, computed as its CPU kernel does, else None."""
+    if node.domain or node.opset < 9 or len(node.inputs) != 5 or any(node.outputs[1:]):
+        return None
+    if node.opset >= 14 and node.attr("training_mode", 0):
+        return None
+    scale, bias, mean, var = (_constant(graph, n) for n in node.inputs[1:])
+    if any(p is None or p.dtype != np.float32 or p.ndim != 1 for p in (scale, bias, mean, var)):
+        return None
+    if len({p.size for p in (scale, bias, mean, var)}) != 1:
+        return None
+    factor = (scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))).astype(np.float32, copy=False)
+    shift = (bias - mean * factor).astype(np.float32, copy=False)
+    return factor, shift
+
+
 def _conv_channels(node: NodeView, values: _Values) -> int | None:
     """The output channel count of a convolution a group can hold, else None."""
     graph = values.graph
@@ -107,11 +248,11 @@ def _conv_channels(node: NodeView, values: _Values) -> int | None:
             return None
     if len(node.inputs) < 2 or values.channels(node.inputs[0]) is None:
         return None
-    w = _fixed_constant(graph, node.inputs[1])
+    w = _constant(graph, node.inputs[1])
     if w is None or w.dtype != np.float32 or w.ndim != 4:
         return None
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
-    if has_bias and _fixed_constant(graph, node.inputs[2]) is None:
+    if has_bias and _constant(graph, node.inputs[2]) is None:
         return None
     return int(w.shape[0])
 
@@ -134,7 +275,7 @@ def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
     if len(node.inputs) != 2 or not all(node.inputs):
         return None
     tensors = [name for name in node.inputs if not _one_element(values.graph, name)]
-    if any(_fixed_constant(values.graph, name) is not None for name in tensors):
+    if any(_constant(values.graph, name) is not None for name in tensors):
         # a constant tensor (e.g. a (1, C, 1, 1) scale) is bound as the graph holds it, in
         # NCHW, not in the group's layout: (N, H, W, C) + (1, C, 1, 1) does not broadcast
         # (BASIC folds such operands into the convolution; ORT_DISABLE_ALL keeps them)
@@ -146,7 +287,7 @@ def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
 
 
 def _one_element(graph: GraphView, name: str) -> bool:
-    constant = _fixed_constant(graph, name)
+    constant = _constant(graph, name)
     return constant is not None and constant.size == 1 and constant.dtype == np.float32
 
 
@@ -182,6 +323,26 @@ def _kind(node: NodeView, values: _Values) -> str | None:
     elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
         channels = values.channels(node.inputs[0]) if _pool_member(node, values) else None
         kind = "primitive"
+    elif not node.domain and node.op_type == "QuantizeLinear":
+        fq = _fake_quant(node, values.graph, values.claimed)
+        channels = values.channels(node.inputs[0]) if fq is not None else None
+        kind = "elementwise"
+    elif not node.domain and node.op_type == "DequantizeLinear":
+        # the reader of a QuantizeLinear classified above (the pair computes as one member)
+        q = values.graph.producer.get(node.inputs[0])
+        if q is not None and _fake_quant(values.graph.nodes[q], values.graph, values.claimed) is not None:
+            channels = values.made.get(node.inputs[0])
+        kind = "elementwise"
+    elif not node.domain and node.op_type == "BatchNormalization":
+        # in a QDQ model only (its input a DequantizeLinear's): a float model's is folded into
+        # the convolution from ORT_ENABLE_BASIC on, and ORT_DISABLE_ALL keeps it as written
+        producer = values.graph.producer.get(node.inputs[0])
+        from_dq = producer is not None and values.graph.nodes[producer].op_type == "DequantizeLinear"
+        channels = values.channels(node.inputs[0]) if from_dq else None
+        affine = _batch_norm(node, values.graph) if channels is not None else None
+        if affine is None or (isinstance(channels, int) and affine[0].size != channels):
+            channels = None
+        kind = "elementwise"
     elif not node.domain and node.op_type == "Resize":
         channels = values.channels(node.inputs[0]) if _resize_scales(node, values.graph) is not None else None
         kind = "elementwise"
@@ -210,6 +371,7 @@ def groups(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, ...]]:
         return []
     claimed = set(claimed)
     values = _Values(graph)
+    values.claimed = claimed
     producer = graph.producer
     group_of: dict[int, int] = {}
     depends: list[frozenset[int]] = []  # per node: the groups it depends on, its own included
@@ -235,7 +397,33 @@ def groups(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, ...]]:
             members[chosen].append(node.index)
             upstream |= {chosen}
         depends.append(upstream)
-    return [tuple(indices) for indices in members.values() if sum(i in primitives for i in indices) >= MIN_PRIMITIVES]
+    # a QDQ model's convolution or pool groups on its own too: in a group its weights are
+    # constants and its Q/DQ pair a post-op; alone it would run on non-constant weights
+    formed = [indices for indices in members.values()
+              if sum(i in primitives for i in indices) >= MIN_PRIMITIVES
+              or any(graph.nodes[i].op_type == "QuantizeLinear" for i in indices)]
+    # a DequantizeLinear of constants (a QDQ model's weights) joins the group that reads it,
+    # first (it reads no other node): the group uses its value as a constant
+    group_at = {i: k for k, indices in enumerate(formed) for i in indices}
+    constants: list[list[int]] = [[] for _ in formed]
+    for i in sorted(claimed):
+        node = graph.nodes[i]
+        if i in group_at or not _dequantizes_constants(graph, node) or node.outputs[0] in graph.outputs:
+            continue
+        readers = {group_at.get(r) for r in graph.consumers.get(node.outputs[0], [])}
+        if len(readers) == 1 and None not in readers:
+            constants[readers.pop()].append(i)
+    return [tuple(extra + indices) for extra, indices in zip(constants, formed)]
+
+
+def _dequantizes_constants(graph: GraphView, node: NodeView) -> bool:
+    """Whether ``node`` is a DequantizeLinear of fixed constants whose output is float32."""
+    if node.op_type != "DequantizeLinear" or node.domain or len(node.outputs) != 1 or node.attr("output_dtype", 0):
+        return False
+    if any(n and _fixed_constant(graph, n) is None for n in node.inputs) or not node.inputs[0]:
+        return False
+    scale = _fixed_constant(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+    return scale is not None and scale.dtype == np.float32
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,7 +440,10 @@ class _Program:
                  outputs: Sequence[str], shapes: Sequence[tuple[int, ...]]):
         self.lib, self.layout, self.graph = lib, layout, graph
         self.members = {node.index for node in nodes}
-        self.absorbed: set[int] = set()  # elementwise members a convolution applies as post-ops
+        # elementwise members a convolution or pool applies as post-ops, the DequantizeLinear
+        # of each QuantizeLinear pair, and the DequantizeLinears of constants (their values
+        # are bound where they are read, as every constant is)
+        self.absorbed: set[int] = {node.index for node in nodes if _dequantizes_constants(graph, node)}
         self.shape: dict[str, tuple[int, ...]] = dict(zip(inputs, shapes))
         self.where: dict[str, dict[str, int]] = {}  # value -> {layout ("" for NCHW): slot}
         self.steps: list[tuple[Callable, tuple[int, ...], int]] = []
@@ -313,6 +504,12 @@ class _Program:
                 return
         except (_onednn.OneDNNError, ValueError):
             pass  # this shape runs the node's own kernel (below)
+        if node.op_type == "QuantizeLinear":
+            self._fake_quant(node)
+            return
+        if node.op_type == "BatchNormalization":
+            self._batch_norm(node)
+            return
         names = [n for n in node.inputs if n]
         if node.op_type in UNARY or node.op_type in BINARY:
             if any(n not in self.where for n in names):  # a one-element constant operand
@@ -329,6 +526,35 @@ class _Program:
         ins = tuple(self._slot(n, layout) for n in names)
         self._step(_single(kernel), ins, self._new(out, layout), _label(node))
 
+    def _fake_quant(self, node: NodeView) -> None:
+        """A QuantizeLinear and its DequantizeLinear as one step, in either layout (one scale
+        and zero point for every element)."""
+        fq = _fake_quant(node, self.graph)
+        x_name = node.inputs[0]
+        out = self.graph.nodes[fq.dq].outputs[0]
+        self.shape[out] = self.shape[x_name]
+        layout = self._held_in([x_name])
+        self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node))
+        self.absorbed.add(fq.dq)
+
+    def _batch_norm(self, node: NodeView) -> None:
+        """An inference BatchNormalization as x * factor + shift, the per-channel vectors laid
+        out to broadcast in the array's layout."""
+        factor, shift = _batch_norm(node, self.graph)
+        x_name = node.inputs[0]
+        shape = self.shape[x_name]
+        if len(shape) != 4 or shape[1] != factor.size:
+            raise ValueError(f"{node.name}: {factor.size} channels for an input of shape {shape}")
+        self.shape[node.outputs[0]] = shape
+        layout = self._held_in([x_name])
+        factor, shift = (_channel_vector(v, layout) for v in (factor, shift))
+
+        def batch_norm(x: np.ndarray) -> np.ndarray:
+            y = x * factor
+            y += shift
+            return y
+        self._step(batch_norm, (self._slot(x_name, layout),), self._new(node.outputs[0], layout), _label(node))
+
     def _convolution(self, node: NodeView, absorb: bool) -> None:
         """The convolution's step, with the elementwise members after it that oneDNN can apply
         as post-ops (``absorb``; see ``_post_ops``)."""
@@ -338,8 +564,8 @@ class _Program:
         if len(x_shape) != 4:
             raise ValueError(f"{node.name}: input of rank {len(x_shape)}")
         # subnormal weights flushed, as every CPU kernel has them (_util.constant_weight)
-        w = without_subnormals(np.ascontiguousarray(graph.value(node.inputs[1]).const_value))
-        b = graph.value(node.inputs[2]).const_value if len(node.inputs) > 2 and node.inputs[2] else None
+        w = without_subnormals(np.ascontiguousarray(_constant(graph, node.inputs[1])))
+        b = _constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         group = int(node.attr("group", 1))
         g = _GeometryCache(node).get(tuple(x_shape), node.attr("kernel_shape") or w.shape[2:])
         y_shape = (x_shape[0], w.shape[0]) + g.out
@@ -364,11 +590,15 @@ class _Program:
         self.absorbed.update(absorbed)
         self.primitives += 1
 
-    def _post_ops(self, node: NodeView, y_shape: tuple[int, ...]) -> tuple[list, list[int], str, str | None]:
-        """The elementwise members that follow a convolution, each the only reader of the value
-        before it, as oneDNN post-ops: (post-ops, their node indices, the last one's output
-        name, the residual Add's other operand or None). A residual Add (the sum post-op) needs
-        that operand made already and of the output's own shape (the sum does not broadcast)."""
+    def _post_ops(self, node: NodeView, y_shape: tuple[int, ...],
+                  pool: bool = False) -> tuple[list, list[int], str, str | None]:
+        """The elementwise members that follow a convolution (or a pool), each the only reader
+        of the value before it, as oneDNN post-ops: (post-ops, their node indices, the last
+        one's output name, the residual Add's other operand or None). A residual Add (the sum
+        post-op, convolutions only) needs that operand made already and of the output's own
+        shape (the sum does not broadcast). A QuantizeLinear pair is four eltwise post-ops
+        (``FakeQuant.post_ops``), a BatchNormalization two per-channel binary ones. A pool
+        (``pool``) takes QuantizeLinear pairs only."""
         graph = self.graph
         post_ops: list = []
         absorbed: list[int] = []
@@ -378,16 +608,26 @@ class _Program:
             if len(readers) != 1 or readers[0] not in self.members or out in graph.outputs:
                 break
             reader = graph.nodes[readers[0]]
-            op = _eltwise(reader, graph)
-            if op is None and reader.op_type == "Add" and not reader.domain and addend is None:
+            ops, taken, reader_out = None if pool else _eltwise(reader, graph), [reader.index], reader.outputs[0]
+            ops = None if ops is None else [ops]
+            if ops is None and reader.op_type == "QuantizeLinear":
+                fq = _fake_quant(reader, graph)
+                if fq is not None and fq.dq in self.members:
+                    ops, taken, reader_out = fq.post_ops(), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
+            elif ops is None and reader.op_type == "BatchNormalization" and not pool:
+                affine = _batch_norm(reader, graph)
+                if affine is not None and affine[0].size == y_shape[1]:
+                    ops = [_onednn.Binary(_onednn.BINARY_MUL, affine[0]), _onednn.Binary(_onednn.BINARY_ADD, affine[1])]
+            elif (ops is None and not pool and reader.op_type == "Add" and not reader.domain
+                  and addend is None):
                 other = reader.inputs[1] if reader.inputs[0] == out else reader.inputs[0]
                 if other != out and other in self.where and self.shape.get(other) == y_shape:
-                    op, addend = _onednn.SUM, other
-            if op is None:
+                    ops, addend = [_onednn.SUM], other
+            if ops is None:
                 break
-            post_ops.append(op)
-            absorbed.append(reader.index)
-            out = reader.outputs[0]
+            post_ops.extend(ops)
+            absorbed.extend(taken)
+            out = reader_out
             self.shape[out] = y_shape
         return post_ops, absorbed, out, addend
 
@@ -409,11 +649,22 @@ class _Program:
         g = _Geometry(x_shape[2:], kernel, strides, dilations, pads)
         y_shape = x_shape[:2] + g.out
         self.shape[node.outputs[0]] = y_shape
-        prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
-                               layout=self.layout)
+        # the members after it that oneDNN applies as post-ops (a QDQ model's QuantizeLinear
+        # pair), else none
+        post_ops, absorbed, out, _ = self._post_ops(node, y_shape, pool=True)
+        try:
+            prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
+                                   layout=self.layout, post_ops=post_ops)
+        except _onednn.OneDNNError:
+            if not post_ops:
+                raise
+            post_ops, absorbed, out = [], [], node.outputs[0]
+            prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
+                                   layout=self.layout)
         x = self._slot(node.inputs[0], self.layout)
         self._step(_into(prim, _onednn.layout_shape(y_shape, self.layout)), (x,),
-                   self._new(node.outputs[0], self.layout), _label(node))
+                   self._new(out, self.layout), _label(node))
+        self.absorbed.update(absorbed)
         self.primitives += 1
 
     def _held_in(self, names: list[str]) -> str:
@@ -539,6 +790,19 @@ def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | Non
     return None
 
 
+def _channel_vector(values: np.ndarray, layout: str) -> np.ndarray:
+    """Per-channel values (C,) shaped to broadcast over a 4-D array in ``layout``: (C, 1, 1) for
+    NCHW, (C,) for nhwc, (C/b, 1, 1, b) for the blocked layouts (zeros for the padding)."""
+    if layout == "nhwc":
+        return values
+    if not layout:
+        return values.reshape(-1, 1, 1)
+    block = 16 if layout == "nChw16c" else 8
+    padded = np.zeros(-(-values.size // block) * block, np.float32)
+    padded[:values.size] = values
+    return padded.reshape(-1, 1, 1, block)
+
+
 def _single(kernel: Kernel) -> Callable[..., Any]:
     """A member's own kernel as a step returning its (first) output."""
     if kernel.single_output:
@@ -549,7 +813,7 @@ def _single(kernel: Kernel) -> Callable[..., Any]:
 def _with_constants(node: NodeView, kernel: Kernel, graph: GraphView) -> Kernel:
     """A member's own kernel taking only its inputs that are not the graph's constants (a
     convolution's weights, a one-element scale), in order; the constants are bound here."""
-    constants = [graph.value(n).const_value if n else None for n in node.inputs]
+    constants = [_constant(graph, n) if n else None for n in node.inputs]
     variable = [k for k, c in enumerate(constants) if c is None and node.inputs[k]]
     run = _single(kernel)
 

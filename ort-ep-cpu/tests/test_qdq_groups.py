@@ -1,0 +1,291 @@
+"""QDQ-quantized models (``onnxruntime.quantization.quantize_static``, QDQ format) in oneDNN
+groups (``kernels/onednn_group.py``): a DequantizeLinear of constants is a constant of the group,
+a QuantizeLinear -> DequantizeLinear pair is computed as one (eltwise post-ops after a
+convolution or pool, else a step), a BatchNormalization with constant parameters as
+per-channel binary post-ops (or a step).
+
+Compared with onnxruntime, whose CPU provider runs the same model as integer kernels
+(QLinearConv, ...) at its default level and as written at ORT_DISABLE_ALL: outputs are
+DequantizeLinear outputs, on a grid of the output's scale; a value that lands within float
+rounding of a tie rounds either way, in any layer, so an element may differ by a step. Measured
+on these models: at most 1 step, for under 2% of the elements (``STEPS``, ``OFF_FRACTION``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import _onednn, onednn_group
+
+pytest.importorskip("onnxruntime.quantization")
+pytestmark = pytest.mark.skipif(not _onednn.available(), reason=f"oneDNN not used: {_onednn.info().get('reason')}")
+
+#: the largest difference from onnxruntime, in steps of the output's scale, and the fraction
+#: of elements allowed to differ at all
+STEPS, OFF_FRACTION = 1.0, 0.02
+LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL")
+MEASURED: list[tuple[float, float]] = []  # (max steps, fraction off) of each comparison
+
+
+class Net:
+    """A float model written node by node, with seeded weights, quantized by ``quantized``."""
+
+    def __init__(self, channels: int, image: int, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.x_shape = ["batch", channels, image, image]
+        self.nodes, self.inits = [], []
+        self.count = 0
+
+    def _name(self, stem):
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def const(self, array):
+        name = self._name("c")
+        self.inits.append(onnx.numpy_helper.from_array(np.asarray(array, np.float32), name))
+        return name
+
+    def op(self, op_type, inputs, **attrs):
+        out = self._name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out, **attrs))
+        return out
+
+    def conv(self, x, c_in, c_out, k=3, group=1, bias=True, **attrs):
+        attrs.setdefault("pads", [k // 2] * 4)
+        w = self.const(self.rng.standard_normal((c_out, c_in // group, k, k)) * (1.5 / np.sqrt(c_in // group * k * k)))
+        inputs = [x, w] + ([self.const(self.rng.standard_normal(c_out) * 0.1)] if bias else [])
+        return self.op("Conv", inputs, kernel_shape=[k, k], group=group, **attrs)
+
+    def batch_norm(self, x, c):
+        params = [self.rng.uniform(0.5, 1.5, c), self.rng.standard_normal(c) * 0.1,
+                  self.rng.standard_normal(c) * 0.1, self.rng.uniform(0.5, 1.5, c)]
+        return self.op("BatchNormalization", [x] + [self.const(p) for p in params], epsilon=1e-5)
+
+    def model(self, output) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.x_shape)],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def quantized(model: onnx.ModelProto, activation: str = "uint8", per_channel: bool = False,
+              x_shape=(1, 3, 16, 16)) -> bytes:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({"x": np.random.default_rng(s).standard_normal(x_shape).astype(np.float32)}
+                              for s in range(4))
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quantize_static's advice on pre-processing
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
+            onnx.save(model, src)
+            quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                            activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+                            weight_type=QuantType.QInt8)
+            return dst.read_bytes()
+    finally:
+        root.setLevel(level)
+
+
+def _step(data: bytes) -> float:
+    """The scale of the DequantizeLinear that makes the model's output."""
+    model = onnx.load_from_string(data)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    node = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    assert node.op_type == "DequantizeLinear"
+    return float(inits[node.input[1]])
+
+
+def _session(data: bytes, level: str = "ORT_DISABLE_ALL") -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def _check(data: bytes, batch: int, image: int = 16, channels: int = 3, levels=LEVELS, seed: int = 1) -> ort.InferenceSession:
+    """Runs ``data`` at each level against onnxruntime's integer kernels (its default level)
+    and its QDQ graph as written (ORT_DISABLE_ALL); returns the last session."""
+    x = np.random.default_rng(seed).standard_normal((batch, channels, image, image)).astype(np.float32)
+    step = _step(data)
+    wants = []
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        wants.append(onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+    session = None
+    for level in levels:
+        session = _session(data, level)
+        got = session.run(None, {"x": x})[0]
+        for want in wants:
+            assert got.shape == want.shape and got.dtype == want.dtype
+            off = np.abs(got.astype(np.float64) - want) / step
+            MEASURED.append((off.max(), (off > 0.5).mean()))
+            assert off.max() <= STEPS + 1e-3, (level, off.max())
+            assert (off > 0.5).mean() <= OFF_FRACTION, (level, (off > 0.5).mean())
+    return session
+
+
+def _groups(session: ort.InferenceSession) -> list[list[str]]:
+    result: dict[int, list[str]] = {}
+    for p in session.get_placement().nodes:
+        if p.group is not None and p.graph == "":
+            result.setdefault(p.group, []).append(p.op_type)
+    return list(result.values())
+
+
+def _programs() -> list[onednn_group._Program]:
+    return [o for o in gc.get_objects() if isinstance(o, onednn_group._Program)]
+
+
+def _cnn(bias: bool = True, strides=(1, 1), group: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """conv-BN-relu, a max pool, a residual block whose second conv is grouped, a strided 3x3
+    conv beside a 1x1 shortcut, a global average pool."""
+    n = Net(3, 16, seed)
+    x = n.op("Relu", [n.batch_norm(n.conv("x", 3, 16, bias=bias, strides=list(strides)), 16)])
+    x = n.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    a = n.op("Relu", [n.conv(x, 16, 16, bias=bias)])
+    b = n.batch_norm(n.conv(a, 16, 16, group=group, bias=bias), 16)
+    x = n.op("Relu", [n.op("Add", [b, x])])
+    y = n.conv(x, 16, 32, strides=[2, 2], bias=bias)
+    shortcut = n.conv(x, 16, 32, k=1, strides=[2, 2], bias=bias)
+    x = n.op("Relu", [n.op("Add", [y, shortcut])])
+    return n.model(n.op("GlobalAveragePool", [x]))
+
+
+@pytest.mark.parametrize("activation", ["uint8", "int8"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_qdq_cnn_matches_onnxruntime_in_one_group(activation, per_channel, batch):
+    data = quantized(_cnn(), activation, per_channel)
+    session = _check(data, batch)
+    groups = _groups(session)
+    assert len(groups) == 1
+    group = groups[0]
+    # every convolution, pool, BatchNormalization, Add and the Q/DQ pairs between them; the
+    # DequantizeLinears of the weights and biases come along as constants
+    assert group.count("Conv") == 5 and "MaxPool" in group and "GlobalAveragePool" in group
+    assert group.count("BatchNormalization") == 2 and group.count("Add") == 2
+    assert group.count("QuantizeLinear") >= 8
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("strides,group", [((2, 2), 1), ((1, 1), 2), ((1, 1), 16)],
+                         ids=["strided", "grouped", "depthwise"])
+def test_geometries(bias, strides, group):
+    data = quantized(_cnn(bias=bias, strides=strides, group=group, seed=3), "uint8", per_channel=True)
+    _check(data, 2)
+
+
+def test_quantize_pairs_become_post_ops():
+    """Each convolution applies the Q/DQ pair, the BatchNormalization, the residual Add and
+    the pair after it as post-ops: one step per convolution and pool, plus the reorders."""
+    gc.collect()
+    before = {id(p) for p in _programs()}
+    session = _check(quantized(_cnn(), "uint8", True), 1, levels=("ORT_DISABLE_ALL",))
+    assert session is not None
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert program.primitives == 7
+    labels = [label.split(" node")[0] for label in program.labels]
+    assert [lab for lab in labels if not lab.startswith("the reorder")] == [
+        "Conv", "MaxPool", "Conv", "Conv", "Conv", "Conv", "GlobalAveragePool"]
+
+
+def test_pairs_and_batch_norm_as_steps_where_not_post_ops(monkeypatch):
+    """Without post-ops (a CPU whose kernels take none), the pairs and BatchNormalizations run
+    as steps on the arrays in the group's layout."""
+    monkeypatch.setattr(onednn_group._Program, "_post_ops",
+                        lambda self, node, y_shape, pool=False: ([], [], node.outputs[0], None))
+    gc.collect()
+    before = {id(p) for p in _programs()}
+    _check(quantized(_cnn(), "int8", False), 2, levels=("ORT_DISABLE_ALL",))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    labels = [label.split(" node")[0] for label in program.labels]
+    assert "QuantizeLinear" in labels and "BatchNormalization" in labels
+
+
+@pytest.mark.parametrize("layout", ["nChw16c", "nChw8c"])
+def test_blocked_layouts(monkeypatch, layout):
+    lib = _onednn.library()
+    monkeypatch.setattr(lib, "_layout", layout)
+    _check(quantized(_cnn(), "uint8", True), 2, levels=("ORT_DISABLE_ALL",))
+
+
+def test_the_bench_qdq_model_matches_within_a_step():
+    """The bench's qdq-cnn (the generated cnn, per-tensor weights; its BatchNormalizations sit
+    between Q/DQ pairs, so no level folds them)."""
+    from ort_core.testing import models
+
+    proto = models.cnn(image=32, width=16, blocks=2)
+    data = quantized(proto, "uint8", False, x_shape=(1, 3, 32, 32))
+    session = _check(data, 4, image=32)
+    assert len(_groups(session)) == 1
+
+
+def test_a_quantize_read_twice_stays_out_of_the_pair():
+    """A QuantizeLinear whose output is also a graph output keeps its own kernel: the group
+    does not make its integer output."""
+    proto = _cnn()
+    data = quantized(proto, "uint8", False)
+    model = onnx.load_from_string(data)
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0].startswith("relu"))
+    model.graph.output.append(helper.make_tensor_value_info(q.output[0], TensorProto.UINT8, None))
+    data = model.SerializeToString()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = _session(data).run(None, {"x": x})
+    assert got[1].dtype == np.uint8
+    assert np.abs(got[1].astype(int) - want[1].astype(int)).max() <= 1
+    placement = {p.name: p for p in _session(data).get_placement().nodes}
+    assert placement[q.name].group is None
+
+
+def test_a_lone_qdq_convolution_is_a_group():
+    """One convolution with its Q/DQ pairs groups on its own (a float one needs two
+    primitives): its weights are constants there."""
+    n = Net(3, 16)
+    data = quantized(n.model(n.conv("x", 3, 8, bias=True)), "uint8", True)
+    session = _check(data, 2)
+    (group,) = _groups(session)
+    assert group.count("Conv") == 1 and "QuantizeLinear" in group
+
+
+def test_float_models_group_as_before(monkeypatch):
+    """The float model quantize_static started from: its BatchNormalizations stay out of the
+    group at ORT_DISABLE_ALL, and its pools take no post-ops (the QDQ members change nothing
+    for it)."""
+    pool_post_ops = []
+    real = _onednn.Pooling.__init__
+
+    def spy(self, *args, post_ops=(), **kwargs):
+        pool_post_ops.append(list(post_ops))
+        real(self, *args, post_ops=post_ops, **kwargs)
+
+    monkeypatch.setattr(_onednn.Pooling, "__init__", spy)
+    proto = _cnn()
+    data = proto.SerializeToString()
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = _session(data)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    placement = session.get_placement().nodes
+    assert all(p.group is None for p in placement if p.op_type == "BatchNormalization")
+    assert pool_post_ops == [[], []]  # the MaxPool and the GlobalAveragePool
