@@ -380,6 +380,31 @@ def test_module_functions(ort):
     assert isinstance(ort.get_build_info(), str)
 
 
+def test_default_logger_callback(core):
+    got = []
+    core.set_default_logger_callback(lambda *args: got.append(args), 1)
+    try:
+        import logging
+
+        logging.getLogger("ort_core").info("hello %s", "there")
+    finally:
+        core.set_default_logger_callback(None)
+        core.set_default_logger_severity(2)
+    ((severity, category, logid, location, message),) = got
+    assert (severity, category, message) == (1, "ort_core", "hello there") and "test_ort_api_gaps" in location
+    logging.getLogger("ort_core").warning("after reset")
+    assert len(got) == 1
+    with pytest.raises(core.InvalidArgument):
+        core.set_default_logger_callback(print, 9)
+
+
+def test_add_initializer_of_another_shape_is_an_error(core):
+    so = core.SessionOptions()
+    so.add_initializer("w", core.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float32)))
+    with pytest.raises(core.InvalidArgument, match="add_initializer 'w'.*FLOAT \\[3\\].*float32 \\[4\\]"):
+        session(core, add_w(), so)
+
+
 def test_copy_tensors_host(core):
     # onnxruntime 1.32 has no host-to-host transfer ("Data transfer implementation ... was not
     # found"); ort-core copies through the providers' transfers, host to host too
@@ -425,9 +450,6 @@ NOT_APPLICABLE = {
     # native allocators shared between sessions: ort_core's allocators are each provider's
     # (hookspecs.ort_create_allocator); there is no process-wide allocator to register
     "create_and_register_allocator", "create_and_register_allocator_v2",
-    # the global logging callback of onnxruntime's C++ logging manager; ort_core logs through
-    # Python's logging ("ort_core" logger), where a handler does this
-    "set_default_logger_callback",
     # a native stream handle (CUDA/WebGPU stream) passed between onnxruntime's EPs; ort_core's
     # providers keep their streams behind their DataTransfer
     "OrtSyncStream",

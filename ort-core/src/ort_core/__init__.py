@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +179,47 @@ def set_default_logger_verbosity(verbosity: int) -> None:
     _VERBOSITY["level"] = int(verbosity)
 
 
+class _CallbackHandler(logging.Handler):
+    """Hands the "ort_core" logger's records to a ``set_default_logger_callback`` callable."""
+
+    _SEVERITY = {logging.DEBUG: 0, logging.INFO: 1, logging.WARNING: 2, logging.ERROR: 3, logging.CRITICAL: 4}
+
+    def __init__(self, callback: Any):
+        super().__init__()
+        self.callback = callback
+        self._inside = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._inside, "active", False):  # a message logged by the callback itself
+            return
+        self._inside.active = True
+        try:
+            self.callback(self._SEVERITY.get(record.levelno, 2), record.name, "",
+                          f"{record.pathname}:{record.lineno}", record.getMessage())
+        except Exception:
+            self.handleError(record)
+        finally:
+            self._inside.active = False
+
+
+def set_default_logger_callback(callback: Any, severity: int = 2) -> None:
+    """Send ort-core's log messages to ``callback(severity, category, logid, code_location,
+    message)`` and set the logger's severity; ``None`` restores the default (the severity stays)."""
+    if not 0 <= int(severity) <= 4:
+        raise InvalidArgument(f"set_default_logger_callback: severity {severity} is not 0-4")
+    log = logging.getLogger("ort_core")
+    for h in [h for h in log.handlers if isinstance(h, _CallbackHandler)]:
+        log.removeHandler(h)
+    if callback is None:
+        log.propagate = True
+        return
+    if not callable(callback):
+        raise InvalidArgument(f"set_default_logger_callback needs a callable or None, got {type(callback).__name__}")
+    log.addHandler(_CallbackHandler(callback))
+    log.propagate = False  # the callback replaces the default sink, as in onnxruntime
+    set_default_logger_severity(severity)
+
+
 def register_execution_provider_library(registration_name: str, path_to_ep_library: str) -> None:
     """Load a provider plugin from ``path_to_ep_library`` and register it as
     ``registration_name``: a ``.py`` file, or a module (``pkg.module`` or ``pkg.module:attr``,
@@ -329,5 +371,5 @@ __all__ = [
     "registry", "set_default_logger_severity", "set_seed", "unregister",
     "copy_tensors", "cuda_version", "disable_telemetry_events", "enable_telemetry_events", "has_collective_ops",
     "package_name", "preload_dlls", "print_debug_info", "register_execution_provider_library",
-    "set_default_logger_verbosity", "set_global_thread_pool_sizes", "unregister_execution_provider_library",
+    "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes", "unregister_execution_provider_library",
 ]
