@@ -102,3 +102,29 @@ def test_device_output_feeds_the_next_run():
         (value,) = binding.get_outputs()
         want = reference.run(None, {name: want})[0]
     np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_onnxruntime_device_api_names_webgpu_memory(mlp):
+    """get_input_memory_infos/get_input_epdevices name WebGPU memory; run_with_ortvaluevector's
+    fetch_devices leave the output there; copy_tensors and update_inplace write device values."""
+    session = ort.InferenceSession(mlp, providers=PROVIDERS)
+    (info,) = session.get_input_memory_infos()
+    assert info.name == "WebGpu" and info.device_type == ort.OrtMemoryInfoDeviceType.GPU
+    assert info.allocator_type == ort.OrtAllocatorType.ORT_DEVICE_ALLOCATOR
+    assert [d.ep_name for d in session.get_input_epdevices()] == ["WebGpuExecutionProvider"]
+    feeds = models.random_inputs(mlp, batch=4)
+    (name,) = feeds
+    expected = session.run(None, feeds)[0]
+    fetches = ort.OrtValueVector()
+    out = session.get_outputs()[0].name
+    session.run_with_ortvaluevector(None, [name], [ort.OrtValue.ortvalue_from_numpy(feeds[name])], [out], fetches,
+                                    [ort.OrtDevice.make("webgpu", 0)])
+    assert isinstance(fetches[0]._data, GpuTensor)
+    np.testing.assert_allclose(fetches[0].numpy(), expected, rtol=1e-5, atol=1e-5)
+    dst = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, "webgpu", 0)
+    src = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(src)], [dst])
+    np.testing.assert_array_equal(dst.numpy(), src)
+    dst.update_inplace(src * 2)
+    assert isinstance(dst._data, GpuTensor)
+    np.testing.assert_array_equal(dst.numpy(), src * 2)

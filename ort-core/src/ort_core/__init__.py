@@ -12,16 +12,32 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .binding import IOBinding
-from .devices import PROVIDER_PACKAGES, OrtDeviceMemoryType, OrtEpDevice, OrtHardwareDevice, OrtHardwareDeviceType
+from .devices import (
+    PROVIDER_PACKAGES,
+    OrtAllocatorType,
+    OrtArenaCfg,
+    OrtDevice,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtEpDevice,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+)
 from .errors import (
     EPFail,
     Fail,
     InvalidArgument,
     InvalidGraph,
     InvalidProtobuf,
+    ModelLoadCanceled,
     NoModel,
     NoSuchFile,
     NoSuchProvider,
@@ -29,8 +45,9 @@ from .errors import (
     OrtError,
     RuntimeException,
 )
+from .errors import NotImplemented as OrtNotImplemented
 from .hookspecs import ENTRY_POINT_GROUP, hookimpl
-from .memory import HostAllocator, OrtValue
+from .memory import HostAllocator, OrtSparseFormat, OrtValue, OrtValueVector, SparseTensor
 from .plugins import PluginFailure, plugin_failures, register, registry, unregister
 from .seed import set_seed
 from .types import (
@@ -61,21 +78,25 @@ _LAZY = {
     "GraphView": "graph.view", "NodeView": "graph.view", "ValueView": "graph.view",
     "CORE_DOMAIN": "optimizer.fusion",
     "CopyPlacement": "partition", "NodePlacement": "partition", "Placement": "partition",
-    "ExecutionMode": "session", "GraphOptimizationLevel": "session", "InferenceSession": "session",
+    "ExecutionMode": "session", "ExecutionOrder": "session", "GraphOptimizationLevel": "session", "InferenceSession": "session",
     "ModelMetadata": "session", "NodeArg": "session", "RunOptions": "session",
     "SessionOptions": "session",
     "ModelCompiler": "epcontext", "OrtCompileApiFlags": "epcontext",
     "OrtExecutionProviderDevicePolicy": "policy",
+    "OrtEpAssignedNode": "assignment", "OrtEpAssignedSubgraph": "assignment",
+    "OrtEpContextDataBuffer": "epcontext",
 }
 
 if TYPE_CHECKING:
-    from .epcontext import ModelCompiler, OrtCompileApiFlags
+    from .assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+    from .epcontext import ModelCompiler, OrtCompileApiFlags, OrtEpContextDataBuffer
     from .graph.view import GraphView, NodeView, ValueView
     from .optimizer.fusion import CORE_DOMAIN
     from .partition import CopyPlacement, NodePlacement, Placement
     from .policy import OrtExecutionProviderDevicePolicy
     from .session import (
         ExecutionMode,
+        ExecutionOrder,
         GraphOptimizationLevel,
         InferenceSession,
         ModelMetadata,
@@ -129,7 +150,180 @@ def get_ep_devices() -> list[OrtEpDevice]:
 
 
 def get_version_string() -> str:
+    """ort-core's version."""
     return __version__
+
+
+#: the package onnxruntime names itself by (``onnxruntime.package_name``)
+package_name = "ort-core"
+#: no CUDA is built into core (a CUDA provider brings its own); onnxruntime's CPU build gives ""
+cuda_version = ""
+
+# set_global_thread_pool_sizes: the thread counts of sessions with use_per_session_threads=False
+_GLOBAL_THREAD_POOL = {"intra_op_num_threads": 0, "inter_op_num_threads": 0}
+_VERBOSITY = {"level": 0}
+_EP_LIBRARIES: dict[str, Any] = {}  # register_execution_provider_library: name -> plugin
+
+
+def set_global_thread_pool_sizes(intra_op_num_threads: int = 0, inter_op_num_threads: int = 0) -> None:
+    """Thread counts for sessions whose options set ``use_per_session_threads = False`` (and no
+    ``intra_op_num_threads``); providers get them as ``ProviderContext.intra_op_num_threads``."""
+    if int(intra_op_num_threads) < 0 or int(inter_op_num_threads) < 0:
+        raise InvalidArgument("set_global_thread_pool_sizes: thread counts must be >= 0")
+    _GLOBAL_THREAD_POOL.update(intra_op_num_threads=int(intra_op_num_threads),
+                               inter_op_num_threads=int(inter_op_num_threads))
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """The verbosity of verbose (severity 0) log lines; kept, ort-core's logger has one level."""
+    _VERBOSITY["level"] = int(verbosity)
+
+
+class _CallbackHandler(logging.Handler):
+    """Hands the "ort_core" logger's records to a ``set_default_logger_callback`` callable."""
+
+    _SEVERITY = {logging.DEBUG: 0, logging.INFO: 1, logging.WARNING: 2, logging.ERROR: 3, logging.CRITICAL: 4}
+
+    def __init__(self, callback: Any):
+        super().__init__()
+        self.callback = callback
+        self._inside = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._inside, "active", False):  # a message logged by the callback itself
+            return
+        self._inside.active = True
+        try:
+            self.callback(self._SEVERITY.get(record.levelno, 2), record.name, "",
+                          f"{record.pathname}:{record.lineno}", record.getMessage())
+        except Exception:
+            self.handleError(record)
+        finally:
+            self._inside.active = False
+
+
+def set_default_logger_callback(callback: Any, severity: int = 2) -> None:
+    """Send ort-core's log messages to ``callback(severity, category, logid, code_location,
+    message)`` and set the logger's severity; ``None`` restores the default (the severity stays)."""
+    if not 0 <= int(severity) <= 4:
+        raise InvalidArgument(f"set_default_logger_callback: severity {severity} is not 0-4")
+    log = logging.getLogger("ort_core")
+    for h in [h for h in log.handlers if isinstance(h, _CallbackHandler)]:
+        log.removeHandler(h)
+    if callback is None:
+        log.propagate = True
+        return
+    if not callable(callback):
+        raise InvalidArgument(f"set_default_logger_callback needs a callable or None, got {type(callback).__name__}")
+    log.addHandler(_CallbackHandler(callback))
+    log.propagate = False  # the callback replaces the default sink, as in onnxruntime
+    set_default_logger_severity(severity)
+
+
+def register_execution_provider_library(registration_name: str, path_to_ep_library: str) -> None:
+    """Load a provider plugin from ``path_to_ep_library`` and register it as
+    ``registration_name``: a ``.py`` file, or a module (``pkg.module`` or ``pkg.module:attr``,
+    as an ``ort_core.providers`` entry point names it). Native libraries (.so/.dll) are refused:
+    ort-core's providers are Python plugins (``hookspecs``)."""
+    import importlib.util
+    import os
+
+    name, path = str(registration_name), os.fspath(path_to_ep_library)
+    if name in _EP_LIBRARIES:
+        raise InvalidArgument(f"register_execution_provider_library: {name!r} is already registered")
+    if path.endswith((".so", ".dll", ".dylib")):
+        raise OrtNotImplemented(f"register_execution_provider_library({name!r}, {path!r}): ort-core loads provider "
+                             "plugins written in Python (a .py file or a module), not onnxruntime's native EP libraries")
+    try:
+        if path.endswith(".py"):
+            if not os.path.isfile(path):
+                raise NoSuchFile(f"register_execution_provider_library: {path!r} not found")
+            spec = importlib.util.spec_from_file_location(f"ort_core_ep_{name}", path)
+            plugin: Any = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(plugin)
+        else:
+            module, _, attr = path.partition(":")
+            plugin = importlib.import_module(module)
+            for part in filter(None, attr.split(".")):
+                plugin = getattr(plugin, part)
+    except OrtError:
+        raise
+    except Exception as exc:
+        raise Fail(f"register_execution_provider_library({name!r}): cannot load {path!r}: "
+                   f"{type(exc).__name__}: {exc}") from exc
+    if not registry().register(plugin, name):
+        failure = next((f.error for f in reversed(registry().failures) if f.plugin == name), "unknown reason")
+        raise Fail(f"register_execution_provider_library({name!r}): {path!r} is not a usable provider plugin: {failure}")
+    _EP_LIBRARIES[name] = plugin
+
+
+def unregister_execution_provider_library(registration_name: str) -> None:
+    """Remove a plugin registered with ``register_execution_provider_library``."""
+    plugin = _EP_LIBRARIES.pop(str(registration_name), None)
+    if plugin is None:
+        raise Fail(f"Execution provider library: {registration_name} was not registered.")
+    registry().unregister(plugin)
+
+
+def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: str | None = None) -> None:
+    """Nothing to preload: each provider plugin loads its own native libraries when it starts."""
+
+
+def print_debug_info() -> None:
+    """Print ort-core's version, providers, devices and plugins that failed to load."""
+    print(f"ort-core {__version__} (provider contract {CONTRACT_VERSION})")
+    print("available providers:", ", ".join(get_available_providers()) or "(none)")
+    for d in get_ep_devices():
+        print(" ", d)
+    for f in plugin_failures():
+        print(f"  plugin {f.plugin!r} ({f.package or 'in-process'}) failed: {f.error}")
+
+
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any = None) -> None:
+    """Copy each ``src[k]`` into ``dst[k]`` (same dtype and shape) on whatever devices they are,
+    through the providers' data transfers; host to host too."""
+    if len(src) != len(dst):
+        raise InvalidArgument(f"copy_tensors: {len(src)} sources but {len(dst)} destinations")
+    for k, (s, d) in enumerate(zip(src, dst)):
+        if not isinstance(s, OrtValue) or not isinstance(d, OrtValue):
+            raise InvalidArgument(f"copy_tensors[{k}]: expected OrtValues")
+        if s.shape() != d.shape() or s.element_type() != d.element_type():
+            raise InvalidArgument(f"copy_tensors[{k}]: source {s.element_type()} {s.shape()} and destination "
+                                  f"{d.element_type()} {d.shape()} differ")
+        d.update_inplace(s.numpy())
+
+
+def enable_telemetry_events() -> None:
+    """Nothing to enable: ort-core sends no telemetry."""
+
+
+def disable_telemetry_events() -> None:
+    """Nothing to disable: ort-core sends no telemetry."""
+
+
+def has_collective_ops() -> bool:
+    """False: no collective (multi-device communication) ops are built in."""
+    return False
+
+
+class AdapterFormat:
+    """onnxruntime's LoRA adapter file format: refused, ort-core has no adapter support."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OrtNotImplemented("AdapterFormat: ort-core has no LoRA adapter support; merge the adapter into the "
+                             "model's initializers (SessionOptions.add_initializer)")
+
+    @staticmethod
+    def read_adapter(file_path: str) -> AdapterFormat:
+        return AdapterFormat()
+
+
+class LoraAdapter:
+    """onnxruntime's LoRA adapter: refused, ort-core has no adapter support."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OrtNotImplemented("LoraAdapter: ort-core has no LoRA adapter support; merge the adapter into the "
+                             "model's initializers (SessionOptions.add_initializer)")
 
 
 def get_build_info() -> str:
@@ -162,15 +356,20 @@ def set_default_logger_severity(severity: int) -> None:
 
 __all__ = [
     "CONTRACT_VERSION", "CORE_DOMAIN", "ENTRY_POINT_GROUP", "HOST_MEMORY", "KNOWN_PROVIDERS", "Allocator",
-    "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
-    "EpContextBlob", "EpDevice", "EpDevices", "ExecutionMode", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
+    "AdapterFormat", "AllocatorStats", "Capability", "Claim", "CopyPlacement", "DataTransfer", "EPFail",
+    "EpContextBlob", "EpDevice", "EpDevices", "ExecutionMode", "ExecutionOrder", "Fail", "FusedOp", "GraphOptimizationLevel", "GraphView",
     "HostAllocator", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "Kernel", "KernelRequest", "MemoryInfo", "ModelCompiler", "ModelMetadata", "NoModel", "NoSuchFile",
+    "Kernel", "KernelRequest", "LoraAdapter", "MemoryInfo", "ModelCompiler", "ModelLoadCanceled", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
-    "OrtCompileApiFlags", "OrtDeviceMemoryType", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
+    "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId",
+    "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpContextDataBuffer", "OrtMemType", "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType", "OrtSparseFormat", "OrtValueVector", "SparseTensor", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
     "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
     "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",
     "__version__", "get_all_providers", "get_available_providers", "get_device",
     "get_build_info", "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",
     "registry", "set_default_logger_severity", "set_seed", "unregister",
+    "copy_tensors", "cuda_version", "disable_telemetry_events", "enable_telemetry_events", "has_collective_ops",
+    "package_name", "preload_dlls", "print_debug_info", "register_execution_provider_library",
+    "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes", "unregister_execution_provider_library",
 ]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .memory import OrtValue
+from .memory import OrtValue, OrtValueVector
 
 if TYPE_CHECKING:
     from .session import InferenceSession, RunOptions
@@ -118,6 +118,10 @@ class IOBinding:
     def get_outputs(self) -> list[OrtValue]:
         """The last run's outputs, in the order they were bound."""
         return list(self._results)
+
+    def get_outputs_as_ortvaluevector(self) -> OrtValueVector:
+        """The last run's outputs as an ``OrtValueVector``."""
+        return OrtValueVector(self._results)
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
         return [v.numpy().copy() for v in self._results]

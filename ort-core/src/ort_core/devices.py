@@ -275,3 +275,162 @@ def device_memory(device_type: str, device_id: int = 0) -> DeviceMemory:
 
 def _memory_package(device_type: str) -> str:
     return {"cuda": "ort-ep-cuda", "webgpu": "ort-ep-webgpu"}.get(device_type, "the provider package")
+
+
+# --------------------------------------------------------------------------------------------
+# onnxruntime's memory-info names (OrtDevice, OrtMemoryInfo and their enums)
+# --------------------------------------------------------------------------------------------
+
+
+class OrtMemType(enum.IntEnum):
+    """onnxruntime's memory types of an ``OrtMemoryInfo`` (same values)."""
+
+    CPU_INPUT = -2
+    CPU_OUTPUT = -1
+    CPU = -1
+    DEFAULT = 0
+
+
+class OrtAllocatorType(enum.IntEnum):
+    INVALID = -1
+    ORT_DEVICE_ALLOCATOR = 0
+    ORT_ARENA_ALLOCATOR = 1
+
+
+class OrtMemoryInfoDeviceType(enum.IntEnum):
+    CPU = 0
+    GPU = 1
+    FPGA = 2
+    NPU = 3
+
+
+class OrtDeviceVendorId(enum.IntEnum):
+    NONE = 0
+    AMD = 0x1002
+    NVIDIA = 0x10DE
+    ARM = 0x13B5
+    MICROSOFT = 0x1414
+    HUAWEI = 0x19E5
+    QUALCOMM = 0x5143
+    INTEL = 0x8086
+
+
+# the device types OrtDevice.make knows, as onnxruntime numbers them
+_ORT_DEVICE_TYPES = {"cpu": 0, "gpu": 1, "cuda": 1, "webgpu": 1, "rocm": 1, "fpga": 2, "npu": 3, "qnn": 3, "dml": 4}
+
+
+class OrtDevice:
+    """A device as onnxruntime's ``OrtDevice`` names it: type, id, memory type, vendor id."""
+
+    def __init__(self, device_type: int = 0, memory_type: int = 0, vendor_id: int = 0, device_id: int = 0,
+                 memory: str = HOST_MEMORY):
+        self._type, self._mem, self._vendor, self._id = int(device_type), int(memory_type), int(vendor_id), int(device_id)
+        self.memory = memory  # the memory space name of ort-core's providers ("CPU", "WebGpu")
+
+    @staticmethod
+    def make(ort_device_name: str, device_id: int, vendor_id: int | OrtDeviceVendorId = -1) -> OrtDevice:
+        """The device named ``ort_device_name`` ("cpu", "cuda", "webgpu", "npu", ...) and ``device_id``."""
+        from .errors import InvalidArgument
+
+        name = str(ort_device_name).lower()
+        if name not in _ORT_DEVICE_TYPES:
+            raise InvalidArgument(f"OrtDevice.make: unknown device {ort_device_name!r}; known: {', '.join(_ORT_DEVICE_TYPES)}")
+        vendor = int(vendor_id) if int(vendor_id) >= 0 else (
+            {"cuda": OrtDeviceVendorId.NVIDIA, "rocm": OrtDeviceVendorId.AMD}.get(name, 0))
+        return OrtDevice(_ORT_DEVICE_TYPES[name], 0, int(vendor), int(device_id),
+                         HOST_MEMORY if name == "cpu" else name)
+
+    def device_type(self) -> int:
+        return self._type
+
+    def device_id(self) -> int:
+        return self._id
+
+    def device_mem_type(self) -> int:
+        return self._mem
+
+    def device_vendor_id(self) -> int:
+        return self._vendor
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OrtDevice) and (self._type, self._mem, self._vendor, self._id) == (
+            other._type, other._mem, other._vendor, other._id)
+
+    def __hash__(self) -> int:
+        return hash((self._type, self._mem, self._vendor, self._id))
+
+    def __repr__(self) -> str:
+        return f"OrtDevice(type={self._type}, mem={self._mem}, vendor=0x{self._vendor:x}, id={self._id})"
+
+
+class OrtMemoryInfo:
+    """onnxruntime's ``OrtMemoryInfo``: ``OrtMemoryInfo(name, allocator_type, device_id, mem_type)``
+    or ``create_v2``; ``name`` is the memory's name ("Cpu" for host memory, as onnxruntime)."""
+
+    def __init__(self, name: str, allocator_type: OrtAllocatorType | int = OrtAllocatorType.ORT_ARENA_ALLOCATOR,
+                 device_id: int = 0, mem_type: OrtMemType | int = OrtMemType.DEFAULT):
+        self.name = str(name)
+        self.allocator_type = OrtAllocatorType(int(allocator_type))
+        self.device_id = int(device_id)
+        self.mem_type = OrtMemType(int(mem_type))
+        self.device_mem_type = OrtDeviceMemoryType.DEFAULT
+        self.device_vendor_id = 0
+        self.device_type = OrtMemoryInfoDeviceType.CPU if self.name.lower() == "cpu" else OrtMemoryInfoDeviceType.GPU
+        self.alignment = 0
+
+    @staticmethod
+    def create_v2(name: str, device_type: OrtMemoryInfoDeviceType | int, vendor_id: int, device_id: int,
+                  mem_type: OrtDeviceMemoryType | int, alignment: int,
+                  allocator_type: OrtAllocatorType | int) -> OrtMemoryInfo:
+        info = OrtMemoryInfo(name, allocator_type, device_id, OrtMemType.DEFAULT)
+        info.device_type = OrtMemoryInfoDeviceType(int(device_type))
+        info.device_vendor_id = int(vendor_id)
+        info.device_mem_type = OrtDeviceMemoryType(int(mem_type))
+        info.alignment = int(alignment)
+        return info
+
+    @staticmethod
+    def of_memory(memory: str, device_type: str, device_id: int, vendor: str = "") -> OrtMemoryInfo:
+        """The memory info of an ort-core memory space (``EpDevice.memory``)."""
+        name = "Cpu" if memory == HOST_MEMORY else memory.split(":")[0]
+        kind = OrtMemoryInfoDeviceType.CPU if memory == HOST_MEMORY else OrtMemoryInfoDeviceType[
+            device_type if device_type in OrtMemoryInfoDeviceType.__members__ else "GPU"]
+        alloc = OrtAllocatorType.ORT_ARENA_ALLOCATOR if memory == HOST_MEMORY else OrtAllocatorType.ORT_DEVICE_ALLOCATOR
+        return OrtMemoryInfo.create_v2(name, kind, 0 if memory == HOST_MEMORY else _vendor_id(vendor), device_id,
+                                       OrtDeviceMemoryType.DEFAULT, 0, alloc)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OrtMemoryInfo) and (self.name, self.device_id, self.device_type, self.mem_type) == (
+            other.name, other.device_id, other.device_type, other.mem_type)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device_id))
+
+    def __repr__(self) -> str:
+        return f"OrtMemoryInfo({self.name!r}, device_id={self.device_id}, {self.device_type.name}, {self.allocator_type.name})"
+
+
+class OrtArenaCfg:
+    """Arena settings (onnxruntime's ``OrtArenaCfg``): a dict of its keys, or the four values
+    ``max_mem, arena_extend_strategy, initial_chunk_size_bytes, max_dead_bytes_per_chunk``.
+    Kept for providers that pool memory; core's host allocator has no arena."""
+
+    KEYS = ("max_mem", "arena_extend_strategy", "initial_chunk_size_bytes", "max_dead_bytes_per_chunk",
+            "initial_growth_chunk_size_bytes", "max_power_of_two_extend_bytes")
+
+    def __init__(self, *args: Any) -> None:
+        from .errors import InvalidArgument
+
+        values: dict[str, int] = {"max_mem": 0, "arena_extend_strategy": -1, "initial_chunk_size_bytes": -1,
+                                  "max_dead_bytes_per_chunk": -1, "initial_growth_chunk_size_bytes": -1,
+                                  "max_power_of_two_extend_bytes": -1}
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            unknown = [k for k in args[0] if k not in self.KEYS]
+            if unknown:
+                raise InvalidArgument(f"OrtArenaCfg: unknown key(s) {unknown}; valid: {', '.join(self.KEYS)}")
+            values.update({k: int(v) for k, v in args[0].items()})
+        elif len(args) == 4:
+            values.update(zip(self.KEYS[:4], (int(a) for a in args)))
+        elif args:
+            raise InvalidArgument("OrtArenaCfg takes a dict of settings or 4 ints")
+        self.__dict__.update(values)

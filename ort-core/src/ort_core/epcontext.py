@@ -24,6 +24,7 @@ providers of a ``SessionOptions`` and writes the context model to a file or retu
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -71,6 +72,42 @@ def is_context_node(node: NodeView, provider: str | None = None) -> bool:
     return provider is None or _text(node.attr("source", b"")) == provider
 
 
+class OrtEpContextDataBuffer:
+    """Where a ``set_ep_context_data_read_func`` callback puts a context file's bytes:
+    ``allocate(size)`` (at most ``max_size``), then ``write(data, offset)``."""
+
+    def __init__(self, max_size: int):
+        self.max_size = int(max_size)
+        self._data: bytearray | None = None
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._data is not None
+
+    @property
+    def size(self) -> int:
+        return 0 if self._data is None else len(self._data)
+
+    def allocate(self, size: int) -> None:
+        if self._data is not None:
+            raise InvalidArgument("OrtEpContextDataBuffer.allocate: already allocated")
+        if int(size) < 0 or (self.max_size > 0 and int(size) > self.max_size):
+            raise InvalidArgument(f"OrtEpContextDataBuffer.allocate: {size} bytes exceeds max_size {self.max_size}")
+        self._data = bytearray(int(size))
+
+    def write(self, data: Any, offset: int = 0) -> None:
+        chunk = memoryview(data).cast("B")
+        if self._data is None:
+            raise InvalidArgument("OrtEpContextDataBuffer.write: allocate first")
+        if int(offset) < 0 or int(offset) + len(chunk) > len(self._data):
+            raise InvalidArgument(f"OrtEpContextDataBuffer.write: {len(chunk)} bytes at {offset} exceed {len(self._data)}")
+        self._data[int(offset):int(offset) + len(chunk)] = chunk
+
+
+#: (read_func, max_size) of the session being made (``set_ep_context_data_read_func``)
+READ_FUNC: contextvars.ContextVar[tuple[Any, int] | None] = contextvars.ContextVar("ep_context_read", default=None)
+
+
 def read_context(request: KernelRequest) -> bytes:
     """The compiled blob of the EPContext node ``request`` is for.
 
@@ -92,6 +129,17 @@ def read_context(request: KernelRequest) -> bytes:
     if embed != 0:
         raise InvalidGraph(f"EPContext node {node.name!r}: embed_mode {embed} is not 0 or 1")
     name = raw.decode("utf-8", errors="replace")
+    reader = READ_FUNC.get()
+    if reader is not None:  # SessionOptions.set_ep_context_data_read_func
+        buffer = OrtEpContextDataBuffer(reader[1])
+        try:
+            reader[0](name, buffer)
+        except Exception as exc:
+            raise Fail(f"EPContext node {node.name!r}: the context data read function raised on {name!r}: "
+                       f"{type(exc).__name__}: {exc}") from exc
+        if not buffer.is_allocated:
+            raise Fail(f"EPContext node {node.name!r}: the context data read function gave no data for {name!r}")
+        return bytes(buffer._data)
     if request.model_path is None:
         raise InvalidGraph(
             f"EPContext node {node.name!r} refers to the file {name!r} (embed_mode=0), but the model was "

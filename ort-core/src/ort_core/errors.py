@@ -49,3 +49,7 @@ class RuntimeException(OrtError):
 
 class NoSuchProvider(InvalidArgument):
     """A provider name that no installed plugin offers."""
+
+
+class ModelLoadCanceled(OrtError):
+    """Session creation was canceled (``SessionOptions.set_load_cancellation_flag(True)``)."""

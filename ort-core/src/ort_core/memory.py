@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument
+from .errors import NotImplemented as OrtNotImplemented
 from .types import HOST_MEMORY, Allocator, AllocatorStats, MemoryInfo
 
 
@@ -155,6 +156,51 @@ class OrtValue:
     def is_tensor(self) -> bool:
         return hasattr(self._data, "shape")
 
+    def is_tensor_sequence(self) -> bool:
+        """True for a sequence of tensors (a list), as a ``seq(tensor)`` output is."""
+        return isinstance(self._data, list)
+
+    def is_sparse_tensor(self) -> bool:
+        """Always False: ort-core has no sparse tensors (see ``SparseTensor``)."""
+        return False
+
+    def update_inplace(self, data: np.ndarray) -> None:
+        """Write ``data`` (same number of elements and dtype) into this value's memory, in place."""
+        data = np.asarray(data)
+        size = int(np.prod(self._data.shape, dtype=np.int64))
+        if data.size != size or np.dtype(data.dtype) != np.dtype(self._data.dtype):
+            raise InvalidArgument(f"update_inplace: the array ({data.dtype}, {data.size} elements) does not match the "
+                                  f"OrtValue ({np.dtype(self._data.dtype)}, {size} elements)")
+        if self.on_host:
+            np.copyto(self._data, data.reshape(self._data.shape))
+        else:  # a provider's tensor: written through its data transfer
+            self._data = self._transfer.to_device(np.ascontiguousarray(data.reshape(tuple(self._data.shape))))
+
+    @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data: np.ndarray, onnx_element_type: int) -> OrtValue:
+        """``data`` (host) reinterpreted as ONNX element type ``onnx_element_type`` (e.g. uint16
+        bits as bfloat16, ``TensorProto.BFLOAT16``); the item sizes must match."""
+        import onnx_ir as ir
+
+        data = np.ascontiguousarray(data)
+        try:
+            dtype = np.dtype(ir.DataType(int(onnx_element_type)).numpy())
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"ortvalue_from_numpy_with_onnx_type: element type {onnx_element_type}: {exc}") from None
+        if dtype.itemsize != data.dtype.itemsize:
+            raise InvalidArgument(f"ortvalue_from_numpy_with_onnx_type: items of the array are {data.dtype.itemsize} "
+                                  f"bytes, ONNX type {onnx_element_type} ({dtype}) takes {dtype.itemsize}")
+        return OrtValue(data.view(dtype))
+
+    def as_sparse_tensor(self) -> Any:
+        raise OrtNotImplemented("OrtValue.as_sparse_tensor: ort-core has no sparse tensors (its providers' kernels "
+                             "take dense arrays); use numpy()")
+
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
+        raise OrtNotImplemented("OrtValue.ort_value_from_sparse_tensor: ort-core has no sparse tensors (its providers' "
+                             "kernels take dense arrays)")
+
     def has_value(self) -> bool:
         return self._data is not None
 
@@ -208,3 +254,54 @@ class OrtValue:
             raise InvalidArgument(f"from_dlpack: {type(data).__name__} on {device_type} is not a tensor object "
                                   f"{dm.provider} can take (it needs shape, dtype and nbytes)")
         return OrtValue(data, device_type, int(device_id), dm.memory, dm.transfer)
+
+
+class OrtValueVector(list):
+    """A list of OrtValues with onnxruntime's ``OrtValueVector`` methods (``run_with_ortvaluevector``
+    fills one; ``IOBinding.get_outputs_as_ortvaluevector`` returns one)."""
+
+    def push_back(self, value: OrtValue) -> None:
+        self.append(value)
+
+    def push_back_batch(self, values: Sequence[OrtValue], *_: Any) -> None:
+        self.extend(values)
+
+    def reserve(self, n: int) -> None:
+        """Nothing to reserve in a Python list."""
+
+    def shrink_to_fit(self) -> None:
+        """Nothing to shrink in a Python list."""
+
+    def element_type_at(self, index: int) -> np.dtype:
+        return self[index].element_type()
+
+    def dlpack_at(self, index: int) -> Any:
+        return self[index].__dlpack__()
+
+    def to_dlpacks(self, *_: Any) -> list[Any]:
+        return [v.__dlpack__() for v in self]
+
+
+class OrtSparseFormat:
+    """onnxruntime's sparse formats (names only: ort-core has no sparse tensors)."""
+
+    ORT_SPARSE_UNDEFINED = 0
+    ORT_SPARSE_COO = 1
+    ORT_SPARSE_CSRC = 2
+    ORT_SPARSE_BLOCK_SPARSE = 4
+
+
+class SparseTensor:
+    """onnxruntime's ``SparseTensor``: refused, ort-core's providers take dense tensors only."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise OrtNotImplemented("SparseTensor: ort-core has no sparse tensors (its providers' kernels take dense "
+                             "arrays); densify the data (e.g. scipy's toarray()) and use OrtValue")
+
+    @staticmethod
+    def sparse_coo_from_numpy(*args: Any, **kwargs: Any) -> SparseTensor:
+        return SparseTensor()
+
+    @staticmethod
+    def sparse_csr_from_numpy(*args: Any, **kwargs: Any) -> SparseTensor:
+        return SparseTensor()

@@ -190,6 +190,29 @@ class Plan:
         self._lock = threading.Lock()
         self._fast = self._generate()
 
+    def pruned(self, wanted: Sequence[int]) -> Plan:
+        """A copy that runs only the steps the outputs ``wanted`` (indices) need and returns
+        those outputs (``RunOptions.only_execute_path_to_fetches``)."""
+        import copy
+
+        other = copy.copy(self)
+        other.output_slots = [self.output_slots[k] for k in wanted]
+        other.output_names = tuple(self.output_names[k] for k in wanted)
+        needed = set(other.output_slots)
+        keep: list[int] = []
+        for k in range(len(self.steps) - 1, -1, -1):
+            _, ins, outs, single, _ = self.steps[k]
+            if needed & ({outs} if single else set(outs)):
+                keep.append(k)
+                needed.update(ins)
+        keep.reverse()
+        other.steps = [self.steps[k] for k in keep]
+        other.step_infos = [self.step_infos[k] for k in keep]
+        other._tracked = set()
+        other._lock = threading.Lock()
+        other._fast = other._generate()
+        return other
+
     @staticmethod
     def _claim_order(assignment: Assignment) -> list[int]:
         """Claims in a topological order (fused groups can break plain node order)."""

@@ -53,6 +53,14 @@ class ExecutionMode(enum.IntEnum):
     ORT_PARALLEL = 1
 
 
+class ExecutionOrder(enum.IntEnum):
+    """onnxruntime's node orders; ort-core runs a plan in one topological order for every value."""
+
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
 class SessionOptions:
     """Options of a session, as onnxruntime's ``SessionOptions``."""
 
@@ -69,6 +77,19 @@ class SessionOptions:
         self.profile_file_prefix: str = "onnxruntime_profile_"
         self.enable_mem_pattern: bool = True
         self.enable_cpu_mem_arena: bool = True
+        # accepted as onnxruntime's and kept: a plan runs its steps in one fixed order and its
+        # kernels are deterministic, reuses memory by lifetimes, and runs on per-session threads
+        # unless use_per_session_threads is False (then set_global_thread_pool_sizes' counts)
+        self.use_deterministic_compute: bool = False
+        self.enable_mem_reuse: bool = True
+        self.use_per_session_threads: bool = True
+        self.execution_order: ExecutionOrder = ExecutionOrder.DEFAULT
+        self._initializers: dict[str, OrtValue] = {}
+        self._external_initializers: dict[str, np.ndarray] = {}
+        self._external_files: dict[str, bytes] = {}
+        self._denotations: dict[str, int] = {}
+        self._cancel = False
+        self._ep_context_read: tuple[Any, int] | None = None
         self._config: dict[str, str] = {}
         self._free_dimensions: dict[str, int] = {}
         self._providers: list[tuple[str, dict[str, Any]]] = []
@@ -128,6 +149,62 @@ class SessionOptions:
             raise InvalidArgument(f"free dimension override {dim_name!r}: value {dim_value} is negative")
         self._free_dimensions[str(dim_name)] = int(dim_value)
 
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """Fix every graph-input dimension whose denotation is ``dim_denotation`` (e.g.
+        "DATA_BATCH") to ``dim_value``, as ``add_free_dimension_override_by_name`` does by name."""
+        if int(dim_value) < 0:
+            raise InvalidArgument(f"free dimension override {dim_denotation!r}: value {dim_value} is negative")
+        self._denotations[str(dim_denotation)] = int(dim_value)
+
+    def add_initializer(self, name: str, ortvalue: OrtValue) -> None:
+        """Use ``ortvalue`` (a host OrtValue) as the initializer ``name`` of sessions made with
+        these options; a name the model lacks is ignored, as in onnxruntime."""
+        if not isinstance(ortvalue, OrtValue):
+            raise InvalidArgument(f"add_initializer {name!r}: expected an OrtValue, got {type(ortvalue).__name__}")
+        self._initializers[str(name)] = ortvalue
+
+    def add_external_initializers(self, names: Sequence[str], ortvalues: Sequence[OrtValue]) -> None:
+        """The data of the model's external-data initializers ``names`` (so a model given as
+        bytes with external data loads); replacing an initializer whose data is inline is an error."""
+        if len(names) != len(ortvalues):
+            raise InvalidArgument(f"add_external_initializers: {len(names)} names but {len(ortvalues)} values")
+        for name, value in zip(names, ortvalues):
+            if not isinstance(value, OrtValue):
+                raise InvalidArgument(f"add_external_initializers {name!r}: expected an OrtValue, got {type(value).__name__}")
+            self._external_initializers[str(name)] = value.numpy()
+
+    def add_external_initializers_from_files_in_memory(self, file_names: Sequence[str], buffer_array: Sequence[Any],
+                                                       file_lengths: Sequence[int]) -> None:
+        """The model's external data files, given in memory: ``file_names[k]`` (as the model's
+        ``location`` names it) is the first ``file_lengths[k]`` bytes of ``buffer_array[k]``."""
+        if not len(file_names) == len(buffer_array) == len(file_lengths):
+            raise InvalidArgument("add_external_initializers_from_files_in_memory: the three lists differ in length")
+        for name, buffer, length in zip(file_names, buffer_array, file_lengths):
+            self._external_files[str(name)] = bytes(memoryview(buffer).cast("B")[: int(length)])
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """True cancels the making of sessions with these options (``ModelLoadCanceled``)."""
+        self._cancel = bool(value)
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        """Refused: custom-op libraries are native code written against onnxruntime's C kernel
+        API, which ort-core does not have; a provider plugin that claims the op runs it here."""
+        from .errors import NotImplemented as OrtNotImplemented
+
+        raise OrtNotImplemented(f"register_custom_ops_library({library_path!r}): ort-core cannot load onnxruntime custom-op "
+                             "libraries (native code against onnxruntime's C kernel API); implement the op in a provider "
+                             "plugin (ort-core new-provider NAME) that claims it")
+
+    def set_ep_context_data_read_func(self, read_func: Any, max_data_size: int) -> None:
+        """Read EPContext nodes' external blob files through ``read_func(path, buffer)`` instead
+        of from disk; ``buffer`` is an ``OrtEpContextDataBuffer`` (``max_data_size`` bytes at most)."""
+        if not callable(read_func):
+            raise InvalidArgument(f"set_ep_context_data_read_func needs a callable, got {type(read_func).__name__}")
+        self._ep_context_read = (read_func, int(max_data_size))
+
+    def clear_ep_context_data_read_func(self) -> None:
+        self._ep_context_read = None
+
     @property
     def free_dimension_overrides(self) -> dict[str, int]:
         return dict(self._free_dimensions)
@@ -161,7 +238,17 @@ class RunOptions:
         self.logid: str = ""
         self.run_tag: str = ""
         self.terminate: bool = False
+        #: run only the nodes the requested outputs need (onnxruntime runs them all by default)
+        self.only_execute_path_to_fetches: bool = False
         self._config: dict[str, str] = {}
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Refused: ort-core has no LoRA adapters (see ``LoraAdapter``)."""
+        from .errors import NotImplemented as OrtNotImplemented
+
+        raise OrtNotImplemented("RunOptions.add_active_adapter: ort-core has no LoRA adapter support (onnxruntime's "
+                             ".onnx_adapter format binds parameters inside its own kernels); merge the adapter "
+                             "into the model's initializers (SessionOptions.add_initializer)")
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -419,6 +506,7 @@ class InferenceSession:
         self._set_log_level(self._options.log_severity_level)
 
         self._source = path_or_bytes  # set_providers makes the session again from it
+        self._check_canceled()
         if kwargs:
             raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
         if providers is None and provider_options is None and self._options._providers:
@@ -430,8 +518,11 @@ class InferenceSession:
         self._bound_names = [n for n, _ in requested] or [CPU_PROVIDER]
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         context = epcontext.context_settings(self._config, self._model_path)
-        self._model: ir.Model = load_model(path_or_bytes)
-        _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides)
+        self._model: ir.Model = load_model(path_or_bytes, self._options._external_initializers,
+                                           self._options._external_files)
+        self._check_canceled()
+        _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides, self._options._denotations)
+        _override_initializers(self._model.graph, self._options._initializers)
         self._providers = self._bind_providers(requested)
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
@@ -455,11 +546,14 @@ class InferenceSession:
             ir_version=self._model.ir_version,
         )
         self._compiler = _GraphCompiler(self._providers, self._transfers, self._model_path)
+        token = epcontext.READ_FUNC.set(self._options._ep_context_read)
         try:
             self._plan = self._compiler.compile(self._graph)
         except BaseException:
             self._end_providers()
             raise
+        finally:
+            epcontext.READ_FUNC.reset(token)
         self._placement = Placement(
             [bp.name for bp in self._providers], self._compiler.placements, self._compiler.copies
         )
@@ -487,6 +581,7 @@ class InferenceSession:
         self._overridable = [a for a in self._inputs if a.name in initializers]
         self._required = [a.name for a in self._inputs if a.name not in initializers]
         self._device_plans: dict[tuple, Plan] = {}
+        self._pruned_plans: dict[tuple, Plan] = {}
 
     # ------------------------------------------------------------------ creation
     def _context_model(self, embed: bool, file_stem: str):
@@ -494,6 +589,12 @@ class InferenceSession:
         assignment, kernels = self._compiler.last
         return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem,
                                        self._compiler.by_graph)
+
+    def _check_canceled(self) -> None:
+        from .errors import ModelLoadCanceled
+
+        if self._options._cancel:
+            raise ModelLoadCanceled("session creation canceled: SessionOptions.set_load_cancellation_flag(True) is set")
 
     @staticmethod
     def _set_log_level(severity: int) -> None:
@@ -524,6 +625,10 @@ class InferenceSession:
         bound: list[BoundProvider] = []
         self._transfers: dict[str, DataTransfer] = {}
         threads = int(self._options.intra_op_num_threads or 0)
+        if not threads and not self._options.use_per_session_threads:
+            from . import _GLOBAL_THREAD_POOL
+
+            threads = _GLOBAL_THREAD_POOL["intra_op_num_threads"]
         for name, options in requested:
             reg_provider = installed.get(name)
             if reg_provider is None:  # onnxruntime warns and runs on the rest; typos and strict mode raise
@@ -713,6 +818,9 @@ class InferenceSession:
         feeds = self._prepare_feeds(input_feed)
         wanted = self._output_indices(output_names)
         plan = self._plan_for(input_feed, output_memory)
+        if run_options is not None and run_options.only_execute_path_to_fetches and self._profile is None:
+            plan = self._pruned(plan, wanted)
+            wanted = list(range(len(wanted)))
         started: list[BoundProvider] = []
         try:
             for bp in self._run_hooks:
@@ -761,6 +869,127 @@ class InferenceSession:
                 self._device_plans[key] = plan
         return plan
 
+    def _pruned(self, plan: Plan, wanted: list[int]) -> Plan:
+        """``plan`` running only the steps the outputs ``wanted`` need (made once per set)."""
+        key = (id(plan), tuple(wanted))
+        pruned = self._pruned_plans.get(key)
+        if pruned is None:
+            pruned = plan.pruned(wanted)
+            with self._lock:
+                self._pruned_plans[key] = pruned
+        return pruned
+
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], callback: Any,
+                  user_data: Any, run_options: RunOptions | None = None) -> None:
+        """Run on a new thread and call ``callback(results, user_data, err)``: the outputs and
+        "" on success, ``[]`` and the error's message on failure (onnxruntime's contract).
+        Input names are checked here, before the thread starts."""
+        if not callable(callback):
+            raise InvalidArgument(f"run_async needs a callable callback, got {type(callback).__name__}")
+        self._check_feed_names(input_feed)
+        self._output_indices(output_names)
+
+        def work() -> None:
+            try:
+                results = self.run(output_names, input_feed, run_options)
+            except Exception as exc:  # the callback is told, as onnxruntime tells it
+                callback([], user_data, str(exc))
+                return
+            callback(results, user_data, "")
+
+        threading.Thread(target=work, name="ort_core.run_async", daemon=True).start()
+
+    def run_with_ortvaluevector(self, run_options: RunOptions | None, feed_names: Sequence[str],
+                                feeds: Sequence[OrtValue], fetch_names: Sequence[str], fetches: list,
+                                fetch_devices: Sequence[Any]) -> None:
+        """Run on ``feeds`` (OrtValues, by ``feed_names``) and put the outputs ``fetch_names``
+        into ``fetches`` (an ``OrtValueVector`` or list, replaced); ``fetch_devices`` (``OrtDevice``s,
+        or empty for host) says where each output is left."""
+        if len(feed_names) != len(feeds):
+            raise InvalidArgument(f"run_with_ortvaluevector: {len(feed_names)} feed names but {len(feeds)} feeds")
+        on_device: dict[str, tuple[str, DataTransfer]] = {}
+        devices = list(fetch_devices or [])
+        if devices and len(devices) != len(fetch_names):
+            raise InvalidArgument(f"run_with_ortvaluevector: {len(fetch_names)} fetch names but {len(devices)} devices")
+        kinds: dict[str, Any] = {}
+        for name, device in zip(fetch_names, devices):
+            memory = getattr(device, "memory", HOST_MEMORY)
+            if memory != HOST_MEMORY:
+                dm = devices_.device_memory(memory, device.device_id())
+                on_device[name] = (dm.memory, self._transfers.get(dm.memory, dm.transfer))
+                kinds[name] = dm
+        results = self._run(list(fetch_names), dict(zip(feed_names, feeds)), run_options, on_device or None)
+        values = []
+        for name, r in zip(fetch_names, results):
+            dm = kinds.get(name)
+            values.append(OrtValue(_to_output(r)) if dm is None else
+                          OrtValue(r, dm.memory_device_type, dm.device_id, dm.memory, on_device[name][1]))
+        fetches[:] = values
+
+    def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type: Any, device_type: str,
+                                            device_id: int = 0, vendor_id: int = -1) -> OrtValue:
+        """A new OrtValue of ``shape`` and ``element_type`` (a numpy type, or an ONNX element
+        type number) on ``device_type``/``device_id``, made by that memory's provider."""
+        if isinstance(element_type, int) and not isinstance(element_type, bool):
+            element_type = ir.DataType(element_type).numpy()
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id)
+
+    def _io_providers(self, names: Sequence[str], consumer: bool) -> list[BoundProvider | None]:
+        """The provider of the first main-graph node reading (or the node writing) each value."""
+        _, assignment, _ = self._compiler.by_graph[id(self._graph)]
+        found: dict[str, BoundProvider] = {}
+        for node in self._graph.nodes:
+            for n in (node.inputs + node.implicit_inputs) if consumer else node.outputs:
+                if n and n not in found:
+                    found[n] = assignment.claims[assignment.node_claim[node.index]][0]
+        return [found.get(n) for n in names]
+
+    def _memory_infos(self, names: Sequence[str], consumer: bool) -> list[Any]:
+        result = []
+        for bp in self._io_providers(names, consumer):
+            if bp is None:  # read by no node: an output that is an input, on the host
+                result.append(devices_.OrtMemoryInfo.of_memory(HOST_MEMORY, "CPU", 0))
+            else:
+                d = bp.ctx.device
+                result.append(devices_.OrtMemoryInfo.of_memory(d.memory, d.device_type, d.device_id, d.vendor))
+        return result
+
+    def get_input_memory_infos(self) -> list[Any]:
+        """``OrtMemoryInfo`` of each input (``get_inputs`` order): the memory of the provider
+        of the first node that reads it ("Cpu" for host memory)."""
+        return self._memory_infos([a.name for a in self.get_inputs()], True)
+
+    def get_output_memory_infos(self) -> list[Any]:
+        """``OrtMemoryInfo`` of each output: the memory of the provider of the node writing it."""
+        return self._memory_infos([a.name for a in self._outputs], False)
+
+    def get_input_epdevices(self) -> list[Any]:
+        """The ``OrtEpDevice`` of the provider that first reads each input (None where no node does)."""
+        return [None if bp is None else devices_.OrtEpDevice(bp.ctx.device, bp.spec.version)
+                for bp in self._io_providers([a.name for a in self.get_inputs()], True)]
+
+    def set_ep_dynamic_options(self, options: Mapping[str, str]) -> None:
+        """Set provider options that may change between runs: each key/value (strings) is put
+        into every provider's ``ProviderContext.session_config``, which its kernels read."""
+        if not isinstance(options, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+            raise InvalidArgument("set_ep_dynamic_options needs a dict of str -> str")
+        for bp in self._providers:
+            bp.ctx.session_config.update(options)
+
+    def get_tuning_results(self) -> list[dict[str, Any]]:
+        """Empty: no provider here tunes kernels at run time (onnxruntime's TunableOp results)."""
+        return []
+
+    def set_tuning_results(self, results: Sequence[Mapping[str, Any]], *, error_on_invalid: bool = False) -> None:
+        """Accept onnxruntime's tuning results; none applies here (no provider tunes kernels), so
+        with ``error_on_invalid`` a non-empty list is an error naming that."""
+        if error_on_invalid and results:
+            raise InvalidArgument("set_tuning_results: no provider of this session takes tuning results "
+                                  f"({', '.join(self.get_providers())})")
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Nothing to release: no provider here captures graphs (onnxruntime's no-op for such providers)."""
+
     def run_with_ort_values(
         self,
         output_names: Sequence[str] | None,
@@ -781,7 +1010,7 @@ class InferenceSession:
             raise InvalidArgument("run_with_iobinding needs an IOBinding made by this session's io_binding()")
         iobinding.run(run_options)
 
-    def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+    def _check_feed_names(self, input_feed: Mapping[str, Any]) -> None:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         unknown = [k for k in input_feed if k not in self._input_names]
@@ -793,6 +1022,9 @@ class InferenceSession:
         missing = [n for n in self._required if n not in input_feed]
         if missing:
             raise InvalidArgument(f"missing input(s): {', '.join(map(repr, missing))}")
+
+    def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        self._check_feed_names(input_feed)
         feeds = []
         for name, dtype, shape, type_str in self._input_checks:
             if name not in input_feed:  # an overridable initializer not overridden
@@ -865,15 +1097,41 @@ def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
     return value
 
 
-def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int]) -> None:
-    """Replace the symbolic dimensions named in ``overrides`` in the graph inputs' shapes."""
-    if not overrides:
+def _override_free_dimensions(graph: ir.Graph, overrides: Mapping[str, int],
+                              denotations: Mapping[str, int] | None = None) -> None:
+    """Replace the symbolic dimensions named in ``overrides`` (or whose denotation is in
+    ``denotations``) in the graph inputs' shapes."""
+    if not overrides and not denotations:
         return
     for value in graph.inputs:
         if value.shape is None:
             continue
-        dims = [overrides.get(getattr(d, "value", None), d) if not isinstance(d, int) else d for d in value.shape]
-        value.shape = ir.Shape(dims)
+        shape = value.shape
+        dims = []
+        for axis, d in enumerate(shape):
+            if not isinstance(d, int):
+                denotation = shape.get_denotation(axis)
+                if denotations and denotation in denotations:
+                    d = denotations[denotation]
+                else:
+                    d = overrides.get(getattr(d, "value", None), d)
+            dims.append(d)
+        value.shape = ir.Shape(dims, denotations=[shape.get_denotation(i) for i in range(len(dims))])
+
+
+def _override_initializers(graph: ir.Graph, overrides: Mapping[str, OrtValue]) -> None:
+    """``SessionOptions.add_initializer``: the named initializers take the given values (same
+    dtype and shape; a name the graph lacks is ignored, as onnxruntime ignores it)."""
+    for name, value in overrides.items():
+        init = graph.initializers.get(name)
+        if init is None:
+            continue
+        array = value.numpy()
+        old = init.const_value
+        if old is not None and (np.dtype(old.dtype.numpy()) != array.dtype or tuple(old.shape) != array.shape):
+            raise InvalidArgument(f"add_initializer {name!r}: the model's initializer is {old.dtype.name} "
+                                  f"{list(old.shape)}, the value given is {array.dtype} {list(array.shape)}")
+        init.const_value = ir.Tensor(array, name=name)
 
 
 def _end_session(providers: list[BoundProvider]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,8 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
     return _read(source)[0]
 
 
-def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
+def _read(source: ModelSource, external: Mapping[str, np.ndarray] | None = None,
+          files: Mapping[str, bytes] | None = None) -> tuple[onnx.ModelProto, bytes | None]:
     """The model, and the bytes it was parsed from when they still are the model (no external
     data was read into it): the checker and shape inference take those bytes as they are,
     where a ModelProto would be serialised again for each (milliseconds per MB)."""
@@ -57,6 +59,9 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
             f"cannot load a model from {type(source).__name__}: "
             "expected a path, bytes or onnx.ModelProto"
         )
+    if external or files:
+        _fill_external_data(model, external or {}, files or {})
+        data = None
     if _uses_external_data(model):
         if base_dir is None:
             raise InvalidGraph(
@@ -66,6 +71,46 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, bytes | None]:
         _load_external_data(model, base_dir)
         data = None
     return model, data
+
+
+def _fill_external_data(model: onnx.ModelProto, external: Mapping[str, np.ndarray], files: Mapping[str, bytes]) -> None:
+    """Give external-data initializers their data from memory: by name (``external``, from
+    ``SessionOptions.add_external_initializers``) or from an in-memory file (``files``, by the
+    ``location`` the model names)."""
+    from onnx import numpy_helper
+
+    from ..errors import Fail
+
+    replaced = set()
+    for tensor in _tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        if tensor.name in external:
+            array = np.asarray(external[tensor.name])
+            fresh = numpy_helper.from_array(array, tensor.name)
+            if fresh.data_type != tensor.data_type or list(fresh.dims) != list(tensor.dims):
+                raise InvalidGraph(f"external initializer {tensor.name!r}: the model declares type {tensor.data_type} "
+                                   f"{list(tensor.dims)}, the value given is {array.dtype} {list(array.shape)}")
+            tensor.CopyFrom(fresh)
+            replaced.add(tensor.name)
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        blob = files.get(info.location)
+        if blob is None:
+            continue
+        offset = int(info.offset or 0)
+        length = int(info.length) if info.length else len(blob) - offset
+        if offset + length > len(blob):
+            raise InvalidGraph(f"initializer {tensor.name!r}: external data {info.location!r} in memory holds "
+                               f"{len(blob)} bytes, the model reads {length} at offset {offset}")
+        tensor.raw_data = blob[offset:offset + length]
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    inline = {t.name for t in _tensors(model)}
+    for name in external:
+        if name not in replaced and name in inline:
+            raise Fail(f"add_external_initializers: initializer {name!r} has its data in the model, not in external "
+                       "data; replace it with SessionOptions.add_initializer")
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -267,9 +312,11 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
 #: pops the key.)
 SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
 
-def load_model(source: ModelSource) -> ir.Model:
-    """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir."""
-    proto, data = _read(source)
+def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = None,
+               files: Mapping[str, bytes] | None = None) -> ir.Model:
+    """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir;
+    ``external``/``files``: external data given in memory (see ``_fill_external_data``)."""
+    proto, data = _read(source, external, files)
     check_proto(proto if data is None else data)
     _check_opsets(proto)
     if proto.functions:
