@@ -396,7 +396,7 @@ class OrtMemoryInfo:
         kind = OrtMemoryInfoDeviceType.CPU if memory == HOST_MEMORY else OrtMemoryInfoDeviceType[
             device_type if device_type in OrtMemoryInfoDeviceType.__members__ else "GPU"]
         alloc = OrtAllocatorType.ORT_ARENA_ALLOCATOR if memory == HOST_MEMORY else OrtAllocatorType.ORT_DEVICE_ALLOCATOR
-        return OrtMemoryInfo.create_v2(name, kind, 0 if memory == HOST_MEMORY else _vendor_id(vendor), device_id,
+        return OrtMemoryInfo.create_v2(name, kind, 0 if memory == HOST_MEMORY else _vendor_id(vendor, device_type), device_id,
                                        OrtDeviceMemoryType.DEFAULT, 0, alloc)
 
     def __eq__(self, other: object) -> bool:
