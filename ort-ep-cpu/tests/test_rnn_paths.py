@@ -97,24 +97,3 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, monkeypatch):
         assert not np.shares_memory(outs[0], outs[1])
         h, c = outs[1], outs[2]
     assert len(calls) == 3  # the single-step path ran
-
-
-@pytest.mark.parametrize("batch", [1, 3])
-def test_lstm_single_step_compiled_cell_matches_the_numpy_gates(batch, monkeypatch):
-    """The compiled cell (numba) and the numpy gates give the same state to float32 rounding."""
-    from ort_ep_cpu.kernels import _jit
-
-    if rnn._compiled_cell() is None:
-        pytest.skip("numba is not installed")
-    rng = np.random.default_rng(2)
-    data, _ = _lstm_step_model(hidden=8, inp=5, const_r=True, rng=rng)
-    feeds = {"X": 3 * rng.standard_normal((1, batch, 5)).astype(np.float32),
-             "H0": rng.standard_normal((1, batch, 8)).astype(np.float32),
-             "C0": rng.standard_normal((1, batch, 8)).astype(np.float32)}
-    compiled = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    monkeypatch.setattr(_jit, "USE", False)
-    plain = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, b in zip(compiled, plain):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    assert not np.shares_memory(compiled[0], compiled[1])

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import math
-import threading
-
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from . import _jit
 
 
 def _sigmoid(x, alpha, beta):
@@ -208,43 +204,6 @@ class _GRU(_Recurrent):
         return (1 - z) * ht + z * h, c
 
 
-def _lstm_cell_py(z, c, h_out, c_out):  # pragma: no cover - compiled by numba
-    # one LSTM step's gates (i, o, f, c order, default activations) on the pre-activations z
-    # (batch, 4n): c' = f*c + i*tanh(zc), h' = o*tanh(c'); sigmoid as 1 / (1 + exp(-x))
-    n = c.shape[1]
-    for b in range(z.shape[0]):
-        for j in range(n):
-            i = 1.0 / (1.0 + math.exp(-z[b, j]))
-            o = 1.0 / (1.0 + math.exp(-z[b, n + j]))
-            f = 1.0 / (1.0 + math.exp(-z[b, 2 * n + j]))
-            cn = f * c[b, j] + i * math.tanh(z[b, 3 * n + j])
-            c_out[b, j] = cn
-            h_out[b, j] = o * math.tanh(cn)
-
-
-_cell_lock = threading.Lock()
-_cell: list = []  # [the compiled _lstm_cell_py or None], filled at first use
-
-
-def _compiled_cell():
-    """The compiled LSTM cell, or None without numba (or with ``ORT_EP_CPU_NUMBA=0``)."""
-    if not _jit.USE:
-        return None
-    if not _cell:
-        with _cell_lock:
-            if not _cell:
-                try:
-                    import numba
-                except ImportError:
-                    _cell.append(None)
-                else:
-                    try:
-                        _cell.append(numba.njit(cache=True, nogil=True, boundscheck=False)(_lstm_cell_py))
-                    except RuntimeError:  # no writable cache location
-                        _cell.append(numba.njit(nogil=True, boundscheck=False)(_lstm_cell_py))
-    return _cell[0]
-
-
 class _LSTM(_Recurrent):
     gates = 4
     defaults = ["Sigmoid", "Tanh", "Tanh"]
@@ -282,18 +241,6 @@ class _LSTM(_Recurrent):
         c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]
         z = np.concatenate((x[0], h), axis=1) @ wr  # gate order i, o, f, c
         z += bias
-        cell = _compiled_cell() if z.dtype.kind == "f" and z.dtype.itemsize >= 4 else None
-        if cell is not None and c.dtype == z.dtype:
-            # the gates in one compiled loop: expit on 3n values, tanh twice and four products
-            # were ~10 us of numpy calls (scipy's expit alone 6 us on silero-vad's 384 values)
-            if self.n_out == 1:
-                h_new = np.empty((1, 1, batch, n), z.dtype)
-                cell(z, c, h_new[0, 0], np.empty((batch, n), z.dtype))
-                return h_new
-            y = np.empty((1, 1, batch, n), z.dtype)
-            c_new = np.empty((1, batch, n), z.dtype)
-            cell(z, c, y[0, 0], c_new[0])
-            return (y, y[0].copy(), c_new)[: self.n_out]
         iof = special.expit(z[:, : 3 * n])
         c_new = iof[:, 2 * n :] * c
         c_new += iof[:, :n] * np.tanh(z[:, 3 * n :])
