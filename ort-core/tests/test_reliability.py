@@ -384,6 +384,43 @@ def test_an_output_from_an_initializer_is_writable_and_not_shared_between_runs(h
     np.testing.assert_array_equal(sess.run(["y"], {"x": np.ones(2, np.float32)})[0], [3.0, 4.0])
 
 
+def test_outputs_are_unaliased_from_feeds_and_each_other_in_every_form():
+    """``_unaliased``'s fast form (outputs owning their buffers) and general form: no output
+    shares memory with a feed or another output, all are writable, and an output sharing nothing
+    is returned as it is."""
+    from ort_core.session import _unaliased
+
+    x = np.arange(12.0).reshape(3, 4)
+    view_feed = x[1:]
+    made = np.ones(5)
+    other = np.zeros(3)
+    frozen = np.ones(2)
+    frozen.flags.writeable = False
+    cases = [
+        ([made, other], [x]),
+        ([x, made], [x]),  # an Identity of an input
+        ([x.base if x.base is not None else x, made], [view_feed]),  # the base of a feed's view
+        ([view_feed.reshape(-1)], [x]),  # a view of a feed
+        ([made, made], [x]),  # the same array twice
+        ([made[1:], made], [x]),  # a view of a later output
+        ([made, made[:2]], [x]),  # a view of an earlier output
+        ([made[:2], made[3:]], [x]),  # disjoint views of one buffer
+        ([frozen, None, np.float32(2)], [x]),
+        ([[made, made], other], [x]),  # a sequence output
+        ([np.frombuffer(b"abcdefgh", np.uint8), made], [np.frombuffer(bytearray(8), np.uint8)]),
+    ]
+    for results, feeds in cases:
+        out = _unaliased(list(results), feeds)
+        flat = [o for r in out for o in (r if isinstance(r, list) else [r])]
+        arrays = [o for o in flat if isinstance(o, np.ndarray)]
+        for i, a in enumerate(arrays):
+            assert a.flags.writeable
+            assert not any(np.shares_memory(a, f) for f in feeds if isinstance(f, np.ndarray))
+            assert not any(np.shares_memory(a, b) for b in arrays[i + 1:])
+        for r, o in zip(results, out):
+            if isinstance(r, np.ndarray) and r is other:
+                assert o is r  # shares nothing: not copied
+
 def test_an_output_made_by_the_run_is_not_copied(host):
     sess = ort_core.InferenceSession(_relu_model())
     kernel_output = []

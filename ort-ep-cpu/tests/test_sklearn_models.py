@@ -82,3 +82,34 @@ def test_probit_post_transform_is_onnxruntimes(op):
     for g, w in zip(got, want):
         # near p = 0.5 onnxruntime's formula cancels catastrophically: one float32 ulp is ~1e-3
         np.testing.assert_allclose(g, w, rtol=0, atol=2e-3, equal_nan=True)
+
+
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX"])
+@pytest.mark.parametrize("labels", [[0, 1, 2, 3], [5, 7, 9, 11]])
+def test_linear_classifier_compiled_finish_equals_the_numpy_path(post, labels, monkeypatch):
+    """LinearClassifier's compiled finish (intercepts, argmax, softmax) gives the numpy path's
+    labels and float32 scores exactly, NaN rows and ties included."""
+    from onnx import TensorProto, helper
+
+    from ort_ep_cpu.kernels import _jit, ml
+
+    if ml._compiled_linear_finish() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(4)
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                            classlabels_ints=labels, coefficients=rng.standard_normal(4 * 6).tolist(),
+                            intercepts=rng.standard_normal(4).tolist(), post_transform=post)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 6])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 4])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 1)]).SerializeToString()
+    x = (5 * rng.standard_normal((500, 6))).astype(np.float32)
+    x[3, 2] = np.nan
+    x[4] = 0  # every score its intercept
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    monkeypatch.setattr(_jit, "USE", False)
+    expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)

@@ -234,6 +234,30 @@ def test_two_class_encodings_match_onnxruntime(votes, base, post, path):
     _compare(data, {"x": x})
 
 
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("base", [[], [0.2, -0.4]])
+@pytest.mark.parametrize("votes", [([1], [1.0], False), ([0], [2.0], True), ([0, 1], [0.7, 0.3], False)])
+def test_two_class_compiled_finaliser_equals_the_numpy_rules(votes, base, post, monkeypatch):
+    """The compiled two-class finaliser gives the numpy rules' outputs exactly (labels and
+    float32 scores), on float32 and float64 inputs, NaN features included."""
+    if trees._compiled_two_class() is None:
+        pytest.skip("numba is not installed")
+    class_ids, weights, mixed = votes
+    data = _two_class(class_ids, weights, base, post, mixed=mixed)
+    x = np.random.default_rng(5).standard_normal((400, 3)).astype(np.float32)
+    x[::7, 1] = np.nan
+    compiled = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = compiled.run(None, {"x": x})
+    one_row = compiled.run(None, {"x": x[3:4]})
+    monkeypatch.setattr(_jit, "USE", False)
+    numpy_rules = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    expected = numpy_rules.run(None, {"x": x})
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(one_row, expected):
+        np.testing.assert_array_equal(a, b[3:4])
+
 def test_two_class_configurations_onnxruntime_leaves_open_run_on_the_reference():
     data = _two_class([0, 1], [0.7, 0.3], [0.3], "NONE")
     (placed,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).get_placement().nodes

@@ -582,6 +582,13 @@ class InferenceSession:
         self._required = [a.name for a in self._inputs if a.name not in initializers]
         self._device_plans: dict[tuple, Plan] = {}
         self._pruned_plans: dict[tuple, Plan] = {}
+        # the per-run fast path of _prepare_feeds: a dict of host arrays of the dtypes the
+        # inputs declare and of shapes already checked (name -> shapes), for models whose
+        # inputs are all required tensors; anything else takes the full checks
+        self._feed_shapes: dict[str, set] | None = None
+        if not self._overridable and all(dtype is not None for _, dtype, _, _ in self._input_checks):
+            self._feed_shapes = {name: set() for name in self._graph.inputs}
+        self._feed_dtypes = [(name, dtype) for name, dtype, _, _ in self._input_checks]
 
     # ------------------------------------------------------------------ creation
     def _context_model(self, embed: bool, file_stem: str):
@@ -815,9 +822,13 @@ class InferenceSession:
         ``output_memory`` (name -> (memory, its transfer)) stay in that memory."""
         if run_options is not None and run_options.terminate:
             raise InvalidArgument("run_options.terminate is set: run refused")
-        feeds = self._prepare_feeds(input_feed)
+        feeds = self._checked_feeds(input_feed)
+        if feeds is None:
+            feeds = self._prepare_feeds(input_feed)
+            plan = self._plan_for(input_feed, output_memory)
+        else:  # host arrays only: the session's plan unless outputs are bound to a device
+            plan = self._plan if not output_memory else self._plan_for(input_feed, output_memory)
         wanted = self._output_indices(output_names)
-        plan = self._plan_for(input_feed, output_memory)
         if run_options is not None and run_options.only_execute_path_to_fetches and self._profile is None:
             plan = self._pruned(plan, wanted)
             wanted = list(range(len(wanted)))
@@ -1010,6 +1021,34 @@ class InferenceSession:
             raise InvalidArgument("run_with_iobinding needs an IOBinding made by this session's io_binding()")
         iobinding.run(run_options)
 
+    def _checked_feeds(self, input_feed: Mapping[str, Any]) -> list[Any] | None:
+        """The feeds in input order where every input is a host array of its declared dtype
+        and of a shape that passed ``_prepare_feeds``'s checks before (what they would accept
+        unchanged), else None (the full checks then run). A few us a run on small models."""
+        shapes = self._feed_shapes
+        if shapes is None or type(input_feed) is not dict or len(input_feed) != len(shapes):
+            return None
+        feeds = []
+        for name, dtype in self._feed_dtypes:
+            value = input_feed.get(name)
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape not in shapes[name]:
+                return None
+            feeds.append(value)
+        return feeds
+
+    def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        feeds = self._checked_feeds_slow(input_feed)
+        shapes = self._feed_shapes
+        if shapes is not None:
+            for (name, dtype), value in zip(self._feed_dtypes, feeds):
+                # remembered: a host array of the declared dtype that the checks accepted as it is
+                if type(value) is np.ndarray and value.dtype == dtype and value is input_feed.get(name):
+                    known = shapes[name]
+                    if len(known) >= 64:  # ever new shapes: bounded, checked again
+                        known.clear()
+                    known.add(value.shape)
+        return feeds
+
     def _check_feed_names(self, input_feed: Mapping[str, Any]) -> None:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
@@ -1023,7 +1062,7 @@ class InferenceSession:
         if missing:
             raise InvalidArgument(f"missing input(s): {', '.join(map(repr, missing))}")
 
-    def _prepare_feeds(self, input_feed: Mapping[str, Any]) -> list[Any]:
+    def _checked_feeds_slow(self, input_feed: Mapping[str, Any]) -> list[Any]:
         self._check_feed_names(input_feed)
         feeds = []
         for name, dtype, shape, type_str in self._input_checks:
@@ -1171,6 +1210,42 @@ def _unaliased(results: list[Any], feeds: list[Any]) -> list[Any]:
     share memory with a feed (an Identity or Reshape of an input), with another output, or that
     is read-only (an initializer or a view of one, shared between runs) is copied; the others,
     made by the run, are returned as they are."""
+    # the fast form, for outputs that own their buffers (base None: made by the run, the common
+    # case): such an array shares memory with a feed or an earlier output only if it is that
+    # array or that array's base (numpy points every view at the owning array); feeds and
+    # outputs with other bases (views of bytes, of views) send every output the general way
+    known: set[int] = set()
+    simple = True
+    for f in feeds:
+        if isinstance(f, np.ndarray):
+            base = f.base
+            known.add(id(f))
+            if base is not None:
+                if type(base) is not np.ndarray or base.base is not None:
+                    simple = False
+                    break
+                known.add(id(base))
+    if simple:
+        out = []
+        for value in results:
+            if type(value) is not np.ndarray:
+                if value is None or isinstance(value, (np.generic, str, int, float)):
+                    out.append(value)
+                    continue
+                break
+            base = value.base
+            if base is None:
+                if id(value) in known or not value.flags.writeable:
+                    value = value.copy()
+                known.add(id(value))
+            elif type(base) is np.ndarray and base.base is None and id(base) not in known and value.flags.writeable:
+                known.add(id(base))  # a view of a buffer no feed or earlier output uses
+                known.add(id(value))
+            else:
+                break
+            out.append(value)
+        else:
+            return out
     arrays = [f for f in feeds if isinstance(f, np.ndarray)]
     seen: list[np.ndarray] = []
 

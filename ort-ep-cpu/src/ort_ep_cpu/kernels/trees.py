@@ -32,6 +32,8 @@ from ._delegate import reference_kernel
 from .ml import _LEGACY_AGGREGATES, _MODES, ML, _LegacyForest, _post_transform, _walk
 
 LEAF = -1
+#: input dtypes the compiled loop reads as they are (others are copied to float64 first)
+_LOOP_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 MEMBER = _MODES["BRANCH_MEMBER"]
 SUM, MIN, MAX = 0, 1, 2  # how votes combine (AVERAGE is SUM then a division)
 
@@ -77,14 +79,22 @@ class FlatForest:
         """(scores, voted) of shape (rows, n_out): the votes of every tree combined by ``kind``
         (SUM, MIN, MAX), ``fill`` where no tree voted; ``voted`` says where one did."""
         rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
-        xf = np.ascontiguousarray(rows, dtype=np.float64)
+        loop = _compiled()
+        if loop is not None and rows.dtype in _LOOP_FLOATS and rows.flags.c_contiguous:
+            # float32 as it is: the loop compares in float64 (a float32 feature converts
+            # exactly), so the copy to float64 the numpy walk needs is not made
+            xf = rows
+        else:
+            xf = np.ascontiguousarray(rows, dtype=np.float64)
         if self.max_vote >= n_out:
             raise ValueError(f"a leaf votes for output {self.max_vote}, but there are {n_out}")
         if self.max_feature >= xf.shape[1]:
             raise ValueError(f"a node reads feature {self.max_feature}, but the input has {xf.shape[1]}")
-        scores = np.full((xf.shape[0], n_out), fill)
+        if fill == 0.0:
+            scores = np.zeros((xf.shape[0], n_out))
+        else:
+            scores = np.full((xf.shape[0], n_out), fill)
         voted = np.zeros((xf.shape[0], n_out), dtype=np.bool_)
-        loop = _compiled()
         if loop is not None:
             loop(xf, self.roots32, self.table, self.split, self.member_values, self.vote_id, self.vote_weight, kind,
                  scores, voted)
@@ -231,31 +241,110 @@ def _forest_py(x, roots, table, split, member_values, vote_id, vote_weight, kind
                 voted[r, c] = True
 
 
+# post transforms the two-class finaliser applies in its loop (codes of ``ml._POST_CODES``)
+POST_NONE, POST_SOFTMAX, POST_LOGISTIC, POST_SOFTMAX_ZERO = 0, 1, 2, 3
+
+
+def _two_class_py(scores, voted, n_base, base0, base1, threshold, one_minus, post, out, wins):  # pragma: no cover - compiled by numba
+    # onnxruntime's two-class rules, row by row (the numpy form, ``_two_class_numpy``, says why
+    # each one is so); ``out`` is float32, the float64 values cast once at the end of each row
+    for r in range(scores.shape[0]):
+        s0 = scores[r, 0]
+        s1 = scores[r, 1]
+        has0 = voted[r, 0]
+        has1 = voted[r, 1]
+        if n_base == 2:
+            if has1:
+                s1 = base1 + s0
+                s0 = -(base1 + s0)
+            else:
+                s1 = s1 + base1
+                s0 = s0 + base0
+            two = True
+        else:
+            if n_base == 1:
+                s0 = s0 + base0
+            two = has1
+        if two and has1:
+            weight = s1
+        elif has0:
+            weight = s0
+        else:
+            weight = 0.0
+        wins[r] = 1 if weight > threshold else 0
+        if two:
+            o0 = s0 if has0 else 0.0
+            o1 = s1 if has1 else 0.0
+            if post == 2:
+                o0 = 1.0 / (1.0 + np.exp(-o0))
+                o1 = 1.0 / (1.0 + np.exp(-o1))
+            elif post == 1 or post == 3:
+                m = max(o0, o1)
+                if post == 3:
+                    e0 = 0.0 if o0 == 0 else np.exp(o0 - m)
+                    e1 = 0.0 if o1 == 0 else np.exp(o1 - m)
+                    total = e0 + e1
+                    if total != 0:
+                        o0, o1 = e0 / total, e1 / total
+                    else:
+                        o0, o1 = 0.0, 0.0
+                else:
+                    e0 = np.exp(o0 - m)
+                    e1 = np.exp(o1 - m)
+                    total = e0 + e1
+                    o0, o1 = e0 / total, e1 / total
+        elif post == 2:
+            o0 = 1.0 / (1.0 + np.exp(s0))
+            o1 = 1.0 / (1.0 + np.exp(-s0))
+        else:
+            o0 = 1.0 - s0 if one_minus else -s0
+            o1 = s0
+        out[r, 0] = o0
+        out[r, 1] = o1
+
+
 _lock = threading.Lock()
 _loop: Callable | None = None
+_two_class: Callable | None = None
 _tried = False
 
 
 def _compiled() -> Callable | None:
     """The compiled loop, or None without numba (or with ``_jit.USE`` off)."""
-    global _loop, _tried
     if not _jit.USE:
         return None
     if not _tried:
-        with _lock:
-            if not _tried:
-                try:
-                    import numba
-                except ImportError:  # numba does not install everywhere: the numpy walk runs
-                    _loop = None
-                else:
-                    options = {"nogil": True, "boundscheck": False}
-                    try:
-                        _loop = numba.njit(cache=True, **options)(_forest_py)
-                    except RuntimeError:  # no writable cache location: compile in each process
-                        _loop = numba.njit(**options)(_forest_py)
-                _tried = True
+        _load()
     return _loop
+
+
+def _compiled_two_class() -> Callable | None:
+    """The compiled two-class finaliser, or None (as ``_compiled``)."""
+    if not _jit.USE:
+        return None
+    if not _tried:
+        _load()
+    return _two_class
+
+
+def _load() -> None:
+    global _loop, _two_class, _tried
+    with _lock:
+        if _tried:
+            return
+        try:
+            import numba
+        except ImportError:  # numba does not install everywhere: the numpy walk runs
+            _loop = _two_class = None
+        else:
+            options = {"nogil": True, "boundscheck": False}
+            try:
+                _loop = numba.njit(cache=True, **options)(_forest_py)
+                _two_class = numba.njit(cache=True, **options)(_two_class_py)
+            except RuntimeError:  # no writable cache location: compile in each process
+                _loop = numba.njit(**options)(_forest_py)
+                _two_class = numba.njit(**options)(_two_class_py)
+        _tried = True
 
 
 # ------------------------------------------------------------------------------ the kernels
@@ -351,7 +440,28 @@ def _tree_ensemble_classifier(node, request):
         # onnxruntime writes one column for some rows here; not a convention worth copying
         return reference_kernel(node, request)
 
+    threshold = 0.5 if binary and positive else 0.0
+    post_code = {"NONE": POST_NONE, "SOFTMAX": POST_SOFTMAX, "LOGISTIC": POST_LOGISTIC,
+                 "SOFTMAX_ZERO": POST_SOFTMAX_ZERO}[post_name]
+    base0 = float(base[0]) if base.size else 0.0
+    base1 = float(base[1]) if base.size == 2 else 0.0
+    plain_labels = labels.dtype == np.int64 and labels.tolist() == [0, 1]  # the label is the index
+
     def classify(x):
+        finish = _compiled_two_class()
+        if finish is None:
+            return _two_class_numpy(x)
+        scores, voted = forest.aggregate(np.asarray(x), SUM, 2)
+        n = scores.shape[0]
+        out = np.empty((n, 2), np.float32)
+        wins = np.empty(n, np.int64)
+        # the rules below (_two_class_numpy) in one compiled loop: about twenty numpy calls
+        # were most of a one-row run (exp is LLVM's there, numpy's SIMD one here: float64
+        # values may differ in the last bit, the float32 outputs did not in 2M samples)
+        finish(scores, voted, base.size, base0, base1, threshold, binary and positive, post_code, out, wins)
+        return [wins if plain_labels else labels[wins], out]
+
+    def _two_class_numpy(x):
         scores, voted = forest.aggregate(np.asarray(x), SUM, 2)
         s0, s1, has0, has1 = scores[:, 0], scores[:, 1], voted[:, 0], voted[:, 1]
         if base.size == 2:
