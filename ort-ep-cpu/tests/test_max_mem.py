@@ -146,3 +146,32 @@ def test_bad_max_mem_is_refused_naming_the_option(value):
 def test_an_unknown_key_names_the_valid_ones():
     with pytest.raises(ort_core.InvalidArgument, match="unknown provider option 'arena_max_mem'.*max_mem"):
         ort_core.InferenceSession(_bomb("Expand"), providers=[(CPU, {"arena_max_mem": "1"})])
+
+
+def test_concurrent_runs_share_the_account_and_give_it_back():
+    import threading
+
+    from ort_core.testing import models
+
+    model = models.transformer(layers=1)
+    feeds = models.random_inputs(model, batch=2)
+    expected = ort_core.InferenceSession(model, providers=[CPU]).run(None, feeds)
+    session = ort_core.InferenceSession(model.SerializeToString(), providers=[(CPU, {"max_mem": str(1 << 30)})])
+    errors = []
+
+    def work():
+        try:
+            for _ in range(10):
+                for want, got in zip(expected, session.run(None, feeds)):
+                    np.testing.assert_array_equal(want, got)
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    budget = session._providers[0].ctx.state["budget"]
+    assert budget.peak > 0 and budget.live == 0
