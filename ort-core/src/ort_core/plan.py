@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EPFail, Fail
+from .errors import EPFail, Fail, OrtError, RuntimeException
 from .graph.view import GraphView
 from .partition import Assignment, CopyPlacement
 from .types import HOST_MEMORY, DataTransfer, Kernel, SubgraphRunner
@@ -307,7 +307,7 @@ class Plan:
         if track_memory or profile is not None:
             try:
                 self._run_instrumented(values, profile)
-            except Fail:
+            except OrtError:  # a step's Fail or RuntimeException (``_error_at``)
                 raise
             except Exception as exc:
                 raise Fail(f"run failed: {type(exc).__name__}: {exc}") from exc
@@ -382,10 +382,15 @@ class Plan:
                 if b > self.peak_bytes.get(m, 0):
                     self.peak_bytes[m] = b
 
-    def _error_at(self, k: int, exc: Exception) -> Fail:
+    def _error_at(self, k: int, exc: Exception) -> OrtError:
+        """The error of step ``k`` raising ``exc``, naming the node, op and provider: a
+        ``RuntimeException`` (onnxruntime's RUNTIME_EXCEPTION) where the kernel ran out of
+        memory (``MemoryError``; a provider's memory limit raises ``RuntimeException``), else
+        ``Fail``."""
         info = self.step_infos[k]
         where = f" in graph {self.graph.path}" if self.graph.path else ""
-        return Fail(
+        cls = RuntimeException if isinstance(exc, (MemoryError, RuntimeException)) else Fail
+        return cls(
             f"Non-zero status code returned while running {info.op_type} node. "
             f"Name:'{info.label}'{where} Provider:{info.provider or 'core'} "
             f"Status Message: {type(exc).__name__}: {exc}"

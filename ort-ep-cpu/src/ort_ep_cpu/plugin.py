@@ -20,7 +20,7 @@ from ort_core import (
 from ort_core.devices import host_cpu
 from ort_core.optimizer import FUSED_OPS
 
-from . import PROVIDER_NAME, arena, inplace, kernels, threads  # noqa: F401  (importing kernels registers them)
+from . import PROVIDER_NAME, arena, inplace, kernels, memlimit, threads  # noqa: F401  (importing kernels registers them)
 from .kernels import _jit, _onednn, onednn_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
@@ -37,6 +37,15 @@ SPEC = ProviderSpec(
             "accepted for onnxruntime compatibility; numpy manages host memory",
             str,
             ("kNextPowerOfTwo", "kSameAsRequested"),
+        ),
+        OptionSpec(
+            memlimit.OPTION,
+            0,
+            "bytes the session's live tensors may take (OrtArenaCfg's max_mem; 0: no limit): a node "
+            "whose output would pass it fails with a RuntimeException naming the node, the request "
+            "and the limit, before it allocates where the size follows from its inputs; the session "
+            "stays usable (see memlimit.py)",
+            memlimit.parse_max_mem,
         ),
         OptionSpec(
             "enable_inplace",
@@ -90,6 +99,8 @@ def ort_session_start(ep: ProviderContext) -> None:
         ep.state["threads_limited"] = True
         if ep.session_config.get("session.enable_cpu_mem_arena", "1") != "0":
             ep.state["arena"] = arena.enable()  # see arena.py
+        if ep.options.get(memlimit.OPTION):
+            ep.state["budget"] = memlimit.Budget(ep.options[memlimit.OPTION])
 
 
 @hookimpl
@@ -130,9 +141,13 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     if ep.name != PROVIDER_NAME:
         return None
     if request.fused:
-        return onednn_group.build(request, build_kernel)
-    kernel = build_kernel(request.node, request)
-    if ep.options.get("enable_inplace", True):
-        kernel = inplace.adapt(ep, request, kernel)
-        inplace.record(ep, request, kernel)  # producers are built before their readers (node order)
+        kernel = onednn_group.build(request, build_kernel)
+    else:
+        kernel = build_kernel(request.node, request)
+        if ep.options.get("enable_inplace", True):
+            kernel = inplace.adapt(ep, request, kernel)
+            inplace.record(ep, request, kernel)  # producers are built before their readers (node order)
+    budget = ep.state.get("budget")
+    if budget is not None:  # max_mem: the kernel keeps the session's account (memlimit.py)
+        kernel = memlimit.guard(kernel, request, budget)
     return kernel

@@ -14,6 +14,7 @@ import onnx_ir as ir
 from onnx import helper
 
 from ..graph.load import SHAPES_INFERRED
+from ..sizes import GROWING, output_elements
 from . import _fold
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace
 
@@ -34,10 +35,7 @@ FOLD_LIMIT = 1 << 20
 MAX_FOLD_BYTES = 1 << 30
 #: ops whose output can be far bigger than their inputs: folded only when the output's size is
 #: known before evaluating them (from shape inference or from their constant inputs)
-_GROWING = {
-    "ConstantOfShape", "Expand", "Range", "Tile", "Pad", "Resize", "Upsample", "OneHot", "MatMul",
-    "Gemm", "Einsum", "ConvTranspose", "Col2Im", "CenterCropPad", "EyeLike", "Conv",
-}
+_GROWING = GROWING
 
 
 def _fold_estimate(node: ir.Node, inputs: list[np.ndarray | None]) -> tuple[int, int] | None:
@@ -60,27 +58,14 @@ def _fold_estimate(node: ir.Node, inputs: list[np.ndarray | None]) -> tuple[int,
 
 
 def _output_elements(node: ir.Node, inputs: list[np.ndarray | None]) -> int | None:
-    """Elements of the node's output computed from its constant inputs, for the ops that grow;
-    for the others, the broadcast of the inputs' shapes (elementwise ops, and a bound for the
-    shape ops); None where neither applies."""
-    op = node.op_type
-    try:
-        if op == "ConstantOfShape":
-            return int(np.prod([int(d) for d in inputs[0].reshape(-1)], dtype=object))
-        if op == "Expand":
-            shape = np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1)))
-            return int(np.prod(shape, dtype=object))
-        if op == "Tile":
-            return int(np.prod([d * int(r) for d, r in zip(inputs[0].shape, inputs[1].reshape(-1))], dtype=object))
-        if op == "Range":
-            start, limit, delta = (float(x.reshape(())) for x in inputs[:3])
-            return max(0, int(np.ceil((limit - start) / delta)))
-        if op in _GROWING:
-            return None
-        shapes = [x.shape for x in inputs if x is not None]
-        return int(np.prod(np.broadcast_shapes(*shapes), dtype=object)) if shapes else None
-    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError, AttributeError):
-        return None
+    """Elements of the node's output from its constant inputs (``ort_core.sizes``, the estimator
+    the CPU provider's ``max_mem`` limit asks at run time too)."""
+
+    def attribute(name: str):
+        a = node.attributes.get(name)
+        return None if a is None else a.value
+
+    return output_elements(node.op_type, inputs, attribute)
 
 
 class LiftConstantsPass(ir.passes.InPlacePass):
