@@ -87,3 +87,17 @@ def chain_model() -> onnx.ModelProto:
 def chain_expected(x: np.ndarray) -> np.ndarray:
     w = np.array([1.0, -2.0, 3.0, -4.0], np.float32)
     return np.maximum(np.maximum(x + w, 0) * w, 0) - x
+
+
+# the onnxruntime module or ort_core (over onnxruntime-backed nodes): a test taking ``ort`` runs
+# against both, to compare the API's behaviour
+@pytest.fixture(params=["onnxruntime", "ort_core"])
+def ort(request):
+    if request.param == "onnxruntime":
+        import onnxruntime
+
+        return onnxruntime
+    request.getfixturevalue("ort_nodes")
+    import ort_core
+
+    return ort_core

@@ -22,16 +22,6 @@ CPU = "CPUExecutionProvider"
 X = np.array([[1.0, -2.0, 0.5, 3.0], [-1.0, 2.0, -0.5, 0.25]], np.float32)
 
 
-@pytest.fixture(params=["onnxruntime", "ort_core"])
-def ort(request):
-    if request.param == "onnxruntime":
-        import onnxruntime
-
-        return onnxruntime
-    request.getfixturevalue("ort_nodes")
-    import ort_core
-
-    return ort_core
 
 
 def require(ort, *names: str) -> None:

@@ -21,16 +21,6 @@ CPU = "CPUExecutionProvider"
 X = np.array([[1.0, -2.0, 0.5], [-1.0, 2.0, -0.5]], np.float32)
 
 
-@pytest.fixture(params=["onnxruntime", "ort_core"])
-def ort(request):
-    if request.param == "onnxruntime":
-        import onnxruntime
-
-        return onnxruntime
-    request.getfixturevalue("ort_nodes")
-    import ort_core
-
-    return ort_core
 
 
 @pytest.fixture
