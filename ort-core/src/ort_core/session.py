@@ -825,9 +825,7 @@ class InferenceSession:
         feeds = self._checked_feeds(input_feed)
         if feeds is None:
             feeds = self._prepare_feeds(input_feed)
-            plan = self._plan_for(input_feed, output_memory)
-        else:  # host arrays only: the session's plan unless outputs are bound to a device
-            plan = self._plan if not output_memory else self._plan_for(input_feed, output_memory)
+        plan = self._plan_for(input_feed, output_memory)
         wanted = self._output_indices(output_names)
         if run_options is not None and run_options.only_execute_path_to_fetches and self._profile is None:
             plan = self._pruned(plan, wanted)
