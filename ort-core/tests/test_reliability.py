@@ -108,6 +108,40 @@ def test_a_billion_element_constant_is_not_materialised_at_load(kind):
     assert "'ReduceMax'" in out  # left to run time, as onnxruntime leaves it
 
 
+@pytest.mark.parametrize("declared", ["1-D input", "reshaped to 1-D"])
+def test_a_long_1d_value_keeps_data_propagation_bounded(declared):
+    # onnx's data propagation lists every 1-D value's elements, constant or not: an input
+    # declared [2^31] ran out of memory inside onnx's inference (found by fuzz-ci). Inference
+    # must still happen (the output's shape is known) and stay within 2 GB.
+    out = _in_subprocess(f"""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        import ort_core
+        n = 1 << 31
+        one_d = "{declared}" == "1-D input"
+        shape = [n] if one_d else [1 << 16, 1 << 15]
+        nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"],
+                                  value=numpy_helper.from_array(np.array([2.0], np.float32))),
+                 helper.make_node("ReduceMax", ["c"], ["r"], keepdims=0)]
+        nodes += [] if one_d else [helper.make_node("Reshape", ["x", "flat"], ["x1"])]
+        nodes += [helper.make_node("Add", ["x" if one_d else "x1", "r"], ["y"])]
+        inits = [numpy_helper.from_array(np.array([4], np.int64), "s"),
+                 numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+        graph = helper.make_graph(nodes, "long", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        sess = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        print(sess.get_outputs()[0].shape)
+        try:
+            sess.run(None, {{"x": np.zeros(3, np.float32)}})
+        except ort_core.InvalidArgument as exc:
+            print("named:", exc)
+    """, timeout=60)
+    assert out.splitlines()[0] == "[2147483648]"
+    assert "named: input 'x'" in out
+
+
 def _const_of_shape_model(n: int):
     shape = onnx.numpy_helper.from_array(np.array([n], np.int64), "s")
     nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"], value=onnx.numpy_helper.from_array(np.ones(1, np.float32))),

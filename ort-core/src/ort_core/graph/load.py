@@ -264,6 +264,55 @@ def _long_1d_constant(graph: onnx.GraphProto) -> bool:
     return False
 
 
+#: A model whose graph values declare more elements than this gets a first inference pass
+#: without data propagation, to look for long 1-D values that only inference reveals (a
+#: Reshape to [-1]); smaller ones cost at most ~0.4 s of propagation
+DATA_PROP_CHECK_ELEMENTS = 1 << 20
+
+
+def _value_infos(graph: onnx.GraphProto):
+    """The graph's inputs (not initializers), outputs and value infos, and its subgraphs'."""
+    constants = {t.name for t in graph.initializer}
+    yield from (v for v in graph.input if v.name not in constants)
+    yield from graph.output
+    yield from graph.value_info
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _value_infos(sub)
+
+
+def _static_dims(info: onnx.ValueInfoProto) -> list[int] | None:
+    """A tensor value's dimensions when all are known numbers, else None."""
+    if info.type.WhichOneof("value") != "tensor_type" or not info.type.tensor_type.HasField("shape"):
+        return None
+    dims = info.type.tensor_type.shape.dim
+    return [d.dim_value for d in dims] if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _long_1d_value(graph: onnx.GraphProto) -> bool:
+    """Whether a value of ``graph`` is declared 1-D and longer than ``DATA_PROP_MAX_LENGTH``."""
+    return any(dims is not None and len(dims) == 1 and dims[0] > DATA_PROP_MAX_LENGTH
+               for dims in map(_static_dims, _value_infos(graph)))
+
+
+def _data_prop_is_bounded(model: onnx.ModelProto) -> bool:
+    """Whether onnx's data propagation stays small on ``model``. It materialises every 1-D value
+    it visits as a list of dimensions, also a non-constant one (Add of a float input declared
+    [2^25] took 13 s; [2^31] ran out of memory), so long 1-D values, declared or inferred, and
+    long 1-D constants turn it off."""
+    if _long_1d_constant(model.graph) or _long_1d_value(model.graph):
+        return False
+    largest = max((math.prod(d) for d in map(_static_dims, _value_infos(model.graph)) if d is not None), default=0)
+    if largest <= DATA_PROP_CHECK_ELEMENTS:
+        return True
+    try:
+        plain = onnx.shape_inference.infer_shapes(model, data_prop=False)
+    except Exception:  # the real pass below reports what is wrong
+        return False
+    return not _long_1d_value(plain.graph)
+
+
 #: onnx's message for an inferred element type that is not the declared one (a graph output
 #: declared float that a node makes int64): a type error, which the non-strict retry misses
 _TYPE_CLASH = "Inferred elem type differs from existing elem type"
@@ -274,7 +323,7 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
     InvalidGraph naming the node; other inference failures keep the model as it was (``model``
     itself is returned). ``data``: the model's bytes, if the caller has them."""
     source = model if data is None else data
-    data_prop = not _long_1d_constant(model.graph)
+    data_prop = _data_prop_is_bounded(model)
     try:
         return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=data_prop)
     except onnx.shape_inference.InferenceError as exc:
