@@ -298,6 +298,27 @@ def test_an_opset_newer_than_onnx_knows_is_invalid_graph(host):
         ort_core.InferenceSession(model.SerializeToString())
 
 
+@pytest.mark.parametrize("op, attribute, value", [("Cast", "to", 0), ("Cast", "to", 10 ** 9),
+                                                   ("EyeLike", "dtype", 0), ("RandomNormalLike", "dtype", -1)])
+def test_a_data_type_attribute_that_names_no_type_is_invalid_graph(host, op, attribute, value):
+    # found by fuzz-ci: a Cast to 0 failed in the CPU kernel as a bare KeyError: 0
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="n0", **{attribute: value})],
+                       [tensor_info("x", [2, 2])], [tensor_info("y", None)])
+    with pytest.raises(ort_core.InvalidGraph, match=f"node 'n0' \\(op {op}\\): attribute '{attribute}' is {value}, "
+                                                    "not a data type; valid: FLOAT \\(1\\)"):
+        ort_core.InferenceSession(model.SerializeToString())
+
+
+def test_quantize_linear_output_dtype_0_keeps_its_meaning():
+    # 0 is QuantizeLinear's default (the zero point's type, or uint8), so the model loads
+    from ort_core.graph.load import load_model
+
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=0)
+    scale = onnx.numpy_helper.from_array(np.float32(0.5), "s")
+    model = make_model([node], [tensor_info("x", [2])], [tensor_info("y", None, TensorProto.UINT8)], [scale], opset=21)
+    assert [n.op_type for n in load_model(model).graph] == ["QuantizeLinear"]
+
+
 # ------------------------------------------------------------------ 6. hostile plugins
 def _relu_model() -> bytes:
     return make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2])], [tensor_info("y", None)]).SerializeToString()

@@ -368,6 +368,7 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     proto, data = _read(source, external, files)
     check_proto(proto if data is None else data)
     _check_opsets(proto)
+    _check_dtype_attributes(proto.graph)
     if proto.functions:
         proto, data = onnx.inliner.inline_local_functions(proto), None
     _check_tensor_sizes(proto)
@@ -441,6 +442,30 @@ def _check_opsets(model: onnx.ModelProto) -> None:
                 f"model imports opset {opset.version} of the standard domain; the newest this runtime knows "
                 f"is {newest} (onnx {onnx.__version__})"
             )
+
+
+#: (op, attribute) pairs of the standard domain whose value is a TensorProto data type; 0
+#: (UNDEFINED) is allowed only where the op gives it a meaning
+_DTYPE_ATTRIBUTES = {("Cast", "to"): False, ("EyeLike", "dtype"): False, ("RandomNormal", "dtype"): False,
+                     ("RandomUniform", "dtype"): False, ("RandomNormalLike", "dtype"): False,
+                     ("RandomUniformLike", "dtype"): False, ("Multinomial", "dtype"): False,
+                     ("Bernoulli", "dtype"): False, ("QuantizeLinear", "output_dtype"): True}
+
+
+def _check_dtype_attributes(graph: onnx.GraphProto) -> None:
+    """Data-type attributes name a data type onnx defines (a Cast to 0 had failed in the CPU
+    kernel as a bare KeyError)."""
+    valid = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _check_dtype_attributes(sub)
+            zero_allowed = _DTYPE_ATTRIBUTES.get((node.op_type, attr.name)) if node.domain in ("", "ai.onnx") else None
+            if zero_allowed is None or attr.i in valid or (zero_allowed and attr.i == 0):
+                continue
+            names = ", ".join(f"{onnx.TensorProto.DataType.Name(v)} ({v})" for v in sorted(valid))
+            raise InvalidGraph(f"node {node.name!r} (op {node.op_type}): attribute {attr.name!r} is {attr.i}, "
+                               f"not a data type; valid: {names}")
 
 
 def _check_if_branches(graph: ir.Graph) -> None:
