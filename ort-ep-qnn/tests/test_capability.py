@@ -121,3 +121,39 @@ def test_graph_outputs_also_read_inside_the_group():
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)}
     for a, e in zip(sess.run(None, feeds), reference(model, feeds)):
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
+
+
+def _shape_chain_model():
+    # tf2onnx's LSTM initial state: zeros of [1, hidden] built from the input's shape
+    # (Shape -> Cast int32 -> Slice -> Concat with the hidden size -> Cast int64 -> Expand)
+    ints = lambda name, v, t=np.int64: helper.make_tensor(name, TensorProto.INT32 if t == np.int32 else  # noqa: E731
+                                                          TensorProto.INT64, [len(v)], v)
+    nodes = [helper.make_node("Shape", ["x"], ["s64"]), helper.make_node("Cast", ["s64"], ["s"], to=TensorProto.INT32),
+             helper.make_node("Slice", ["s", "zero", "one", "zero"], ["batch"]),
+             helper.make_node("Concat", ["batch", "hidden"], ["dims32"], axis=0),
+             helper.make_node("Cast", ["dims32"], ["dims"], to=TensorProto.INT64),
+             helper.make_node("Expand", ["fill", "dims"], ["zeros"]),
+             helper.make_node("ReduceSum", ["x", "axis1"], ["pooled"], keepdims=0),
+             helper.make_node("Add", ["pooled", "zeros"], ["y"])]
+    inits = [ints("zero", [0]), ints("one", [1]), ints("hidden", [8], np.int32), ints("axis1", [1]),
+             helper.make_tensor("fill", F, [1], [0.5])]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, ["batch", 4, 8])],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_shape_computations_are_left_to_the_cpu():
+    # On the simulator an int32 StridedSlice -> Concat returned [1, 4] here instead of [1, 8]
+    # (onnxruntime's QNN EP too): the g2p LSTM, openWakeWord and magika models failed in their
+    # Expand/Reshape. Shape arithmetic stays on the CPU, as onnxruntime places it.
+    model = _shape_chain_model()
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 8)).astype(np.float32)}
+    sess = session(model)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], reference(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    placement = {p.op_type: (p.provider, p.declined) for p in sess.get_placement().nodes}
+    assert placement["ReduceSum"][0] == QNN
+    for op in ("Slice", "Concat"):
+        provider, reasons = placement[op]
+        assert provider == CPU and "shape computation, left to the CPU" in reasons[QNN]

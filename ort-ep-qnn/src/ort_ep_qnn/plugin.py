@@ -30,6 +30,7 @@ from ort_core import (
 from ort_core.epcontext import is_context_node, read_context
 from ort_core.graph.load import load_model
 from ort_core.grouping import fusable_groups
+from ort_core.hostshapes import host_nodes
 
 from . import PROVIDER_NAME
 from . import _qnn as Q
@@ -122,8 +123,16 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     quant = quant_params(graph)
     concrete = static_view(graph)  # symbolic input dimensions at 1, for the backend's checks
     supported: set[int] = set()
+    shape_nodes = host_nodes(graph)
     for i in sorted(candidates):
         node = graph.nodes[i]
+        if i in shape_nodes:
+            # Shape and the integer arithmetic after it: a few numbers for a Reshape or Expand,
+            # which onnxruntime keeps on the CPU. On the HTP simulator an int32 StridedSlice ->
+            # Concat also returns the slice's neighbour instead of the constant (onnxruntime's
+            # QNN EP gives the same wrong shape), which failed three real models' reshapes.
+            capability.declined[i] = f"{node.op_type} {node.name}: shape computation, left to the CPU"
+            continue
         if is_context_node(node):
             if is_context_node(node, PROVIDER_NAME):  # a compiled group of ours: restored, not lowered
                 capability.claims.append(Claim((i,), fuse=False))
