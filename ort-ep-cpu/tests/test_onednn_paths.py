@@ -90,6 +90,10 @@ CONVS = [
     ((2, 64, 6, 7), (24, 64, 1, 1), {}),  # 1x1 at stride 1: oneDNN's GEMM on NCHW as it is
     ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1]}),  # first layer: three channels
     ((2, 8, 30), (16, 8, 3), {"pads": [1, 1]}),  # 1-D
+    # one-column maps under one-column kernels, run as rows (magika's 5x1 convolution)
+    ((1, 8, 30, 1), (16, 8, 5, 1), {}),
+    ((2, 8, 31, 1), (16, 8, 3, 1), {"pads": [2, 0, 1, 0], "strides": [2, 3], "dilations": [2, 1]}),
+    ((1, 8, 30, 1), (16, 4, 3, 1), {"pads": [1, 0, 1, 0], "group": 2}),
 ]
 
 
@@ -165,7 +169,19 @@ POOLS = [
     ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("AveragePool", (1, 8, 16, 16), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ("AveragePool", (1, 8, 15, 15), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 8, 31, 1), {"kernel_shape": [3, 1], "strides": [2, 1], "pads": [1, 0, 1, 0], "ceil_mode": 1}),
+    ("AveragePool", (1, 8, 30, 1), {"kernel_shape": [4, 1], "strides": [2, 1]}),
 ]
+
+
+def test_a_column_map_is_given_to_onednn_as_a_row():
+    # the same memory; oneDNN is ~4x faster on the row (6.7 vs 1.7 ms on magika's convolution)
+    g = nn._Geometry((30, 1), (5, 1), (2, 1), (1, 1), (1, 0, 2, 0))
+    g2, shape4 = nn._as_2d((1, 8, 30, 1), g)
+    assert shape4 == (1, 8, 1, 30)
+    assert (g2.kernel, g2.strides, g2.pads, g2.out) == ((1, 5), (1, 2), (0, 1, 0, 2), (1, g.out[0]))
+    wide = nn._Geometry((30, 2), (5, 1), (1, 1), (1, 1), (0, 0, 0, 0))
+    assert nn._as_2d((1, 8, 30, 2), wide) == (wide, (1, 8, 30, 2))  # two columns: as it is
 
 
 @pytest.mark.parametrize("op, x_shape, attrs", POOLS)

@@ -239,6 +239,14 @@ class _Geometry:
                                     (1,) + self.dilations, (0, self.pads[0], 0, self.pads[1]))
         return self._as_2d
 
+    def column_as_row(self) -> _Geometry:
+        """This 2-D geometry of a one-column map under a one-column kernel as the 2-D geometry
+        of the same map lying as one row (cached)."""
+        if self._as_2d is None:
+            self._as_2d = _Geometry((1, self.spatial[0]), (1, self.kernel[0]), (1, self.strides[0]),
+                                    (1, self.dilations[0]), (0, self.pads[0], 0, self.pads[2]))
+        return self._as_2d
+
 
 def _im2col(xp: np.ndarray, g: _Geometry) -> np.ndarray:
     """Columns (N, C, K, out pixels) of the padded input: one copy of a strided window view
@@ -798,10 +806,15 @@ ONEDNN_POINTWISE_MIN_MACS = 1 << 20
 
 def _as_2d(x_shape: tuple, g: _Geometry) -> tuple[_Geometry, tuple]:
     """A 1-D geometry and NCW input shape as 2-D ones with one row (oneDNN's primitives here
-    are 2-D); 2-D ones as they are."""
-    if len(x_shape) == 4:
-        return g, x_shape
-    return g.as_2d(), (x_shape[0], x_shape[1], 1, x_shape[2])
+    are 2-D); 2-D ones as they are, but for a column: an H x 1 map under a k x 1 kernel is the
+    same memory as a 1 x H map under a 1 x k kernel (also the weights and the output), and
+    oneDNN is 4x faster on the row (magika's 5x1 convolution on 256 x 512 x 1: 6.7 ms as a
+    column, 1.7 as a row; onnxruntime 1.5)."""
+    if len(x_shape) == 3:
+        return g.as_2d(), (x_shape[0], x_shape[1], 1, x_shape[2])
+    if x_shape[3] == 1 and x_shape[2] > 1 and g.kernel[1] == 1 and g.pads[1] == g.pads[3] == 0:
+        return g.column_as_row(), (x_shape[0], x_shape[1], 1, x_shape[2])
+    return g, x_shape
 
 
 def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
@@ -837,7 +850,7 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             if not _takes_onednn(x, w, group, g, lib.threads()):
                 return None
             g2, shape4 = _as_2d(x.shape, g)
-            w4 = w if w.ndim == 4 else w[:, :, None, :]
+            w4 = w.reshape(w.shape[:2] + g2.kernel)  # (a 1-D or column kernel as a row)
             return _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides, g2.dilations,
                                        g2.pads, (shape4[0], w.shape[0]) + g2.out, () if post_op is None else (post_op,),
                                        any_layout=not (g.pointwise and group == 1))
