@@ -97,3 +97,57 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, monkeypatch):
         assert not np.shares_memory(outs[0], outs[1])
         h, c = outs[1], outs[2]
     assert len(calls) == 3  # the single-step path ran
+
+
+def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict, peepholes: bool, rng):
+    gates = {"LSTM": 4, "GRU": 3}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    arrays = {"W": rng.standard_normal((dirs, gates * hidden, inp)) * 0.4,
+              "R": rng.standard_normal((dirs, gates * hidden, hidden)) * 0.4,
+              "B": rng.standard_normal((dirs, 2 * gates * hidden)) * 0.2}
+    if peepholes:
+        arrays["P"] = rng.standard_normal((dirs, 3 * hidden)) * 0.3
+    inits = [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, None, inp]),
+              helper.make_tensor_value_info("lens", TensorProto.INT32, [None]),
+              helper.make_tensor_value_info("H0", TensorProto.FLOAT, [dirs, None, hidden])]
+    names = ["X", "W", "R", "B", "lens", "H0"]
+    outputs = ["Y", "Y_h"]
+    if op == "LSTM":
+        inputs.append(helper.make_tensor_value_info("C0", TensorProto.FLOAT, [dirs, None, hidden]))
+        names += ["C0"] + (["P"] if peepholes else [])
+        outputs.append("Y_c")
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction, **attrs)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                                                     for n in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op, attrs, peepholes", [
+    ("LSTM", {}, False), ("LSTM", {}, True), ("GRU", {}, False), ("GRU", {"linear_before_reset": 1}, False)])
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, ragged, monkeypatch):
+    # the whole recurrence of a direction is one compiled call (_jit.lstm_scan / gru_scan)
+    from ort_ep_cpu.kernels import _jit
+
+    if not _jit.enabled():
+        pytest.skip("numba is not installed")
+    scan_name = {"LSTM": "lstm_scan", "GRU": "gru_scan"}[op]
+    real, calls = getattr(_jit, scan_name)(), []
+    monkeypatch.setattr(_jit, scan_name, lambda: lambda *args: (calls.append(1), real(*args)))
+    rng = np.random.default_rng(3)
+    data = _recurrent_model(op, direction, hidden=24, inp=7, attrs=attrs, peepholes=peepholes, rng=rng)
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds = {"X": rng.standard_normal((6, 3, 7)).astype(np.float32),
+             "lens": np.array([6, 2, 4] if ragged else [6, 6, 6], np.int32),
+             "H0": rng.standard_normal((dirs, 3, 24)).astype(np.float32) * 0.5}
+    if op == "LSTM":
+        feeds["C0"] = rng.standard_normal((dirs, 3, 24)).astype(np.float32) * 0.5
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert len(calls) == dirs

@@ -33,6 +33,10 @@ _gelu_rows: Callable | None = None
 _layer_norm_rows: Callable | None = None
 _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
 _interleave: Callable | None = None
+_lstm_scan: Callable | None = None
+_gru_scan: Callable | None = None
+_recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
+_sigmoid_value: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -113,9 +117,29 @@ def interleave() -> Callable | None:
     return _interleave
 
 
+def lstm_scan() -> Callable | None:
+    """The compiled float32 LSTM recurrence of one direction with the default activations
+    (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
+    step t, z = xw[t] + h @ rt + rb (gate order i, o, f, c; ``p`` the (3n,) peepholes or
+    empty), then c and h in place; ys[t] = h, or 0 once t >= lens[b] (a finished sequence keeps
+    its state). C-contiguous xw (seq, batch, 4n), rt (n, 4n), h and c (batch, n), ys (seq,
+    batch, n). One call per direction instead of about ten numpy calls per time step (a
+    16-step bidirectional LSTM of hidden 64: about 0.3 ms of numpy calls)."""
+    _load()
+    return _lstm_scan
+
+
+def gru_scan() -> Callable | None:
+    """The compiled float32 GRU recurrence of one direction with the default activations
+    (sigmoid, tanh) and no clip, ``(xw, rt, rb, lbr, lens, h, ys)``, or None: gate order z, r,
+    h; ``lbr`` is linear_before_reset; the rest as ``lstm_scan``."""
+    _load()
+    return _gru_scan
+
+
 def _load() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
-    global _layer_norm_rows
+    global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value
     if _tried:
         return
     with _lock:
@@ -124,6 +148,7 @@ def _load() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
+                _lstm_scan = _gru_scan = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -155,6 +180,11 @@ def _load() -> None:
                 # pairwise sums by float32 rounding
                 reductions = {**elementwise, "fastmath": {"contract", "reassoc"}}
                 _layer_norm_rows = numba.njit(cache=cached, **reductions)(_layer_norm_rows_py)
+                # the product and the scalar sigmoid are globals of the scans: compiled first
+                _recurrent_product = numba.njit(inline="always", **elementwise)(_recurrent_product_py)
+                _sigmoid_value = numba.njit(inline="always", **elementwise)(_sigmoid_value_py)
+                _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
+                _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
             _tried = True
 
 
@@ -370,3 +400,94 @@ def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total):  # pragma: n
             for i in range(h):
                 yr[i] = (yr[i] - mean) * inv_std * gamma[i] + beta[i]
 
+
+
+def _recurrent_product_py(z, h, rt, col0, col1):  # pragma: no cover - compiled by numba
+    """z[b, j - col0] += sum_k h[b, k] * rt[k, j] for j in [col0, col1): the inner loop runs
+    along rt's rows, so it vectorises."""
+    batch, n = h.shape
+    for b in range(batch):
+        zb = z[b]
+        hb = h[b]
+        for k in range(n):
+            hk = hb[k]
+            rk = rt[k]
+            for j in range(col0, col1):
+                zb[j - col0] += hk * rk[j]
+
+
+def _sigmoid_value_py(v):  # pragma: no cover - compiled by numba
+    return _ONE / (_ONE + np.exp(-v))
+
+
+def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled by numba
+    """See ``lstm_scan``."""
+    seq, batch, g = xw.shape
+    n = g // 4
+    z = np.empty((batch, g), np.float32)
+    for t in range(seq):
+        for b in range(batch):
+            for j in range(g):
+                z[b, j] = xw[t, b, j] + rb[j]
+        _recurrent_product(z, h, rt, 0, g)
+        for b in range(batch):
+            if t >= lens[b]:
+                for j in range(n):
+                    ys[t, b, j] = _ZERO
+                continue
+            zb = z[b]
+            for j in range(n):
+                cj = c[b, j]
+                zi = zb[j]
+                zf = zb[2 * n + j]
+                if p.size != 0:
+                    zi += p[j] * cj
+                    zf += p[2 * n + j] * cj
+                cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * np.tanh(zb[3 * n + j])
+                zo = zb[n + j]
+                if p.size != 0:
+                    zo += p[n + j] * cj
+                c[b, j] = cj
+                hj = _sigmoid_value(zo) * np.tanh(cj)
+                h[b, j] = hj
+                ys[t, b, j] = hj
+
+
+def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled by numba
+    """See ``gru_scan``."""
+    seq, batch, g = xw.shape
+    n = g // 3
+    zr = np.empty((batch, 2 * n), np.float32)
+    hh = np.empty((batch, n), np.float32)
+    rh = np.empty((batch, n), np.float32)
+    for t in range(seq):
+        for b in range(batch):
+            for j in range(2 * n):
+                zr[b, j] = rb[j]
+            for j in range(n):
+                hh[b, j] = rb[2 * n + j]
+        _recurrent_product(zr, h, rt, 0, 2 * n)
+        for b in range(batch):
+            for j in range(2 * n):
+                zr[b, j] = _sigmoid_value(zr[b, j] + xw[t, b, j])
+        if lbr:  # cand = xw + r * (h @ Rh + Rbh)
+            _recurrent_product(hh, h, rt, 2 * n, 3 * n)
+        else:  # cand = xw + (r * h) @ Rh + Rbh
+            for b in range(batch):
+                for j in range(n):
+                    rh[b, j] = zr[b, n + j] * h[b, j]
+            _recurrent_product(hh, rh, rt, 2 * n, 3 * n)
+        for b in range(batch):
+            if t >= lens[b]:
+                for j in range(n):
+                    ys[t, b, j] = _ZERO
+                continue
+            for j in range(n):
+                if lbr:
+                    cand = xw[t, b, 2 * n + j] + zr[b, n + j] * hh[b, j]
+                else:
+                    cand = xw[t, b, 2 * n + j] + hh[b, j]
+                zj = zr[b, j]
+                hj = (_ONE - zj) * np.tanh(cand) + zj * h[b, j]
+                h[b, j] = hj
+                ys[t, b, j] = hj

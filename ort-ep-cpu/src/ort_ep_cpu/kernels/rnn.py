@@ -8,6 +8,7 @@ import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
+from . import _jit
 
 
 def _sigmoid(x, alpha, beta):
@@ -60,6 +61,14 @@ def _reverse_in_length(x: np.ndarray, lens: np.ndarray) -> np.ndarray:
     t = np.arange(x.shape[0])[:, None]
     src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)
     return x[src, np.arange(x.shape[1])[None, :]]
+
+
+def _default_activations(node, defaults: list[str]) -> bool:
+    """Whether ``node`` uses its op's default activations (the compiled recurrences' only ones)."""
+    names = node.attr("activations")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults
+    per_dir = [n.lower() for n in defaults]
+    return [n.lower() for n in names] in (per_dir, per_dir * 2)
 
 
 class _Recurrent:
@@ -189,6 +198,17 @@ class _GRU(_Recurrent):
     def __init__(self, node):
         super().__init__(node)
         self.lbr = bool(node.attr("linear_before_reset", 0))
+        # the compiled recurrence (_jit.gru_scan) for float32 with the default activations
+        self._compiled = self.clip is None and _default_activations(node, self.defaults) and _jit.enabled()
+
+    def _scan(self, xw, rt, rb, h, c, p, acts, lens, full):
+        scan = _jit.gru_scan() if self._compiled and xw.dtype == np.float32 else None
+        if scan is None:
+            return super()._scan(xw, rt, rb, h, c, p, acts, lens, full)
+        h = np.array(h, np.float32)  # the state, updated in place
+        ys = np.empty(xw.shape[:2] + h.shape[1:], np.float32)
+        scan(np.ascontiguousarray(xw), rt, np.ascontiguousarray(rb, np.float32), self.lbr, lens, h, ys)
+        return ys, h, c
 
     def step(self, xw, h, c, rt, rb, p, acts):
         f, g = acts
@@ -204,6 +224,9 @@ class _GRU(_Recurrent):
         return (1 - z) * ht + z * h, c
 
 
+_NO_PEEPHOLES = np.empty(0, np.float32)
+
+
 class _LSTM(_Recurrent):
     gates = 4
     defaults = ["Sigmoid", "Tanh", "Tanh"]
@@ -217,11 +240,24 @@ class _LSTM(_Recurrent):
         self._single_ok = (self.n_dirs == 1 and self.layout == 0 and self.clip is None
                            and not node.attr("activations") and not self.input_forget)
         self._stacked: tuple | None = None  # (W, R, B, [W; R] transposed, W bias + R bias)
+        # the compiled recurrence (_jit.lstm_scan) for float32 with the default activations
+        self._compiled = (self.clip is None and not self.input_forget and _default_activations(node, self.defaults)
+                          and _jit.enabled())
 
     def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
         if self._single_ok and p is None and sequence_lens is None and x.ndim == 3 and x.shape[0] == 1:
             return self._single_step(x, w, r, b, initial_h, initial_c)
         return super().__call__(x, w, r, b, sequence_lens, initial_h, initial_c, p)
+
+    def _scan(self, xw, rt, rb, h, c, p, acts, lens, full):
+        scan = _jit.lstm_scan() if self._compiled and xw.dtype == np.float32 else None
+        if scan is None:
+            return super()._scan(xw, rt, rb, h, c, p, acts, lens, full)
+        h, c = np.array(h, np.float32), np.array(c, np.float32)  # the state, updated in place
+        ys = np.empty(xw.shape[:2] + h.shape[1:], np.float32)
+        peepholes = _NO_PEEPHOLES if p is None else np.ascontiguousarray(p, np.float32)
+        scan(np.ascontiguousarray(xw), rt, np.ascontiguousarray(rb, np.float32), peepholes, lens, h, c, ys)
+        return ys, h, c
 
     def _single_step(self, x, w, r, b, initial_h, initial_c):
         signature = (x.shape, w.shape, r.shape, *(None if v is None else v.shape for v in (b, initial_h, initial_c)))
