@@ -151,3 +151,28 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert len(calls) == dirs
+
+
+def test_compiled_exp_tanh_sigmoid_are_float32_accurate():
+    # the recurrences' own vectorisable exp (no libm call): within float32 rounding of the truth
+    import numba
+
+    from ort_ep_cpu.kernels import _jit
+
+    if not _jit.enabled():
+        pytest.skip("numba is not installed")
+
+    @numba.njit
+    def apply(x, e, s, t):
+        for i in range(x.size):
+            e[i] = _jit._exp_value(x[i])
+            s[i] = _jit._sigmoid_value(x[i])
+            t[i] = _jit._tanh_value(x[i])
+
+    x = np.concatenate([np.linspace(-87, 88, 200001), np.linspace(-1, 1, 20001)]).astype(np.float32)
+    e, s, t = (np.empty_like(x) for _ in range(3))
+    apply(x, e, s, t)
+    x64 = x.astype(np.float64)
+    assert np.max(np.abs(e - np.exp(x64)) / np.exp(x64)) < 3e-7
+    assert np.max(np.abs(s - 1 / (1 + np.exp(-x64)))) < 2e-7
+    assert np.max(np.abs(t - np.tanh(x64))) < 2e-7

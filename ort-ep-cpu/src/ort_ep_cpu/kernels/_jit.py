@@ -37,6 +37,8 @@ _lstm_scan: Callable | None = None
 _gru_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
 _sigmoid_value: Callable | None = None
+_exp_value: Callable | None = None
+_tanh_value: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -139,7 +141,7 @@ def gru_scan() -> Callable | None:
 
 def _load() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
-    global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value
+    global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     if _tried:
         return
     with _lock:
@@ -180,9 +182,11 @@ def _load() -> None:
                 # pairwise sums by float32 rounding
                 reductions = {**elementwise, "fastmath": {"contract", "reassoc"}}
                 _layer_norm_rows = numba.njit(cache=cached, **reductions)(_layer_norm_rows_py)
-                # the product and the scalar sigmoid are globals of the scans: compiled first
+                # the product and the scalar functions are globals of the scans: compiled first
                 _recurrent_product = numba.njit(inline="always", **elementwise)(_recurrent_product_py)
+                _exp_value = numba.njit(inline="always", **elementwise)(_exp_value_py)
                 _sigmoid_value = numba.njit(inline="always", **elementwise)(_sigmoid_value_py)
+                _tanh_value = numba.njit(inline="always", **elementwise)(_tanh_value_py)
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
             _tried = True
@@ -403,21 +407,50 @@ def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total):  # pragma: n
 
 
 def _recurrent_product_py(z, h, rt, col0, col1):  # pragma: no cover - compiled by numba
-    """z[b, j - col0] += sum_k h[b, k] * rt[k, j] for j in [col0, col1): the inner loop runs
-    along rt's rows, so it vectorises."""
+    """z[b, j] += sum_k h[b, k] * rt[k, col0 + j] for j in [0, col1 - col0): the inner loop
+    runs along a slice of rt's row, so it vectorises (indexing rk[j] with j from col0 kept it
+    scalar: 80 against 9.4 us for hidden 256)."""
     batch, n = h.shape
+    m = col1 - col0
     for b in range(batch):
         zb = z[b]
-        hb = h[b]
         for k in range(n):
-            hk = hb[k]
-            rk = rt[k]
-            for j in range(col0, col1):
-                zb[j - col0] += hk * rk[j]
+            hk = h[b, k]
+            rk = rt[k, col0:col1]
+            for j in range(m):
+                zb[j] += hk * rk[j]
+
+
+#: exp's constants: 2^k for k in [-127, 127] (a table read vectorises, ldexp does not), log2(e),
+#: ln 2 in two parts (Cody and Waite), 1/i! for the polynomial on |r| <= ln(2)/2
+_POW2 = np.array([2.0**k for k in range(-127, 128)], np.float32)
+_LOG2E, _LN2_HI, _LN2_LO = _F(1.4426950408889634), _F(0.693359375), _F(-2.1219444005469057e-4)
+_E2, _E3, _E4, _E5, _E6, _E7 = (_F(1 / math.factorial(i)) for i in range(2, 8))
+#: tanh's odd Taylor terms for |x| < 1/4, where 1 - 2 / (exp(2x) + 1) loses digits
+_T3, _T5, _T7, _T9 = _F(-1 / 3), _F(2 / 15), _F(-17 / 315), _F(62 / 2835)
+
+
+def _exp_value_py(x):  # pragma: no cover - compiled by numba
+    """float32 exp without a libm call, so that loops of it vectorise (glibc's expf and tanhf
+    kept the LSTM's gate loop scalar: 13 ns a value): x = k ln 2 + r, exp(r) by its Taylor
+    polynomial to r^7, times 2^k from a table; within 2 ulp of expf over [-87, 88]."""
+    x = min(max(x, _F(-87.0)), _F(88.0))
+    k = np.floor(x * _LOG2E + _HALF)
+    r = x - k * _LN2_HI - k * _LN2_LO
+    p = ((((((_E7 * r + _E6) * r + _E5) * r + _E4) * r + _E3) * r + _E2) * r + _ONE) * r + _ONE
+    return p * _POW2[np.int32(k) + 127]
 
 
 def _sigmoid_value_py(v):  # pragma: no cover - compiled by numba
-    return _ONE / (_ONE + np.exp(-v))
+    return _ONE / (_ONE + _exp_value(-v))
+
+
+def _tanh_value_py(v):  # pragma: no cover - compiled by numba
+    """float32 tanh from ``_exp_value``: an absolute error under 1e-7."""
+    if abs(v) < _F(0.25):
+        v2 = v * v
+        return v + v * v2 * (_T3 + v2 * (_T5 + v2 * (_T7 + v2 * _T9)))
+    return _ONE - _F(2.0) / (_exp_value(v + v) + _ONE)
 
 
 def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled by numba
@@ -443,12 +476,12 @@ def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled
                 if p.size != 0:
                     zi += p[j] * cj
                     zf += p[2 * n + j] * cj
-                cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * np.tanh(zb[3 * n + j])
+                cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(zb[3 * n + j])
                 zo = zb[n + j]
                 if p.size != 0:
                     zo += p[n + j] * cj
                 c[b, j] = cj
-                hj = _sigmoid_value(zo) * np.tanh(cj)
+                hj = _sigmoid_value(zo) * _tanh_value(cj)
                 h[b, j] = hj
                 ys[t, b, j] = hj
 
@@ -488,6 +521,6 @@ def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled b
                 else:
                     cand = xw[t, b, 2 * n + j] + hh[b, j]
                 zj = zr[b, j]
-                hj = (_ONE - zj) * np.tanh(cand) + zj * h[b, j]
+                hj = (_ONE - zj) * _tanh_value(cand) + zj * h[b, j]
                 h[b, j] = hj
                 ys[t, b, j] = hj
