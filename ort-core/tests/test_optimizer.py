@@ -540,3 +540,37 @@ def test_gemm_is_not_fused_with_clip():
         [_init("w", _f32(4, 3)), _init("b", _f32(4)), _init("lo", np.array(-0.5, np.float32)), _init("hi", np.array(0.5, np.float32))],
     )
     assert _ops(_apply(model, fusion.GemmActivationFusionPass(_everything))) == ["Gemm", "Clip"]
+
+
+def _loop_carrying_weights(overridable: bool = False):
+    # paddle2onnx's decoders carry their weights through the Loop unchanged (body output =
+    # body input); the carried accumulator `acc` changes every iteration
+    w = _f32(4, 4, scale=0.5)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["acc_in", "w_in"], ["prod"]), helper.make_node("Tanh", ["prod"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("acc_in", [1, 4]),
+                 _vi("w_in", [4, 4])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", [1, 4]), _vi("w_in", [4, 4])])
+    loop = helper.make_node("Loop", ["n", "", "x", "w"], ["acc", "w_final"], body=body)
+    graph_inputs = [_vi("x", [1, 4])] + ([_vi("w", [4, 4])] if overridable else [])
+    return make_model([loop], graph_inputs, [_vi("acc", [1, 4]), _vi("w_final", [4, 4])],
+                      [_init("n", np.array(3, np.int64)), _init("w", w)])
+
+
+def test_loop_carried_constant_is_read_as_the_constant_in_the_body():
+    model = _loop_carrying_weights()
+    optimized = _apply(model, basic.LoopInvariantCarriedPass())
+    body = optimized.graph.node[0].attribute[0].g
+    matmul = next(n for n in body.node if n.op_type == "MatMul")
+    assert list(matmul.input) == ["acc_in", "w"]  # the outer initializer itself
+    assert [o.name for o in body.output][2:] == ["w_in"]  # the carried slot stays
+    _check(model, optimized, {"x": _f32(1, 4)})
+
+
+def test_loop_carried_overridable_initializer_stays_carried():
+    # an initializer that is also a graph input may be fed at run time: not a constant
+    model = _loop_carrying_weights(overridable=True)
+    optimized = _apply(model, basic.LoopInvariantCarriedPass())
+    matmul = next(n for n in optimized.graph.node[0].attribute[0].g.node if n.op_type == "MatMul")
+    assert list(matmul.input) == ["acc_in", "w_in"]

@@ -3,8 +3,8 @@
 ``ORT_DISABLE_ALL`` (0) runs nothing.
 
 ``ORT_ENABLE_BASIC`` (1): rewrites within the ONNX standard that any provider can run:
-Constant nodes lifted to initializers, Identity and inference-Dropout removed, unused nodes
-removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
+Constant nodes lifted to initializers, Identity and inference-Dropout removed, Loop-carried
+values the body passes on unchanged read as their constant initial value, unused nodes removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
 constant folding of nodes whose inputs are all constants (shape-arithmetic ops with the
 numpy calls of ``_fold.py``, the rest through ``onnx.reference``),
 Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
@@ -45,6 +45,7 @@ from .basic import (
     DropoutEliminationPass,
     IdentityEliminationPass,
     LiftConstantsPass,
+    LoopInvariantCarriedPass,
     MatMulAddToGemmPass,
     ShapeFoldingPass,
     ShapeInferenceQuietPass,
@@ -69,6 +70,7 @@ def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
         LiftConstantsPass(),
         DropoutEliminationPass(),
         IdentityEliminationPass(),
+        LoopInvariantCarriedPass(),
         common_passes.RemoveUnusedNodesPass(),
         ShapeInferenceQuietPass(),
         ShapeFoldingPass(),

@@ -165,6 +165,34 @@ class IdentityEliminationPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class LoopInvariantCarriedPass(ir.passes.InPlacePass):
+    """A Loop-carried value that the body passes on unchanged (its body output is its body
+    input) and that starts as a constant is that constant in every iteration: the body's nodes
+    read the constant itself. Exporters carry weights this way (paddle2onnx's attention decoders:
+    a table model's Loop carries its ten linear weights), and a kernel that knows its weights
+    are constant prepares them once (oneDNN's packed products) instead of every iteration. The
+    carried slot stays, so the Loop's outputs are unchanged."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in graph:
+                if not is_op(node, "Loop") or "body" not in node.attributes:
+                    continue
+                body = node.attributes["body"].as_graph()
+                carried = len(node.inputs) - 2
+                if len(body.inputs) != carried + 2 or len(body.outputs) < carried + 1:
+                    continue
+                for i in range(carried):
+                    inside, initial = body.inputs[2 + i], node.inputs[2 + i]
+                    if body.outputs[1 + i] is not inside or const(initial) is None or not inside.uses():
+                        continue
+                    for user, index in list(inside.uses()):  # (the body output stays: it is the slot)
+                        user.replace_input_with(index, initial)
+                    modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 def _evaluate(node: ir.Node, inputs: list[np.ndarray | None], opsets: dict[str, int]) -> list[np.ndarray]:
     """Run one node with onnx's reference evaluator."""
     from onnx.reference import ReferenceEvaluator
