@@ -51,7 +51,7 @@ def test_recurrence_weights_cached_per_array(op, gates, dirs, const_r):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng):
+def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng, **attrs):
     w = rng.standard_normal((1, 4 * hidden, inp)).astype(np.float32) * 0.3
     r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3
     b = rng.standard_normal((1, 8 * hidden)).astype(np.float32) * 0.1
@@ -63,7 +63,8 @@ def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng):
         inits.append(onnx.numpy_helper.from_array(r, "R"))
     else:
         inputs.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, list(r.shape)))
-    node = helper.make_node("LSTM", ["X", "W", "R", "B", "", "H0", "C0"], ["Y", "Y_h", "Y_c"], hidden_size=hidden)
+    node = helper.make_node("LSTM", ["X", "W", "R", "B", "", "H0", "C0"], ["Y", "Y_h", "Y_c"], hidden_size=hidden,
+                            **attrs)
     graph = helper.make_graph([node], "g", inputs, [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [None] * k) for n, k in (("Y", 4), ("Y_h", 3), ("Y_c", 3))
     ], inits)
@@ -74,7 +75,9 @@ def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng):
 
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("const_r", [True, False])
-def test_lstm_single_step_matches_onnxruntime(batch, const_r, monkeypatch):
+# tf2onnx writes the default activations out (the g2p decoder): still the single-step path
+@pytest.mark.parametrize("attrs", [{}, {"activations": ["Sigmoid", "Tanh", "Tanh"]}], ids=["implicit", "explicit"])
+def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, monkeypatch):
     """One time step (the streaming case) takes one GEMM of [x, h] by [W; R]: Y, Y_h and Y_c
     match onnxruntime, carrying the state over three runs; with R fed at run time and changing,
     the stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it)."""
@@ -82,7 +85,7 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, monkeypatch):
     step = rnn._LSTM._single_step
     monkeypatch.setattr(rnn._LSTM, "_single_step", lambda self, *a: calls.append(1) or step(self, *a))
     rng = np.random.default_rng(1)
-    data, r = _lstm_step_model(hidden=8, inp=5, const_r=const_r, rng=rng)
+    data, r = _lstm_step_model(hidden=8, inp=5, const_r=const_r, rng=rng, **attrs)
     ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     h = rng.standard_normal((1, batch, 8)).astype(np.float32)

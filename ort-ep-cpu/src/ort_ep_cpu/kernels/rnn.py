@@ -238,7 +238,7 @@ class _LSTM(_Recurrent):
         # one direction, default gates, no clip: a single time step (streaming models such as
         # silero-vad call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
         self._single_ok = (self.n_dirs == 1 and self.layout == 0 and self.clip is None
-                           and not node.attr("activations") and not self.input_forget)
+                           and _default_activations(node, self.defaults) and not self.input_forget)
         self._stacked: tuple | None = None  # (W, R, B, [W; R] transposed, W bias + R bias)
         # the compiled recurrence (_jit.lstm_scan) for float32 with the default activations
         self._compiled = (self.clip is None and not self.input_forget and _default_activations(node, self.defaults)
