@@ -309,6 +309,15 @@ def test_a_data_type_attribute_that_names_no_type_is_invalid_graph(host, op, att
         ort_core.InferenceSession(model.SerializeToString())
 
 
+def test_cast_1_names_its_type_as_a_string():
+    # Cast before opset 6 takes `to` as a type name: not an integer to check
+    from ort_core.graph.load import load_model
+
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to="INT32")], [tensor_info("x", [2])],
+                       [tensor_info("y", None, TensorProto.INT32)], opset=1)
+    assert [n.op_type for n in load_model(model).graph] == ["Cast"]
+
+
 def test_quantize_linear_output_dtype_0_keeps_its_meaning():
     # 0 is QuantizeLinear's default (the zero point's type, or uint8), so the model loads
     from ort_core.graph.load import load_model

@@ -461,6 +461,8 @@ def _check_dtype_attributes(graph: onnx.GraphProto) -> None:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 _check_dtype_attributes(sub)
             zero_allowed = _DTYPE_ATTRIBUTES.get((node.op_type, attr.name)) if node.domain in ("", "ai.onnx") else None
+            if attr.type != onnx.AttributeProto.INT:  # Cast-1's `to` is a type name (a string)
+                continue
             if zero_allowed is None or attr.i in valid or (zero_allowed and attr.i == 0):
                 continue
             names = ", ".join(f"{onnx.TensorProto.DataType.Name(v)} ({v})" for v in sorted(valid))
