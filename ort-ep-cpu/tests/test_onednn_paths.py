@@ -467,3 +467,27 @@ def test_the_device_says_whether_onednn_runs(monkeypatch):
     monkeypatch.setattr(_onednn, "USE", False)
     (device,) = plugin.ort_ep_devices("CPUExecutionProvider").devices
     assert device.metadata["onednn"] == "not used (switched off (ORT_EP_CPU_ONEDNN=0))"
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_matmul_of_dequantized_constant_weights_takes_the_packed_product(runs, per_channel):
+    # a QDQ model's weights are DequantizeLinear(int8 constant): the product knows them as a
+    # constant (dequantized once, the same read-only array every run), as for float weights
+    rng = np.random.default_rng(4)
+    w = rng.integers(-127, 128, (16, 24)).astype(np.int8)
+    scale = (rng.random(24) * 0.02 + 0.01).astype(np.float32) if per_channel else np.float32(0.02)
+    inits = [onnx.numpy_helper.from_array(w, "wq"), onnx.numpy_helper.from_array(np.asarray(scale), "ws")]
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=1),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    # the reference unoptimized: onnxruntime's optimizer quantizes x dynamically here (0.08 off)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = rng.standard_normal((5, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=TOL, atol=TOL)
+    assert [kind for kind, _ in runs] == ["MatMul"] * 2

@@ -39,6 +39,10 @@ _recurrent_product: Callable | None = None  # compiled helpers of the scans (set
 _sigmoid_value: Callable | None = None
 _exp_value: Callable | None = None
 _tanh_value: Callable | None = None
+_erf_value: Callable | None = None
+_erf: Callable | None = None
+_quantize: Callable | None = None
+_dequantize: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -119,6 +123,27 @@ def interleave() -> Callable | None:
     return _interleave
 
 
+def erf() -> Callable | None:
+    """The compiled float32 erf loop ``(x, y)`` over flat arrays (absolute error under
+    1.5e-7, as the Gelu loop's), or None."""
+    _load()
+    return _erf
+
+
+def quantize() -> Callable | None:
+    """The compiled loop ``(x, scale, zero_point, lo, hi, y)``: QuantizeLinear with one scale
+    and zero point (float32 scalars) over flat float32 x into flat integer y, or None."""
+    _load()
+    return _quantize
+
+
+def dequantize() -> Callable | None:
+    """The compiled loop ``(x, scale, zero_point, y)``: DequantizeLinear with one scale and
+    zero point (float32 scalars) over flat integer x into flat float32 y, or None."""
+    _load()
+    return _dequantize
+
+
 def lstm_scan() -> Callable | None:
     """The compiled float32 LSTM recurrence of one direction with the default activations
     (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
@@ -142,6 +167,7 @@ def gru_scan() -> Callable | None:
 def _load() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
+    global _erf_value, _erf, _quantize, _dequantize
     if _tried:
         return
     with _lock:
@@ -150,7 +176,7 @@ def _load() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = None
+                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -174,8 +200,12 @@ def _load() -> None:
                 # error_model "numpy": a float division by zero gives inf instead of raising
                 # (the check's branch kept LLVM from vectorising the loop: 8x slower)
                 elementwise = {**options, "error_model": "numpy"}
-                # the scalar gelu is a global of the row loop, so it is compiled first
+                # the scalar erf and gelu are globals of the loops, so they are compiled first
+                _erf_value = numba.njit(inline="always", **elementwise)(_erf_value_py)
                 _gelu_value = numba.njit(inline="always", **elementwise)(_gelu_value_py)
+                _erf = numba.njit(cache=cached, **elementwise)(_erf_py)
+                _quantize = numba.njit(cache=cached, **elementwise)(_quantize_py)
+                _dequantize = numba.njit(cache=cached, **elementwise)(_dequantize_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
                 # "reassoc": a row's sums as vector partial sums (one lane at a time, the loop
                 # stays scalar: 20 against 4 us on (64, 128)); the order differs from numpy's
@@ -327,14 +357,25 @@ _E3, _E4, _E5, _E6, _E7, _E8 = (_F(1 / f) for f in (6, 24, 120, 720, 5040, 40320
 _gelu_value: Callable | None = None  # the compiled _gelu_value_py (set by _load)
 
 
-def _gelu_value_py(v):  # pragma: no cover - compiled by numba
-    """0.5 * v * (1 + erf(v / sqrt(2))) of one float32. erf as A&S 7.1.26 with exp written out
-    as a polynomial: a call to libm's exp would keep the loop scalar (numba has no vector math
+#: erf's Maclaurin series in z^2, 2/sqrt(pi) (-1)^n / (n! (2n + 1)), for |z| < 1 (the next
+#: term is under 1e-9)
+_ERF_SERIES = np.array([2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(11)],
+                       np.float32)
+
+
+def _erf_value_py(z):  # pragma: no cover - compiled by numba
+    """erf of one float32: for |z| < 1 its series (within 2e-7 relative), beyond A&S 7.1.26 with exp written out as a
+    polynomial: a call to libm's exp would keep the loop scalar (numba has no vector math
     library without SVML), math.erf measured 4x slower than numpy's passes. |z| is clamped at
     4, where 1 - erf < 1.6e-8 is below float32's resolution at 1; NaN passes the clamp (the
     comparison is false) and stays NaN."""
-    z = v * _RSQRT2
     a = abs(z)
+    if a < _ONE:  # the series: 1 - poly * e would lose the digits of a small erf
+        z2 = z * z
+        s = _ERF_SERIES[10]
+        for n in range(9, -1, -1):
+            s = s * z2 + _ERF_SERIES[n]
+        return z * s
     a = _CLAMP if a > _CLAMP else a
     t = _ONE / (_ONE + _P * a)
     poly = ((((_A5 * t + _A4) * t + _A3) * t + _A2) * t + _A1) * t
@@ -344,8 +385,33 @@ def _gelu_value_py(v):  # pragma: no cover - compiled by numba
     e *= e
     e *= e
     e *= e
-    erf = math.copysign(_ONE - poly * e, z)
-    return _HALF * v * (_ONE + erf)
+    return math.copysign(_ONE - poly * e, z)
+
+
+def _gelu_value_py(v):  # pragma: no cover - compiled by numba
+    """0.5 * v * (1 + erf(v / sqrt(2))) of one float32."""
+    return _HALF * v * (_ONE + _erf_value(v * _RSQRT2))
+
+
+def _erf_py(x, y):  # pragma: no cover - compiled by numba
+    for i in range(x.size):
+        y[i] = _erf_value(x[i])
+
+
+def _quantize_py(x, scale, zero_point, lo, hi, y):  # pragma: no cover - compiled by numba
+    """y = clip(rint(x / scale) + zero_point, lo, hi) over flat arrays: QuantizeLinear per
+    tensor in one pass (numpy takes five; x / scale as numpy divides, rint half to even)."""
+    for i in range(x.size):
+        q = np.rint(x[i] / scale) + zero_point
+        q = lo if q < lo else q
+        q = hi if q > hi else q
+        y[i] = q
+
+
+def _dequantize_py(x, scale, zero_point, y):  # pragma: no cover - compiled by numba
+    """y = (float32(x) - zero_point) * scale over flat arrays: DequantizeLinear per tensor."""
+    for i in range(x.size):
+        y[i] = (np.float32(x[i]) - zero_point) * scale
 
 
 def _gelu_rows_py(x, b, y):  # pragma: no cover - compiled by numba

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ort_core import KernelRequest, NodeView
+from ort_core import GraphView, KernelRequest, NodeView
 
 
 def const_input(node: NodeView, request: KernelRequest, k: int) -> np.ndarray | None:
@@ -15,6 +16,55 @@ def const_input(node: NodeView, request: KernelRequest, k: int) -> np.ndarray | 
     if k >= len(node.inputs) or not node.inputs[k]:
         return None
     return request.value(node.inputs[k]).const_value
+
+
+def fixed_constant(graph: GraphView, name: str) -> np.ndarray | None:
+    """The value of a constant the user cannot override at run time (an initializer that is not
+    a graph input, or a Constant node's output), else None. A group reads its weights from the
+    graph once; an overridable initializer would arrive as a feed the group never sees."""
+    value = graph.value(name)
+    if value.is_graph_input:
+        return None
+    return value.const_value
+
+
+#: per graph: DequantizeLinear outputs of fixed constants, computed once (read-only arrays)
+_DEQUANTIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
+    """The output of a DequantizeLinear of fixed constants (a QDQ model's weights, bias and
+    BatchNormalization parameters), as its kernel computes it, else None. Computed once per
+    graph and read-only: the DequantizeLinear kernel returns this very array every run, and
+    the kernels reading it (MatMul, Gemm, Conv, the oneDNN groups) take it as the constant it
+    is, so they prepare it once (``constant_weight``)."""
+    index = graph.producer.get(name) if name else None
+    if index is None:
+        return None
+    cache = _DEQUANTIZED.setdefault(graph, {})
+    if name in cache:
+        return cache[name]
+    node = graph.nodes[index]
+    value = None
+    if node.op_type == "DequantizeLinear" and not node.domain and len(node.outputs) == 1:
+        arrays = [fixed_constant(graph, n) if n else None for n in node.inputs]
+        if (arrays[0] is not None and all(a is not None for n, a in zip(node.inputs, arrays) if n)
+                and arrays[1].dtype == np.float32 and not node.attr("output_dtype", 0)):
+            from .quant import dequantize  # noqa: PLC0415  (quant imports onnx)
+
+            x = arrays[0]
+            axis = int(node.attr("axis", 1))
+            axis = axis + x.ndim if axis < 0 else axis
+            try:
+                value = dequantize(x, arrays[1], arrays[2] if len(arrays) > 2 else None, axis if x.ndim else 0,
+                                   int(node.attr("block_size", 0) or 0))
+            except ValueError:
+                value = None
+            else:
+                value = np.ascontiguousarray(value)
+                value.flags.writeable = False
+    cache[name] = value
+    return value
 
 
 def constant_weight(node: NodeView, request: KernelRequest, k: int) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -28,6 +78,8 @@ def constant_weight(node: NodeView, request: KernelRequest, k: int) -> tuple[np.
     value). Kernels use the second only while they are handed the first (``w is given``), so an
     initializer overridden at run time is used as fed."""
     given = const_input(node, request, k)
+    if given is None and k < len(node.inputs):  # a QDQ model's weights: DequantizeLinear of constants
+        given = dequantized_constant(request.graph, node.inputs[k])
     if given is None or not isinstance(given, np.ndarray) or given.dtype.kind != "f":
         return given, given
     return given, without_subnormals(given)

@@ -54,6 +54,8 @@ from ort_core import CORE_DOMAIN, Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
 from . import _onednn
+from ._util import dequantized_constant as _dequantized_constant
+from ._util import fixed_constant as _fixed_constant
 from ._util import without_subnormals
 from .image import _text
 from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
@@ -101,43 +103,6 @@ class _Values:
         if value.dtype != np.float32 or value.shape is None or len(value.shape) != 4:
             return None
         return _UNKNOWN if value.shape[1] is None else value.shape[1]
-
-
-def _fixed_constant(graph: GraphView, name: str) -> np.ndarray | None:
-    """The value of a constant the user cannot override at run time (an initializer that is not
-    a graph input, or a Constant node's output), else None. A group reads its weights from the
-    graph once; an overridable initializer would arrive as a feed the group never sees."""
-    value = graph.value(name)
-    if value.is_graph_input:
-        return None
-    return value.const_value
-
-
-def _dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
-    """The output of a DequantizeLinear of fixed constants (a QDQ model's weights, bias and
-    BatchNormalization parameters), computed as its kernel computes it, else None. A group
-    takes such a node in (``constant_members``) and uses its value as the constant it is."""
-    index = graph.producer.get(name) if name else None
-    if index is None:
-        return None
-    node = graph.nodes[index]
-    if node.op_type != "DequantizeLinear" or node.domain or len(node.outputs) != 1:
-        return None
-    arrays = [_fixed_constant(graph, n) if n else None for n in node.inputs]
-    if arrays[0] is None or any(a is None for n, a in zip(node.inputs, arrays) if n):
-        return None
-    if arrays[1].dtype != np.float32 or node.attr("output_dtype", 0):
-        return None
-    from .quant import dequantize  # noqa: PLC0415  (quant imports onnx; groups are formed late)
-
-    x = arrays[0]
-    axis = int(node.attr("axis", 1))
-    axis = axis + x.ndim if axis < 0 else axis
-    try:
-        return dequantize(x, arrays[1], arrays[2] if len(arrays) > 2 else None, axis if x.ndim else 0,
-                          int(node.attr("block_size", 0) or 0))
-    except ValueError:
-        return None
 
 
 def _constant(graph: GraphView, name: str) -> np.ndarray | None:

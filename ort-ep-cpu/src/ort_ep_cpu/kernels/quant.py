@@ -10,7 +10,8 @@ from onnx import TensorProto
 from onnx.numpy_helper import saturate_cast
 
 from ..registry import kernel, lookup
-from ._util import normalize_axis
+from . import _jit
+from ._util import dequantized_constant, normalize_axis
 
 _INT_RANGES = {
     TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
@@ -50,9 +51,23 @@ def broadcast_param(value: np.ndarray, shape: tuple[int, ...], axis: int, block_
     return value
 
 
+#: integer types the compiled per-tensor loops take (numba has no 4-bit types; DequantizeLinear
+#: of int32 needs float64: float32's 24 bits are short)
+_PER_TENSOR_LOOP_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+
+
 def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate: bool, precision: int = 0):
     """x / scale, rounded half to even, plus the zero point, saturated to ``to``."""
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
+    loop = _jit.quantize() if (dtype in _PER_TENSOR_LOOP_TYPES and not precision and x.dtype == np.float32 and scale.size == 1
+                               and scale.dtype == np.float32 and (zero_point is None or zero_point.size == 1)) else None
+    if loop is not None:  # per tensor: one compiled pass (the same operations in the same order)
+        lo, hi = _INT_RANGES[to]
+        y = np.empty(x.shape, dtype)
+        zp = np.float32(0 if zero_point is None else zero_point.reshape(-1)[0])
+        loop(np.ascontiguousarray(x).reshape(-1), np.float32(scale.reshape(-1)[0]), zp, np.float32(lo), np.float32(hi),
+             y.reshape(-1))
+        return y
     scale = broadcast_param(scale, x.shape, axis, block_size)
     if precision:
         p = onnx.helper.tensor_dtype_to_np_dtype(precision)
@@ -79,6 +94,14 @@ def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate
 
 def dequantize(x, scale, zero_point, axis: int, block_size: int, out_dtype: np.dtype | None = None):
     """(x - zero point) * scale, in the scale's type (or ``out_dtype``)."""
+    loop = _jit.dequantize() if (x.dtype in _PER_TENSOR_LOOP_TYPES and scale.size == 1 and scale.dtype == np.float32
+                                 and (zero_point is None or zero_point.size == 1)
+                                 and out_dtype in (None, np.dtype(np.float32))) else None
+    if loop is not None:  # per tensor: one compiled pass (the same operations in the same order)
+        y = np.empty(x.shape, np.float32)
+        zp = np.float32(0 if zero_point is None else zero_point.reshape(-1)[0])
+        loop(np.ascontiguousarray(x).reshape(-1), np.float32(scale.reshape(-1)[0]), zp, y.reshape(-1))
+        return y
     dx = x.astype(np.float32)
     if zero_point is not None and _onnx_type(x.dtype) not in _FLOAT8:
         dx -= broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
@@ -127,7 +150,13 @@ def _dequantize_linear(node, request):
     output_dtype = int(node.attr("output_dtype", 0) or 0)
     out = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(output_dtype)) if output_dtype else None
 
+    # of fixed constants (a QDQ model's weights): computed once, the same read-only array every
+    # run, which the kernels reading it know as a constant (``dequantized_constant``)
+    fixed = dequantized_constant(request.graph, node.outputs[0])
+
     def dequantize_linear(x, scale, zero_point=None):
+        if fixed is not None:
+            return fixed
         axis = normalize_axis(axis_attr, x.ndim) if x.ndim else 0
         return dequantize(x, scale, zero_point, axis, block_size, out)
 
