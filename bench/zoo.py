@@ -65,47 +65,55 @@ def _estimators() -> dict[str, Callable[[], bytes]]:
     }
 
 
-def _qdq_cnn() -> bytes:
-    """The bench's generated cnn, quantized by onnxruntime.quantization.quantize_static (QDQ,
-    uint8 activations, int8 weights, 16 random calibration images)."""
-    import tempfile
+def _qdq(name: str) -> Callable[[], bytes]:
+    """The bench's generated model ``name`` (cnn, transformer), quantized by
+    onnxruntime.quantization.quantize_static (QDQ, uint8 activations, int8 weights, 16 random
+    calibration inputs)."""
+    def build() -> bytes:
+        import tempfile
 
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        import onnx
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from ort_core.testing import models
+        from ort_core.testing import models
 
-    proto = models.cnn()
+        proto = models.MODELS[name]()
 
-    class Images(CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter(models.random_inputs(proto, batch=1, seed=s) for s in range(16))
+        class Inputs(CalibrationDataReader):
+            def __init__(self):
+                self.feeds = iter(models.random_inputs(proto, batch=1, seed=s) for s in range(16))
 
-        def get_next(self):
-            return next(self.feeds, None)
+            def get_next(self):
+                return next(self.feeds, None)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        source, target = Path(tmp) / "cnn.onnx", Path(tmp) / "cnn-qdq.onnx"
-        onnx.save(proto, source)
-        quantize_static(str(source), str(target), Images(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-        return target.read_bytes()
+        with tempfile.TemporaryDirectory() as tmp:
+            source, target = Path(tmp) / f"{name}.onnx", Path(tmp) / f"{name}-qdq.onnx"
+            onnx.save(proto, source)
+            quantize_static(str(source), str(target), Inputs(), quant_format=QuantFormat.QDQ,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+            return target.read_bytes()
+
+    return build
 
 
-ZOO = ("hgb-classifier", "hgb-regressor", "rf-classifier", "gb-regressor", "sklearn-pipeline", "qdq-cnn")
+#: QDQ-quantized zoo models: name -> the generated model it quantizes
+QDQ = {"qdq-cnn": "cnn", "qdq-transformer": "transformer"}
+
+
+ZOO = ("hgb-classifier", "hgb-regressor", "rf-classifier", "gb-regressor", "sklearn-pipeline", *QDQ)
 
 
 def load(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
     """The model's bytes (built on first use) and seeded inputs for ``batch`` rows or images."""
     path = CACHE / f"{name}.onnx"
     if not path.is_file():
-        build = _qdq_cnn if name == "qdq-cnn" else _estimators()[name]
+        build = _qdq(QDQ[name]) if name in QDQ else _estimators()[name]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(build())
     data = path.read_bytes()
-    if name == "qdq-cnn":
+    if name in QDQ:
         from ort_core.testing import models
 
-        return data, models.random_inputs(models.cnn(), batch=batch)
+        return data, models.random_inputs(models.MODELS[QDQ[name]](), batch=batch)
     x = np.random.default_rng(1).standard_normal((batch, FEATURES)).astype(np.float32)
     return data, {"X": x}
