@@ -67,7 +67,8 @@ def dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
     return value
 
 
-def constant_weight(node: NodeView, request: KernelRequest, k: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def constant_weight(node: NodeView, request: KernelRequest, k: int,
+                    dequantized: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(the constant input ``k`` as given, the array a GEMM should use for it), or (None, None)
     where input ``k`` is not a constant. The second is the first with its subnormal values set
     to 0: numpy's BLAS (OpenBLAS) has no flush-to-zero mode, and each multiply by a subnormal
@@ -76,9 +77,10 @@ def constant_weight(node: NodeView, request: KernelRequest, k: int) -> tuple[np.
     contributes |w * x| < 1.2e-38 * |x| to a sum, so outputs change by no more than that per
     term (onnxruntime's ``session.set_denormal_as_zero`` does the same on its threads for every
     value). Kernels use the second only while they are handed the first (``w is given``), so an
-    initializer overridden at run time is used as fed."""
+    initializer overridden at run time is used as fed. ``dequantized``: a DequantizeLinear of
+    fixed constants counts as a constant too (``dequantized_constant``)."""
     given = const_input(node, request, k)
-    if given is None and k < len(node.inputs):  # a QDQ model's weights: DequantizeLinear of constants
+    if given is None and dequantized and k < len(node.inputs):  # QDQ weights: DequantizeLinear of constants
         given = dequantized_constant(request.graph, node.inputs[k])
     if given is None or not isinstance(given, np.ndarray) or given.dtype.kind != "f":
         return given, given
