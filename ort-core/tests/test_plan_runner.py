@@ -92,6 +92,8 @@ class _Failing:
         op = request.node.op_type
         if op == "TopK2":
             return Kernel(run=lambda x: (np.sort(x, axis=-1)[..., ::-1][..., :2], np.argsort(-x, axis=-1)[..., :2]))
+        if op == "LoneArray2":  # a multi-output kernel that returns one array (a kernel bug)
+            return Kernel(run=lambda x: x * 2)
         if op == "Relu":
             def relu(x):
                 if (x < 0).all():
@@ -131,6 +133,22 @@ def test_multi_output_kernel_in_generated_run(registry):
         values, indices = sess.run(None, {"x": x})
         np.testing.assert_array_equal(values, [[5, 4], [9, 8]])
         np.testing.assert_array_equal(indices, [[1, 4], [0, 2]])
+
+
+def test_multi_output_kernel_returning_a_lone_array_is_a_named_error(registry):
+    # indexing the array would give its rows as the outputs, silently
+    assert ort_core.register(_Failing(), "failing")
+    node = helper.make_node("LoneArray2", ["x"], ["a", "b"], domain="tests", name="lone")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, None), helper.make_tensor_value_info("b", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("tests", 1)])
+    model.ir_version = 8
+    sess = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(2):  # instrumented, then generated
+        with pytest.raises(ort_core.Fail, match="Name:'lone'.*returned a ndarray for the node's 2 outputs"):
+            sess.run(None, {"x": np.ones((2, 5), np.float32)})
 
 
 def test_subgraph_runner_run_values_orders_inputs_then_outer_values():

@@ -250,7 +250,7 @@ class Plan:
     # ------------------------------------------------------------------ running
     def _generate(self) -> Callable[[list[Any]], list[Any]]:
         """Compile the steps into one straight-line Python function over local variables."""
-        namespace: dict[str, Any] = {"Fail": Fail, "_StepFailed": _StepFailed}
+        namespace: dict[str, Any] = {"Fail": Fail, "_StepFailed": _StepFailed, "_results": _results}
         lines = ["def run_plan(values):", "    step = -1", "    try:"]
         loaded = set()
         produced: set[int] = set()
@@ -266,7 +266,7 @@ class Plan:
                 body.append(f"v{outs} = f{k}({args})")
                 produced.add(outs)
             else:
-                body.append(f"r = f{k}({args})")
+                body.append(f"r = _results(f{k}({args}), {len(outs)})")
                 body.extend(f"v{o} = r[{j}]" for j, o in enumerate(outs))
                 produced.update(outs)
             if frees:
@@ -366,10 +366,11 @@ class Plan:
             start = clock()
             try:
                 result = run(*[values[i] for i in ins])
+                results = (result,) if single else _results(result, len(outs))
             except Exception as exc:
                 raise self._error_at(k, exc) from exc
             end = clock()
-            for slot, value in zip((outs,) if single else outs, (result,) if single else result):
+            for slot, value in zip((outs,) if single else outs, results):
                 values[slot] = value
                 hold(slot, value)
             for slot in frees:
@@ -405,6 +406,16 @@ def _compiled(source: str) -> CodeType:
     was a fifth of creation for models with many small bodies (silero-vad: 50 If branches).
     (Errors name the graph through ``Plan._error_at``, not through this file name.)"""
     return compile(source, "<ort_core plan>", "exec")
+
+
+def _results(result: Any, count: int) -> Sequence[Any]:
+    """A multi-output kernel's result, checked: one value per output. Indexing a lone array
+    instead would split it by rows and return rows as outputs, silently (a kernel that dropped
+    an omitted output's slot did)."""
+    if type(result) not in (tuple, list) or len(result) != count:
+        got = f"a {type(result).__name__}" if type(result) not in (tuple, list) else f"{len(result)} values"
+        raise ValueError(f"the kernel returned {got} for the node's {count} outputs")
+    return result
 
 
 class _StepFailed(Exception):

@@ -268,6 +268,16 @@ def _dynamic_quantize_lstm(node, request):
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
+    # R minus its zero point as float64 per direction, kept for the R array it was made from (a
+    # constant initializer: made once); converting it every time step took most of the run
+    # (hidden 768: R is 768 x 3072)
+    recurrent: list = [None, None, []]
+
+    def recurrent_weights(r, r_zero_point) -> list[np.ndarray]:
+        if recurrent[0] is not r or recurrent[1] is not r_zero_point:
+            recurrent[:] = [r, r_zero_point, [_int32(r[d], _per_dir(r_zero_point, d)).astype(np.float64)
+                                              for d in range(n_dirs)]]
+        return recurrent[2]
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
@@ -283,10 +293,11 @@ def _dynamic_quantize_lstm(node, request):
         y_h = np.zeros((n_dirs, batch, hidden), _F)
         y_c = np.zeros((n_dirs, batch, hidden), _F)
         qx, sx, zx = quantize_dynamic(x.reshape(seq * batch, -1))
+        r_exact = recurrent_weights(r, r_zero_point)
         for d in range(n_dirs):
             f_act, g_act, h_act = acts[3 * d: 3 * d + 3]
             ws, wz = _per_dir(w_scale, d), _per_dir(w_zero_point, d)
-            rs, rz = _per_dir(r_scale, d), _per_dir(r_zero_point, d)
+            rs = _per_dir(r_scale, d)
             xw = (_product(_int32(qx, zx), _int32(w[d], wz)).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
             bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
             h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
@@ -302,7 +313,8 @@ def _dynamic_quantize_lstm(node, request):
                 else:
                     xt = xw[t]
                 qh, sh, zh = quantize_dynamic(h)
-                gates = xt + (_product(_int32(qh, zh), _int32(r[d], rz)).astype(_F) * (sh * rs).astype(_F)) + bias
+                product = np.matmul(_int32(qh, zh).astype(np.float64), r_exact[d])  # exact, as _product
+                gates = xt + (product.astype(_F) * (sh * rs).astype(_F)) + bias
                 gi, go, gf, gc = np.split(gates, 4, axis=1)
                 if clip is not None:
                     gi, go, gf, gc = (np.clip(g, -clip, clip) for g in (gi, go, gf, gc))
