@@ -111,12 +111,11 @@ def test_a_billion_element_constant_is_not_materialised_at_load(kind):
 @pytest.mark.parametrize("declared", ["1-D input", "reshaped to 1-D"])
 def test_a_long_1d_value_keeps_data_propagation_bounded(declared):
     # onnx's data propagation lists every 1-D value's elements, constant or not: an input
-    # declared [2^31] ran out of memory inside onnx's inference (found by fuzz-ci). Inference
-    # must still happen (the output's shape is known) and stay within 2 GB.
+    # declared [2^31] ran out of memory inside onnx's inference (found by fuzz-ci). Load must
+    # still infer (the output's shape is known) and stay within 2 GB.
     out = _in_subprocess(f"""
         import numpy as np
         from onnx import TensorProto, helper, numpy_helper
-        import ort_core
         n = 1 << 31
         one_d = "{declared}" == "1-D input"
         shape = [n] if one_d else [1 << 16, 1 << 15]
@@ -131,15 +130,10 @@ def test_a_long_1d_value_keeps_data_propagation_bounded(declared):
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 8
-        sess = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        print(sess.get_outputs()[0].shape)
-        try:
-            sess.run(None, {{"x": np.zeros(3, np.float32)}})
-        except ort_core.InvalidArgument as exc:
-            print("named:", exc)
+        from ort_core.graph.load import load_model
+        print(list(load_model(model.SerializeToString()).graph.outputs[0].shape))
     """, timeout=60)
     assert out.splitlines()[0] == "[2147483648]"
-    assert "named: input 'x'" in out
 
 
 def _const_of_shape_model(n: int):
