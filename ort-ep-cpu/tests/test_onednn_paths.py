@@ -491,3 +491,22 @@ def test_matmul_of_dequantized_constant_weights_takes_the_packed_product(runs, p
     for _ in range(2):
         np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=TOL, atol=TOL)
     assert [kind for kind, _ in runs] == ["MatMul"] * 2
+
+
+def test_small_multi_row_products_run_on_one_thread():
+    # fork/join of two threads costs more than it saves on them; one-row products keep the
+    # session's threads (large weights streamed by two cores)
+    lib = _onednn.library()
+    b = np.random.default_rng(5).standard_normal((128, 128)).astype(np.float32)
+    small = _onednn.MatMul(lib, 32, b, None)  # 0.5M multiply-adds
+    one_row = _onednn.MatMul(lib, 1, b, None)
+    large = _onednn.MatMul(lib, 128, np.ones((128, 512), np.float32), None)
+    assert (small.most_threads, one_row.most_threads, large.most_threads) == (1, 0, 0)
+    x = np.random.default_rng(6).standard_normal((32, 128)).astype(np.float32)
+    y = np.empty((32, 128), np.float32)
+    small.run(x, y)
+    np.testing.assert_allclose(y, x @ b, rtol=TOL, atol=TOL)
+    assert lib.local.threads == 1
+    big_y = np.empty((128, 512), np.float32)
+    large.run(np.ones((128, 128), np.float32), big_y)  # the next product gets its threads back
+    assert lib.local.threads == lib.threads()

@@ -168,8 +168,9 @@ class _Library:
         if status != 0:
             raise OneDNNError(f"{what} failed with dnnl_status_t {status}")
 
-    def stream(self) -> _P:
-        """This thread's stream, with its OpenMP thread count set to intra_op_num_threads."""
+    def stream(self, most: int = 0) -> _P:
+        """This thread's stream, with its OpenMP thread count set to intra_op_num_threads (at
+        most ``most`` where that is given)."""
         local = self.local
         stream = getattr(local, "stream", None)
         if stream is None:
@@ -181,7 +182,7 @@ class _Library:
             # destroyed with the thread's locals when the thread ends
             local.owner = _StreamOwner()
             weakref.finalize(local.owner, self.dnnl.dnnl_stream_destroy, stream)
-        wanted = self.threads()
+        wanted = self.threads() if not most else min(most, self.threads())
         if local.threads != wanted:
             self.gomp.omp_set_num_threads(wanted)
             local.threads = wanted
@@ -358,6 +359,8 @@ class _Primitive:
     hand it to ``_finish``."""
 
     implementation: str
+    #: the most OpenMP threads a run takes (0: the session's count); small products take one
+    most_threads: int = 0
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
                  x_layout: str = "", y_layout: str = ""):
@@ -498,7 +501,7 @@ class _Primitive:
             binding = self._bind()
         try:
             x_mem, y_mem, scratch, scratch_bytes, steps, x_at, y_at, base_at = binding
-            stream = lib.stream()
+            stream = lib.stream(self.most_threads)
             x_address, y_address = x.ctypes.data, y.ctypes.data
             if x_address != x_at:
                 d.dnnl_memory_set_data_handle(x_mem, x_address)
@@ -575,6 +578,15 @@ class Pooling(_Primitive):
         self._bind_binary()
 
 
+#: products of several rows and fewer multiply-adds than this run on one OpenMP thread: there
+#: a two-thread run's fork and join cost more than the second thread saves (the bench's
+#: transformer, 64-row products of 128 x 128 and 128 x 512: 0.59 -> 0.51 ms a run, blocks
+#: alternated in one process), and GNU OpenMP's static split also waits for a busy core's
+#: share. One-row products keep the session's threads: two cores streaming large weights is
+#: what ONEDNN_MIN_GEMM_WEIGHTS sends them to oneDNN for (the mlp at batch 1).
+ONE_THREAD_MACS = 1 << 20
+
+
 class MatMul(_Primitive):
     """(M, K) @ B (K, N) + bias (N,) with a constant ``b`` kept in oneDNN's packed layout,
     on the row-major input and output as they are; ``post_op`` as for ``Convolution``."""
@@ -583,6 +595,8 @@ class MatMul(_Primitive):
                  post_op: tuple[int, float, float] | None = None):
         k, n = b.shape
         super().__init__(lib, (m, k), (m, n))
+        if m > 1 and m * k * n < ONE_THREAD_MACS:
+            self.most_threads = 1
         b_plain = self._descriptor_of((k, n), _plain(2))
         bias_md = None if bias is None else self._descriptor_of((1, n), _plain(2))
         pd = self._own("dnnl_primitive_desc_destroy", _P())
