@@ -172,10 +172,14 @@ GATHER_CASES = [c[:3] for c in CASES if c[0][0] == 1 and c[2].get("group", 1) ==
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", GATHER_CASES)
-def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, monkeypatch):
+@pytest.mark.parametrize("narrow", [True, False], ids=["narrow", "blas"])
+def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, narrow, monkeypatch):
     """One image, one group, small column matrix: columns gathered by a precomputed index
-    (padding reads an appended zero). Asserts that path ran: the index exists, no wide plan."""
+    (padding reads an appended zero). Asserts that path ran: the index exists, no wide plan;
+    with 2-4 output pixels and numba, the compiled narrow product (its transposed index)."""
     monkeypatch.setattr(nn, "SMALL_COLS", 1 << 20)
+    if not narrow:
+        monkeypatch.setattr(nn, "NARROW_MAX_PIXELS", 0)
     data, w = _model(x_shape, w_shape, attrs, bias=True)
     ref, got = _pair(data)
     rng = np.random.default_rng(6)
@@ -190,6 +194,8 @@ def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, monkeypa
     nn.conv(x, w, None, 1, g, w_shape[2:])
     if not g.pointwise:
         assert g.gather is not None and g.wide is None
+        narrow_ran = narrow and _jit.enabled() and 2 <= g.gather.shape[1] <= nn.NARROW_MAX_PIXELS
+        assert (g.gather_t is not None) == narrow_ran
 
 
 @pytest.mark.parametrize("small_cols", [0, 1 << 20])  # the wide path, the small-conv gather

@@ -189,7 +189,7 @@ class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
     __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
-                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather", "depthwise")
+                 "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather", "gather_t", "depthwise")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
         nd = len(kernel_shape)
@@ -198,6 +198,7 @@ class _Geometry:
         self.spatial = tuple(spatial)
         self.wide = None  # the conv's _WidePlan, made on first use
         self.gather = None  # a small convolution's column index (_gather_index), made on first use
+        self.gather_t = None  # ... transposed, row-major (the narrow product's), made on first use
         self.depthwise = None  # the compiled depthwise loops' _DepthwiseLayout, made on first use
         self._as_2d = None
         self.pad_pool: dict = {}  # (x shape, dtype) -> free zero-bordered padded buffers
@@ -402,7 +403,15 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         flat = x.reshape(-1)
         if any(g.pads):
             flat = np.concatenate((flat, np.zeros(1, x.dtype)))
-        y2 = np.matmul(w.reshape(m, c * k), flat[idx])
+        pixels = idx.shape[1]
+        narrow = _jit.narrow_product() if 2 <= pixels <= NARROW_MAX_PIXELS and x.dtype == np.float32 else None
+        if narrow is not None:  # a few output pixels: N dot products per filter
+            if g.gather_t is None:  # row-major (pixels, C*K): what the loop reads
+                g.gather_t = np.ascontiguousarray(idx.T)
+            y2 = np.empty((m, pixels), np.float32)
+            narrow(np.ascontiguousarray(w.reshape(m, c * k)), flat[g.gather_t], y2)
+        else:
+            y2 = np.matmul(w.reshape(m, c * k), flat[idx])
         if b is not None:
             y2 += b.reshape(m, 1)
         y = y2.reshape((1, m) + out)
@@ -468,6 +477,10 @@ BIAS_FIRST_MIN = 4096
 #: convolutions (one image, one group) whose column matrix has at most this many elements take
 #: the gather path; its index (8 bytes an element) is kept per input shape
 SMALL_COLS = 8192
+#: ... and those of at most this many output pixels take the compiled narrow product
+#: (``_jit.narrow_product``: 2-3x faster than OpenBLAS on 2 to 4 columns, slower at 8; one
+#: column is a GEMV OpenBLAS does well)
+NARROW_MAX_PIXELS = 4
 
 #: target size of one column buffer (one band of output rows, one chunk of groups): small enough
 #: to stay in the core's L2 cache between its copy and its GEMM, large enough that the GEMM is
