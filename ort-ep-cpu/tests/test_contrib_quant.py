@@ -247,3 +247,16 @@ def test_dynamic_quantize_lstm_declines_per_column_zero_points():
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     with pytest.raises(ort.OrtError, match="W_zero_point differs across columns"):
         session.run(None, {"x": x})
+
+
+def test_exact_float32_product_equals_the_float64_one():
+    # DynamicQuantizeLSTM's recurrent product in float32 chunks of 256 rows: exact for 8-bit
+    # codes minus zero points, even at the extremes (255 * 255 * 256 < 2^24)
+    from ort_ep_cpu.kernels import contrib_quant as cq
+
+    rng = np.random.default_rng(9)
+    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 768)).astype(np.int32)
+    b = rng.choice([-255, 255, -254, 3], (768, 64)).astype(np.int32)
+    chunks = [np.ascontiguousarray(b[i:i + 256].astype(np.float32)) for i in range(0, 768, 256)]
+    np.testing.assert_array_equal(cq._exact_product_f32(a, chunks), cq._product(a, b))
+    np.testing.assert_array_equal(cq._product(a, b), a.astype(np.int64) @ b.astype(np.int64))

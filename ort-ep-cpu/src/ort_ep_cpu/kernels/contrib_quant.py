@@ -33,6 +33,24 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
+#: rows of K per float32 product in ``_exact_product_f32``: operands of 8-bit codes minus their
+#: zero points are at most 255 in magnitude, so a sum of 256 products stays below 2^24 and every
+#: partial sum is an integer float32 holds exactly
+_EXACT_F32_ROWS = 256
+
+
+def _exact_product_f32(a: np.ndarray, b_chunks: list[np.ndarray]) -> np.ndarray:
+    """The exact integer product of ``a`` (M, K) and B given as float32 row chunks of
+    ``_EXACT_F32_ROWS`` (``a`` and B hold integers of magnitude <= 255): one float32 GEMM per
+    chunk, their sums in float64. Twice the speed of ``_product``'s float64 GEMM."""
+    a32 = a.astype(np.float32)
+    total = None
+    for c, chunk in enumerate(b_chunks):
+        part = np.matmul(a32[:, c * _EXACT_F32_ROWS:(c + 1) * _EXACT_F32_ROWS], chunk)
+        total = part.astype(np.float64) if total is None else total + part
+    return total
+
+
 def _quantize(y: np.ndarray, scale, zero_point, dtype: np.dtype) -> np.ndarray:
     """round_half_even(y / scale) + zero_point, clamped to ``dtype`` (MLAS's QuantizeLinear)."""
     info = np.iinfo(dtype)
@@ -268,15 +286,19 @@ def _dynamic_quantize_lstm(node, request):
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
-    # R minus its zero point as float64 per direction, kept for the R array it was made from (a
-    # constant initializer: made once); converting it every time step took most of the run
-    # (hidden 768: R is 768 x 3072)
+    # R minus its zero point per direction, as float32 row chunks (``_exact_product_f32``), kept
+    # for the R array it was made from (a constant initializer: made once); converting it every
+    # time step took most of the run (hidden 768: R is 768 x 3072)
     recurrent: list = [None, None, []]
 
-    def recurrent_weights(r, r_zero_point) -> list[np.ndarray]:
+    def recurrent_weights(r, r_zero_point) -> list[list[np.ndarray]]:
         if recurrent[0] is not r or recurrent[1] is not r_zero_point:
-            recurrent[:] = [r, r_zero_point, [_int32(r[d], _per_dir(r_zero_point, d)).astype(np.float64)
-                                              for d in range(n_dirs)]]
+            chunks = []
+            for d in range(n_dirs):
+                rd = _int32(r[d], _per_dir(r_zero_point, d)).astype(np.float32)
+                chunks.append([np.ascontiguousarray(rd[i:i + _EXACT_F32_ROWS])
+                               for i in range(0, rd.shape[0], _EXACT_F32_ROWS)])
+            recurrent[:] = [r, r_zero_point, chunks]
         return recurrent[2]
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
@@ -313,7 +335,7 @@ def _dynamic_quantize_lstm(node, request):
                 else:
                     xt = xw[t]
                 qh, sh, zh = quantize_dynamic(h)
-                product = np.matmul(_int32(qh, zh).astype(np.float64), r_exact[d])  # exact, as _product
+                product = _exact_product_f32(_int32(qh, zh), r_exact[d])  # exact, as _product
                 gates = xt + (product.astype(_F) * (sh * rs).astype(_F)) + bias
                 gi, go, gf, gc = np.split(gates, 4, axis=1)
                 if clip is not None:
