@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +193,14 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
         logger.info("ONNX checker skipped: %s", exc)
 
 
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs of a node's attributes (If's branches, Loop's and Scan's bodies)."""
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.g
+        yield from attr.graphs
+
+
 def _give_io_shapes(graph: onnx.GraphProto) -> bool:
     """Give every shapeless tensor input and output of ``graph`` and its subgraphs an empty
     shape (for the checker's copy only); whether any was missing."""
@@ -203,9 +211,8 @@ def _give_io_shapes(graph: onnx.GraphProto) -> bool:
             info.type.tensor_type.shape.SetInParent()
             changed = True
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                changed = _give_io_shapes(sub) or changed
+        for sub in _subgraphs(node):
+            changed = _give_io_shapes(sub) or changed
     return changed
 
 
@@ -242,10 +249,8 @@ def _long_1d_constant(graph: onnx.GraphProto) -> bool:
     ``DATA_PROP_MAX_LENGTH`` from constant inputs (ConstantOfShape, Expand, Tile, Range)."""
     consts = _small_constants(graph)
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                if _long_1d_constant(sub):
-                    return True
+        if any(_long_1d_constant(sub) for sub in _subgraphs(node)):
+            return True
         ins = [consts.get(n) for n in node.input]
         try:
             if node.op_type == "ConstantOfShape" and ins and ins[0] is not None and ins[0].size == 1:
@@ -277,9 +282,8 @@ def _value_infos(graph: onnx.GraphProto):
     yield from graph.output
     yield from graph.value_info
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _value_infos(sub)
+        for sub in _subgraphs(node):
+            yield from _value_infos(sub)
 
 
 def _static_dims(info: onnx.ValueInfoProto) -> list[int] | None:
@@ -301,10 +305,12 @@ def _data_prop_is_bounded(model: onnx.ModelProto) -> bool:
     it visits as a list of dimensions, also a non-constant one (Add of a float input declared
     [2^25] took 13 s; [2^31] ran out of memory), so long 1-D values, declared or inferred, and
     long 1-D constants turn it off."""
-    if _long_1d_constant(model.graph) or _long_1d_value(model.graph):
+    if _long_1d_constant(model.graph):
         return False
-    largest = max((math.prod(d) for d in map(_static_dims, _value_infos(model.graph)) if d is not None), default=0)
-    if largest <= DATA_PROP_CHECK_ELEMENTS:
+    declared = [d for d in map(_static_dims, _value_infos(model.graph)) if d is not None]
+    if any(len(d) == 1 and d[0] > DATA_PROP_MAX_LENGTH for d in declared):
+        return False
+    if max(map(math.prod, declared), default=0) <= DATA_PROP_CHECK_ELEMENTS:
         return True
     try:
         plain = onnx.shape_inference.infer_shapes(model, data_prop=False)
@@ -457,13 +463,16 @@ def _check_dtype_attributes(graph: onnx.GraphProto) -> None:
     kernel as a bare KeyError)."""
     valid = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
     for node in graph.node:
+        for sub in _subgraphs(node):
+            _check_dtype_attributes(sub)
+        if node.domain not in ("", "ai.onnx"):
+            continue
         for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _check_dtype_attributes(sub)
-            zero_allowed = _DTYPE_ATTRIBUTES.get((node.op_type, attr.name)) if node.domain in ("", "ai.onnx") else None
-            if attr.type != onnx.AttributeProto.INT:  # Cast-1's `to` is a type name (a string)
+            zero_allowed = _DTYPE_ATTRIBUTES.get((node.op_type, attr.name))
+            # (Cast-1's `to` is a type name, a string: not checked here)
+            if zero_allowed is None or attr.type != onnx.AttributeProto.INT:
                 continue
-            if zero_allowed is None or attr.i in valid or (zero_allowed and attr.i == 0):
+            if attr.i in valid or (zero_allowed and attr.i == 0):
                 continue
             names = ", ".join(f"{onnx.TensorProto.DataType.Name(v)} ({v})" for v in sorted(valid))
             raise InvalidGraph(f"node {node.name!r} (op {node.op_type}): attribute {attr.name!r} is {attr.i}, "
@@ -546,8 +555,5 @@ def _untype_maps(graph: onnx.GraphProto) -> None:
         if _has_map(info.type):
             info.ClearField("type")
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _untype_maps(attr.g)
-            for sub in attr.graphs:
-                _untype_maps(sub)
+        for sub in _subgraphs(node):
+            _untype_maps(sub)
