@@ -36,8 +36,9 @@ def dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
     """The output of a DequantizeLinear of fixed constants (a QDQ model's weights, bias and
     BatchNormalization parameters), as its kernel computes it, else None. Computed once per
     graph and read-only: the DequantizeLinear kernel returns this very array every run, and
-    the kernels reading it (MatMul, Gemm, Conv, the oneDNN groups) take it as the constant it
-    is, so they prepare it once (``constant_weight``)."""
+    the kernels reading it (MatMul, Gemm, the oneDNN groups; not a Conv outside the groups,
+    see ``build_conv``) take it as the constant it is, so they prepare it once
+    (``constant_weight``)."""
     index = graph.producer.get(name) if name else None
     if index is None:
         return None

@@ -235,14 +235,13 @@ class _LSTM(_Recurrent):
     def __init__(self, node):
         super().__init__(node)
         self.input_forget = bool(node.attr("input_forget", 0))
-        # one direction, default gates, no clip: a single time step (streaming models such as
-        # silero-vad call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
-        self._single_ok = (self.n_dirs == 1 and self.layout == 0 and self.clip is None
-                           and _default_activations(node, self.defaults) and not self.input_forget)
+        plain = self.clip is None and not self.input_forget and _default_activations(node, self.defaults)
+        # one direction of plain gates: a single time step (streaming models such as silero-vad
+        # call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
+        self._single_ok = plain and self.n_dirs == 1 and self.layout == 0
         self._stacked: tuple | None = None  # (W, R, B, [W; R] transposed, W bias + R bias)
-        # the compiled recurrence (_jit.lstm_scan) for float32 with the default activations
-        self._compiled = (self.clip is None and not self.input_forget and _default_activations(node, self.defaults)
-                          and _jit.enabled())
+        # plain gates: the compiled recurrence (_jit.lstm_scan) for float32
+        self._compiled = plain and _jit.enabled()
 
     def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
         if self._single_ok and p is None and sequence_lens is None and x.ndim == 3 and x.shape[0] == 1:
