@@ -43,6 +43,7 @@ _erf_value: Callable | None = None
 _erf: Callable | None = None
 _quantize: Callable | None = None
 _dequantize: Callable | None = None
+_fake_quantize: Callable | None = None
 _narrow_product: Callable | None = None
 _tried = False
 
@@ -52,10 +53,7 @@ USE = os.environ.get("ORT_EP_CPU_NUMBA", "1") != "0"
 
 def enabled() -> bool:
     """Whether compiled kernels are used: wanted, and numba importable."""
-    if not USE:
-        return False
-    _load()
-    return _depthwise is not None
+    return _load()
 
 
 def info() -> dict:
@@ -73,14 +71,12 @@ def info() -> dict:
 
 def depthwise_rows() -> Callable | None:
     """The compiled depthwise kernel, or None where numba is not installed."""
-    _load()
-    return _depthwise
+    return _depthwise if _load() else None
 
 
 def depthwise_flat() -> Callable | None:
     """The compiled stride-1 depthwise kernel on the flat padded plane, or None."""
-    _load()
-    return _depthwise_flat
+    return _depthwise_flat if _load() else None
 
 
 def activation(name: str) -> Callable | None:
@@ -93,15 +89,13 @@ def activation(name: str) -> Callable | None:
     The two-array loops need y and x apart: LLVM vectorises them behind a run-time overlap
     check, and with y = x the check fails and the loop runs scalar (5x slower: 162 against
     33 us on a 240x12x80 map); the in-place loops read and write one array."""
-    _load()
-    return _activations.get(name)
+    return _activations.get(name) if _load() else None
 
 
 def gelu_rows() -> Callable | None:
     """The compiled float32 ``gelu(x + bias)`` loop ``(x, bias, y)`` over C-contiguous
     (rows, h) arrays (``bias`` of length h, or empty for none), or None."""
-    _load()
-    return _gelu_rows
+    return _gelu_rows if _load() else None
 
 
 def layer_norm_rows() -> Callable | None:
@@ -110,8 +104,7 @@ def layer_norm_rows() -> Callable | None:
     eps) * gamma + beta per row (mean and variance of s over the row), and ``total`` = s where
     it is not empty. ``skip`` and ``total`` are (rows, h) or empty, ``bias`` and ``beta`` (h,)
     or empty (then absent)."""
-    _load()
-    return _layer_norm_rows
+    return _layer_norm_rows if _load() else None
 
 
 def interleave() -> Callable | None:
@@ -120,29 +113,32 @@ def interleave() -> Callable | None:
     y (N, C, H*kh, W*kw); or None. Resize's integer nearest upsampling and ConvTranspose with
     stride == kernel write their output this way: numpy can only do it with one copy per
     (a, b) into a view whose inner step is kw values (2x slower on ocr-det's maps)."""
-    _load()
-    return _interleave
+    return _interleave if _load() else None
 
 
 def erf() -> Callable | None:
     """The compiled float32 erf loop ``(x, y)`` over flat arrays (absolute error under
     1.5e-7, as the Gelu loop's), or None."""
-    _load()
-    return _erf
+    return _erf if _load() else None
 
 
 def quantize() -> Callable | None:
     """The compiled loop ``(x, scale, zero_point, lo, hi, y)``: QuantizeLinear with one scale
     and zero point (float32 scalars) over flat float32 x into flat integer y, or None."""
-    _load()
-    return _quantize
+    return _quantize if _load() else None
 
 
 def dequantize() -> Callable | None:
     """The compiled loop ``(x, scale, zero_point, y)``: DequantizeLinear with one scale and
     zero point (float32 scalars) over flat integer x into flat float32 y, or None."""
-    _load()
-    return _dequantize
+    return _dequantize if _load() else None
+
+
+def fake_quantize() -> Callable | None:
+    """The compiled loop ``(x, scale, lo, hi, shift, out_scale, y)``: y = (clip(rint(x /
+    scale), lo, hi) + shift) * out_scale over flat float32 arrays (``quant.FakeQuant``: a
+    QuantizeLinear and its DequantizeLinear in one pass), or None."""
+    return _fake_quantize if _load() else None
 
 
 def narrow_product() -> Callable | None:
@@ -150,8 +146,7 @@ def narrow_product() -> Callable | None:
     and cols_t (N, K) of few rows N, as N dot products per row of w, or None. OpenBLAS is slow
     on such narrow products (silero-vad's STFT convolution, (258, 256) @ (256, 3): 18.5 us, the
     loop 7.8; at N = 8 BLAS is faster again)."""
-    _load()
-    return _narrow_product
+    return _narrow_product if _load() else None
 
 
 def lstm_scan() -> Callable | None:
@@ -162,22 +157,30 @@ def lstm_scan() -> Callable | None:
     its state). C-contiguous xw (seq, batch, 4n), rt (n, 4n), h and c (batch, n), ys (seq,
     batch, n). One call per direction instead of about ten numpy calls per time step (a
     16-step bidirectional LSTM of hidden 64: about 0.3 ms of numpy calls)."""
-    _load()
-    return _lstm_scan
+    return _lstm_scan if _load() else None
 
 
 def gru_scan() -> Callable | None:
     """The compiled float32 GRU recurrence of one direction with the default activations
     (sigmoid, tanh) and no clip, ``(xw, rt, rb, lbr, lens, h, ys)``, or None: gate order z, r,
     h; ``lbr`` is linear_before_reset; the rest as ``lstm_scan``."""
-    _load()
-    return _gru_scan
+    return _gru_scan if _load() else None
 
 
-def _load() -> None:
+def _load() -> bool:
+    """Compile the loops (once per process, at first use); whether they are used: ``USE`` and
+    numba importable. Every accessor asks it, so ``ORT_EP_CPU_NUMBA=0`` (or a test setting
+    ``USE``) switches every compiled loop off."""
+    if not USE:
+        return False
+    _load_once()
+    return _depthwise is not None
+
+
+def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
-    global _erf_value, _erf, _quantize, _dequantize, _narrow_product
+    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _narrow_product
     if _tried:
         return
     with _lock:
@@ -186,7 +189,7 @@ def _load() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _narrow_product = None
+                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _narrow_product = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -216,6 +219,7 @@ def _load() -> None:
                 _erf = numba.njit(cache=cached, **elementwise)(_erf_py)
                 _quantize = numba.njit(cache=cached, **elementwise)(_quantize_py)
                 _dequantize = numba.njit(cache=cached, **elementwise)(_dequantize_py)
+                _fake_quantize = numba.njit(cache=cached, **elementwise)(_fake_quantize_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
                 # "reassoc": a row's sums as vector partial sums (one lane at a time, the loop
                 # stays scalar: 20 against 4 us on (64, 128)); the order differs from numpy's
@@ -423,6 +427,15 @@ def _dequantize_py(x, scale, zero_point, y):  # pragma: no cover - compiled by n
     """y = (float32(x) - zero_point) * scale over flat arrays: DequantizeLinear per tensor."""
     for i in range(x.size):
         y[i] = (np.float32(x[i]) - zero_point) * scale
+
+
+def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y):  # pragma: no cover - compiled by numba
+    """y = (clip(rint(x / scale), lo, hi) + shift) * out_scale over flat float32 arrays."""
+    for i in range(x.size):
+        q = np.rint(x[i] / scale)
+        q = lo if q < lo else q
+        q = hi if q > hi else q
+        y[i] = (q + shift) * out_scale
 
 
 def _gelu_rows_py(x, b, y):  # pragma: no cover - compiled by numba
