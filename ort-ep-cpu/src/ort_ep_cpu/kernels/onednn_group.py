@@ -59,6 +59,7 @@ from ._util import fixed_constant as _fixed_constant
 from ._util import without_subnormals
 from .image import _text
 from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
+from .quant import FakeQuant, fake_quant
 
 MS = "com.microsoft"
 
@@ -112,79 +113,12 @@ def _constant(graph: GraphView, name: str) -> np.ndarray | None:
     return value if value is not None else _dequantized_constant(graph, name)
 
 
-#: the integer types a QuantizeLinear -> DequantizeLinear pair in a group quantizes to: range
-_QUANT_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
-                 np.dtype(np.uint16): (0, 65535), np.dtype(np.int16): (-32768, 32767)}
-
-
-@dataclasses.dataclass(frozen=True)
-class FakeQuant:
-    """A QuantizeLinear with one scale and zero point whose only reader is a DequantizeLinear
-    (a QDQ model's activations): ``y = (clip(rint(x / scale), lo, hi) + shift) * out_scale``
-    with ``lo, hi`` the type's range less the zero point and ``shift`` the Q zero point less
-    the DQ one (0 in a QDQ pair), which is DequantizeLinear(QuantizeLinear(x)) computed in
-    float32. ``dq``: the DequantizeLinear's node index."""
-
-    scale: np.float32
-    lo: float
-    hi: float
-    shift: float
-    out_scale: np.float32
-    dq: int
-
-    def post_ops(self) -> list[tuple[int, float, float]]:
-        """As oneDNN eltwise post-ops (x * (1 / scale) there, for x / scale: a tie may round
-        the other way)."""
-        return [(_onednn.ELTWISE_LINEAR, float(1 / np.float64(self.scale)), 0.0), (_onednn.ELTWISE_ROUND, 0.0, 0.0),
-                (_onednn.ELTWISE_CLIP, self.lo, self.hi),
-                (_onednn.ELTWISE_LINEAR, float(self.out_scale), float(np.float32(self.shift) * self.out_scale))]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        q = x / self.scale
-        np.rint(q, out=q)
-        np.clip(q, self.lo, self.hi, out=q)
-        if self.shift:
-            q += np.float32(self.shift)
-        q *= self.out_scale
-        return q
-
-
-def _scalar_quant(graph: GraphView, node: NodeView) -> tuple[np.float32, int, np.dtype] | None:
-    """(scale, zero point, integer type) of a QuantizeLinear / DequantizeLinear with one float32
-    scale and an 8- or 16-bit integer zero point (or none: uint8), else None."""
-    if node.domain or len(node.inputs) < 2 or int(node.attr("block_size", 0) or 0) or node.attr("precision", 0):
-        return None
-    scale = _fixed_constant(graph, node.inputs[1])
-    if scale is None or scale.dtype != np.float32 or scale.size != 1 or not np.isfinite(scale).all() or scale.reshape(()) <= 0:
-        return None
-    zero = _fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    if len(node.inputs) > 2 and node.inputs[2] and (zero is None or zero.size != 1):
-        return None
-    if int(node.attr("output_dtype", 0) or 0) not in (0, 1 if node.op_type == "DequantizeLinear" else 0):
-        return None  # Q: the zero point's type decides, as in every QDQ model; DQ: float32 out
-    dtype = zero.dtype if zero is not None else np.dtype(np.uint8)
-    if dtype not in _QUANT_RANGES:
-        return None
-    return np.float32(scale.reshape(())), 0 if zero is None else int(zero.reshape(())), dtype
-
-
-def _fake_quant(node: NodeView, graph: GraphView, claimed: set[int] | None = None) -> FakeQuant | None:
-    """A QuantizeLinear a group computes together with its DequantizeLinear, else None."""
-    if node.op_type != "QuantizeLinear" or node.domain or len(node.outputs) != 1:
-        return None
-    out = node.outputs[0]
-    readers = graph.consumers.get(out, [])
-    if len(readers) != 1 or out in graph.outputs or (claimed is not None and readers[0] not in claimed):
-        return None
-    dq = graph.nodes[readers[0]]
-    if dq.op_type != "DequantizeLinear" or dq.domain or dq.inputs[0] != out or len(dq.outputs) != 1:
-        return None
-    q_params, dq_params = _scalar_quant(graph, node), _scalar_quant(graph, dq)
-    if q_params is None or dq_params is None or q_params[2] != dq_params[2]:
-        return None
-    lo, hi = _QUANT_RANGES[q_params[2]]
-    return FakeQuant(q_params[0], float(lo - q_params[1]), float(hi - q_params[1]), float(q_params[1] - dq_params[1]),
-                     dq_params[0], dq.index)
+def _fake_quant_post_ops(fq: FakeQuant) -> list[tuple[int, float, float]]:
+    """A QuantizeLinear pair as oneDNN eltwise post-ops (x * (1 / scale) there, for x / scale:
+    a tie may round the other way)."""
+    return [(_onednn.ELTWISE_LINEAR, float(1 / np.float64(fq.scale)), 0.0), (_onednn.ELTWISE_ROUND, 0.0, 0.0),
+            (_onednn.ELTWISE_CLIP, fq.lo, fq.hi),
+            (_onednn.ELTWISE_LINEAR, float(fq.out_scale), float(np.float32(fq.shift) * fq.out_scale))]
 
 
 def _batch_norm(node: NodeView, graph: GraphView) -> tuple[np.ndarray, np.ndarray] | None:
@@ -289,13 +223,13 @@ def _kind(node: NodeView, values: _Values) -> str | None:
         channels = values.channels(node.inputs[0]) if _pool_member(node, values) else None
         kind = "primitive"
     elif not node.domain and node.op_type == "QuantizeLinear":
-        fq = _fake_quant(node, values.graph, values.claimed)
+        fq = fake_quant(node, values.graph, values.claimed)
         channels = values.channels(node.inputs[0]) if fq is not None else None
         kind = "elementwise"
     elif not node.domain and node.op_type == "DequantizeLinear":
         # the reader of a QuantizeLinear classified above (the pair computes as one member)
         q = values.graph.producer.get(node.inputs[0])
-        if q is not None and _fake_quant(values.graph.nodes[q], values.graph, values.claimed) is not None:
+        if q is not None and fake_quant(values.graph.nodes[q], values.graph, values.claimed) is not None:
             channels = values.made.get(node.inputs[0])
         kind = "elementwise"
     elif not node.domain and node.op_type == "BatchNormalization":
@@ -494,7 +428,7 @@ class _Program:
     def _fake_quant(self, node: NodeView) -> None:
         """A QuantizeLinear and its DequantizeLinear as one step, in either layout (one scale
         and zero point for every element)."""
-        fq = _fake_quant(node, self.graph)
+        fq = fake_quant(node, self.graph)
         x_name = node.inputs[0]
         out = self.graph.nodes[fq.dq].outputs[0]
         self.shape[out] = self.shape[x_name]
@@ -562,7 +496,7 @@ class _Program:
         one's output name, the residual Add's other operand or None). A residual Add (the sum
         post-op, convolutions only) needs that operand made already and of the output's own
         shape (the sum does not broadcast). A QuantizeLinear pair is four eltwise post-ops
-        (``FakeQuant.post_ops``), a BatchNormalization two per-channel binary ones. A pool
+        (``_fake_quant_post_ops``), a BatchNormalization two per-channel binary ones. A pool
         (``pool``) takes QuantizeLinear pairs only."""
         graph = self.graph
         post_ops: list = []
@@ -576,9 +510,9 @@ class _Program:
             ops, taken, reader_out = None if pool else _eltwise(reader, graph), [reader.index], reader.outputs[0]
             ops = None if ops is None else [ops]
             if ops is None and reader.op_type == "QuantizeLinear":
-                fq = _fake_quant(reader, graph)
+                fq = fake_quant(reader, graph)
                 if fq is not None and fq.dq in self.members:
-                    ops, taken, reader_out = fq.post_ops(), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
+                    ops, taken, reader_out = _fake_quant_post_ops(fq), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
             elif ops is None and reader.op_type == "BatchNormalization" and not pool:
                 affine = _batch_norm(reader, graph)
                 if affine is not None and affine[0].size == y_shape[1]:

@@ -1,0 +1,82 @@
+"""A QDQ model's QuantizeLinear -> DequantizeLinear pairs outside oneDNN's groups are claimed as
+one fused group each (``quant.fake_quant_pairs``) and computed in one pass (``quant.FakeQuant``,
+compiled or numpy). The pass does the two kernels' operations in their order, so its results
+must equal onnx.reference's QuantizeLinear then DequantizeLinear exactly, ties and saturation
+included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from compiled_loops import use_compiled
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import ort_core as ort
+
+#: (integer type, Q zero point, DQ zero point, DQ scale factor): a QDQ model's pair (same
+#: parameters both sides) and pairs whose DQ differs (a shift, another scale)
+PAIRS = [
+    (TensorProto.UINT8, 128, 128, 1.0),
+    (TensorProto.INT8, -3, -3, 1.0),
+    (TensorProto.UINT16, 30000, 30000, 1.0),
+    (TensorProto.INT16, 0, 0, 1.0),
+    (TensorProto.UINT8, 10, 7, 0.5),
+]
+
+
+def _pair_model(to: int, q_zero: int, dq_zero: int, dq_factor: float, scale: float) -> bytes:
+    """x -> Abs -> QuantizeLinear -> DequantizeLinear -> y (the Abs keeps the pair's input an
+    inner value, as in a model)."""
+    dtype = helper.tensor_dtype_to_np_dtype(to)
+    inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"),
+             numpy_helper.from_array(np.array(q_zero, dtype), "zq"),
+             numpy_helper.from_array(np.array(scale * dq_factor, np.float32), "sd"),
+             numpy_helper.from_array(np.array(dq_zero, dtype), "zd")]
+    nodes = [helper.make_node("Neg", ["x"], ["n"], name="neg"),
+             helper.make_node("QuantizeLinear", ["n", "s", "zq"], ["q"], name="quantize"),
+             helper.make_node("DequantizeLinear", ["q", "sd", "zd"], ["y"], name="dequantize")]
+    graph = helper.make_graph(nodes, "pair", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("to,q_zero,dq_zero,dq_factor", PAIRS)
+def test_a_pair_is_one_fused_step_equal_to_the_two_ops(monkeypatch, compiled, to, q_zero, dq_zero, dq_factor):
+    used = use_compiled(monkeypatch, compiled, "fake_quantize")
+    scale = 0.0125
+    data = _pair_model(to, q_zero, dq_zero, dq_factor, scale)
+    rng = np.random.default_rng(to)
+    lo, hi = np.iinfo(helper.tensor_dtype_to_np_dtype(to)).min, np.iinfo(helper.tensor_dtype_to_np_dtype(to)).max
+    # ties (k + 0.5 steps: half to even), the ends of the range and beyond it, and noise
+    ties = (np.arange(-40, 40, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)
+    ends = np.array([(lo - q_zero) * scale, (hi - q_zero) * scale, (lo - q_zero - 9) * scale,
+                     (hi - q_zero + 9) * scale, 0.0, -0.0], np.float32)
+    noise = (rng.standard_normal(4000) * (hi - lo) * scale / 4).astype(np.float32)
+    x = -np.concatenate([ties, ends, noise])
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    groups = {p.name: p.group for p in session.get_placement().nodes}
+    assert groups["quantize"] is not None and groups["quantize"] == groups["dequantize"], groups
+    assert groups["neg"] is None
+    got = session.run(None, {"x": x})[0]
+    want = ReferenceEvaluator(data).run(None, {"x": x})[0]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    assert used or not compiled  # the compiled loop was asked for (numpy: USE off, it answers None)
+
+
+def test_a_pair_whose_quantized_value_is_read_elsewhere_stays_two_nodes():
+    """The Q's output is a graph output too: the pair cannot hide it."""
+    data = _pair_model(TensorProto.UINT8, 128, 128, 1.0, 0.02)
+    from onnx import load_from_string
+
+    model = load_from_string(data)
+    model.graph.output.append(helper.make_tensor_value_info("q", TensorProto.UINT8, [None]))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert all(p.group is None for p in session.get_placement().nodes)
+    x = np.linspace(-3, 3, 101, dtype=np.float32)
+    y, q = session.run(None, {"x": x})
+    want_y, want_q = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(y, want_y)
