@@ -314,6 +314,29 @@ def test_sessions_give_blas_one_thread_and_restore_it():
     assert [lib.get_num_threads() for lib in libraries] == before
 
 
+def test_sessions_look_for_blas_libraries_again_only_after_an_import(monkeypatch):
+    """Looking (threadpoolctl examines every loaded library) took half a small model's session
+    creation when every session looked."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import sys
+    import types
+
+    from ort_ep_cpu import threads
+
+    looks = []
+    real = threadpoolctl.ThreadpoolController
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", lambda: looks.append(1) or real())
+    data = _product_model("MatMul", (5, 16), (16, 24), {})
+    ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    before = len(looks)
+    ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert len(looks) == before  # nothing imported in between: the libraries found are kept
+    monkeypatch.setitem(sys.modules, "a_module_imported_since", types.ModuleType("a_module_imported_since"))
+    ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert len(looks) == before + 1
+    assert threads.blas_libraries()  # numpy's own BLAS, found again
+
+
 def test_blas_stays_at_one_thread_until_the_last_session_ends():
     from ort_ep_cpu import threads
 

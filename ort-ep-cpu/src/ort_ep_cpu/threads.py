@@ -17,6 +17,7 @@ two threads: 200-300 ms a run with both pools at two threads, 20 ms with OpenBLA
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -25,6 +26,7 @@ from typing import Any
 # session (InferenceSession's weakref.finalize); a plain Lock deadlocked the process there
 _lock = threading.RLock()
 _controllers: list[Any] | None = None
+_modules_seen = -1  # len(sys.modules) when the controllers were last found
 _count = 0  # the count the last limit() set, 0 once no session lives (libraries' default)
 _live = 0  # sessions between limit() and restore()
 _saved: dict[str, tuple[Any, int]] = {}  # library path -> (controller, its count before the first)
@@ -38,10 +40,14 @@ def count() -> int:
 
 def blas_libraries(refresh: bool = False) -> list[Any]:
     """threadpoolctl's controllers of the BLAS libraries loaded in this process, found at the
-    first call; ``refresh`` looks again (0.4 ms), for one loaded since (scipy's own OpenBLAS
-    comes with scipy, which kernels import at their first use of it)."""
-    global _controllers
-    if _controllers is None or refresh:
+    first call; ``refresh`` looks again where a module was imported since the last look (a
+    BLAS library arrives with the extension module that links it: scipy's own OpenBLAS comes
+    with scipy, which kernels import at their first use of it). Looking costs 1.5-2 ms (every
+    loaded library's file is examined): half the creation of a small model's session, when each
+    session looked."""
+    global _controllers, _modules_seen
+    if _controllers is None or refresh and len(sys.modules) != _modules_seen:
+        _modules_seen = len(sys.modules)
         try:
             from threadpoolctl import ThreadpoolController
         except ImportError:  # optional at run time: without it the setting is not applied
