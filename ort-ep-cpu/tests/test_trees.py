@@ -275,3 +275,108 @@ def test_a_node_reading_a_missing_feature_is_an_error_naming_it(path):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     with pytest.raises(ort.OrtError, match="TreeEnsembleClassifier.*a node reads feature 2, but the input has 2"):
         session.run(None, {"x": np.zeros((2, 2), np.float32)})
+
+
+@pytest.mark.parametrize("shift", [0, -10], ids=["packed_ids", "negative_ids"])
+@pytest.mark.parametrize("attribute,at", [("nodes_truenodeids", 0), ("class_nodeids", 2)])
+def test_a_reference_to_a_missing_node_is_an_error_naming_it(attribute, at, shift):
+    """Both lookups (ids packed and binary-searched; negative ids through the dict) refuse a
+    node id no node has, naming the attribute, the node and its tree. With every id shifted
+    negative (onnxruntime refuses that: it wants ids below the node count) the answers stay."""
+    import onnx
+
+    data = _two_class([1], [1.0], [], "NONE")
+    model = onnx.load_from_string(data)
+    node = model.graph.node[0]
+    for a in node.attribute:
+        if a.name in ("nodes_nodeids", "nodes_truenodeids", "nodes_falsenodeids", "class_nodeids"):
+            a.ints[:] = [i + shift for i in a.ints]
+    x = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    (bad,) = [a for a in node.attribute if a.name == attribute]
+    bad.ints[at] = 77
+    with pytest.raises(ort.OrtError, match=rf"{attribute} refers to node 77 of tree \d, which does not exist"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _random_forest(rng, compare: int, n_trees: int = 7, n_features: int = 5, n_out: int = 3) -> trees.FlatForest:
+    """A FlatForest of random trees (depth up to 6) whose inner nodes all make ``compare``, with
+    its nodes numbered in a shuffled order (so the preorder layout moves them), random
+    missing-goes-true flags and 1-2 votes per leaf."""
+    mode, feature, split, true_next, false_next, missing, votes = [], [], [], [], [], [], []
+
+    def grow(depth):
+        k = len(mode)
+        for column in (mode, feature, split, true_next, false_next, missing):
+            column.append(0)
+        votes.append([])
+        if depth == 6 or (depth > 1 and rng.random() < 0.3):
+            mode[k], true_next[k], false_next[k] = trees.LEAF, k, k
+            votes[k] = [(int(rng.integers(n_out)), float(rng.standard_normal())) for _ in range(int(rng.integers(1, 3)))]
+            return k
+        mode[k], feature[k], split[k] = compare, int(rng.integers(n_features)), float(rng.standard_normal())
+        missing[k] = bool(rng.random() < 0.5)
+        true_next[k], false_next[k] = grow(depth + 1), grow(depth + 1)
+        return k
+
+    roots = [grow(0) for _ in range(n_trees)]
+    n = len(mode)
+    new = rng.permutation(n)  # node k is numbered new[k]
+    inverse = np.argsort(new)
+    def renumbered(column):
+        return np.asarray(column)[inverse]
+    vote_lists = [votes[k] for k in inverse]
+    counts = [len(v) for v in vote_lists]
+    return trees.FlatForest(
+        roots=new[np.asarray(roots)], mode=renumbered(mode).astype(np.int64), feature=renumbered(feature).astype(np.int64),
+        split=renumbered(split).astype(np.float64), true_next=new[renumbered(true_next)], false_next=new[renumbered(false_next)],
+        missing_true=renumbered(missing).astype(bool), member_start=np.zeros(n + 1, np.int64), member_values=np.zeros(0),
+        vote_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        vote_id=np.array([c for v in vote_lists for c, _ in v], np.int64),
+        vote_weight=np.array([w for v in vote_lists for _, w in v], np.float64),
+    )
+
+
+@pytest.mark.parametrize("compare", [0, 1, 2, 3], ids=["LEQ", "LT", "GTE", "GT"])
+def test_the_preorder_walk_equals_the_node_table_walk(compare, monkeypatch):
+    """Bit-equal sums and the same voted cells, four rows a walk and the rows left over, NaN
+    features both ways, against the general compiled loop and the numpy walk."""
+    if trees._compiled() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(compare)
+    forest = _random_forest(rng, compare)
+    assert forest.preorder() is not None and forest.preorder().compare == compare
+    x = rng.standard_normal((11, 5))
+    x[rng.random(x.shape) < 0.15] = np.nan
+    for rows in (1, 4, 7, 11):
+        got = forest.aggregate(x[:rows], trees.SUM, 3)
+        general = trees.FlatForest(**{f: getattr(forest, f) for f in forest.__dataclass_fields__})
+        general._preorder.append(None)  # its preorder layout "does not apply": the node-table loop
+        want = general.aggregate(x[:rows], trees.SUM, 3)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        with monkeypatch.context() as m:
+            m.setattr(_jit, "USE", False)
+            walked = general.aggregate(x[:rows], trees.SUM, 3)
+        np.testing.assert_allclose(got[0], walked[0], rtol=1e-12)
+        np.testing.assert_array_equal(got[1], walked[1])
+
+
+def test_forests_the_preorder_layout_cannot_hold_take_the_node_table_loop():
+    if trees._compiled() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(5)
+    mixed = _random_forest(rng, 0)
+    mode = mixed.mode.copy()
+    mode[np.flatnonzero(mode == 0)[0]] = 1  # one BRANCH_LT among the LEQs
+    assert trees.FlatForest(**{**{f: getattr(mixed, f) for f in mixed.__dataclass_fields__}, "mode": mode}).preorder() is None
+    shared = _random_forest(rng, 0, n_trees=2)
+    roots = np.array([shared.roots[0], shared.roots[0]])  # two trees share every node
+    twice = trees.FlatForest(**{**{f: getattr(shared, f) for f in shared.__dataclass_fields__}, "roots": roots})
+    assert twice.preorder() is None
+    x = rng.standard_normal((6, 5))
+    once = trees.FlatForest(**{**{f: getattr(shared, f) for f in shared.__dataclass_fields__}, "roots": roots[:1]})
+    np.testing.assert_allclose(twice.aggregate(x, trees.SUM, 3)[0], 2 * once.aggregate(x, trees.SUM, 3)[0], rtol=1e-12)

@@ -70,6 +70,15 @@ class FlatForest:
         inner = self.feature[self.mode != LEAF]
         object.__setattr__(self, "max_feature", int(inner.max()) if len(inner) else -1)
         object.__setattr__(self, "max_vote", int(self.vote_id.max()) if len(self.vote_id) else -1)
+        object.__setattr__(self, "_preorder", [])  # [Preorder or None] once asked (``preorder``)
+
+    def preorder(self) -> Preorder | None:
+        """The forest in ``Preorder``'s layout, made at the first call (by the compiled builder),
+        or None where it does not apply."""
+        made = self._preorder
+        if not made:
+            made.append(_make_preorder(self))
+        return made[0]
 
     @property
     def n_trees(self) -> int:
@@ -95,7 +104,11 @@ class FlatForest:
         else:
             scores = np.full((xf.shape[0], n_out), fill)
         voted = np.zeros((xf.shape[0], n_out), dtype=np.bool_)
-        if loop is not None:
+        flat = self.preorder() if loop is not None and kind == SUM and fill == 0.0 else None
+        if flat is not None:
+            _preorder_loop(xf, flat.compare, flat.roots, flat.feature, flat.split, flat.true_next, flat.missing_true,
+                           flat.vote_start, flat.vote_id, flat.vote_weight, scores, voted)
+        elif loop is not None:
             loop(xf, self.roots32, self.table, self.split, self.member_values, self.vote_id, self.vote_weight, kind,
                  scores, voted)
         else:
@@ -120,6 +133,63 @@ class FlatForest:
             scores[rows, ids] = np.inf if kind == MIN else -np.inf
             (np.minimum if kind == MIN else np.maximum).at(scores, (rows, ids), weights)
         voted[rows, ids] = True
+
+
+@dataclass(frozen=True)
+class Preorder:
+    """A forest whose inner nodes all make one comparison (``compare``: BRANCH_LEQ, LT, GTE or
+    GT; scikit-learn's, LightGBM's and XGBoost's converters write one of them) and where no node
+    is reached twice, laid out for the walk: each tree's nodes in depth-first preorder, so a
+    node's false child is the next node and only the true child is stored; ``feature`` is -1 at
+    a leaf. Per step the walk reads three small arrays instead of a row of nine ints, and
+    ``_preorder_py`` walks four samples at once so that their independent loads overlap (a
+    histogram gradient-boosting model of 100 trees at batch 8: 19 -> 8 us)."""
+
+    compare: int
+    roots: np.ndarray  # int64
+    feature: np.ndarray  # int32
+    split: np.ndarray  # float64
+    true_next: np.ndarray  # int64
+    missing_true: np.ndarray  # bool
+    vote_start: np.ndarray  # int64, one more than the nodes
+    vote_id: np.ndarray
+    vote_weight: np.ndarray
+
+
+def _make_preorder(forest: FlatForest) -> Preorder | None:
+    """``forest`` as a ``Preorder``, or None: mixed or other comparisons, a node shared by two
+    parents (or a cycle), no compiled builder, or more nodes than int32 counts."""
+    inner = forest.mode[forest.mode != LEAF]
+    compares = np.unique(inner)
+    if len(compares) > 1 or (len(compares) and int(compares[0]) > 3) or len(forest.mode) >= 2**31 - 1:
+        return None
+    build = _compiled_preorder_builder()
+    if build is None:
+        return None
+    n = len(forest.mode)
+    order = np.empty(n, np.int64)
+    roots = np.empty(len(forest.roots), np.int64)
+    count = build(forest.roots.astype(np.int64), forest.mode.astype(np.int64), forest.true_next.astype(np.int64),
+                  forest.false_next.astype(np.int64), order, roots)
+    if count < 0:
+        return None
+    order = order[:count]
+    position = np.full(n, -1, np.int64)
+    position[order] = np.arange(count)
+    leaf = forest.mode[order] == LEAF
+    counts = forest.vote_start[order + 1] - forest.vote_start[order]
+    vote_start = np.zeros(count + 1, np.int64)
+    np.cumsum(counts, out=vote_start[1:])
+    entries = np.repeat(forest.vote_start[order] - vote_start[:-1], counts) + np.arange(int(vote_start[-1]))
+    return Preorder(
+        compare=int(compares[0]) if len(compares) else 0,
+        roots=roots,
+        feature=np.where(leaf, -1, forest.feature[order]).astype(np.int32),
+        split=np.ascontiguousarray(forest.split[order], dtype=np.float64),
+        true_next=np.where(leaf, 0, position[forest.true_next[order]]),
+        missing_true=forest.missing_true[order].astype(np.bool_),
+        vote_start=vote_start, vote_id=forest.vote_id[entries], vote_weight=forest.vote_weight[entries],
+    )
 
 
 def _from_legacy(forest: _LegacyForest) -> FlatForest:
@@ -241,6 +311,90 @@ def _forest_py(x, roots, table, split, member_values, vote_id, vote_weight, kind
                 voted[r, c] = True
 
 
+def _preorder_builder_py(roots, mode, true_next, false_next, order, new_roots):  # pragma: no cover - compiled by numba
+    """Each tree's nodes into ``order`` in depth-first preorder, the false child first (so it
+    follows its node); ``new_roots[t]``: where tree t starts. Returns the node count, or -1
+    where a node is reached twice (shared, or a cycle)."""
+    n = mode.shape[0]
+    seen = np.zeros(n, np.bool_)
+    stack = np.empty(2 * n + 2, np.int64)
+    count = 0
+    for t in range(roots.shape[0]):
+        new_roots[t] = count
+        stack[0] = roots[t]
+        top = 1
+        while top:
+            top -= 1
+            k = stack[top]
+            if k < 0 or k >= n or seen[k]:
+                return -1
+            seen[k] = True
+            order[count] = k
+            count += 1
+            if mode[k] >= 0:
+                if top + 2 > stack.shape[0]:
+                    return -1
+                stack[top] = true_next[k]  # popped after the whole false subtree
+                stack[top + 1] = false_next[k]
+                top += 2
+    return count
+
+
+def _goes_true_py(v, s, compare, missing_true):  # pragma: no cover - compiled by numba
+    if compare == 0:
+        go = v <= s
+    elif compare == 1:
+        go = v < s
+    elif compare == 2:
+        go = v >= s
+    else:
+        go = v > s
+    return go or (missing_true and v != v)
+
+
+def _vote_py(scores, voted, r, k, vote_start, vote_id, vote_weight):  # pragma: no cover - compiled by numba
+    for j in range(vote_start[k], vote_start[k + 1]):
+        scores[r, vote_id[j]] += vote_weight[j]
+        voted[r, vote_id[j]] = True
+
+
+def _preorder_py(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
+                 scores, voted):  # pragma: no cover - compiled by numba
+    """The votes of every tree summed into ``scores`` (zeros) for each row of x, tree by tree
+    (each row adds its trees' votes in tree order, as ``_forest_py`` does), four rows a walk."""
+    n = x.shape[0]
+    for t in range(roots.shape[0]):
+        root = roots[t]
+        r = 0
+        while r + 4 <= n:
+            k0 = k1 = k2 = k3 = root
+            while True:
+                f0, f1, f2, f3 = feature[k0], feature[k1], feature[k2], feature[k3]
+                if f0 < 0 and f1 < 0 and f2 < 0 and f3 < 0:
+                    break
+                if f0 >= 0:
+                    k0 = true_next[k0] if _goes_true(x[r, f0], split[k0], compare, missing_true[k0]) else k0 + 1
+                if f1 >= 0:
+                    k1 = true_next[k1] if _goes_true(x[r + 1, f1], split[k1], compare, missing_true[k1]) else k1 + 1
+                if f2 >= 0:
+                    k2 = true_next[k2] if _goes_true(x[r + 2, f2], split[k2], compare, missing_true[k2]) else k2 + 1
+                if f3 >= 0:
+                    k3 = true_next[k3] if _goes_true(x[r + 3, f3], split[k3], compare, missing_true[k3]) else k3 + 1
+            _vote(scores, voted, r, k0, vote_start, vote_id, vote_weight)
+            _vote(scores, voted, r + 1, k1, vote_start, vote_id, vote_weight)
+            _vote(scores, voted, r + 2, k2, vote_start, vote_id, vote_weight)
+            _vote(scores, voted, r + 3, k3, vote_start, vote_id, vote_weight)
+            r += 4
+        while r < n:
+            k = root
+            f = feature[k]
+            while f >= 0:
+                k = true_next[k] if _goes_true(x[r, f], split[k], compare, missing_true[k]) else k + 1
+                f = feature[k]
+            _vote(scores, voted, r, k, vote_start, vote_id, vote_weight)
+            r += 1
+
+
 # post transforms the two-class finaliser applies in its loop (codes of ``ml._POST_CODES``)
 POST_NONE, POST_SOFTMAX, POST_LOGISTIC, POST_SOFTMAX_ZERO = 0, 1, 2, 3
 
@@ -306,6 +460,10 @@ def _two_class_py(scores, voted, n_base, base0, base1, threshold, one_minus, pos
 _lock = threading.Lock()
 _loop: Callable | None = None
 _two_class: Callable | None = None
+_goes_true: Callable | None = None  # the compiled _goes_true_py and _vote_py: globals of _preorder_py
+_vote: Callable | None = None
+_preorder_loop: Callable | None = None
+_preorder_builder: Callable | None = None
 _tried = False
 
 
@@ -327,8 +485,17 @@ def _compiled_two_class() -> Callable | None:
     return _two_class
 
 
+def _compiled_preorder_builder() -> Callable | None:
+    """The compiled preorder builder, or None (as ``_compiled``)."""
+    if not _jit.USE:
+        return None
+    if not _tried:
+        _load()
+    return _preorder_builder
+
+
 def _load() -> None:
-    global _loop, _two_class, _tried
+    global _loop, _two_class, _goes_true, _vote, _preorder_loop, _preorder_builder, _tried
     with _lock:
         if _tried:
             return
@@ -338,12 +505,17 @@ def _load() -> None:
             _loop = _two_class = None
         else:
             options = {"nogil": True, "boundscheck": False}
+            _goes_true = numba.njit(inline="always", **options)(_goes_true_py)
+            _vote = numba.njit(inline="always", **options)(_vote_py)
             try:
-                _loop = numba.njit(cache=True, **options)(_forest_py)
-                _two_class = numba.njit(cache=True, **options)(_two_class_py)
+                numba.njit(cache=True, **options)(_two_class_py)
+                cached = True
             except RuntimeError:  # no writable cache location: compile in each process
-                _loop = numba.njit(**options)(_forest_py)
-                _two_class = numba.njit(**options)(_two_class_py)
+                cached = False
+            _loop = numba.njit(cache=cached, **options)(_forest_py)
+            _two_class = numba.njit(cache=cached, **options)(_two_class_py)
+            _preorder_loop = numba.njit(cache=cached, **options)(_preorder_py)
+            _preorder_builder = numba.njit(cache=cached, **options)(_preorder_builder_py)
         _tried = True
 
 
