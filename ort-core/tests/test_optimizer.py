@@ -568,9 +568,113 @@ def test_loop_carried_constant_is_read_as_the_constant_in_the_body():
     _check(model, optimized, {"x": _f32(1, 4)})
 
 
-def test_loop_carried_overridable_initializer_stays_carried():
-    # an initializer that is also a graph input may be fed at run time: not a constant
+def _decoder_loops(trips: int, loops: int = 1):
+    """``loops`` Loops of ``trips`` iterations over an encoder output ``enc`` (3, 4), each body
+    naming its values alike (sibling scopes may): an invariant chain (enc @ w, transposed,
+    times a Constant), a step that reads the carried state, one that reads the iteration
+    count, a random draw, and an invariant node whose output is a scan output."""
+    nodes, outputs = [], []
+    for k in range(loops):
+        body = helper.make_graph(
+            [helper.make_node("MatMul", ["enc", "w"], ["proj"]),
+             helper.make_node("Transpose", ["proj"], ["proj_t"]),
+             helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])),
+             helper.make_node("Mul", ["proj_t", "two"], ["keys"]),
+             helper.make_node("MatMul", ["acc_in", "keys"], ["scores"]),
+             helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["scores", "proj"], ["mixed"]),
+             helper.make_node("Add", ["mixed", "i_f"], ["shifted"]),
+             helper.make_node("Tanh", ["shifted"], ["acc_out"]),
+             helper.make_node("RandomUniformLike", ["proj"], ["noise"]),
+             helper.make_node("Mul", ["noise", "two"], ["noise2"]),
+             helper.make_node("Relu", ["proj"], ["relu_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+            "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("acc_in", [1, 4])],
+            [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", [1, 4]), _vi("relu_out", [3, 4]),
+             _vi("noise2", [3, 4])])
+        nodes.append(helper.make_node("Loop", ["n", "", "x"], [f"acc{k}", f"relus{k}", f"noise{k}"], body=body))
+        outputs += [_vi(f"acc{k}", [1, 4]), _vi(f"relus{k}", ["trips", 3, 4]), _vi(f"noise{k}", ["trips", 3, 4])]
+    return make_model(nodes, [_vi("x", [1, 4]), _vi("enc", [3, 4])], outputs,
+                      [_init("n", np.array(trips, np.int64)), _init("w", _f32(4, 4, scale=0.5))])
+
+
+@pytest.mark.parametrize("trips", [0, 1, 4])
+def test_loop_invariant_nodes_run_once_before_the_loop(trips):
+    model = _decoder_loops(trips, loops=2)
+    optimized = _apply(model, basic.LiftConstantsPass(), basic.LoopInvariantHoistPass())
+    outer = [n.op_type for n in optimized.graph.node]
+    assert outer == ["MatMul", "Transpose", "Mul", "Loop"] * 2, outer
+    for loop in (n for n in optimized.graph.node if n.op_type == "Loop"):
+        body = [n.op_type for n in loop.attribute[0].g.node]
+        # left: the steps reading the state or the count, the random draw and what reads it,
+        # the invariant Relu whose output is a scan output, the condition
+        assert sorted(body) == sorted(["MatMul", "Cast", "MatMul", "Add", "Tanh", "RandomUniformLike", "Mul", "Relu",
+                                       "Identity"]), body
+    # the hoisted values are named once in the outer scope, and no body names one of them
+    # again (the two bodies named theirs alike, which sibling scopes may)
+    outer_names = [o for n in optimized.graph.node for o in n.output] + [i.name for i in optimized.graph.initializer]
+    assert len(outer_names) == len(set(outer_names)), sorted(outer_names)
+    for loop in (n for n in optimized.graph.node if n.op_type == "Loop"):
+        body = loop.attribute[0].g
+        inner = {o for b in body.node for o in b.output} | {i.name for i in body.initializer}
+        assert not inner & set(outer_names), inner & set(outer_names)
+    onnx.checker.check_model(optimized)
+    feeds = {"x": _f32(1, 4), "enc": _f32(3, 4)}
+    got, want = _ort_run(optimized, feeds), _ort_run(model, feeds)
+    for k in range(2):  # acc and relus (the noise is a new draw each run)
+        for j in (3 * k, 3 * k + 1):
+            np.testing.assert_allclose(got[j], want[j], rtol=1e-5, atol=1e-6)
+
+
+def test_loop_carried_overridable_initializer_is_read_as_the_fed_value():
+    # an initializer that is also a graph input may be fed at run time: not a constant, but
+    # whatever is fed is the same in every iteration
     model = _loop_carrying_weights(overridable=True)
     optimized = _apply(model, basic.LoopInvariantCarriedPass())
     matmul = next(n for n in optimized.graph.node[0].attribute[0].g.node if n.op_type == "MatMul")
-    assert list(matmul.input) == ["acc_in", "w_in"]
+    assert list(matmul.input) == ["acc_in", "w"]
+    _check(model, optimized, {"x": _f32(1, 4), "w": _f32(4, 4)})
+
+
+def _loop_carrying_through(steps: list[tuple], carried_shape=(3, 4)):
+    """A Loop carrying ``enc`` (a graph input) through ``steps`` of (op, second input or None,
+    attributes) from body input to body output, and accumulating acc @ enc^T @ enc."""
+    nodes, value = [], "enc_in"
+    inits = []
+    for k, (op, second, attrs) in enumerate(steps):
+        inputs = [value]
+        if second is not None:
+            inits.append(_init(f"c{k}", np.asarray(second)))
+            inputs.append(f"c{k}")
+        value = f"step{k}"
+        nodes.append(helper.make_node(op, inputs, [value], **attrs))
+    body = helper.make_graph(
+        nodes + [helper.make_node("Transpose", ["enc_in"], ["enc_t"]),
+                 helper.make_node("MatMul", ["acc_in", "enc_t"], ["scores"]),
+                 helper.make_node("MatMul", ["scores", "enc_in"], ["prod"]), helper.make_node("Tanh", ["prod"], ["acc_out"]),
+                 helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("acc_in", [1, 4]),
+                 _vi("enc_in", list(carried_shape))],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", [1, 4]), _vi(value, list(carried_shape))], inits)
+    loop = helper.make_node("Loop", ["n", "", "x", "enc"], ["acc", "enc_final"], body=body)
+    return make_model([loop], [_vi("x", [1, 4]), _vi("enc", list(carried_shape))],
+                      [_vi("acc", [1, 4]), _vi("enc_final", list(carried_shape))], [_init("n", np.array(3, np.int64))])
+
+
+AXES_0 = np.array([0], np.int64)
+
+
+@pytest.mark.parametrize("steps,passed_on", [
+    ([("Unsqueeze", AXES_0, {}), ("Add", np.zeros(1, np.float32), {}), ("Squeeze", AXES_0, {})], True),
+    ([("Identity", None, {}), ("Mul", np.float32(1.0), {}), ("Div", np.ones((1, 1), np.float32), {})], True),
+    ([("Sub", np.float32(0.0), {}), ("Unsqueeze", np.array([-1], np.int64), {}), ("Squeeze", np.array([2], np.int64), {})], True),
+    ([("Add", np.float32(0.5), {})], False),  # changes the value
+    ([("Mul", np.float32(2.0), {})], False),  # not one
+])
+def test_a_carried_value_passed_on_through_no_op_steps_is_read_as_its_initial_value(steps, passed_on):
+    model = _loop_carrying_through(steps)
+    optimized = _apply(model, basic.LoopInvariantCarriedPass())
+    body = optimized.graph.node[0].attribute[0].g
+    transpose = next(n for n in body.node if n.op_type == "Transpose")
+    assert list(transpose.input) == (["enc"] if passed_on else ["enc_in"])
+    _check(model, optimized, {"x": _f32(1, 4), "enc": _f32(3, 4)})

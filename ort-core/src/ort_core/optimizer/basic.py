@@ -166,12 +166,19 @@ class IdentityEliminationPass(ir.passes.InPlacePass):
 
 
 class LoopInvariantCarriedPass(ir.passes.InPlacePass):
-    """A Loop-carried value that the body passes on unchanged (its body output is its body
-    input) and that starts as a constant is that constant in every iteration: the body's nodes
-    read the constant itself. Exporters carry weights this way (paddle2onnx's attention decoders:
-    a table model's Loop carries its ten linear weights), and a kernel that knows its weights
-    are constant prepares them once (oneDNN's packed products) instead of every iteration. The
-    carried slot stays, so the Loop's outputs are unchanged."""
+    """A Loop-carried value that the body passes on unchanged is its initial value in every
+    iteration: the body's nodes read the initial value itself. Exporters carry weights and the
+    encoder's output this way (paddle2onnx's attention decoders: a table model's Loop carries
+    its ten linear weights and the encoder features). A kernel that knows its weights are
+    constant prepares them once (oneDNN's packed products) instead of every iteration, and a
+    node that reads only such values is loop-invariant (``LoopInvariantHoistPass``). The
+    carried slot stays, so the Loop's outputs are unchanged.
+
+    "Unchanged": the body output is the body input, or reaches it through no-op steps only
+    (``_passed_on``): Identity, an Unsqueeze undone by a Squeeze of the same axes, and adding
+    or subtracting zero, multiplying or dividing by one (paddle2onnx writes
+    Squeeze(Add(Unsqueeze(x), 0))). Adding zero turns -0.0 into +0.0; the body then reads the
+    initial value's -0.0 where it read +0.0, as onnxruntime's NoopElimination makes it read."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
@@ -185,12 +192,148 @@ class LoopInvariantCarriedPass(ir.passes.InPlacePass):
                     continue
                 for i in range(carried):
                     inside, initial = body.inputs[2 + i], node.inputs[2 + i]
-                    if body.outputs[1 + i] is not inside or const(initial) is None or not inside.uses():
+                    if initial is None or not _passed_on(body.outputs[1 + i], inside):
                         continue
-                    for user, index in list(inside.uses()):  # (the body output stays: it is the slot)
+                    chain = _chain_nodes(body.outputs[1 + i], inside)
+                    users = [(user, index) for user, index in inside.uses() if user not in chain]
+                    for user, index in users:  # (the body output stays: it is the slot)
                         user.replace_input_with(index, initial)
-                    modified = True
+                    modified = modified or bool(users)
         return ir.passes.PassResult(model, modified)
+
+
+#: no-op steps a carried value may take through a Loop body and stay the same (see
+#: ``LoopInvariantCarriedPass``): op -> the neutral constant of its second input
+_NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
+
+
+def _chain_nodes(value: ir.Value, inside: ir.Value) -> list[ir.Node]:
+    """The nodes from ``inside`` to ``value`` that ``_passed_on`` walked (last first)."""
+    nodes = []
+    while value is not inside:
+        node = value.producer()
+        nodes.append(node)
+        value = node.inputs[0]
+    return nodes
+
+
+def _passed_on(value: ir.Value, inside: ir.Value) -> bool:
+    """Whether the body output ``value`` equals the body input ``inside``: the same value, or
+    made from it by no-op steps only (``LoopInvariantCarriedPass``)."""
+    steps: list[ir.Node] = []
+    while value is not inside:
+        node = value.producer()
+        if node is None or len(steps) > 8 or not node.inputs or node.inputs[0] is None:
+            return False
+        if not (is_op(node, "Identity") or is_op(node, "Squeeze") or is_op(node, "Unsqueeze")
+                or (node.op_type in _NEUTRAL and node.domain in ("", "ai.onnx") and len(node.inputs) == 2)):
+            return False
+        steps.append(node)
+        value = node.inputs[0]
+    rank = len(inside.shape) if inside.shape is not None else None
+    pending: list[int] | None = None  # the axes of an Unsqueeze the next step must undo
+    for node in reversed(steps):
+        if node.op_type == "Identity":
+            continue
+        if node.op_type in ("Unsqueeze", "Squeeze"):
+            axes = _axes(node)
+            if axes is None or rank is None and any(a < 0 for a in axes):
+                return False
+            if node.op_type == "Unsqueeze":
+                if pending is not None:
+                    return False
+                out_rank = None if rank is None else rank + len(axes)
+                pending = sorted(a + out_rank if a < 0 else a for a in axes)
+                rank = out_rank
+            else:
+                if pending is None or sorted(a + rank if a < 0 else a for a in axes) != pending:
+                    return False
+                pending = None
+                rank = None if rank is None else rank - len(axes)
+            continue
+        c = const(node.inputs[1])
+        if c is None or c.size != 1 or c.reshape(-1)[0] != _NEUTRAL[node.op_type]:
+            return False
+        if c.ndim and (rank is None or c.ndim > rank):
+            return False  # the constant's dims would broadcast the value to a higher rank
+    return pending is None
+
+
+def _axes(node: ir.Node) -> list[int] | None:
+    """A Squeeze's or Unsqueeze's constant axes (input from opset 13, else attribute)."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        a = const(node.inputs[1])
+        return None if a is None else [int(v) for v in a.reshape(-1)]
+    axes = attr(node, "axes")
+    return None if axes is None else [int(v) for v in axes]
+
+
+#: domains whose ops are pure functions of their inputs (custom domains may keep state)
+_PURE_DOMAINS = {"", "ai.onnx", "com.microsoft"}
+
+
+class LoopInvariantHoistPass(ir.passes.InPlacePass):
+    """Loop-invariant code motion: a Loop body's node whose inputs are all the same in every
+    iteration (values of the enclosing graphs, constants, or outputs of such nodes) runs once,
+    before the Loop, instead of once per iteration. Autoregressive decoders written as a Loop
+    recompute projections of the encoder's output at every step (a table model's attention
+    decoder: a (256, 96) @ (96, 256) product, 52 us, in each of 501 iterations).
+
+    Left in the body: random ops (a new draw per iteration), ops of custom domains (they may
+    keep state), nodes with subgraphs of their own, and nodes whose outputs are body outputs.
+    A hoisted node also runs when the Loop takes no iteration: a cost (never a different
+    result) for such a run. Its outputs are renamed to names no scope uses (a sibling scope's
+    name may be the same), and the body's initializers it reads move to the enclosing graph."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        namer = None
+        for graph in list(graphs(model.graph)):
+            for loop in list(graph):
+                if not is_op(loop, "Loop") or "body" not in loop.attributes:
+                    continue
+                body = loop.attributes["body"].as_graph()
+                hoisted = _invariant_nodes(body)
+                if not hoisted:
+                    continue
+                if namer is None:
+                    namer = Namer(model.graph)
+                    for g in graphs(model.graph):
+                        namer.taken.update(v.name for v in g.inputs if v.name)
+                        namer.taken.update(g.initializers)
+                for node in hoisted:
+                    for value in node.inputs:
+                        if value is not None and value.name in body.initializers and body.initializers[value.name] is value:
+                            body.initializers.pop(value.name)
+                            value.name = namer(value.name or "hoisted")
+                            graph.register_initializer(value)
+                    body.remove(node, safe=False)
+                    for value in node.outputs:
+                        if value.name:
+                            value.name = namer(value.name)
+                    graph.insert_before(loop, node)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _invariant_nodes(body: ir.Graph) -> list[ir.Node]:
+    """The nodes of a Loop body, in order, that compute the same in every iteration."""
+    inside = {id(v) for v in body.inputs}
+    found: list[ir.Node] = []
+    outputs = {id(v) for v in body.outputs}
+    for node in body:
+        invariant = (
+            node.domain in _PURE_DOMAINS
+            and node.op_type not in _NOT_FOLDABLE
+            and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
+            and not any(id(v) in outputs for v in node.outputs)
+            and all(v is None or id(v) not in inside for v in node.inputs)
+        )
+        if invariant:
+            found.append(node)
+        else:
+            inside.update(id(v) for v in node.outputs)
+    return found
 
 
 def _evaluate(node: ir.Node, inputs: list[np.ndarray | None], opsets: dict[str, int]) -> list[np.ndarray]:
