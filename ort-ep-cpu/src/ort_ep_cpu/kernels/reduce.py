@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ort_core import CORE_DOMAIN
@@ -139,7 +141,7 @@ def _coerced(axis: int, fn):
 
     def run(x):
         a = axis + x.ndim if axis < 0 else axis
-        rows = int(np.prod(x.shape[:a]))
+        rows = math.prod(x.shape[:a])
         return fn(x.reshape(rows, -1), 1).reshape(x.shape)
 
     return run

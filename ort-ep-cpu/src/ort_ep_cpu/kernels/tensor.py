@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
@@ -76,7 +78,7 @@ def _flatten(node, request):
 
     def flatten(x):
         a = normalize_axis(axis, x.ndim)
-        return x.reshape(int(np.prod(x.shape[:a])), -1)
+        return x.reshape(math.prod(x.shape[:a]), -1)
 
     return flatten
 
