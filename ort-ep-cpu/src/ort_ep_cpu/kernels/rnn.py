@@ -9,6 +9,7 @@ import numpy as np
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
+from .nn import _constant_product
 
 
 def _sigmoid(x, alpha, beta):
@@ -94,6 +95,9 @@ class _Recurrent:
         # was made from (a constant initializer: made once; transposing it each run cost about
         # 0.17 ms of silero-vad's 0.8 ms)
         self._rt: tuple[np.ndarray, list[np.ndarray]] | None = None
+        # W transposed likewise, with its oneDNN product (``nn._ConstantProduct``: packed once,
+        # on the session's threads) where it takes one: the input projection of every step
+        self._wt: tuple[np.ndarray, list[tuple[np.ndarray, object]]] | None = None
         # input shape signatures already checked by _check_shapes (a check is ~5 us a run)
         self._checked: set[tuple] = set()
 
@@ -102,6 +106,14 @@ class _Recurrent:
         if cached is None or cached[0] is not r:
             cached = (r, [np.ascontiguousarray(r[d].T) for d in range(r.shape[0])])
             self._rt = cached
+        return cached[1]
+
+    def _input_weights(self, w: np.ndarray) -> list[tuple[np.ndarray, object]]:
+        cached = self._wt
+        if cached is None or cached[0] is not w:
+            transposed = [np.ascontiguousarray(w[d].T) for d in range(w.shape[0])]
+            cached = (w, [(wt, _constant_product(wt)) for wt in transposed])
+            self._wt = cached
         return cached[1]
 
     def _check_shapes(self, x, w, r, b, lens, h0, c0, p):
@@ -144,6 +156,7 @@ class _Recurrent:
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         full = bool((lens == seq).all())
         rts = self._recurrence_weights(r)
+        weights = self._input_weights(w)
         ys, hs, cs = [], [], []
         for d in range(self.n_dirs):
             reverse = self.direction == "reverse" or d == 1
@@ -152,7 +165,13 @@ class _Recurrent:
             bias = np.zeros(2 * g, x.dtype) if b is None else b[d]
             # input projection for all steps at once, as one 2-D GEMM (numpy's stacked matmul
             # with a broadcast 2-D operand skips BLAS): (seq, batch, G*hidden)
-            xw = (xd.reshape(seq * batch, -1) @ w[d].T).reshape(seq, batch, g) + bias[:g]
+            wt, product = weights[d]
+            rows = np.ascontiguousarray(xd.reshape(seq * batch, -1))
+            xw = product(rows) if product is not None else None
+            if xw is None:  # no oneDNN, or a product small enough for numpy's call
+                xw = rows @ wt
+            xw = xw.reshape(seq, batch, g)
+            xw += bias[:g]
             h0 = np.zeros((batch, hidden), x.dtype) if initial_h is None else initial_h[d]
             c0 = np.zeros((batch, hidden), x.dtype) if initial_c is None else initial_c[d]
             pd = None if p is None else p[d]
