@@ -24,6 +24,11 @@ TOLERANCE = {
     "speaker-dvector": 0.1,
     # the same in VoiceFilter-Lite's three mask LSTMs: 7e-4 of the mask after 57 frames (measured)
     "voicefilter-lite": 5e-3,
+    # Smart Turn's QDQ Whisper encoder (a QuantizeLinear after every op): float32 rounding
+    # decides which way a tie rounds, and four layers amplify each step; onnxruntime's own
+    # ORT_ENABLE_ALL and ORT_DISABLE_ALL differ by 0.0052 on its probability (ort-core: 0.0054
+    # from the latter, measured). Its CPU test compares an early probe, within one step.
+    "smart-turn-v3": 1e-2,
 }
 
 #: the models ``feeds`` knows
