@@ -260,3 +260,21 @@ def test_exact_float32_product_equals_the_float64_one():
     chunks = [np.ascontiguousarray(b[i:i + 256].astype(np.float32)) for i in range(0, 768, 256)]
     np.testing.assert_array_equal(cq._exact_product_f32(a, chunks), cq._product(a, b))
     np.testing.assert_array_equal(cq._product(a, b), a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["integer_loop", "float32_chunks"])
+def test_exact_matrix_products_are_the_integer_products(compiled, monkeypatch):
+    """The constant side of DynamicQuantizeLSTM's products (``_ExactMatrix``): the compiled
+    int16 x int32 loop and the float32 chunks both give the exact integers, at the extremes of
+    8-bit codes minus zero points, for K not a multiple of four (the loop's remainder rows)."""
+    from compiled_loops import use_compiled
+
+    from ort_ep_cpu.kernels import contrib_quant as cq
+
+    use_compiled(monkeypatch, compiled, "integer_product")
+    rng = np.random.default_rng(11)
+    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 771)).astype(np.int32)
+    b = rng.choice([-255, 255, -254, 3], (771, 67)).astype(np.int32)
+    matrix = cq._ExactMatrix(b)
+    assert (matrix.loop is not None) == compiled
+    np.testing.assert_array_equal(matrix.times(a), a.astype(np.int64) @ b.astype(np.int64))

