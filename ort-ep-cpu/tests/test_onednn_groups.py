@@ -511,3 +511,50 @@ def test_concurrent_runs():
     xs = [np.random.default_rng(k).standard_normal((2, 16, 12, 12)).astype(np.float32) for k in range(4)]
     wants = [session.run(None, {"x": x})[0] for x in xs]
     runs_agree(lambda x: session.run(None, {"x": x})[0], xs, wants)  # the same values as one at a time
+
+
+def _silu(n: Net, x):
+    return n.op("Mul", [x, n.op("Sigmoid", [x])])
+
+
+@pytest.mark.parametrize("sizes", [None, [4, 12]], ids=["equal_parts", "split_input"])
+def test_a_c2f_block_with_split_and_silu_is_one_group(reorders, sizes):
+    """YOLOv8's C2f block: a convolution's SiLU output split along channels, a bottleneck on
+    one part, everything concatenated. The Split stays in the layout (each part a slice of the
+    nhwc channels) and each SiLU (x * Sigmoid(x)) is the convolution's swish post-op."""
+    if _onednn.library().layout() != "nhwc":
+        pytest.skip(f"Split joins groups in nhwc only; this CPU's oneDNN chooses {_onednn.library().layout()}")
+    n = Net((2, 8, 12, 10))
+    a = _silu(n, n.conv("x", 8, 16, k=1, pads=[0, 0, 0, 0]))
+    parts = [n._name("part"), n._name("part")]
+    inputs = [a] if sizes is None else [a, n._name("sizes")]
+    if sizes is not None:
+        n.inits.append(onnx.numpy_helper.from_array(np.array(sizes, np.int64), inputs[1]))
+    n.nodes.append(helper.make_node("Split", inputs, parts, name="split", axis=1))
+    second = 8 if sizes is None else sizes[1]
+    b = _silu(n, n.conv(_silu(n, n.conv(parts[1], second, second)), second, second))
+    joined = n.op("Concat", [parts[0], parts[1], b], axis=1)
+    data = n.model(_silu(n, n.conv(joined, 16 + second, 8, k=1, pads=[0, 0, 0, 0])))
+    session = _session(data)
+    groups = list(_groups(session).values())
+    assert len(groups) == 1 and "Split" in groups[0] and len(groups[0]) == 14, groups
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (2, 8, 12, 10), session)
+    assert len(reorders) == 1  # the output back to NCHW: the Split's parts stay in the layout
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert len(program.absorbed) == 8  # four SiLUs, a Sigmoid and a Mul each
+
+
+def test_a_sigmoid_read_elsewhere_is_no_swish():
+    """x * Sigmoid(x) where the Sigmoid's output is also a graph output: both stay members."""
+    n = Net((1, 8, 9, 9))
+    a = n.conv("x", 8, 8)
+    s = n.op("Sigmoid", [a])
+    m = n.op("Mul", [a, s])
+    data = n.model(n.conv(m, 8, 8), s)
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 8, 9, 9))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert len(program.absorbed) == 0

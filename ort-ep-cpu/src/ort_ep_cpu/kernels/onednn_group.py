@@ -14,11 +14,13 @@ elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, 
 or Mul of two 4-D values with the same channel count or by a one-element constant), and a
 feature pyramid's Resize (fixed spatial scales: its kernel resizes the layout's H and W axes)
 and Concat along channels (the last axis in nhwc; in the blocked layouts, which pad each
-input's channels, it runs on NCHW).
+input's channels, it runs on NCHW), and in nhwc Split along channels (each part a contiguous
+slice of the last axis: YOLOv8's C2f blocks).
 
 The elementwise members that follow a convolution, each the only reader of the value before
 it, become the convolution's post-ops: the activations and scalar scales/shifts as eltwise
-ones, a residual Add as the sum post-op (the output starts as the other operand). The others
+ones, x * Sigmoid(x) (SiLU) as the swish one, a residual Add as the sum post-op (the output
+starts as the other operand). The others
 run their usual CPU kernels on the arrays as they are: an elementwise op does not care how the
 array is laid out, and numpy's broadcasting of an (N, C, 1, 1) operand over (N, C, H, W) holds
 in nhwc ((N, 1, 1, C) over (N, H, W, C)) and in the blocked layouts alike.
@@ -249,10 +251,44 @@ def _kind(node: NodeView, values: _Values) -> str | None:
         parts = [values.channels(name) for name in node.inputs]
         channels = sum(parts) if parts and all(isinstance(c, int) for c in parts) else None
         kind = "elementwise"
+    elif not node.domain and node.op_type == "Split":
+        # along channels in nhwc only (the last axis there: each part a slice of it; a blocked
+        # layout pads channels to its block): a YOLOv8 C2f block splits a convolution's output
+        lib = _onednn.library()
+        channels = values.channels(node.inputs[0]) if node.inputs else None
+        nhwc = lib is not None and lib.layout() == "nhwc"
+        sizes = _split_sizes(node, values.graph, channels) if nhwc and isinstance(channels, int) else None
+        if sizes is None:
+            return None
+        values.made.update(zip(node.outputs, sizes))
+        return "elementwise"
     if channels is None:
         return None
     values.made[node.outputs[0]] = channels
     return kind
+
+
+def _split_sizes(node: NodeView, graph: GraphView, channels: int) -> list[int] | None:
+    """The channel counts of a Split of a 4-D value of ``channels`` channels along them into
+    named outputs, else None: sizes from the ``split`` input (opset 13 on) or attribute, or
+    equal parts."""
+    if int(node.attr("axis", 0)) not in (1, -3) or not all(node.outputs) or not node.inputs[0]:
+        return None
+    if node.opset >= 13:
+        split = _fixed_constant(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        if len(node.inputs) > 1 and node.inputs[1] and split is None:
+            return None  # computed sizes
+    else:
+        split = node.attr("split")
+    if split is not None:
+        sizes = [int(v) for v in np.asarray(split).reshape(-1)]
+    elif channels % len(node.outputs) == 0:
+        sizes = [channels // len(node.outputs)] * len(node.outputs)
+    else:
+        return None  # opset 18's uneven parts: the node's own kernel says how
+    if len(sizes) != len(node.outputs) or sum(sizes) != channels or min(sizes) <= 0:
+        return None
+    return sizes
 
 
 def groups(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, ...]]:
@@ -391,6 +427,9 @@ class _Program:
         if node.op_type == "Concat":
             self._concat(node, kernel)
             return
+        if node.op_type == "Split":
+            self._split(node)
+            return
         try:
             if node.op_type in ("Conv", "FusedConv"):
                 try:
@@ -504,6 +543,13 @@ class _Program:
         out, addend = node.outputs[0], None
         while True:
             readers = graph.consumers.get(out, [])
+            swish = None if pool else self._swish(out, readers)
+            if swish is not None:  # x * Sigmoid(x), SiLU: oneDNN's swish post-op
+                post_ops.append((_onednn.ELTWISE_SWISH, 1.0, 0.0))
+                absorbed.extend(swish)
+                out = graph.nodes[swish[1]].outputs[0]
+                self.shape[out] = y_shape
+                continue
             if len(readers) != 1 or readers[0] not in self.members or out in graph.outputs:
                 break
             reader = graph.nodes[readers[0]]
@@ -529,6 +575,21 @@ class _Program:
             out = reader_out
             self.shape[out] = y_shape
         return post_ops, absorbed, out, addend
+
+    def _swish(self, out: str, readers: list[int]) -> tuple[int, int] | None:
+        """(Sigmoid, Mul) where ``out``'s readers are a Sigmoid and a Mul of ``out`` by it, both
+        members, and the Sigmoid's output is read by that Mul only (YOLOv8's SiLU), else None."""
+        graph = self.graph
+        if len(readers) != 2 or out in graph.outputs or not all(r in self.members for r in readers):
+            return None
+        first, second = (graph.nodes[r] for r in readers)
+        sigmoid, mul = (first, second) if first.op_type == "Sigmoid" else (second, first)
+        if sigmoid.op_type != "Sigmoid" or mul.op_type != "Mul" or sigmoid.domain or mul.domain:
+            return None
+        s_out = sigmoid.outputs[0]
+        if graph.consumers.get(s_out, []) != [mul.index] or s_out in graph.outputs or sorted(mul.inputs) != sorted([out, s_out]):
+            return None
+        return sigmoid.index, mul.index
 
     def _pooling(self, node: NodeView) -> None:
         x_shape = self.shape[node.inputs[0]]
@@ -601,6 +662,21 @@ class _Program:
         self._step(fn, tuple(self._slot(name, layout) for name in names), self._new(node.outputs[0], layout),
                    _label(node))
 
+    def _split(self, node: NodeView) -> None:
+        """A Split along channels in nhwc: each output a contiguous copy of its slice of the
+        last axis (``_split_sizes``; groups hold Split in nhwc only)."""
+        x_name = node.inputs[0]
+        n, c, h, w = self.shape[x_name]
+        sizes = _split_sizes(node, self.graph, c)
+        if sizes is None:
+            raise ValueError(f"{node.name}: {c} channels do not split as the node says")
+        x = self._slot(x_name, "nhwc")
+        start = 0
+        for name, size in zip(node.outputs, sizes):
+            self.shape[name] = (n, size, h, w)
+            self._step(_ChannelSlice(start, start + size), (x,), self._new(name, "nhwc"), _label(node))
+            start += size
+
     def _schedule_frees(self) -> None:
         """Each step drops the slots no later step reads (the outputs are kept)."""
         last: dict[int, int] = {}
@@ -632,6 +708,17 @@ class _Program:
         except Exception as error:
             raise _MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
         return [values[slot] for slot in self.output_slots]
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChannelSlice:
+    """Channels [start, stop) of an nhwc array, contiguous (a Split member's output)."""
+
+    start: int
+    stop: int
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x[..., self.start:self.stop])
 
 
 class _MemberError(RuntimeError):
