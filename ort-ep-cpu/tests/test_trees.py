@@ -240,7 +240,7 @@ def test_two_class_encodings_match_onnxruntime(votes, base, post, path):
 def test_two_class_compiled_finaliser_equals_the_numpy_rules(votes, base, post, monkeypatch):
     """The compiled two-class finaliser gives the numpy rules' outputs exactly (labels and
     float32 scores), on float32 and float64 inputs, NaN features included."""
-    if trees._compiled_two_class() is None:
+    if trees._compiled("two_class") is None:
         pytest.skip("numba is not installed")
     class_ids, weights, mixed = votes
     data = _two_class(class_ids, weights, base, post, mixed=mixed)

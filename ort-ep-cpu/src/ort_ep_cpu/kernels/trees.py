@@ -106,7 +106,7 @@ class FlatForest:
         voted = np.zeros((xf.shape[0], n_out), dtype=np.bool_)
         flat = self.preorder() if loop is not None and kind == SUM and fill == 0.0 else None
         if flat is not None:
-            _preorder_loop(xf, flat.compare, flat.roots, flat.feature, flat.split, flat.true_next, flat.missing_true,
+            _loops["preorder"](xf, flat.compare, flat.roots, flat.feature, flat.split, flat.true_next, flat.missing_true,
                            flat.vote_start, flat.vote_id, flat.vote_weight, scores, voted)
         elif loop is not None:
             loop(xf, self.roots32, self.table, self.split, self.member_values, self.vote_id, self.vote_weight, kind,
@@ -163,7 +163,7 @@ def _make_preorder(forest: FlatForest) -> Preorder | None:
     compares = np.unique(inner)
     if len(compares) > 1 or (len(compares) and int(compares[0]) > 3) or len(forest.mode) >= 2**31 - 1:
         return None
-    build = _compiled_preorder_builder()
+    build = _compiled("preorder_builder")
     if build is None:
         return None
     n = len(forest.mode)
@@ -458,51 +458,32 @@ def _two_class_py(scores, voted, n_base, base0, base1, threshold, one_minus, pos
 
 
 _lock = threading.Lock()
-_loop: Callable | None = None
-_two_class: Callable | None = None
+_loops: dict[str, Callable] = {}  # set by _load: "forest", "two_class", "preorder", "preorder_builder"
 _goes_true: Callable | None = None  # the compiled _goes_true_py and _vote_py: globals of _preorder_py
 _vote: Callable | None = None
-_preorder_loop: Callable | None = None
-_preorder_builder: Callable | None = None
 _tried = False
 
 
-def _compiled() -> Callable | None:
-    """The compiled loop, or None without numba (or with ``_jit.USE`` off)."""
+def _compiled(which: str = "forest") -> Callable | None:
+    """A compiled loop of this module, or None without numba (or with ``_jit.USE`` off):
+    "forest" (``_forest_py``), "two_class" (``_two_class_py``), "preorder" (``_preorder_py``),
+    "preorder_builder" (``_preorder_builder_py``)."""
     if not _jit.USE:
         return None
     if not _tried:
         _load()
-    return _loop
-
-
-def _compiled_two_class() -> Callable | None:
-    """The compiled two-class finaliser, or None (as ``_compiled``)."""
-    if not _jit.USE:
-        return None
-    if not _tried:
-        _load()
-    return _two_class
-
-
-def _compiled_preorder_builder() -> Callable | None:
-    """The compiled preorder builder, or None (as ``_compiled``)."""
-    if not _jit.USE:
-        return None
-    if not _tried:
-        _load()
-    return _preorder_builder
+    return _loops.get(which)
 
 
 def _load() -> None:
-    global _loop, _two_class, _goes_true, _vote, _preorder_loop, _preorder_builder, _tried
+    global _goes_true, _vote, _tried
     with _lock:
         if _tried:
             return
         try:
             import numba
         except ImportError:  # numba does not install everywhere: the numpy walk runs
-            _loop = _two_class = None
+            pass
         else:
             options = {"nogil": True, "boundscheck": False}
             _goes_true = numba.njit(inline="always", **options)(_goes_true_py)
@@ -512,10 +493,9 @@ def _load() -> None:
                 cached = True
             except RuntimeError:  # no writable cache location: compile in each process
                 cached = False
-            _loop = numba.njit(cache=cached, **options)(_forest_py)
-            _two_class = numba.njit(cache=cached, **options)(_two_class_py)
-            _preorder_loop = numba.njit(cache=cached, **options)(_preorder_py)
-            _preorder_builder = numba.njit(cache=cached, **options)(_preorder_builder_py)
+            for name, loop in (("forest", _forest_py), ("two_class", _two_class_py), ("preorder", _preorder_py),
+                               ("preorder_builder", _preorder_builder_py)):
+                _loops[name] = numba.njit(cache=cached, **options)(loop)
         _tried = True
 
 
@@ -620,7 +600,7 @@ def _tree_ensemble_classifier(node, request):
     plain_labels = labels.dtype == np.int64 and labels.tolist() == [0, 1]  # the label is the index
 
     def classify(x):
-        finish = _compiled_two_class()
+        finish = _compiled("two_class")
         if finish is None:
             return _two_class_numpy(x)
         scores, voted = forest.aggregate(np.asarray(x), SUM, 2)
