@@ -4,8 +4,8 @@
 
 ``ORT_ENABLE_BASIC`` (1): rewrites within the ONNX standard that any provider can run:
 Constant nodes lifted to initializers, Identity and inference-Dropout removed, Loop-carried
-values the body passes on unchanged read as their constant initial value, unused nodes
-removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
+values the body passes on unchanged (or through no-op steps) read as their initial value, a
+Loop body's loop-invariant nodes hoisted before the Loop, unused nodes removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
 constant folding of nodes whose inputs are all constants (shape-arithmetic ops with the
 numpy calls of ``_fold.py``, the rest through ``onnx.reference``),
 Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into

@@ -75,8 +75,10 @@ class Namer:
     """Fresh value names that do not clash with the graph's."""
 
     def __init__(self, graph: ir.Graph):
-        self.taken = {v.name for v in graph.inputs} | set(graph.initializers)
-        for g in graphs(graph):  # the nodes of graph.all_nodes(), walked faster
+        self.taken: set[str] = set()
+        for g in graphs(graph):  # the graph and its subgraphs: their inputs, initializers, node outputs
+            self.taken.update(v.name for v in g.inputs if v.name)
+            self.taken.update(g.initializers)
             for node in g:
                 self.taken.update(o.name for o in node.outputs if o.name)
         self.count = 0

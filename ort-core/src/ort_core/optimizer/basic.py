@@ -192,9 +192,9 @@ class LoopInvariantCarriedPass(ir.passes.InPlacePass):
                     continue
                 for i in range(carried):
                     inside, initial = body.inputs[2 + i], node.inputs[2 + i]
-                    if initial is None or not _passed_on(body.outputs[1 + i], inside):
+                    chain = _passed_on(body.outputs[1 + i], inside) if initial is not None else None
+                    if chain is None:
                         continue
-                    chain = _chain_nodes(body.outputs[1 + i], inside)
                     users = [(user, index) for user, index in inside.uses() if user not in chain]
                     for user, index in users:  # (the body output stays: it is the slot)
                         user.replace_input_with(index, initial)
@@ -207,27 +207,18 @@ class LoopInvariantCarriedPass(ir.passes.InPlacePass):
 _NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
 
 
-def _chain_nodes(value: ir.Value, inside: ir.Value) -> list[ir.Node]:
-    """The nodes from ``inside`` to ``value`` that ``_passed_on`` walked (last first)."""
-    nodes = []
-    while value is not inside:
-        node = value.producer()
-        nodes.append(node)
-        value = node.inputs[0]
-    return nodes
-
-
-def _passed_on(value: ir.Value, inside: ir.Value) -> bool:
-    """Whether the body output ``value`` equals the body input ``inside``: the same value, or
-    made from it by no-op steps only (``LoopInvariantCarriedPass``)."""
+def _passed_on(value: ir.Value, inside: ir.Value) -> list[ir.Node] | None:
+    """The no-op steps (last first; none where it is the same value) by which the body output
+    ``value`` is made from the body input ``inside``, or None where it is not made so
+    (``LoopInvariantCarriedPass``)."""
     steps: list[ir.Node] = []
     while value is not inside:
         node = value.producer()
         if node is None or len(steps) > 8 or not node.inputs or node.inputs[0] is None:
-            return False
+            return None
         if not (is_op(node, "Identity") or is_op(node, "Squeeze") or is_op(node, "Unsqueeze")
                 or (node.op_type in _NEUTRAL and node.domain in ("", "ai.onnx") and len(node.inputs) == 2)):
-            return False
+            return None
         steps.append(node)
         value = node.inputs[0]
     rank = len(inside.shape) if inside.shape is not None else None
@@ -238,25 +229,25 @@ def _passed_on(value: ir.Value, inside: ir.Value) -> bool:
         if node.op_type in ("Unsqueeze", "Squeeze"):
             axes = _axes(node)
             if axes is None or rank is None and any(a < 0 for a in axes):
-                return False
+                return None
             if node.op_type == "Unsqueeze":
                 if pending is not None:
-                    return False
+                    return None
                 out_rank = None if rank is None else rank + len(axes)
                 pending = sorted(a + out_rank if a < 0 else a for a in axes)
                 rank = out_rank
             else:
                 if pending is None or sorted(a + rank if a < 0 else a for a in axes) != pending:
-                    return False
+                    return None
                 pending = None
                 rank = None if rank is None else rank - len(axes)
             continue
         c = const(node.inputs[1])
         if c is None or c.size != 1 or c.reshape(-1)[0] != _NEUTRAL[node.op_type]:
-            return False
+            return None
         if c.ndim and (rank is None or c.ndim > rank):
-            return False  # the constant's dims would broadcast the value to a higher rank
-    return pending is None
+            return None  # the constant's dims would broadcast the value to a higher rank
+    return steps if pending is None else None
 
 
 def _axes(node: ir.Node) -> list[int] | None:
@@ -296,11 +287,7 @@ class LoopInvariantHoistPass(ir.passes.InPlacePass):
                 hoisted = _invariant_nodes(body)
                 if not hoisted:
                     continue
-                if namer is None:
-                    namer = Namer(model.graph)
-                    for g in graphs(model.graph):
-                        namer.taken.update(v.name for v in g.inputs if v.name)
-                        namer.taken.update(g.initializers)
+                namer = namer or Namer(model.graph)
                 for node in hoisted:
                     for value in node.inputs:
                         if value is not None and value.name in body.initializers and body.initializers[value.name] is value:
