@@ -68,6 +68,27 @@ def dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
     return value
 
 
+class PreparedFor:
+    """What a kernel makes from the arrays it is handed (transposed or converted weights), kept
+    for those very arrays: a constant initializer is the same array every run, so it is
+    prepared once; other arrays (an initializer fed at run time) are prepared again."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[tuple, Any]] = {}
+
+    def get(self, key: str, sources: tuple, make: Callable[[], Any]) -> Any:
+        """``make()`` for ``sources`` (compared by identity), made at the first call for them."""
+        held = self._held.get(key)
+        if held is not None and len(held[0]) == len(sources):  # (asked every run: no generator)
+            for kept, given in zip(held[0], sources):
+                if kept is not given:
+                    break
+            else:
+                return held[1]
+        held = self._held[key] = (sources, make())
+        return held[1]
+
+
 def constant_weight(node: NodeView, request: KernelRequest, k: int,
                     dequantized: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(the constant input ``k`` as given, the array a GEMM should use for it), or (None, None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..registry import kernel, lookup
 from . import _jit
-from ._util import has_input
+from ._util import PreparedFor, has_input
 
 MS = "com.microsoft"
 _F = np.float32
@@ -311,17 +311,15 @@ def _dynamic_quantize_lstm(node, request):
             for k, n in enumerate(names)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
-    # W and R minus their zero points per direction (``_ExactMatrix``), kept for the arrays they
-    # were made from (constant initializers: made once); converting R every time step took
-    # most of the run (hidden 768: R is 768 x 3072), and W's float64 product every run most of
-    # what was left (voicefilter-lite)
-    converted: dict[str, list] = {"W": [None, None, []], "R": [None, None, []]}
+    # W and R minus their zero points per direction (``_ExactMatrix``), made once for the
+    # arrays given (constant initializers); converting R every time step took most of the run
+    # (hidden 768: R is 768 x 3072), and W's float64 product every run most of what was left
+    # (voicefilter-lite)
+    prepared = PreparedFor()
 
     def exact_weights(kind: str, m, zero_point) -> list[_ExactMatrix]:
-        cache = converted[kind]
-        if cache[0] is not m or cache[1] is not zero_point:
-            cache[:] = [m, zero_point, [_ExactMatrix(_int32(m[d], _per_dir(zero_point, d))) for d in range(n_dirs)]]
-        return cache[2]
+        return prepared.get(kind, (m, zero_point),
+                            lambda: [_ExactMatrix(_int32(m[d], _per_dir(zero_point, d))) for d in range(n_dirs)])
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):

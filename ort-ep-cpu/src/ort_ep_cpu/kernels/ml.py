@@ -486,7 +486,7 @@ class _NodeLocator:
             valid = _packable(tree, ids)
             keys = np.where(valid, _packed(tree, ids), -1)
             at = np.searchsorted(self.sorted, keys, side="right") - 1  # the last of equal keys
-            found = valid & (at >= 0) & (self.sorted[np.maximum(at, 0)] == keys) if len(self.sorted) else valid & False
+            found = valid & (at >= 0) & (self.sorted[np.maximum(at, 0)] == keys) if len(self.sorted) else np.zeros_like(valid)
             if found.all():
                 return self.order[at]
             k = int(np.flatnonzero(~found)[0])

@@ -290,9 +290,9 @@ def _qlinear_conv(node, request):
     return qlinear_conv
 
 
-#: the integer types of a QuantizeLinear -> DequantizeLinear pair computed as one: their range
-_PAIR_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
-                np.dtype(np.uint16): (0, 65535), np.dtype(np.int16): (-32768, 32767)}
+#: the integer types of a QuantizeLinear -> DequantizeLinear pair computed as one (those of the
+#: per-tensor loops): their range
+_PAIR_RANGES = {dtype: _INT_RANGES[_onnx_type(dtype)] for dtype in _PER_TENSOR_LOOP_TYPES}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ import numpy as np
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
+from ._util import PreparedFor
 from .nn import _constant_product
 
 
@@ -91,30 +92,22 @@ class _Recurrent:
         self.clip = node.attr("clip")
         self.acts = _activations(node, self.defaults, self.n_dirs)
         self.n_out = len(node.outputs)
-        # R transposed to a contiguous (hidden, G*hidden) per direction, kept for the R array it
-        # was made from (a constant initializer: made once; transposing it each run cost about
-        # 0.17 ms of silero-vad's 0.8 ms)
-        self._rt: tuple[np.ndarray, list[np.ndarray]] | None = None
-        # W transposed likewise, with its oneDNN product (``nn._ConstantProduct``: packed once,
-        # on the session's threads) where it takes one: the input projection of every step
-        self._wt: tuple[np.ndarray, list[tuple[np.ndarray, object]]] | None = None
+        # R transposed to a contiguous (hidden, G*hidden) per direction (transposing it each
+        # run cost about 0.17 ms of silero-vad's 0.8 ms); W transposed likewise, with its oneDNN
+        # product (``nn._ConstantProduct``: packed once, on the session's threads) where it
+        # takes one, for the input projection of every step; the single step's [W; R]
+        self._prepared = PreparedFor()
         # input shape signatures already checked by _check_shapes (a check is ~5 us a run)
         self._checked: set[tuple] = set()
 
     def _recurrence_weights(self, r: np.ndarray) -> list[np.ndarray]:
-        cached = self._rt
-        if cached is None or cached[0] is not r:
-            cached = (r, [np.ascontiguousarray(r[d].T) for d in range(r.shape[0])])
-            self._rt = cached
-        return cached[1]
+        return self._prepared.get("R", (r,), lambda: [np.ascontiguousarray(r[d].T) for d in range(r.shape[0])])
 
     def _input_weights(self, w: np.ndarray) -> list[tuple[np.ndarray, object]]:
-        cached = self._wt
-        if cached is None or cached[0] is not w:
+        def make():
             transposed = [np.ascontiguousarray(w[d].T) for d in range(w.shape[0])]
-            cached = (w, [(wt, _constant_product(wt)) for wt in transposed])
-            self._wt = cached
-        return cached[1]
+            return [(wt, _constant_product(wt)) for wt in transposed]
+        return self._prepared.get("W", (w,), make)
 
     def _check_shapes(self, x, w, r, b, lens, h0, c0, p):
         """numpy would broadcast some mismatches silently; name the offending input instead."""
@@ -258,7 +251,6 @@ class _LSTM(_Recurrent):
         # one direction of plain gates: a single time step (streaming models such as silero-vad
         # call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
         self._single_ok = plain and self.n_dirs == 1 and self.layout == 0
-        self._stacked: tuple | None = None  # (W, R, B, [W; R] transposed, W bias + R bias)
         # plain gates: the compiled recurrence (_jit.lstm_scan) for float32
         self._compiled = plain and _jit.enabled()
 
@@ -282,14 +274,12 @@ class _LSTM(_Recurrent):
         if signature not in self._checked:
             self._check_shapes(x, w, r, b, None, initial_h, initial_c, None)
             self._checked.add(signature)
-        entry = self._stacked
-        if entry is None or entry[0] is not w or entry[1] is not r or entry[2] is not b:
-            # kept for the arrays it was made from (constant initializers: made once)
+
+        def stack():  # [W; R] transposed, and W's bias plus R's
             g = w.shape[1]
             wr = np.ascontiguousarray(np.concatenate((w[0], r[0]), axis=1).T)
-            bias = np.zeros(g, wr.dtype) if b is None else (b[0, :g] + b[0, g:]).astype(wr.dtype)
-            entry = self._stacked = (w, r, b, wr, bias)
-        wr, bias = entry[3], entry[4]
+            return wr, np.zeros(g, wr.dtype) if b is None else (b[0, :g] + b[0, g:]).astype(wr.dtype)
+        wr, bias = self._prepared.get("stacked", (w, r, b), stack)
         batch, n = x.shape[1], r.shape[-1]
         h = np.zeros((batch, n), x.dtype) if initial_h is None else initial_h[0]
         c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]

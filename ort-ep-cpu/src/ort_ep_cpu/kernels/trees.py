@@ -158,10 +158,10 @@ class Preorder:
 
 def _make_preorder(forest: FlatForest) -> Preorder | None:
     """``forest`` as a ``Preorder``, or None: mixed or other comparisons, a node shared by two
-    parents (or a cycle), no compiled builder, or more nodes than int32 counts."""
+    parents (or a cycle), or no compiled builder."""
     inner = forest.mode[forest.mode != LEAF]
     compares = np.unique(inner)
-    if len(compares) > 1 or (len(compares) and int(compares[0]) > 3) or len(forest.mode) >= 2**31 - 1:
+    if len(compares) > 1 or (len(compares) and int(compares[0]) > 3):
         return None
     build = _compiled("preorder_builder")
     if build is None:
