@@ -34,6 +34,7 @@ _layer_norm_rows: Callable | None = None
 _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
 _interleave: Callable | None = None
 _lstm_scan: Callable | None = None
+_quantized_lstm_step: Callable | None = None
 _gru_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
 _sigmoid_value: Callable | None = None
@@ -169,6 +170,18 @@ def lstm_scan() -> Callable | None:
     return _lstm_scan if _load() else None
 
 
+def quantized_lstm_step() -> Callable | None:
+    """One time step of DynamicQuantizeLSTM's recurrence (one direction, the default
+    activations, no clip), ``(acc, scale, xt, rb, p, lens, step, h, c, y, q)``, or None: the
+    gates z = xt + acc * scale + rb (``acc`` the int32 (batch, 4n) product of the quantized h
+    and R, ``scale`` h's scale times R's; gate order i, o, f, c; ``p`` the (3n,) peepholes or
+    empty), then c and h in place for the rows with step < lens[b] (the others keep theirs);
+    y = h, or 0 on those rows. Then h quantized as onnxruntime does for the next step's product
+    (``contrib_quant.quantize_dynamic``: uint8 over the whole h) into ``q``; returns its (scale,
+    zero point). One call a step instead of about twenty numpy calls (hidden 768: 75 -> 5 us)."""
+    return _quantized_lstm_step if _load() else None
+
+
 def gru_scan() -> Callable | None:
     """The compiled float32 GRU recurrence of one direction with the default activations
     (sigmoid, tanh) and no clip, ``(xw, rt, rb, lbr, lens, h, ys)``, or None: gate order z, r,
@@ -190,6 +203,7 @@ def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
+    global _quantized_lstm_step
     if _tried:
         return
     with _lock:
@@ -199,6 +213,7 @@ def _load_once() -> None:
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = _narrow_product = None
+                _quantized_lstm_step = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -243,6 +258,7 @@ def _load_once() -> None:
                 _sigmoid_value = numba.njit(inline="always", **elementwise)(_sigmoid_value_py)
                 _tanh_value = numba.njit(inline="always", **elementwise)(_tanh_value_py)
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
+                _quantized_lstm_step = numba.njit(cache=cached, **elementwise)(_quantized_lstm_step_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
             _tried = True
 
@@ -621,6 +637,49 @@ def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled
                 hj = _sigmoid_value(zo) * _tanh_value(cj)
                 h[b, j] = hj
                 ys[t, b, j] = hj
+
+
+def _quantized_lstm_step_py(acc, scale, xt, rb, p, lens, step, h, c, y, q):  # pragma: no cover - compiled by numba
+    """See ``quantized_lstm_step``."""
+    batch, g = acc.shape
+    n = g // 4
+    z = np.empty(g, np.float32)
+    for b in range(batch):
+        if step >= lens[b]:
+            for j in range(n):
+                y[b, j] = _ZERO
+            continue
+        for j in range(g):
+            z[j] = xt[b, j] + np.float32(acc[b, j]) * scale + rb[j]
+        for j in range(n):
+            cj = c[b, j]
+            zi = z[j]
+            zf = z[2 * n + j]
+            if p.size != 0:
+                zi += p[j] * cj
+                zf += p[2 * n + j] * cj
+            cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(z[3 * n + j])
+            zo = z[n + j]
+            if p.size != 0:
+                zo += p[n + j] * cj
+            c[b, j] = cj
+            hj = _sigmoid_value(zo) * _tanh_value(cj)
+            h[b, j] = hj
+            y[b, j] = hj
+    # onnxruntime's dynamic quantization of h: the range widened to hold 0, 255 steps
+    hi = _ZERO
+    lo = _ZERO
+    for b in range(batch):
+        for j in range(n):
+            hi = max(hi, h[b, j])
+            lo = min(lo, h[b, j])
+    h_scale = _ONE if hi == lo else (hi - lo) / np.float32(255.0)
+    zp = np.rint(min(max(-lo / h_scale, _ZERO), np.float32(255.0)))
+    for b in range(batch):
+        for j in range(n):
+            v = np.rint(h[b, j] / h_scale) + zp
+            q[b, j] = np.uint8(min(max(v, _ZERO), np.float32(255.0)))
+    return h_scale, np.uint8(zp)
 
 
 def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled by numba

