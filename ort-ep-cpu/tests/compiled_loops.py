@@ -16,5 +16,5 @@ def use_compiled(monkeypatch: pytest.MonkeyPatch, compiled: bool, accessor: str)
     monkeypatch.setattr(_jit, "USE", compiled)
     used: list[tuple] = []
     real = getattr(_jit, accessor)
-    monkeypatch.setattr(_jit, accessor, lambda *args: used.append(args) or real(*args))
+    monkeypatch.setattr(_jit, accessor, lambda *args, **kwargs: used.append(args + tuple(kwargs.values())) or real(*args, **kwargs))
     return used

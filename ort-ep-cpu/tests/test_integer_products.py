@@ -156,3 +156,83 @@ def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path):
         if not seen:
             pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
         assert len(seen) >= seq  # the input projection and each step's recurrent product
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, I8), (I8, I8)])
+@pytest.mark.parametrize("zw_kind", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("form", ["3x3_pad_stride2", "grouped", "depthwise_dilated", "1x1", "1d", "asymmetric_pads"])
+def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype, zw_kind, form, monkeypatch):
+    """ConvInteger with constant weights through oneDNN's 8-bit convolution (the zero points'
+    terms added in int32, uint8 weights shifted to int8 with a channel of ones per group for
+    their sums): equal to onnxruntime's int32 output, padding included, where the zero points
+    make padded positions differ from code 0. Where this CPU has no 8-bit dot products the
+    numpy path runs and is checked the same."""
+    rng = np.random.default_rng(3)
+    shapes = {  # (x shape, w shape, attributes)
+        "3x3_pad_stride2": ((2, 5, 9, 11), (6, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "grouped": ((1, 6, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),
+        "depthwise_dilated": ((1, 4, 10, 10), (4, 1, 3, 3), {"pads": [2, 2, 2, 2], "group": 4, "dilations": [2, 2]}),
+        "1x1": ((1, 16, 5, 7), (8, 16, 1, 1), {}),
+        "1d": ((2, 3, 20), (5, 3, 4), {"pads": [2, 1]}),
+        "asymmetric_pads": ((1, 3, 7, 7), (2, 3, 2, 3), {"pads": [0, 2, 1, 0]}),
+    }
+    x_shape, w_shape, attrs = shapes[form]
+    x, w = _codes(rng, x_shape, x_dtype), _codes(rng, w_shape, w_dtype)
+    zw = _zero_point(rng, zw_kind, w_dtype, w_shape[0])
+    consts = {"w": w, "zx": np.asarray(250 if x_dtype == U8 else -100, x_dtype)}
+    inputs = ["x", "w", "zx"]
+    if zw is not None:
+        consts["zw"] = zw
+        inputs.append("zw")
+    model = _one_node("ConvInteger", "", inputs, consts, {"x": x}, TensorProto.INT32, **attrs)
+    seen: list[str] = []
+    real = _onednn.Convolution.run
+    monkeypatch.setattr(_onednn.Convolution, "run", lambda self, a, y: seen.append(self.implementation) or real(self, a, y))
+    want = _float_conv_reference(x, w, consts["zx"], zw, attrs)
+    if x_dtype == U8 and zw_kind != "per_channel":  # what onnxruntime's ConvInteger takes
+        ort_want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(ort_want, want)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        got = session.run(None, {"x": x})[0]
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    if _onednn.available() and seen:
+        assert all("amx" in s or "vnni" in s for s in seen), seen
+
+
+def _float_conv_reference(x, w, zx, zw, attrs):
+    """ConvInteger as onnxruntime's float Conv of the codes minus their zero points: exact here,
+    every partial sum an integer below 2^24 (K <= 45 terms of magnitude <= 255 * 255)."""
+    xs = (x.astype(np.int32) - np.int32(zx)).astype(np.float32)
+    zw_b = 0 if zw is None else (np.asarray(zw, np.int32).reshape((-1,) + (1,) * (w.ndim - 1)) if np.ndim(zw) else np.int32(zw))
+    ws = (w.astype(np.int32) - zw_b).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(ws, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    y = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": xs})[0]
+    assert np.array_equal(y, np.rint(y))
+    return y.astype(np.int32)
+
+
+@pytest.mark.parametrize("w_dtype,per_channel", [(I8, True), (U8, False)])
+def test_qlinear_conv_with_constant_weights_matches_onnxruntime(w_dtype, per_channel):
+    """QLinearConv's accumulator through the same 8-bit convolution: onnxruntime's uint8 output,
+    within one unit where a float32 requantization lands on a rounding tie."""
+    rng = np.random.default_rng(4)
+    x = _codes(rng, (1, 8, 12, 12), U8)
+    m = 6
+    w = _codes(rng, (m, 8, 3, 3), w_dtype)
+    consts = {"xs": np.asarray(0.02, np.float32), "xz": np.asarray(131, U8), "w": w,
+              "ws": (rng.uniform(0.001, 0.004, m) if per_channel else np.asarray(0.003)).astype(np.float32),
+              "wz": np.zeros(m, I8) if per_channel else np.asarray(121, U8),
+              "ys": np.asarray(0.5, np.float32), "yz": np.asarray(128, U8),
+              "b": rng.integers(-2000, 2000, m).astype(np.int32)}
+    model = _one_node("QLinearConv", "", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], consts, {"x": x},
+                      TensorProto.UINT8, pads=[1, 1, 1, 1])
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype == np.uint8
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() <= 1 and (diff > 0).mean() <= 0.02

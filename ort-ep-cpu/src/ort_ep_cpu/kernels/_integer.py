@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _jit, _onednn
 from ._util import PreparedFor
+from .nn import _as_2d
 
 #: K at or above this does not keep every sum of 8-bit products below 2^31
 MAX_K = 33025
@@ -176,3 +177,72 @@ def exact_product(prepared: PreparedFor, a: np.ndarray, a_zero_point, b: np.ndar
     if acc is None:
         acc = product(_minus(a, a_zero_point, True), _minus(b, b_zero_point, False))
     return acc
+
+
+class ConstantIntegerConvolution:
+    """ConvInteger with constant 8-bit weights W (M, C/g, k...) and their zero point (scalar or
+    per output channel), by oneDNN's 8-bit convolution where the CPU has dot-product kernels:
+    ``__call__(x, x_zero_point, geometry)`` gives the exact int32 output, or None (no oneDNN,
+    or a kernel that would saturate: the caller runs its own path).
+
+    oneDNN convolves the codes with zero padding; ONNX pads the codes minus their zero point
+    with zeros. With Ws = W - s (int8, s = 128 for uint8 codes) and e = s - zw:
+
+        conv(X - zx, W - zw) = conv(X, Ws) - zx * conv(1, Ws) + e * (conv(X, 1) - zx * conv(1, 1)),
+
+    where 1 is an input of ones inside the image (zero in the padding) or a kernel of ones. The
+    ``conv(X, 1)`` term is one more output channel per group with weights all ones (only where
+    e is not 0); the ``conv(1, .)`` maps depend on the shape alone and are made once per input
+    shape, by running the primitive on ones. All in int32 (exact: see the module's note)."""
+
+    def __init__(self, w: np.ndarray, w_zero_point, group: int):
+        self.group, self.m = group, w.shape[0]
+        shift = 128 if w.dtype == np.uint8 else 0
+        ws = (w.astype(np.int16) - shift).astype(np.int8).reshape((group, self.m // group) + w.shape[1:])
+        offset = (shift - _as_int32(w_zero_point)).reshape(-1)  # e, scalar or per channel
+        self.with_sums = bool(offset.any())
+        # e broadcast over the output grouped as (N, g, M/g, H, W)
+        self.offset = (offset if offset.size > 1 else np.repeat(offset, self.m)).reshape(1, group, -1, 1, 1)
+        if self.with_sums:  # after each group's channels, one of ones
+            ws = np.concatenate([ws, np.ones((group, 1) + w.shape[1:], np.int8)], axis=1)
+        self.weights = np.ascontiguousarray(ws.reshape((-1,) + w.shape[1:]))
+        self.plans: dict[tuple, tuple | None] = {}
+
+    def __call__(self, x: np.ndarray, x_zero_point, geometry) -> np.ndarray | None:
+        if not _onednn.USE or x.dtype not in (np.uint8, np.int8) or x.ndim not in (3, 4):
+            return None
+        plan = _onednn.plan_for(self.plans, (x.shape, x.dtype.char), lambda lib: self._plan(lib, x, geometry))
+        if plan is None:
+            return None
+        primitive, shape4, y_shape, unit = plan
+        out = np.empty(y_shape, np.int32)
+        primitive.run(np.ascontiguousarray(x).reshape(shape4), out)
+        y = self._combine(out, unit, 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(-1)[0]))
+        return y.reshape((x.shape[0], self.m) + geometry.out)
+
+    def _plan(self, lib, x: np.ndarray, geometry) -> tuple:
+        """(the primitive, its input and output shapes, conv(1, .) of one image) for x's shape."""
+        g2, shape4 = _as_2d(x.shape, geometry)  # 1-D convolutions as one row
+        y_shape = (shape4[0], self.weights.shape[0]) + g2.out
+        w4 = self.weights.reshape(self.weights.shape[:2] + g2.kernel)
+        primitive = _onednn.Convolution(lib, shape4, w4, None, self.group, g2.strides, g2.dilations, g2.pads, y_shape,
+                                        x_dtype=x.dtype)
+        unit = np.empty(y_shape, np.int32)
+        primitive.run(np.ones(shape4, x.dtype), unit)
+        return primitive, shape4, y_shape, unit[:1].copy()
+
+    def _combine(self, out: np.ndarray, unit: np.ndarray, zx: int) -> np.ndarray:
+        """The exact output from oneDNN's ``out`` (N, M', H, W), as (N, g, M/g, H, W)."""
+        n, g = out.shape[0], self.group
+        grouped = out.reshape((n, g, -1) + out.shape[2:])
+        unit_grouped = unit.reshape((1, g, -1) + unit.shape[2:])
+        if not self.with_sums:
+            if zx:
+                grouped -= zx * unit_grouped
+            return grouped
+        main = grouped[:, :, :-1] - zx * unit_grouped[:, :, :-1]  # a new array: conv(X - zx, Ws)
+        sums = grouped[:, :, -1:]
+        if zx:
+            sums -= zx * unit_grouped[:, :, -1:]
+        main += self.offset * sums
+        return main

@@ -539,24 +539,29 @@ class Convolution(_Primitive):
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
                  strides, dilations, pads, y_shape: tuple[int, ...], post_ops: Sequence[PostOp] = (),
-                 any_layout: bool = True, x_layout: str = "", y_layout: str = ""):
-        super().__init__(lib, x_shape, y_shape, x_layout, y_layout)
+                 any_layout: bool = True, x_layout: str = "", y_layout: str = "", x_dtype: np.dtype = np.float32):
+        # float32 throughout, or (``x_dtype`` uint8/int8, ``w`` int8) 8-bit codes into int32
+        integer = np.dtype(x_dtype) != np.float32
+        super().__init__(lib, x_shape, y_shape, x_layout, y_layout, _TYPES[np.dtype(x_dtype)], _S32 if integer else _F32)
+        w_type = _TYPES[w.dtype] if integer else _F32
         # the layout of the primitive's input and output: the given array's where it has one,
         # else oneDNN's choice (reordered from and to NCHW) or NCHW as it is
-        src = self.x_md if x_layout or not any_layout else self._descriptor_of(x_shape, _TAG_ANY)
-        dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY)
+        src = self.x_md if x_layout or not any_layout else self._descriptor_of(x_shape, _TAG_ANY, _TYPES[np.dtype(x_dtype)])
+        dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY, _S32 if integer else _F32)
         m = w.shape[0]
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
-        w_plain = self._descriptor_of(w_dims, _plain(len(w_dims)))
+        w_plain = self._descriptor_of(w_dims, _plain(len(w_dims)), w_type)
         b_md = None if b is None else self._descriptor_of((m,), _TAG_A)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         top, left, bottom, right = pads
         lib.check(lib.dnnl.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
-            src, self._descriptor_of(w_dims, _TAG_ANY), b_md, dst, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
+            src, self._descriptor_of(w_dims, _TAG_ANY, w_type), b_md, dst, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
             _Dims(top, left), _Dims(bottom, right), self._attributes(post_ops)),
             f"convolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
         self._finish(pd)
+        if integer:
+            _require_dot_products(self.implementation)
         self._constant(_ARG_WEIGHTS, w_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), w)
         if b is not None:
             self._constant(_ARG_BIAS, b_md, b_md, b)
@@ -614,6 +619,13 @@ class MatMul(_Primitive):
             self._constant(_ARG_BIAS, bias_md, bias_md, bias.reshape(1, n))
 
 
+def _require_dot_products(implementation: str) -> None:
+    """Decline an 8-bit kernel without 8-bit dot-product instructions (AMX, VNNI): oneDNN's
+    others add u8 x s8 pairs in int16 with saturation, which is not exact."""
+    if "amx" not in implementation and "vnni" not in implementation:
+        raise OneDNNError(f"{implementation} may saturate int8 products (no AMX or VNNI)")
+
+
 class IntegerMatMul(_Primitive):
     """(M, K) uint8 or int8 codes @ a constant B (K, N) of int8 codes -> int32 (M, N), the
     exact integer product (no zero points: ``_integer.ConstantIntegerMatrix`` adds their terms),
@@ -633,8 +645,7 @@ class IntegerMatMul(_Primitive):
             ctypes.byref(pd), lib.engine, self.x_md, self._descriptor_of((k, n), _TAG_ANY, _S8), None, self.y_md,
             self._attributes()), f"integer matmul ({m}, {k}) @ ({k}, {n})")
         self._finish(pd)
-        if "amx" not in self.implementation and "vnni" not in self.implementation:
-            raise OneDNNError(f"{self.implementation} may saturate int8 products (no AMX or VNNI)")
+        _require_dot_products(self.implementation)
         self._constant(_ARG_WEIGHTS, b_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
 
 

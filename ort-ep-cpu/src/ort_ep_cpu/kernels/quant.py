@@ -18,6 +18,7 @@ from ort_core.graph.view import GraphView, NodeView
 from ..registry import kernel, lookup
 from . import _integer, _jit
 from ._util import PreparedFor, const_input, dequantized_constant, fixed_constant, normalize_axis
+from .nn import _GeometryCache
 
 _INT_RANGES = {
     TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127),
@@ -247,28 +248,48 @@ def _channel_param(value, ndim: int, axis: int = 1):
     return v.reshape(())
 
 
-@kernel("ConvInteger", since=10)
-def _conv_integer(node, request):
+def _integer_conv(node, request, w_index: int):
+    """``run(x, x_zero_point, w, w_zero_point)``: the exact int32 convolution of the codes minus
+    their zero points (ConvInteger's, QLinearConv's accumulator): by oneDNN's 8-bit convolution
+    where the weights are the constant initializer (``_integer.ConstantIntegerConvolution``),
+    else as the float Conv kernel in float64 (exact: sums far below 2^53)."""
     conv = _conv_of(node, request)
+    w_constant, prepared = const_input(node, request, w_index), PreparedFor()
+    group = int(node.attr("group", 1))
+    geometry = _GeometryCache(node)
 
-    def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
+    def run(x, x_zero_point, w, w_zero_point):
+        if w is w_constant and w.dtype in (np.int8, np.uint8) and (w_zero_point is None or np.ndim(w_zero_point) <= 1):
+            integer_conv = prepared.get("W", (w, w_zero_point),
+                                        lambda: _integer.ConstantIntegerConvolution(w, w_zero_point, group))
+            y = integer_conv(x, x_zero_point, geometry.get(x.shape, node.attr("kernel_shape") or w.shape[2:]))
+            if y is not None:
+                return y
         xs = (x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))).astype(np.float64)
         ws = w.astype(np.int32)
         if w_zero_point is not None:
             ws = ws - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)
         return np.rint(conv(xs, ws.astype(np.float64))).astype(np.int32)
 
+    return run
+
+
+@kernel("ConvInteger", since=10)
+def _conv_integer(node, request):
+    integer_conv = _integer_conv(node, request, 1)
+
+    def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
+        return integer_conv(x, x_zero_point, w, w_zero_point)
+
     return conv_integer
 
 
 @kernel("QLinearConv", since=10)
 def _qlinear_conv(node, request):
-    conv = _conv_of(node, request)
+    integer_conv = _integer_conv(node, request, 3)
 
     def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None):
-        xs = (x.astype(np.int32) - x_zero_point.astype(np.int32)).astype(np.float64)
-        ws = (w.astype(np.int32) - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)).astype(np.float64)
-        acc = conv(xs, ws)
+        acc = integer_conv(x, x_zero_point, w, w_zero_point).astype(np.float64)
         if bias is not None:
             acc = acc + bias.astype(np.float64).reshape((1, -1) + (1,) * (acc.ndim - 2))
         multiplier = (np.float64(x_scale) * _channel_param(w_scale.astype(np.float64), acc.ndim)
