@@ -236,3 +236,56 @@ def test_qlinear_conv_with_constant_weights_matches_onnxruntime(w_dtype, per_cha
     assert got.dtype == want.dtype == np.uint8
     diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
     assert diff.max() <= 1 and (diff > 0).mean() <= 0.02
+
+
+def _qdq_matmul_model(x_shape, codes, w_scale, w_zero, a_scale, a_zero, per_column: bool) -> bytes:
+    """x -> QuantizeLinear -> DequantizeLinear -> MatMul <- DequantizeLinear(constant codes)."""
+    k, n = codes.shape
+    inits = [numpy_helper.from_array(codes, "w_q"), numpy_helper.from_array(w_scale, "w_s"),
+             numpy_helper.from_array(a_scale, "a_s"), numpy_helper.from_array(a_zero, "a_z")]
+    w_inputs = ["w_q", "w_s"]
+    if w_zero is not None:
+        inits.append(numpy_helper.from_array(w_zero, "w_z"))
+        w_inputs.append("w_z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "a_s", "a_z"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "a_s", "a_z"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", w_inputs, ["w_dq"], axis=1),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+
+
+@pytest.mark.parametrize("a_dtype,w_dtype,per_column", [(U8, I8, True), (U8, I8, False), (U8, U8, False), (I8, I8, True)])
+def test_qdq_matmul_takes_the_exact_integer_product(a_dtype, w_dtype, per_column, monkeypatch):
+    """A QDQ MatMul (DequantizeLinear of per-tensor codes times DequantizeLinear of constant
+    8-bit weights) through oneDNN's 8-bit matmul: bit-equal to float32(the int64 product of
+    the codes) * float32(a_scale * w_scale), onnxruntime's MatMulIntegerToFloat arithmetic;
+    within 1e-5 of the range of onnxruntime's float product of the dequantized values."""
+    if not _onednn.available():
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
+    seen: list[str] = []
+    real = _onednn.IntegerMatMul.run
+    monkeypatch.setattr(_onednn.IntegerMatMul, "run", lambda self, x, y: seen.append(self.implementation) or real(self, x, y))
+    rng = np.random.default_rng(7)
+    k, n = 96, 40
+    codes = _codes(rng, (k, n), w_dtype)
+    w_scale = (rng.uniform(0.001, 0.01, n) if per_column else np.asarray(0.004)).astype(np.float32)
+    info = np.iinfo(w_dtype)
+    w_zero = None if w_dtype == I8 and per_column else (
+        np.zeros(n, w_dtype) if per_column else np.asarray(info.max // 2 + 3 if w_dtype == U8 else -5, w_dtype))
+    a_scale, a_zero = np.asarray(0.03, np.float32), np.asarray(120 if a_dtype == U8 else -7, a_dtype)
+    x = (rng.standard_normal((2, 3, k)) * 2).astype(np.float32)
+    model = _qdq_matmul_model(x.shape, codes, w_scale, w_zero, a_scale, a_zero, per_column)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if not seen:
+        pytest.skip("this CPU has no AMX or VNNI kernel for the product: the float product ran")
+    a_info = np.iinfo(a_dtype)
+    q = np.clip(np.rint(x / a_scale) + a_zero.astype(np.float32), a_info.min, a_info.max).astype(np.int64)
+    acc = (q - int(a_zero)) @ (codes.astype(np.int64) - (0 if w_zero is None else w_zero.astype(np.int64)))
+    np.testing.assert_array_equal(got, acc.astype(np.float32) * (a_scale * w_scale).astype(np.float32))
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))

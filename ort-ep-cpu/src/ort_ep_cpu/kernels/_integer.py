@@ -83,9 +83,11 @@ class ConstantIntegerMatrix:
             self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
         self._fallback: np.ndarray | list | None = None
 
-    def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None) -> np.ndarray:
+    def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None,
+              onednn_only: bool = False) -> np.ndarray | None:
         """The product; ``out``: a C-contiguous int32 (M, N) to write it into (a loop's steps
-        reuse one: oneDNN then keeps the address it was given)."""
+        reuse one: oneDNN then keeps the address it was given). ``onednn_only``: None where
+        oneDNN does not take it (for a caller whose own float path is faster than the loop)."""
         if a.ndim != 2 or a.shape[1] != self.k:
             raise ValueError(f"ConstantIntegerMatrix: A must be (M, {self.k}), got shape {a.shape}")
         m = a.shape[0]
@@ -97,6 +99,8 @@ class ConstantIntegerMatrix:
                 plan.run(np.ascontiguousarray(a), z)
                 self._add_zero_point_terms(z, a, a_zero_point)
                 return z
+        if onednn_only:
+            return None
         za = _as_int32(a_zero_point)
         a_int = a.astype(np.int32) - (za.reshape(-1, 1) if za.ndim == 1 else za)
         z = self._exact(np.ascontiguousarray(a_int))

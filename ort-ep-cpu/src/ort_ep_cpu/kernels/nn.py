@@ -81,10 +81,17 @@ def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None
 
 @kernel("MatMul")
 def _matmul(node, request):
+    from .quant import qdq_integer_matmul  # noqa: PLC0415  (quant imports this module)
+
     b_given, b_ready = constant_weight(node, request, 1)
     product = _constant_product(b_ready)
+    integer_product = qdq_integer_matmul(node, request)  # a QDQ MatMul: 8-bit codes
 
     def matmul_kernel(a, b):
+        if b is b_given and integer_product is not None:
+            y = integer_product(a)
+            if y is not None:
+                return y
         if b is b_given and product is not None and a.ndim >= 1:
             y = product(a)
             if y is not None:

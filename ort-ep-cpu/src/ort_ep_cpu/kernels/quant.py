@@ -405,3 +405,69 @@ def fake_quant_kernel(request: KernelRequest) -> Kernel | None:
         def run(*args: np.ndarray) -> np.ndarray:
             return fq(args[position])
     return Kernel(run=run, single_output=True, note="QuantizeLinear -> DequantizeLinear in one pass")
+
+
+def _dequantized_weights(graph: GraphView, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(codes (K, N), scale, zero point) of a DequantizeLinear of fixed 8-bit constants with one
+    scale or one per column (axis 1), the weights of a QDQ MatMul; else None."""
+    index = graph.producer.get(name) if name else None
+    node = graph.nodes[index] if index is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or node.domain or int(node.attr("block_size", 0) or 0):
+        return None
+    codes = fixed_constant(graph, node.inputs[0])
+    scale = fixed_constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    zero = fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if codes is None or codes.ndim != 2 or codes.dtype not in (np.int8, np.uint8) or scale is None or scale.dtype != np.float32:
+        return None
+    if len(node.inputs) > 2 and node.inputs[2] and zero is None:
+        return None
+    per_column = scale.size > 1
+    if per_column and (scale.ndim != 1 or scale.size != codes.shape[1] or int(node.attr("axis", 1)) not in (1, -1)):
+        return None
+    if zero is not None and (zero.size != scale.size or zero.dtype != codes.dtype):
+        return None
+    return codes, scale.reshape(-1) if per_column else scale.reshape(()), None if zero is None else zero.reshape(scale.reshape(-1).shape if per_column else ())
+
+
+def qdq_integer_matmul(node: NodeView, request: KernelRequest):
+    """For a QDQ model's MatMul of DequantizeLinear(per-tensor 8-bit codes) and
+    DequantizeLinear(constant 8-bit weights): ``run(a) -> y | None``, the product as onnxruntime's
+    QDQ fusion computes it (MatMulIntegerToFloat): the codes' exact integer product by oneDNN's
+    8-bit matmul (``_integer.ConstantIntegerMatrix``) times a_scale * b_scale, in float32. The
+    codes are recovered from the float input: it is (q - zero point) * scale rounded to float32,
+    and rint(a / scale) gives q - zero point back exactly (an error below 255 * 2^-23). None
+    (the node's float product runs) where the node is not of that form, and ``run`` gives None
+    where oneDNN does not take the product."""
+    graph = request.graph
+    index = graph.producer.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    dq = graph.nodes[index] if index is not None else None
+    a_params = _scalar_quant(graph, dq) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    weights = _dequantized_weights(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    if a_params is None or weights is None or a_params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None
+    a_scale, a_zero, a_dtype = a_params
+    codes, w_scale, w_zero = weights
+    matrix = _integer.ConstantIntegerMatrix(codes, w_zero)
+    scale = (a_scale * w_scale).astype(np.float32)  # onnxruntime's: the product of the scales
+    lo, hi = _PAIR_RANGES[a_dtype]
+
+    def run(a: np.ndarray) -> np.ndarray | None:
+        if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != matrix.k:
+            return None
+        rows = a.size // matrix.k
+        if not matrix.onednn or rows * matrix.k * matrix.n < _integer.ONEDNN_MIN_MACS:
+            return None
+        q = np.empty(a.shape, a_dtype)
+        loop = _jit.quantize()
+        if loop is not None:
+            loop(np.ascontiguousarray(a).reshape(-1), a_scale, np.float32(a_zero), np.float32(lo), np.float32(hi), q.reshape(-1))
+        else:
+            np.clip(np.rint(a / a_scale) + np.float32(a_zero), lo, hi, out=q, casting="unsafe")
+        acc = matrix.times(q.reshape(rows, matrix.k), a_zero, onednn_only=True)
+        if acc is None:
+            return None
+        y = acc.astype(np.float32)
+        y *= scale
+        return y.reshape(a.shape[:-1] + (matrix.n,))
+
+    return run
