@@ -371,3 +371,43 @@ def test_string_initializers_reach_kernels_as_str_not_bytes():
     assert value.dtype == object and value.tolist() == ["neg", "pos"]
     assert view.value("c").const_value.tolist() == ["a"]
     assert view.nodes[1].attr("value").tolist() == ["a"]
+
+
+def test_large_initializers_go_to_inference_without_their_data(monkeypatch):
+    """Shape inference is sent the main graph's large initializers as typed inputs without
+    their data (onnx copies what it infers twice over: that was most of a session's peak
+    memory); shape arithmetic still reads the small constants, and the loaded model has every
+    initializer back with its values, graph inputs as declared (an overridable initializer
+    stays an input)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(F32)
+    w2 = rng.standard_normal((64, 64)).astype(F32)  # overridable: also a graph input
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["h2"]),
+             helper.make_node("Reshape", ["h2", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64]),
+         helper.make_tensor_value_info("w2", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(np.array([-1, 8, 8], I64), "shape")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sent: list[onnx.ModelProto] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(model, *args, **kwargs):
+        sent.append(model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    model = load_model(proto.SerializeToString())
+    assert sent and all(len(t.raw_data) <= load.INFERENCE_DATA_LIMIT for m in sent for t in m.graph.initializer)
+    assert {t.name for t in sent[0].graph.initializer} == {"shape"}
+    assert [v.name for v in model.graph.inputs] == ["x", "w2"]
+    values = {n: v.const_value.numpy() for n, v in model.graph.initializers.items()}
+    assert set(values) == {"w", "w2", "shape"}
+    np.testing.assert_array_equal(values["w"], w)
+    np.testing.assert_array_equal(values["w2"], w2)
+    reshaped = [n for n in model.graph if n.op_type == "Reshape"][0].outputs[0]
+    assert reshaped.shape is not None and list(reshaped.shape)[1:] == [8, 8]
+    assert model.graph.outputs[0].shape is not None and list(model.graph.outputs[0].shape)[1:] == [8, 8]

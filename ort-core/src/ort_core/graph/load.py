@@ -367,6 +367,73 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
 #: pops the key.)
 SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
 
+#: initializers of the main graph bigger than this many bytes go to shape inference as typed
+#: graph inputs without their data (the optimizer's inference does the same): onnx copies the
+#: model it infers twice over (into C++ and back), and for the data of weights that was most of
+#: a session's peak memory (the translit GRU decoder: 10 MB of 14 for 4.3 MB of weights).
+#: Shape arithmetic reads small integer constants, which are kept.
+INFERENCE_DATA_LIMIT = 1000
+
+
+def _without_large_data(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """A copy of ``model`` whose main-graph initializers over ``INFERENCE_DATA_LIMIT`` bytes are
+    typed graph inputs instead (those that are graph inputs already are simply left out), and
+    those initializers; ``model`` itself, and none, where there are none."""
+    graph = model.graph
+    large = [t for t in graph.initializer if _data_bytes(t) > INFERENCE_DATA_LIMIT]
+    if not large:
+        return model, []
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    large_names = {t.name for t in large}
+    for field, value in graph.ListFields():
+        if field.name == "initializer":
+            light.graph.initializer.extend(t for t in value if t.name not in large_names)
+        else:
+            _copy_field(light.graph, field, value)
+    inputs = {v.name for v in graph.input}
+    for tensor in large:
+        if tensor.name not in inputs:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return light, large
+
+
+def _copy_field(target: onnx.ModelProto | onnx.GraphProto, field, value) -> None:
+    """Copy one set field (from ``ListFields``): a repeated one, a message or a scalar."""
+    if field.type == field.TYPE_MESSAGE and not hasattr(value, "extend"):
+        getattr(target, field.name).CopyFrom(value)
+    elif hasattr(value, "extend"):  # a repeated field's container
+        getattr(target, field.name).extend(value)
+    else:
+        setattr(target, field.name, value)
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of a tensor's data held in the proto (0 for external data)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return 0
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data)
+    return max(len(tensor.float_data) * 4, len(tensor.int32_data) * 4, len(tensor.int64_data) * 8,
+               len(tensor.double_data) * 8, len(tensor.uint64_data) * 8, sum(len(v) for v in tensor.string_data))
+
+
+def _restore_initializers(model: ir.Model, large: list[onnx.TensorProto], inputs: set[str]) -> None:
+    """The initializers ``_without_large_data`` left out, put back into the IR model: the
+    stand-in graph inputs become initializers again (onnx-ir reads their data from the
+    original protos when asked, as for any initializer)."""
+    graph = model.graph
+    by_name = {v.name: v for v in graph.inputs}
+    for tensor in large:
+        value = by_name[tensor.name]
+        value.const_value = ir.serde.deserialize_tensor(tensor)
+        if tensor.name not in inputs:
+            graph.inputs.remove(value)
+        graph.initializers.add(value)
+
+
 def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = None,
                files: Mapping[str, bytes] | None = None) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir;
@@ -378,15 +445,17 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     if proto.functions:
         proto, data = onnx.inliner.inline_local_functions(proto), None
     _check_tensor_sizes(proto)
-    inferred = infer_shapes(proto, data)
+    light, large = _without_large_data(proto)
+    inferred = infer_shapes(light, data if light is proto else None)
     _untype_maps(inferred.graph)
     try:
         model = ir.serde.deserialize_model(inferred)
+        _restore_initializers(model, large, {v.name for v in proto.graph.input})
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
     _check_outputs_produced(model.graph)
     _check_if_branches(model.graph)
-    if inferred is not proto and not _removal_may_inform(model.graph):
+    if inferred is not light and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     return model
 

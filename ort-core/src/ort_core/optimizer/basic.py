@@ -13,7 +13,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
-from ..graph.load import SHAPES_INFERRED
+from ..graph.load import INFERENCE_DATA_LIMIT, SHAPES_INFERRED
 from ..sizes import GROWING, output_elements
 from . import _fold
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace
@@ -627,9 +627,6 @@ class MatMulAddToGemmPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
-#: initializers bigger than this many bytes are sent to shape inference as typed inputs without
-#: data (as onnx-ir's ShapeInferencePass does): serialising them costs more than it tells
-_INFERENCE_DATA_LIMIT = 1000
 
 
 class ShapeInferenceQuietPass(ir.passes.InPlacePass):
@@ -667,7 +664,7 @@ class ShapeInferenceQuietPass(ir.passes.InPlacePass):
 
 def _inference_proto(model: ir.Model, serialize: bool = True) -> onnx.ModelProto | None:
     """The model as shape inference gets it: initializers are graph inputs too, and those over
-    ``_INFERENCE_DATA_LIMIT`` bytes (or without data) are sent without their data. The model
+    ``INFERENCE_DATA_LIMIT`` bytes (or without data) are sent without their data. The model
     is restored afterwards, with onnx-ir's side effects kept so that results do not depend on
     which implementation ran: initializers get their tensor's shape and type where they had
     none, and those sent without data end up after the others. With ``serialize`` False only
@@ -689,7 +686,7 @@ def _inference_proto(model: ir.Model, serialize: bool = True) -> onnx.ModelProto
                 graph.inputs.append(value)
             if tensor is None:
                 graph.initializers.pop(value.name)
-            elif tensor.nbytes > _INFERENCE_DATA_LIMIT:
+            elif tensor.nbytes > INFERENCE_DATA_LIMIT:
                 value.const_value = None
                 graph.initializers.pop(value.name)
         return ir.serde.serialize_model(model) if serialize else None
