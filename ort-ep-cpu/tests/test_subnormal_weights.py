@@ -77,3 +77,41 @@ def test_constant_weight_flushes_only_subnormals():
     normal = np.ones(3, dtype=np.float32)
     value.const_value = normal
     assert constant_weight(node, request, 1) == (normal, normal)  # nothing to flush: no copy
+
+
+def test_flushing_works_across_chunks(monkeypatch):
+    """The subnormal scan runs in chunks (bounded temporaries): values in several chunks, and
+    in the last partial one, are all flushed."""
+    from ort_ep_cpu.kernels import _util
+
+    monkeypatch.setattr(_util, "_SUBNORMAL_CHUNK", 7)
+    given = np.arange(1, 31, dtype=np.float32).reshape(5, 6)
+    given[0, 1] = given[2, 3] = given[4, 5] = SUBNORMAL
+    flushed = _util.without_subnormals(given)
+    want = given.copy()
+    want[0, 1] = want[2, 3] = want[4, 5] = 0
+    np.testing.assert_array_equal(flushed, want)
+    assert given[4, 5] == SUBNORMAL
+
+
+def test_session_creation_makes_no_copy_of_transposed_gemm_weights():
+    """A Gemm with transB keeps its (N, K) weights as they are at creation: the (K, N) copy the
+    numpy path wants is made at its first run, and oneDNN packs from the transposed view. The
+    copy made at creation was a third copy of the weights (the model's, it, oneDNN's). Python
+    allocations only (tracemalloc: the initializer's bytes among them, not oneDNN's buffers)."""
+    import tracemalloc
+
+    w = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+    data = _model("Gemm", (2, 1024), w, {"transB": 1})
+    ort.InferenceSession(data, providers=["CPUExecutionProvider"])  # imports, compiled loops
+    tracemalloc.start()
+    try:
+        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * w.nbytes, f"creation allocated {peak / w.nbytes:.2f}x the weights"
+    x = np.random.default_rng(1).standard_normal((2, 1024)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # sums of 1024 products of unit normals (|y| up to ~100): another order's rounding, 1e-4
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=2e-4)

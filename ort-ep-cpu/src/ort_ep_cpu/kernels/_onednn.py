@@ -152,6 +152,7 @@ class _Library:
         d.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
         d.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
         d.dnnl_post_ops_append_binary.argtypes = [_P, ctypes.c_int, _P]
+        d.dnnl_memory_desc_create_with_strides.argtypes = [_P, ctypes.c_int, _P, ctypes.c_int, _P]
 
         class Version(ctypes.Structure):
             _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
@@ -435,13 +436,21 @@ class _Primitive:
         pd = self._own("dnnl_primitive_desc_destroy", self.lib.reorder_pd(src_md, dst_md))
         return self.lib.primitive(pd)
 
-    def _constant(self, arg: int, plain_md: _P, md: _P, array: np.ndarray) -> None:
-        """A constant input (weights, bias) copied once into the primitive's layout ``md``
-        (float32, or the 8-bit type ``plain_md`` gives)."""
+    def _constant(self, arg: int, md: _P, array: np.ndarray) -> None:
+        """A constant input (weights, bias; float32, or int8 codes) copied once into the
+        primitive's layout ``md``, read with its own strides (a transposed view is not copied
+        first: a Gemm's transB weights)."""
         lib = self.lib
         memory = self._own("dnnl_memory_destroy", lib.memory(md, _ALLOCATE))
         dtype = array.dtype if array.dtype in (np.int8, np.uint8) else np.float32
-        plain = np.ascontiguousarray(array, dtype=dtype)  # held until the reorder has read it
+        plain = array if array.dtype == dtype else array.astype(dtype)  # held until the reorder has read it
+        if plain.strides and min(plain.strides) < 0:
+            plain = np.ascontiguousarray(plain)
+        strides = _Dims(*(s // plain.itemsize for s in plain.strides))
+        plain_md = _P()
+        lib.check(lib.dnnl.dnnl_memory_desc_create_with_strides(ctypes.byref(plain_md), plain.ndim, _Dims(*plain.shape),
+                                                                  _TYPES[plain.dtype], strides), "strided memory desc")
+        self._own("dnnl_memory_desc_destroy", plain_md)
         source = lib.memory(plain_md, plain.ctypes.data)
         reorder = self._reorder(plain_md, md)
         try:
@@ -550,7 +559,6 @@ class Convolution(_Primitive):
         dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY, _S32 if integer else _F32)
         m = w.shape[0]
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
-        w_plain = self._descriptor_of(w_dims, _plain(len(w_dims)), w_type)
         b_md = None if b is None else self._descriptor_of((m,), _TAG_A)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         top, left, bottom, right = pads
@@ -562,9 +570,9 @@ class Convolution(_Primitive):
         self._finish(pd)
         if integer:
             _require_dot_products(self.implementation)
-        self._constant(_ARG_WEIGHTS, w_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), w)
+        self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), w.reshape(w_dims))
         if b is not None:
-            self._constant(_ARG_BIAS, b_md, b_md, b)
+            self._constant(_ARG_BIAS, b_md, b)
         self._bind_binary()
 
 
@@ -607,16 +615,15 @@ class MatMul(_Primitive):
         super().__init__(lib, (m, k), (m, n))
         if m > 1 and m * k * n < ONE_THREAD_MACS:
             self.most_threads = 1
-        b_plain = self._descriptor_of((k, n), _plain(2))
         bias_md = None if bias is None else self._descriptor_of((1, n), _plain(2))
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         lib.check(lib.dnnl.dnnl_matmul_primitive_desc_create(
             ctypes.byref(pd), lib.engine, self.x_md, self._descriptor_of((k, n), _TAG_ANY), bias_md, self.y_md,
             self._attributes(() if post_op is None else (post_op,))), f"matmul ({m}, {k}) @ ({k}, {n})")
         self._finish(pd)
-        self._constant(_ARG_WEIGHTS, b_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
+        self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
         if bias is not None:
-            self._constant(_ARG_BIAS, bias_md, bias_md, bias.reshape(1, n))
+            self._constant(_ARG_BIAS, bias_md, bias.reshape(1, n))
 
 
 def _require_dot_products(implementation: str) -> None:
@@ -639,14 +646,13 @@ class IntegerMatMul(_Primitive):
         super().__init__(lib, (m, k), (m, n), x_type=_TYPES[np.dtype(a_dtype)], y_type=_S32)
         if m > 1 and m * k * n < ONE_THREAD_MACS:
             self.most_threads = 1
-        b_plain = self._descriptor_of((k, n), _plain(2), _S8)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         lib.check(lib.dnnl.dnnl_matmul_primitive_desc_create(
             ctypes.byref(pd), lib.engine, self.x_md, self._descriptor_of((k, n), _TAG_ANY, _S8), None, self.y_md,
             self._attributes()), f"integer matmul ({m}, {k}) @ ({k}, {n})")
         self._finish(pd)
         _require_dot_products(self.implementation)
-        self._constant(_ARG_WEIGHTS, b_plain, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
+        self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), b)
 
 
 class Reorder(_Primitive):

@@ -114,12 +114,22 @@ def without_subnormals(weights: np.ndarray) -> np.ndarray:
     where there are none (see ``constant_weight``; oneDNN's kernels take the same assists: a
     1x1 convolution 480->120 with a third of its weights subnormal, 90 against 8.5 us)."""
     tiny = np.finfo(weights.dtype).tiny
-    subnormal = (np.abs(weights) < tiny) & (weights != 0)
-    if not subnormal.any():
-        return weights
-    flushed = weights.copy()
-    flushed[subnormal] = 0
-    return flushed
+    flat = weights.reshape(-1)
+    flushed = None
+    # in chunks: the comparisons' temporaries of a whole weight matrix were 1.25x its size at
+    # session creation, at the peak of its memory
+    for start in range(0, flat.size, _SUBNORMAL_CHUNK):
+        part = flat[start:start + _SUBNORMAL_CHUNK]
+        subnormal = (np.abs(part) < tiny) & (part != 0)
+        if subnormal.any():
+            if flushed is None:
+                flushed = weights.copy()
+            flushed.reshape(-1)[start:start + _SUBNORMAL_CHUNK][subnormal] = 0
+    return weights if flushed is None else flushed
+
+
+#: elements per pass of ``without_subnormals``
+_SUBNORMAL_CHUNK = 1 << 16
 
 
 def has_input(node: NodeView, k: int) -> bool:

@@ -73,10 +73,11 @@ class _ConstantProduct:
 
 
 def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None:
-    """A ``_ConstantProduct`` for a constant 2-D float32 ``b``, else None."""
+    """A ``_ConstantProduct`` for a constant 2-D float32 ``b`` (any strides: oneDNN reads them
+    as it packs B), else None."""
     if b is None or not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype != np.float32:
         return None
-    return _ConstantProduct(np.ascontiguousarray(b), **kwargs)
+    return _ConstantProduct(b, **kwargs)
 
 
 @kernel("MatMul")
@@ -110,18 +111,28 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
     trans_a = bool(node.attr("transA", 0))
     trans_b = bool(node.attr("transB", 0))
     activation = make_activation(activation_name, activation_params or [])
-    # a constant B (the weights) is transposed once here: OpenBLAS is about 2x faster on a
-    # contiguous (K, N) B than on the transposed view when A has few rows (batch 1-8)
     b_const, b_weights = constant_weight(node, request, 1)
-    b_ready = np.ascontiguousarray(b_weights.T) if trans_b and b_weights is not None else b_weights
+    # B as (K, N): a view of the constant weights for transB. oneDNN reads the view as it packs
+    # B; the numpy path makes it contiguous at its first run (``contiguous_b``): OpenBLAS is
+    # about 2x faster on a contiguous (K, N) B than on the transposed view when A has few rows
+    # (batch 1-8). Made at creation it was a third copy of the weights beside the model's and
+    # oneDNN's (the translit GRU decoder's peak memory: 3.2x onnxruntime's).
+    b_view = b_weights.T if trans_b and b_weights is not None else b_weights
+    b_ready: list[np.ndarray] = []
+
+    def contiguous_b() -> np.ndarray:
+        if not b_ready:
+            b_ready.append(np.ascontiguousarray(b_view))
+        return b_ready[0]
+
     # oneDNN: alpha folded into B, beta * C as the bias where C is a constant row of N
     c_const = constant_weight(node, request, 2)[0] if len(node.inputs) > 2 and node.inputs[2] else None
     product = None
-    if b_ready is not None and (c_const is None or (isinstance(c_const, np.ndarray) and c_const.dtype == np.float32
-                                                    and c_const.shape in ((b_ready.shape[-1],), (1, b_ready.shape[-1])))):
+    if b_view is not None and (c_const is None or (isinstance(c_const, np.ndarray) and c_const.dtype == np.float32
+                                                   and c_const.shape in ((b_view.shape[-1],), (1, b_view.shape[-1])))):
         post_op = _onednn.post_op(activation_name, activation_params or [])
         bias = None if c_const is None else (c_const.reshape(-1) * np.float32(beta)).astype(np.float32)
-        scaled = b_ready if alpha == 1.0 or b_ready.dtype != np.float32 else b_ready * np.float32(alpha)
+        scaled = b_view if alpha == 1.0 or b_view.dtype != np.float32 else b_view * np.float32(alpha)
         if post_op is not None or not activation_name:  # else an activation only numpy applies
             product = _constant_product(scaled, bias=bias, post_op=post_op)
 
@@ -130,8 +141,8 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
             y = product(a)
             if y is not None:
                 return y
-        if b is b_const and b_ready is not None:  # not an overridden initializer
-            b = b_ready  # transposed once for transB, subnormals flushed
+        if b is b_const and b_view is not None:  # not an overridden initializer
+            b = contiguous_b()  # transposed once for transB, subnormals flushed
         elif trans_b:
             b = b.T
         y = (a.T if trans_a else a) @ b
