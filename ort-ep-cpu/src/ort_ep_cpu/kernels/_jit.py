@@ -35,6 +35,7 @@ _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
 _interleave: Callable | None = None
 _lstm_scan: Callable | None = None
 _quantized_lstm_step: Callable | None = None
+_lstm_cell_row: Callable | None = None
 _gru_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
 _sigmoid_value: Callable | None = None
@@ -208,7 +209,7 @@ def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
-    global _quantized_lstm_step, _erf_in_place
+    global _quantized_lstm_step, _erf_in_place, _lstm_cell_row
     if _tried:
         return
     with _lock:
@@ -263,6 +264,7 @@ def _load_once() -> None:
                 _exp_value = numba.njit(inline="always", **elementwise)(_exp_value_py)
                 _sigmoid_value = numba.njit(inline="always", **elementwise)(_sigmoid_value_py)
                 _tanh_value = numba.njit(inline="always", **elementwise)(_tanh_value_py)
+                _lstm_cell_row = numba.njit(inline="always", **elementwise)(_lstm_cell_row_py)
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
                 _quantized_lstm_step = numba.njit(cache=cached, **elementwise)(_quantized_lstm_step_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
@@ -617,6 +619,27 @@ def _tanh_value_py(v):  # pragma: no cover - compiled by numba
     return _ONE - _F(2.0) / (_exp_value(v + v) + _ONE)
 
 
+def _lstm_cell_row_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
+    """One batch row of an LSTM cell (default activations): gates z (4n,) in order i, o, f, c,
+    peepholes p (3n,) or empty; c and h (n,) updated in place, y = h."""
+    n = c.shape[0]
+    for j in range(n):
+        cj = c[j]
+        zi = z[j]
+        zf = z[2 * n + j]
+        if p.size != 0:
+            zi += p[j] * cj
+            zf += p[2 * n + j] * cj
+        cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(z[3 * n + j])
+        zo = z[n + j]
+        if p.size != 0:
+            zo += p[n + j] * cj
+        c[j] = cj
+        hj = _sigmoid_value(zo) * _tanh_value(cj)
+        h[j] = hj
+        y[j] = hj
+
+
 def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled by numba
     """See ``lstm_scan``."""
     seq, batch, g = xw.shape
@@ -632,22 +655,7 @@ def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled
                 for j in range(n):
                     ys[t, b, j] = _ZERO
                 continue
-            zb = z[b]
-            for j in range(n):
-                cj = c[b, j]
-                zi = zb[j]
-                zf = zb[2 * n + j]
-                if p.size != 0:
-                    zi += p[j] * cj
-                    zf += p[2 * n + j] * cj
-                cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(zb[3 * n + j])
-                zo = zb[n + j]
-                if p.size != 0:
-                    zo += p[n + j] * cj
-                c[b, j] = cj
-                hj = _sigmoid_value(zo) * _tanh_value(cj)
-                h[b, j] = hj
-                ys[t, b, j] = hj
+            _lstm_cell_row(z[b], p, c[b], h[b], ys[t, b])
 
 
 def _quantized_lstm_step_py(acc, scale, xt, rb, p, lens, step, h, c, y, q):  # pragma: no cover - compiled by numba
@@ -662,21 +670,7 @@ def _quantized_lstm_step_py(acc, scale, xt, rb, p, lens, step, h, c, y, q):  # p
             continue
         for j in range(g):
             z[j] = xt[b, j] + np.float32(acc[b, j]) * scale + rb[j]
-        for j in range(n):
-            cj = c[b, j]
-            zi = z[j]
-            zf = z[2 * n + j]
-            if p.size != 0:
-                zi += p[j] * cj
-                zf += p[2 * n + j] * cj
-            cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(z[3 * n + j])
-            zo = z[n + j]
-            if p.size != 0:
-                zo += p[n + j] * cj
-            c[b, j] = cj
-            hj = _sigmoid_value(zo) * _tanh_value(cj)
-            h[b, j] = hj
-            y[b, j] = hj
+        _lstm_cell_row(z, p, c[b], h[b], y[b])
     # onnxruntime's dynamic quantization of h: the range widened to hold 0, 255 steps
     hi = _ZERO
     lo = _ZERO
