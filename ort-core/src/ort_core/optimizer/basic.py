@@ -627,8 +627,6 @@ class MatMulAddToGemmPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
-
-
 class ShapeInferenceQuietPass(ir.passes.InPlacePass):
     """onnx shape inference (so that shape folding knows shapes); a model it cannot infer is
     left as it is.

@@ -91,7 +91,7 @@ class ConstantIntegerMatrix:
         if a.ndim != 2 or a.shape[1] != self.k:
             raise ValueError(f"ConstantIntegerMatrix: A must be (M, {self.k}), got shape {a.shape}")
         m = a.shape[0]
-        if self.onednn and a.dtype in (np.uint8, np.int8) and m * self.k * self.n >= ONEDNN_MIN_MACS:
+        if self.takes_onednn(m, a.dtype):
             plan = _onednn.plan_for(self.plans, (m, a.dtype.char),
                                     lambda lib: _onednn.IntegerMatMul(lib, m, self.b_s8, a.dtype))
             if plan is not None:
@@ -107,6 +107,11 @@ class ConstantIntegerMatrix:
         if out is not None:
             out[...] = z
         return z
+
+    def takes_onednn(self, rows: int, a_dtype: np.dtype) -> bool:
+        """Whether a product of ``rows`` rows of ``a_dtype`` codes goes to oneDNN (where it
+        has a kernel for it: ``times`` falls back otherwise)."""
+        return self.onednn and a_dtype in (np.uint8, np.int8) and rows * self.k * self.n >= ONEDNN_MIN_MACS
 
     def _add_zero_point_terms(self, z: np.ndarray, a: np.ndarray, a_zero_point) -> None:
         """z = A @ Bs (oneDNN's) made (A - za) @ (B - zb), in place."""

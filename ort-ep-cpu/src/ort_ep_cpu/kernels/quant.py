@@ -257,12 +257,13 @@ def _integer_conv(node, request, w_index: int):
     w_constant, prepared = const_input(node, request, w_index), PreparedFor()
     group = int(node.attr("group", 1))
     geometry = _GeometryCache(node)
+    attr_kernel = node.attr("kernel_shape")
 
     def run(x, x_zero_point, w, w_zero_point):
         if w is w_constant and w.dtype in (np.int8, np.uint8) and (w_zero_point is None or np.ndim(w_zero_point) <= 1):
             integer_conv = prepared.get("W", (w, w_zero_point),
                                         lambda: _integer.ConstantIntegerConvolution(w, w_zero_point, group))
-            y = integer_conv(x, x_zero_point, geometry.get(x.shape, node.attr("kernel_shape") or w.shape[2:]))
+            y = integer_conv(x, x_zero_point, geometry.get(x.shape, attr_kernel or w.shape[2:]))
             if y is not None:
                 return y
         xs = (x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))).astype(np.float64)
@@ -449,20 +450,16 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
     codes, w_scale, w_zero = weights
     matrix = _integer.ConstantIntegerMatrix(codes, w_zero)
     scale = (a_scale * w_scale).astype(np.float32)  # onnxruntime's: the product of the scales
-    lo, hi = _PAIR_RANGES[a_dtype]
+    # the QuantizeLinear that gives the codes back (the DequantizeLinear's scale and zero point)
+    to, q_scale, q_zero = _onnx_type(a_dtype), np.asarray(a_scale, np.float32), np.asarray(a_zero, a_dtype)
 
     def run(a: np.ndarray) -> np.ndarray | None:
         if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != matrix.k:
             return None
         rows = a.size // matrix.k
-        if not matrix.onednn or rows * matrix.k * matrix.n < _integer.ONEDNN_MIN_MACS:
+        if not matrix.takes_onednn(rows, a_dtype):  # (before the quantization it would waste)
             return None
-        q = np.empty(a.shape, a_dtype)
-        loop = _jit.quantize()
-        if loop is not None:
-            loop(np.ascontiguousarray(a).reshape(-1), a_scale, np.float32(a_zero), np.float32(lo), np.float32(hi), q.reshape(-1))
-        else:
-            np.clip(np.rint(a / a_scale) + np.float32(a_zero), lo, hi, out=q, casting="unsafe")
+        q = quantize(a, q_scale, q_zero, to, 1, 0, True)
         acc = matrix.times(q.reshape(rows, matrix.k), a_zero, onednn_only=True)
         if acc is None:
             return None
