@@ -25,12 +25,14 @@ TOLERANCE = {
     # the same in VoiceFilter-Lite's three mask LSTMs: 7e-4 of the mask after 57 frames (measured)
     "voicefilter-lite": 5e-3,
     # Smart Turn's QDQ Whisper encoder (a QuantizeLinear after every op): float32 rounding
-    # decides which way a tie rounds, and four layers amplify each step; onnxruntime's own
-    # ORT_ENABLE_ALL and ORT_DISABLE_ALL differ by 0.0052 on its probability. ort-core's CPU
-    # provider computes its QDQ MatMuls as onnxruntime's integer fusion does and equals
-    # ORT_ENABLE_ALL to the bit where oneDNN has 8-bit kernels (AMX here); on the float path
-    # it is 0.034 from either (measured). Its CPU test compares an early probe, within one step.
-    "smart-turn-v3": 1e-2,
+    # decides which way a tie rounds, and four layers amplify each step. onnxruntime's own
+    # ORT_ENABLE_ALL (integer QLinearConv / QLinearMatMul) and ORT_DISABLE_ALL (float) differ
+    # by 0.005 on this feed's probability (0.84) but by 0.03-0.20 on seven noisy variants of it.
+    # ort-core's CPU provider takes the integer fusions' arithmetic for its QDQ Conv and MatMul
+    # (its convolutions' codes equal ORT_ENABLE_ALL's exactly) and lands 0.009-0.10 from
+    # ORT_DISABLE_ALL over the eight (0.046 on this one; measured). Its CPU test holds an early
+    # probe to onnxruntime's own spread between its levels.
+    "smart-turn-v3": 0.1,
     # ddddocr's dynamically quantized recogniser: 22 dynamic requantizations turn float32
     # rounding into flipped quantization steps; its logits agree to 1.1% of their range
     # (measured; the CPU provider's test bounds it at 3% and checks the decoded classes)

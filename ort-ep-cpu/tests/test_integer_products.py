@@ -289,3 +289,91 @@ def test_qdq_matmul_takes_the_exact_integer_product(a_dtype, w_dtype, per_column
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+def _qdq_conv_model(x_shape, codes, w_scale, w_zero, x_scale, x_zero, bias, attrs) -> bytes:
+    """x -> QuantizeLinear -> DequantizeLinear -> Conv <- DequantizeLinear(constant codes, per
+    output channel where w_scale is a vector), with ``bias``: int32 codes (a DequantizeLinear at
+    x_scale * w_scale, as the quantizer writes it), float32 values, or None."""
+    inits = [numpy_helper.from_array(codes, "w_q"), numpy_helper.from_array(w_scale, "w_s"),
+             numpy_helper.from_array(x_scale, "x_s"), numpy_helper.from_array(x_zero, "x_z")]
+    w_inputs = ["w_q", "w_s"]
+    if w_zero is not None:
+        inits.append(numpy_helper.from_array(w_zero, "w_z"))
+        w_inputs.append("w_z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", w_inputs, ["w_dq"], axis=0)]
+    conv_inputs = ["x_dq", "w_dq"]
+    if bias is not None and bias.dtype == np.int32:
+        inits += [numpy_helper.from_array(bias, "b_q"), numpy_helper.from_array((x_scale * w_scale).astype(np.float32), "b_s")]
+        nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_s"], ["b"], axis=0))
+        conv_inputs.append("b")
+    elif bias is not None:
+        inits.append(numpy_helper.from_array(bias, "b"))
+        conv_inputs.append("b")
+    nodes.append(helper.make_node("Conv", conv_inputs, ["y"], **attrs))
+    graph = helper.make_graph(nodes, "qdq_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+
+
+@pytest.mark.parametrize("form", ["1d_stride2_int_bias", "2d_u8_weights_float_bias", "depthwise_no_bias", "int8_input"])
+def test_qdq_conv_takes_the_exact_integer_convolution(form, monkeypatch):
+    """A QDQ Conv (DequantizeLinear of per-tensor codes, DequantizeLinear of constant 8-bit
+    weights) through oneDNN's 8-bit convolution: bit-equal to float32(the exact integer sums of
+    the codes plus the bias's int32 codes) * float32(x_scale * w_scale), onnxruntime's
+    QLinearConv accumulation (a float bias added after, in float32); within 1e-5 of the range
+    of onnxruntime's float convolution of the dequantized values."""
+    if not _onednn.available():
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
+    taken: list[bool] = []
+    real = _integer.ConstantIntegerConvolution.__call__
+
+    def spy(self, *args):
+        y = real(self, *args)
+        taken.append(y is not None)
+        return y
+
+    monkeypatch.setattr(_integer.ConstantIntegerConvolution, "__call__", spy)
+    rng = np.random.default_rng(11)
+    forms = {  # x shape, w shape, attributes, x dtype, w dtype, per channel, bias kind
+        "1d_stride2_int_bias": ((1, 16, 40), (24, 16, 3), {"pads": [1, 1], "strides": [2]}, U8, I8, True, "int32"),
+        "2d_u8_weights_float_bias": ((2, 6, 9, 9), (8, 6, 3, 3), {"pads": [1, 1, 1, 1]}, U8, U8, False, "float"),
+        "depthwise_no_bias": ((1, 8, 10, 10), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 8}, U8, I8, True, None),
+        "int8_input": ((1, 5, 7, 7), (4, 5, 2, 2), {}, I8, I8, False, "int32"),
+    }
+    x_shape, w_shape, attrs, x_dtype, w_dtype, per_channel, bias_kind = forms[form]
+    m = w_shape[0]
+    codes = _codes(rng, w_shape, w_dtype)
+    w_scale = (rng.uniform(0.001, 0.01, m) if per_channel else np.asarray(0.004)).astype(np.float32)
+    w_zero = (np.zeros(m, w_dtype) if per_channel else np.asarray(131 if w_dtype == U8 else 0, w_dtype))
+    x_scale, x_zero = np.asarray(0.03, np.float32), np.asarray(120 if x_dtype == U8 else -7, x_dtype)
+    bias = {"int32": rng.integers(-3000, 3000, m).astype(np.int32), "float": rng.standard_normal(m).astype(np.float32),
+            None: None}[bias_kind]
+    x = (rng.standard_normal(x_shape) * 2).astype(np.float32)
+    model = _qdq_conv_model(x.shape, codes, w_scale, w_zero, x_scale, x_zero, bias, attrs)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if not any(taken):
+        # the float convolution ran: right only where oneDNN has no 8-bit kernel for this one
+        # (a ConvInteger of the same codes asks oneDNN the same way)
+        probe = _one_node("ConvInteger", "", ["x", "w", "zx"], {"w": codes, "zx": x_zero}, {"x": np.zeros(x_shape, x_dtype)},
+                          TensorProto.INT32, **attrs)
+        ort.InferenceSession(probe, providers=["CPUExecutionProvider"]).run(None, {"x": np.zeros(x_shape, x_dtype)})
+        assert not any(taken), "ConvInteger took oneDNN's 8-bit convolution; the QDQ Conv did not"
+        pytest.skip("this CPU has no AMX or VNNI kernel for the convolution: the float one ran")
+    x_info = np.iinfo(x_dtype)
+    q = np.clip(np.rint(x / x_scale) + x_zero.astype(np.float32), x_info.min, x_info.max).astype(x_dtype)
+    acc = _float_conv_reference(q, codes, x_zero, w_zero if per_channel else w_zero.reshape(()), attrs)
+    channel = (1, -1) + (1,) * (len(x_shape) - 2)
+    if bias_kind == "int32":
+        acc = acc + bias.reshape(channel)
+    want_bits = acc.astype(np.float32) * (x_scale * w_scale).astype(np.float32).reshape(channel if per_channel else ())
+    if bias_kind == "float":
+        want_bits = want_bits + bias.reshape(channel)
+    np.testing.assert_array_equal(got, want_bits)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))

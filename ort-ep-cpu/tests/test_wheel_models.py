@@ -62,8 +62,12 @@ def test_qdq_whisper_encoder_matches_onnxruntime_at_every_level(variant):
     QuantizeLinear, and the flipped steps multiply through 12 attention layers. onnxruntime
     itself is that chaotic: inputs moved by 1-2 ulp move its probability from 0.84 to 0.89,
     and its ORT_ENABLE_EXTENDED gives 0.88 where its ORT_DISABLE_ALL gives 0.92 (measured). So
-    the probe is the first attention block's uint8 output (at most 0.1% of it one step off),
-    and the final probability is held to that spread and to the same turn decision."""
+    the probe is the first attention block's uint8 output, held to onnxruntime's own spread
+    there: no more steps off either onnxruntime level, on no more elements, than its
+    ORT_ENABLE_ALL (integer QLinearConv / QLinearMatMul fusions) is off its ORT_DISABLE_ALL
+    (float): 3 steps on 738 of 153,600 on the first feed; ort-core, whose QDQ Conv and MatMul
+    take the integer fusions' arithmetic, 318 from ALL and 516 from DISABLE (measured). The
+    final probability is held to the spread above and to the same turn decision."""
     import onnx
 
     path = str(fetch_or_skip("smart-turn-v3"))
@@ -71,16 +75,23 @@ def test_qdq_whisper_encoder_matches_onnxruntime_at_every_level(variant):
     model.graph.output.append(onnx.helper.make_tensor_value_info(SMART_TURN_PROBE, onnx.TensorProto.UINT8, None))
     data = model.SerializeToString()
     feeds = feeds_or_skip("smart-turn-v3", variant)
-    so = onnxruntime.SessionOptions()
-    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    want = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    references = []
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        references.append(onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds))
+    want, want_all = references
+    spread = np.abs(want_all[1].astype(np.int64) - want[1])
     for level in LEVELS:
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, feeds)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype, (level, g.shape, w.shape, g.dtype, w.dtype)
-        steps = np.abs(got[1].astype(np.int64) - want[1])
-        assert steps.max() <= 1 and np.count_nonzero(steps) <= 1e-3 * steps.size, (level, steps.max(), np.count_nonzero(steps))
+        for reference in references:
+            steps = np.abs(got[1].astype(np.int64) - reference[1])
+            assert steps.max() <= max(1, spread.max()), (level, steps.max(), spread.max())
+            assert np.count_nonzero(steps) <= max(1e-3 * steps.size, np.count_nonzero(spread)), (
+                level, np.count_nonzero(steps), np.count_nonzero(spread))
         assert float(np.abs(got[0] - want[0]).max()) <= 0.15, level
         np.testing.assert_array_equal(got[0] > 0.5, want[0] > 0.5)

@@ -873,8 +873,13 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     # from onnxruntime's im2col GEMM, and in a QDQ model every rounding difference can flip a
     # QuantizeLinear tie (a QDQ Whisper encoder's first attention block: 3 steps off on 0.35%
     # of its outputs, against 1 step on 0.05% on the numpy path)
+    # They go to the integer convolution instead where the input is a DequantizeLinear too
+    # (``qdq_integer_conv``): onnxruntime's QLinearConv arithmetic, exact sums
     w_given, w_ready = constant_weight(node, request, 1, dequantized=False)
     b_given = constant_weight(node, request, 2, dequantized=False)[0] if len(node.inputs) > 2 else None
+    from .quant import qdq_integer_conv  # noqa: PLC0415  (quant imports this module)
+
+    integer_conv = qdq_integer_conv(node, request)  # its weights are fixed: read at creation
     activation = make_activation(activation_name, activation_params or [])
     post_op = _onednn.post_op(activation_name, activation_params or [])
     onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
@@ -907,6 +912,12 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             # float16/bfloat16: accumulate in float32 (numpy has no BLAS for them), round once
             b32 = None if b is None else b.astype(np.float32)
             return conv_kernel(x.astype(np.float32), w.astype(np.float32), b32).astype(x.dtype)
+        if integer_conv is not None:
+            y = integer_conv(x, b)
+            if y is not None:
+                if activation is not None:
+                    activation(y)
+                return y
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
         if w is w_ready and b is b_given and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:

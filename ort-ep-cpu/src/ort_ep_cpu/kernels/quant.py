@@ -5,6 +5,7 @@ QLinearConv."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -408,9 +409,11 @@ def fake_quant_kernel(request: KernelRequest) -> Kernel | None:
     return Kernel(run=run, single_output=True, note="QuantizeLinear -> DequantizeLinear in one pass")
 
 
-def _dequantized_weights(graph: GraphView, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """(codes (K, N), scale, zero point) of a DequantizeLinear of fixed 8-bit constants with one
-    scale or one per column (axis 1), the weights of a QDQ MatMul; else None."""
+def _dequantized_weights(graph: GraphView, name: str, conv: bool = False
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(codes, scale, zero point) of a DequantizeLinear of fixed 8-bit constants with one scale
+    or one per output channel: a QDQ MatMul's weights (K, N), per column (axis 1), or with
+    ``conv`` a QDQ Conv's (M, C/g, k...), per output channel (axis 0); else None."""
     index = graph.producer.get(name) if name else None
     node = graph.nodes[index] if index is not None else None
     if node is None or node.op_type != "DequantizeLinear" or node.domain or int(node.attr("block_size", 0) or 0):
@@ -418,16 +421,43 @@ def _dequantized_weights(graph: GraphView, name: str) -> tuple[np.ndarray, np.nd
     codes = fixed_constant(graph, node.inputs[0])
     scale = fixed_constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
     zero = fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    if codes is None or codes.ndim != 2 or codes.dtype not in (np.int8, np.uint8) or scale is None or scale.dtype != np.float32:
+    if codes is None or codes.dtype not in (np.int8, np.uint8) or scale is None or scale.dtype != np.float32:
+        return None
+    if (codes.ndim < 3) if conv else (codes.ndim != 2):
         return None
     if len(node.inputs) > 2 and node.inputs[2] and zero is None:
         return None
-    per_column = scale.size > 1
-    if per_column and (scale.ndim != 1 or scale.size != codes.shape[1] or int(node.attr("axis", 1)) not in (1, -1)):
+    channel_axis = 0 if conv else 1
+    per_channel = scale.size > 1
+    if per_channel and (scale.ndim != 1 or scale.size != codes.shape[channel_axis]
+                        or normalize_axis(int(node.attr("axis", 1)), codes.ndim) != channel_axis):
         return None
     if zero is not None and (zero.size != scale.size or zero.dtype != codes.dtype):
         return None
-    return codes, scale.reshape(-1) if per_column else scale.reshape(()), None if zero is None else zero.reshape(scale.reshape(-1).shape if per_column else ())
+    shape = scale.reshape(-1).shape if per_channel else ()
+    return codes, scale.reshape(shape), None if zero is None else zero.reshape(shape)
+
+
+def _integer_bias(graph: GraphView, name: str, scale: np.ndarray) -> np.ndarray | None:
+    """The int32 codes of a QDQ bias, a DequantizeLinear of fixed int32 constants whose scale is
+    ``scale`` (the input's times the weights', as the quantizer writes it), else None: they are
+    added to the integer accumulator, as onnxruntime's QLinearConv adds them."""
+    index = graph.producer.get(name) if name else None
+    node = graph.nodes[index] if index is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or node.domain or len(node.inputs) < 2:
+        return None
+    codes = fixed_constant(graph, node.inputs[0])
+    bias_scale = fixed_constant(graph, node.inputs[1])
+    zero = fixed_constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if codes is None or codes.dtype != np.int32 or codes.ndim != 1 or bias_scale is None:
+        return None
+    if (len(node.inputs) > 2 and node.inputs[2]) and (zero is None or zero.any()):
+        return None
+    m = codes.size
+    if bias_scale.dtype != np.float32 or bias_scale.size not in (1, m) or not np.array_equal(
+            np.broadcast_to(bias_scale.reshape(-1), (m,)), np.broadcast_to(scale.reshape(-1), (m,))):
+        return None
+    return codes
 
 
 def qdq_integer_matmul(node: NodeView, request: KernelRequest):
@@ -466,5 +496,57 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
         y = acc.astype(np.float32)
         y *= scale
         return y.reshape(a.shape[:-1] + (matrix.n,))
+
+    return run
+
+
+def qdq_integer_conv(node: NodeView, request: KernelRequest):
+    """For a QDQ model's Conv of DequantizeLinear(per-tensor 8-bit codes) and
+    DequantizeLinear(constant 8-bit weights, one scale or one per output channel): ``run(x, b)
+    -> y | None``, the convolution as onnxruntime's QLinearConv accumulates it: the codes' exact
+    int32 convolution by oneDNN (``_integer.ConstantIntegerConvolution``), plus the bias's int32
+    codes where it is a DequantizeLinear at the product's scale, times x_scale * w_scale in
+    float32 (another bias is added in float32). The codes come back from the float input as in
+    ``qdq_integer_matmul``. None where the node is not of that form; ``run`` gives None where
+    oneDNN does not take the convolution (the float kernel then runs)."""
+    graph = request.graph
+    index = graph.producer.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    dq = graph.nodes[index] if index is not None else None
+    x_params = _scalar_quant(graph, dq) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    weights = _dequantized_weights(graph, node.inputs[1], conv=True) if len(node.inputs) > 1 else None
+    if x_params is None or weights is None or x_params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None
+    x_scale, x_zero, x_dtype = x_params
+    codes, w_scale, w_zero = weights
+    group = int(node.attr("group", 1))
+    if codes.shape[0] % group:
+        return None
+    macs_per_output = codes[0].size
+    integer_conv = _integer.ConstantIntegerConvolution(codes, w_zero, group)
+    geometry = _GeometryCache(node)
+    kernel_shape = tuple(node.attr("kernel_shape") or codes.shape[2:])
+    scale = (x_scale * w_scale).astype(np.float32)
+    bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    bias_codes = _integer_bias(graph, bias_name, scale) if bias_name else None
+    channel_shape = (1, -1) + (1,) * (codes.ndim - 2)
+    scale_by_channel = scale.reshape(channel_shape) if scale.ndim else scale
+    to, q_scale, q_zero = _onnx_type(x_dtype), np.asarray(x_scale, np.float32), np.asarray(x_zero, x_dtype)
+
+    def run(x: np.ndarray, b: np.ndarray | None) -> np.ndarray | None:
+        if x.dtype != np.float32 or x.ndim != codes.ndim or x.ndim not in (3, 4):
+            return None
+        g = geometry.get(x.shape, kernel_shape)
+        if x.shape[0] * math.prod(g.out) * codes.shape[0] * macs_per_output < _integer.ONEDNN_MIN_MACS:
+            return None  # (before the quantization it would waste: the float kernel is faster)
+        acc = integer_conv(quantize(x, q_scale, q_zero, to, 1, 0, True), x_zero, g)
+        if acc is None:
+            return None
+        if bias_codes is not None:
+            acc += bias_codes.reshape(channel_shape)
+        y = acc.astype(np.float32)
+        y *= scale_by_channel
+        if b is not None and bias_codes is None:
+            y += b.reshape(channel_shape)
+        return y
 
     return run
