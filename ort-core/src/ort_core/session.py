@@ -823,9 +823,12 @@ class InferenceSession:
         if run_options is not None and run_options.terminate:
             raise InvalidArgument("run_options.terminate is set: run refused")
         feeds = self._checked_feeds(input_feed)
-        if feeds is None:
-            feeds = self._prepare_feeds(input_feed)
-        plan = self._plan_for(input_feed, output_memory)
+        if feeds is not None and output_memory is None:
+            plan = self._plan  # host arrays in (what _checked_feeds passes), host arrays out
+        else:
+            if feeds is None:
+                feeds = self._prepare_feeds(input_feed)
+            plan = self._plan_for(input_feed, output_memory)
         wanted = self._output_indices(output_names)
         if run_options is not None and run_options.only_execute_path_to_fetches and self._profile is None:
             plan = self._pruned(plan, wanted)

@@ -14,6 +14,7 @@ import numpy as np
 from ort_core import Kernel
 
 from ..registry import kernel
+from . import _jit
 from ._delegate import DELEGATED, reference_kernel
 from ._ort_math import probit
 
@@ -733,8 +734,6 @@ _linear_finish: list = []  # [the compiled _linear_finish_py or None], made at f
 
 def _compiled_linear_finish():
     """The compiled LinearClassifier finish, or None without numba (or with it switched off)."""
-    from . import _jit
-
     if not _jit.USE:
         return None
     if not _linear_finish:
