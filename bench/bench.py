@@ -421,6 +421,23 @@ def check_parity(name: str, got: list[Any], want: list[Any], steps: list[float |
     return None
 
 
+def within_spread(got: list[Any], optimized: list[Any], unoptimized: list[Any]) -> bool:
+    """Whether a QDQ model's outputs are no farther from onnxruntime's unoptimized run (the QDQ
+    semantics) than its own optimized run is, output by output: its integer fusions round
+    differently, and a model that amplifies rounding moves both (the QDQ transformer at batch
+    8: ORT_ENABLE_ALL 0.14 from ORT_DISABLE_ALL)."""
+    if not (len(got) == len(optimized) == len(unoptimized)):
+        return False
+    for g, o, u in zip(got, optimized, unoptimized):
+        g, o, u = (np.asarray(v) for v in (g, o, u))
+        if g.shape != u.shape or o.shape != u.shape or g.dtype.kind != "f" or not g.size:
+            return False
+        spread = float(np.max(np.abs(o.astype(np.float64) - u)))
+        if not float(np.max(np.abs(g.astype(np.float64) - u))) <= spread:
+            return False
+    return True
+
+
 def blas_info() -> list[dict[str, Any]]:
     try:
         from threadpoolctl import threadpool_info
@@ -488,6 +505,8 @@ def bench_case(label: str, name: str, batch: int, providers: list[str], args) ->
                 got = engines[kind](feeds)
                 problems = [check_parity(name, got, want, steps) for want in wants]
                 problem = None if None in problems else problems[-1]
+                if problem and len(wants) == 2 and within_spread(got, *wants):
+                    problem = None
             except Exception as exc:
                 problem = f"run failed: {type(exc).__name__}: {exc}"[:300]
             if problem:
