@@ -238,19 +238,26 @@ def test_qlinear_conv_with_constant_weights_matches_onnxruntime(w_dtype, per_cha
     assert diff.max() <= 1 and (diff > 0).mean() <= 0.02
 
 
-def _qdq_matmul_model(x_shape, codes, w_scale, w_zero, a_scale, a_zero, per_column: bool) -> bytes:
-    """x -> QuantizeLinear -> DequantizeLinear -> MatMul <- DequantizeLinear(constant codes)."""
-    k, n = codes.shape
+def _qdq_operands(codes, w_scale, w_zero, x_scale, x_zero, weight_axis: int) -> tuple[list, list]:
+    """(initializers, nodes) of x -> QuantizeLinear -> DequantizeLinear ("x_dq") and of
+    DequantizeLinear(constant codes) ("w_dq", scales along ``weight_axis``): a QDQ product's two
+    operands."""
     inits = [numpy_helper.from_array(codes, "w_q"), numpy_helper.from_array(w_scale, "w_s"),
-             numpy_helper.from_array(a_scale, "a_s"), numpy_helper.from_array(a_zero, "a_z")]
+             numpy_helper.from_array(x_scale, "x_s"), numpy_helper.from_array(x_zero, "x_z")]
     w_inputs = ["w_q", "w_s"]
     if w_zero is not None:
         inits.append(numpy_helper.from_array(w_zero, "w_z"))
         w_inputs.append("w_z")
-    nodes = [helper.make_node("QuantizeLinear", ["x", "a_s", "a_z"], ["x_q"]),
-             helper.make_node("DequantizeLinear", ["x_q", "a_s", "a_z"], ["x_dq"]),
-             helper.make_node("DequantizeLinear", w_inputs, ["w_dq"], axis=1),
-             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", w_inputs, ["w_dq"], axis=weight_axis)]
+    return inits, nodes
+
+
+def _qdq_matmul_model(x_shape, codes, w_scale, w_zero, a_scale, a_zero, per_column: bool) -> bytes:
+    """x -> QuantizeLinear -> DequantizeLinear -> MatMul <- DequantizeLinear(constant codes)."""
+    inits, nodes = _qdq_operands(codes, w_scale, w_zero, a_scale, a_zero, 1)
+    nodes.append(helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"]))
     graph = helper.make_graph(nodes, "qdq_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
@@ -295,15 +302,7 @@ def _qdq_conv_model(x_shape, codes, w_scale, w_zero, x_scale, x_zero, bias, attr
     """x -> QuantizeLinear -> DequantizeLinear -> Conv <- DequantizeLinear(constant codes, per
     output channel where w_scale is a vector), with ``bias``: int32 codes (a DequantizeLinear at
     x_scale * w_scale, as the quantizer writes it), float32 values, or None."""
-    inits = [numpy_helper.from_array(codes, "w_q"), numpy_helper.from_array(w_scale, "w_s"),
-             numpy_helper.from_array(x_scale, "x_s"), numpy_helper.from_array(x_zero, "x_z")]
-    w_inputs = ["w_q", "w_s"]
-    if w_zero is not None:
-        inits.append(numpy_helper.from_array(w_zero, "w_z"))
-        w_inputs.append("w_z")
-    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["x_q"]),
-             helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"]),
-             helper.make_node("DequantizeLinear", w_inputs, ["w_dq"], axis=0)]
+    inits, nodes = _qdq_operands(codes, w_scale, w_zero, x_scale, x_zero, 0)
     conv_inputs = ["x_dq", "w_dq"]
     if bias is not None and bias.dtype == np.int32:
         inits += [numpy_helper.from_array(bias, "b_q"), numpy_helper.from_array((x_scale * w_scale).astype(np.float32), "b_s")]
