@@ -460,28 +460,43 @@ def _integer_bias(graph: GraphView, name: str, scale: np.ndarray) -> np.ndarray 
     return codes
 
 
+def _input_codes(graph: GraphView, name: str):
+    """(scale, zero point, integer type, ``codes(x)``) where ``name`` is the output of a
+    DequantizeLinear of per-tensor 8-bit codes (a QDQ product's float input), else None.
+    ``codes(x)`` recovers the codes from that float input: it is (q - zero point) * scale rounded
+    to float32, and rint(x / scale) gives q - zero point back exactly (an error below
+    255 * 2^-23)."""
+    index = graph.producer.get(name) if name else None
+    dq = graph.nodes[index] if index is not None else None
+    params = _scalar_quant(graph, dq) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    if params is None or params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None
+    scale, zero, dtype = params
+    to, q_scale, q_zero = _onnx_type(dtype), np.asarray(scale, np.float32), np.asarray(zero, dtype)
+
+    def codes(x: np.ndarray) -> np.ndarray:
+        return quantize(x, q_scale, q_zero, to, 1, 0, True)
+
+    return scale, zero, dtype, codes
+
+
 def qdq_integer_matmul(node: NodeView, request: KernelRequest):
     """For a QDQ model's MatMul of DequantizeLinear(per-tensor 8-bit codes) and
     DequantizeLinear(constant 8-bit weights): ``run(a) -> y | None``, the product as onnxruntime's
     QDQ fusion computes it (MatMulIntegerToFloat): the codes' exact integer product by oneDNN's
-    8-bit matmul (``_integer.ConstantIntegerMatrix``) times a_scale * b_scale, in float32. The
-    codes are recovered from the float input: it is (q - zero point) * scale rounded to float32,
-    and rint(a / scale) gives q - zero point back exactly (an error below 255 * 2^-23). None
-    (the node's float product runs) where the node is not of that form, and ``run`` gives None
-    where oneDNN does not take the product."""
+    8-bit matmul (``_integer.ConstantIntegerMatrix``) times a_scale * b_scale, in float32, the
+    codes recovered from the float input (``_input_codes``). None (the node's float product
+    runs) where the node is not of that form, and ``run`` gives None where oneDNN does not take
+    the product."""
     graph = request.graph
-    index = graph.producer.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
-    dq = graph.nodes[index] if index is not None else None
-    a_params = _scalar_quant(graph, dq) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    a_codes = _input_codes(graph, node.inputs[0]) if node.inputs else None
     weights = _dequantized_weights(graph, node.inputs[1]) if len(node.inputs) > 1 else None
-    if a_params is None or weights is None or a_params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+    if a_codes is None or weights is None:
         return None
-    a_scale, a_zero, a_dtype = a_params
+    a_scale, a_zero, a_dtype, codes_of = a_codes
     codes, w_scale, w_zero = weights
     matrix = _integer.ConstantIntegerMatrix(codes, w_zero)
     scale = (a_scale * w_scale).astype(np.float32)  # onnxruntime's: the product of the scales
-    # the QuantizeLinear that gives the codes back (the DequantizeLinear's scale and zero point)
-    to, q_scale, q_zero = _onnx_type(a_dtype), np.asarray(a_scale, np.float32), np.asarray(a_zero, a_dtype)
 
     def run(a: np.ndarray) -> np.ndarray | None:
         if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != matrix.k:
@@ -489,8 +504,7 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
         rows = a.size // matrix.k
         if not matrix.takes_onednn(rows, a_dtype):  # (before the quantization it would waste)
             return None
-        q = quantize(a, q_scale, q_zero, to, 1, 0, True)
-        acc = matrix.times(q.reshape(rows, matrix.k), a_zero, onednn_only=True)
+        acc = matrix.times(codes_of(a).reshape(rows, matrix.k), a_zero, onednn_only=True)
         if acc is None:
             return None
         y = acc.astype(np.float32)
@@ -506,17 +520,15 @@ def qdq_integer_conv(node: NodeView, request: KernelRequest):
     -> y | None``, the convolution as onnxruntime's QLinearConv accumulates it: the codes' exact
     int32 convolution by oneDNN (``_integer.ConstantIntegerConvolution``), plus the bias's int32
     codes where it is a DequantizeLinear at the product's scale, times x_scale * w_scale in
-    float32 (another bias is added in float32). The codes come back from the float input as in
-    ``qdq_integer_matmul``. None where the node is not of that form; ``run`` gives None where
+    float32 (another bias is added in float32), the codes recovered from the float input
+    (``_input_codes``). None where the node is not of that form; ``run`` gives None where
     oneDNN does not take the convolution (the float kernel then runs)."""
     graph = request.graph
-    index = graph.producer.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
-    dq = graph.nodes[index] if index is not None else None
-    x_params = _scalar_quant(graph, dq) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    x_codes = _input_codes(graph, node.inputs[0]) if node.inputs else None
     weights = _dequantized_weights(graph, node.inputs[1], conv=True) if len(node.inputs) > 1 else None
-    if x_params is None or weights is None or x_params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+    if x_codes is None or weights is None:
         return None
-    x_scale, x_zero, x_dtype = x_params
+    x_scale, x_zero, _, codes_of = x_codes
     codes, w_scale, w_zero = weights
     group = int(node.attr("group", 1))
     if codes.shape[0] % group:
@@ -529,8 +541,8 @@ def qdq_integer_conv(node: NodeView, request: KernelRequest):
     bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
     bias_codes = _integer_bias(graph, bias_name, scale) if bias_name else None
     channel_shape = (1, -1) + (1,) * (codes.ndim - 2)
+    bias_by_channel = None if bias_codes is None else bias_codes.reshape(channel_shape)
     scale_by_channel = scale.reshape(channel_shape) if scale.ndim else scale
-    to, q_scale, q_zero = _onnx_type(x_dtype), np.asarray(x_scale, np.float32), np.asarray(x_zero, x_dtype)
 
     def run(x: np.ndarray, b: np.ndarray | None) -> np.ndarray | None:
         if x.dtype != np.float32 or x.ndim != codes.ndim or x.ndim not in (3, 4):
@@ -538,14 +550,14 @@ def qdq_integer_conv(node: NodeView, request: KernelRequest):
         g = geometry.get(x.shape, kernel_shape)
         if x.shape[0] * math.prod(g.out) * codes.shape[0] * macs_per_output < _integer.ONEDNN_MIN_MACS:
             return None  # (before the quantization it would waste: the float kernel is faster)
-        acc = integer_conv(quantize(x, q_scale, q_zero, to, 1, 0, True), x_zero, g)
+        acc = integer_conv(codes_of(x), x_zero, g)
         if acc is None:
             return None
-        if bias_codes is not None:
-            acc += bias_codes.reshape(channel_shape)
+        if bias_by_channel is not None:
+            acc += bias_by_channel
         y = acc.astype(np.float32)
         y *= scale_by_channel
-        if b is not None and bias_codes is None:
+        if b is not None and bias_by_channel is None:
             y += b.reshape(channel_shape)
         return y
 
