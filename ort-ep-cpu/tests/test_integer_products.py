@@ -127,17 +127,25 @@ def test_matmul_integer_with_constant_weights_matches_onnxruntime(path, b_dtype)
         pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
 
 
-def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path):
+@pytest.mark.parametrize("weights,zero_point", [(I8, 0), (I8, 3), (U8, 121)])
+def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path, weights, zero_point, monkeypatch):
     """DynamicQuantizeLSTM at a speaker embedder's width (hidden 256: each step's recurrent
     product is (1, 256) @ (256, 1024)) on each path, within the tolerance of
-    test_contrib_quant's LSTM cases (relative 1e-5 of the range, float32 gate arithmetic)."""
+    test_contrib_quant's LSTM cases (relative 1e-5 of the range, float32 gate arithmetic).
+    Through oneDNN, the step loop adds the zero-point terms of the recurrent product itself
+    (h's zero point; R's, which with uint8 codes other than 128 adds the row-sum term):
+    ``ConstantIntegerMatrix`` adds them for the input projection only."""
     kind, seen = path
+    terms: list[int] = []
+    real_terms = _integer.ConstantIntegerMatrix._add_zero_point_terms
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_add_zero_point_terms",
+                        lambda self, z, a, za: terms.append(a.shape[0]) or real_terms(self, z, a, za))
     rng = np.random.default_rng(2)
     hidden, inp, seq = 256, 40, 6
-    consts = {"w": _codes(rng, (1, inp, 4 * hidden), I8), "r": _codes(rng, (1, hidden, 4 * hidden), I8),
+    consts = {"w": _codes(rng, (1, inp, 4 * hidden), weights), "r": _codes(rng, (1, hidden, 4 * hidden), weights),
               "b": (rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32),
-              "ws": np.full(1, 0.002, np.float32), "wz": np.zeros(1, I8),
-              "rs": np.full(1, 0.001, np.float32), "rz": np.zeros(1, I8)}
+              "ws": np.full(1, 0.002, np.float32), "wz": np.full(1, zero_point, weights),
+              "rs": np.full(1, 0.001, np.float32), "rz": np.full(1, zero_point, weights)}
     x = rng.standard_normal((seq, 1, inp)).astype(np.float32)
     node_inputs = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
     node = helper.make_node("DynamicQuantizeLSTM", node_inputs, ["y", "y_h", "y_c"], domain="com.microsoft",
@@ -156,6 +164,7 @@ def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path):
         if not seen:
             pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
         assert len(seen) >= seq  # the input projection and each step's recurrent product
+        assert terms == [seq]  # the input projection's (seq, 40) rows; never a step's
 
 
 @pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, I8), (I8, I8)])

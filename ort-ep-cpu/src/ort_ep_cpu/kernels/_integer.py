@@ -92,8 +92,7 @@ class ConstantIntegerMatrix:
             raise ValueError(f"ConstantIntegerMatrix: A must be (M, {self.k}), got shape {a.shape}")
         m = a.shape[0]
         if self.takes_onednn(m, a.dtype):
-            plan = _onednn.plan_for(self.plans, (m, a.dtype.char),
-                                    lambda lib: _onednn.IntegerMatMul(lib, m, self.b_s8, a.dtype))
+            plan = self.codes_plan(m, a.dtype)
             if plan is not None:
                 z = np.empty((m, self.n), np.int32) if out is None else out
                 plan.run(np.ascontiguousarray(a), z)
@@ -107,6 +106,15 @@ class ConstantIntegerMatrix:
         if out is not None:
             out[...] = z
         return z
+
+    def codes_plan(self, rows: int, a_dtype: np.dtype) -> _onednn.IntegerMatMul | None:
+        """oneDNN's product A @ Bs of ``rows`` rows of ``a_dtype`` codes into int32, without the
+        zero-point terms (``column_sums`` and ``offset`` give them), for a caller that adds
+        them in its own compiled loop; None where oneDNN does not take it. Made once per shape."""
+        if not self.onednn or a_dtype not in (np.uint8, np.int8):
+            return None
+        return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
+                                lambda lib: _onednn.IntegerMatMul(lib, rows, self.b_s8, a_dtype))
 
     def takes_onednn(self, rows: int, a_dtype: np.dtype) -> bool:
         """Whether a product of ``rows`` rows of ``a_dtype`` codes goes to oneDNN (where it

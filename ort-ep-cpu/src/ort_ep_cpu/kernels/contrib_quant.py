@@ -322,6 +322,11 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
     qh, sh, zh = quantize_dynamic(h)
     row_out = np.empty_like(h)
     acc = np.empty((batch, r.n), np.int32)  # one buffer for every step's product
+    # oneDNN's bare product of the codes, its zero-point terms added by the step loop; else
+    # the exact product by ``r.times`` (the terms empty)
+    plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) else None
+    column_sums = r.column_sums if plan is not None else np.empty(0, np.int32)
+    offset = np.int32(np.asarray(r.offset).reshape(-1)[0]) if plan is not None else np.int32(0)
     for step in range(seq):
         if reverse:  # each row walks its own length backwards
             active = step < lens
@@ -331,8 +336,12 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
         else:
             xt = xw[step]
             out = y[step]
-        r.times(qh, zh, out=acc)
-        sh, zh = step_loop(acc, _F(sh * r_scale), xt, bias, peepholes, lens, step, h, c, out, qh)
+        if plan is not None:
+            plan.run(qh, acc)
+        else:
+            r.times(qh, zh, out=acc)
+        sh, zh = step_loop(acc, np.int32(zh), column_sums, offset, _F(sh * r_scale), xt, bias, peepholes, lens, step,
+                           h, c, out, qh)
         if reverse:
             rows = np.nonzero(active)[0]
             y[t_rows[rows], rows] = out[rows]
