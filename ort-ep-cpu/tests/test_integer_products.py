@@ -272,15 +272,24 @@ def _qdq_matmul_model(x_shape, codes, w_scale, w_zero, a_scale, a_zero, per_colu
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("a_dtype,w_dtype,per_column", [(U8, I8, True), (U8, I8, False), (U8, U8, False), (I8, I8, True)])
-def test_qdq_matmul_takes_the_exact_integer_product(a_dtype, w_dtype, per_column, monkeypatch):
+def test_qdq_matmul_takes_the_exact_integer_product(a_dtype, w_dtype, per_column, compiled, monkeypatch):
     """A QDQ MatMul (DequantizeLinear of per-tensor codes times DequantizeLinear of constant
     8-bit weights) through oneDNN's 8-bit matmul: bit-equal to float32(the int64 product of
     the codes) * float32(a_scale * w_scale), onnxruntime's MatMulIntegerToFloat arithmetic;
-    within 1e-5 of the range of onnxruntime's float product of the dequantized values."""
+    within 1e-5 of the range of onnxruntime's float product of the dequantized values. With
+    the compiled loops, one pass (``_jit.integer_to_float``) adds the zero-point terms (the
+    row sums too, for uint8 weights whose zero point is not 128) and scales: numpy's
+    ``ConstantIntegerMatrix._add_zero_point_terms`` does not run."""
     if not _onednn.available():
         pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
     monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
+    used = use_compiled(monkeypatch, compiled, "integer_to_float")
+    terms: list[int] = []
+    real_terms = _integer.ConstantIntegerMatrix._add_zero_point_terms
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_add_zero_point_terms",
+                        lambda self, z, a, za: terms.append(a.shape[0]) or real_terms(self, z, a, za))
     seen: list[str] = []
     real = _onednn.IntegerMatMul.run
     monkeypatch.setattr(_onednn.IntegerMatMul, "run", lambda self, x, y: seen.append(self.implementation) or real(self, x, y))
@@ -301,6 +310,8 @@ def test_qdq_matmul_takes_the_exact_integer_product(a_dtype, w_dtype, per_column
     q = np.clip(np.rint(x / a_scale) + a_zero.astype(np.float32), a_info.min, a_info.max).astype(np.int64)
     acc = (q - int(a_zero)) @ (codes.astype(np.int64) - (0 if w_zero is None else w_zero.astype(np.int64)))
     np.testing.assert_array_equal(got, acc.astype(np.float32) * (a_scale * w_scale).astype(np.float32))
+    assert bool(terms) != compiled  # numpy's terms only where the compiled pass is off
+    assert used or not compiled
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

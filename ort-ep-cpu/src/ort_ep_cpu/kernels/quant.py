@@ -316,9 +316,9 @@ class FakeQuant:
     DequantizeLinear's node index."""
 
     scale: np.float32
-    lo: float
-    hi: float
-    shift: float
+    lo: np.float32
+    hi: np.float32
+    shift: np.float32
     out_scale: np.float32
     dq: int
 
@@ -326,14 +326,14 @@ class FakeQuant:
         loop = _jit.fake_quantize()
         if loop is not None:
             y = np.empty(x.shape, np.float32)
-            loop(np.ascontiguousarray(x).reshape(-1), self.scale, np.float32(self.lo), np.float32(self.hi),
-                 np.float32(self.shift), self.out_scale, y.reshape(-1))
+            loop(x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1), self.scale, self.lo,
+                 self.hi, self.shift, self.out_scale, y.reshape(-1))
             return y
         q = x / self.scale
         np.rint(q, out=q)
         np.clip(q, self.lo, self.hi, out=q)
         if self.shift:
-            q += np.float32(self.shift)
+            q += self.shift
         q *= self.out_scale
         return q
 
@@ -374,8 +374,9 @@ def fake_quant(node: NodeView, graph: GraphView, claimed: set[int] | None = None
     if q_params is None or dq_params is None or q_params[2] != dq_params[2]:
         return None
     lo, hi = _PAIR_RANGES[q_params[2]]
-    return FakeQuant(q_params[0], float(lo - q_params[1]), float(hi - q_params[1]), float(q_params[1] - dq_params[1]),
-                     dq_params[0], dq.index)
+    # float32 constants, made once: the compiled loop's arguments as they are passed each run
+    return FakeQuant(q_params[0], np.float32(lo - q_params[1]), np.float32(hi - q_params[1]),
+                     np.float32(q_params[1] - dq_params[1]), dq_params[0], dq.index)
 
 
 def fake_quant_pairs(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, int]]:
@@ -473,9 +474,16 @@ def _input_codes(graph: GraphView, name: str):
         return None
     scale, zero, dtype = params
     to, q_scale, q_zero = _onnx_type(dtype), np.asarray(scale, np.float32), np.asarray(zero, dtype)
+    # the compiled loop's arguments, made once (``quantize`` converts them at each call)
+    loop_args = (np.float32(scale), np.float32(zero), *(np.float32(v) for v in _INT_RANGES[to]))
 
     def codes(x: np.ndarray) -> np.ndarray:
-        return quantize(x, q_scale, q_zero, to, 1, 0, True)
+        loop = _jit.quantize() if x.dtype == np.float32 else None
+        if loop is None:
+            return quantize(x, q_scale, q_zero, to, 1, 0, True)
+        y = np.empty(x.shape, dtype)
+        loop(np.ascontiguousarray(x).reshape(-1), *loop_args, y.reshape(-1))
+        return y
 
     return scale, zero, dtype, codes
 
@@ -497,6 +505,11 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
     codes, w_scale, w_zero = weights
     matrix = _integer.ConstantIntegerMatrix(codes, w_zero)
     scale = (a_scale * w_scale).astype(np.float32)  # onnxruntime's: the product of the scales
+    # for the compiled pass from oneDNN's bare product to the scaled float32 output
+    column_scale = np.ascontiguousarray(scale.reshape(-1))
+    za = np.int32(a_zero)
+    offset = np.int32(np.asarray(matrix.offset).reshape(-1)[0]) if matrix.onednn else np.int32(0)
+    per_column_offset = matrix.onednn and np.unique(np.asarray(matrix.offset)).size > 1
 
     def run(a: np.ndarray) -> np.ndarray | None:
         if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != matrix.k:
@@ -504,7 +517,16 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
         rows = a.size // matrix.k
         if not matrix.takes_onednn(rows, a_dtype):  # (before the quantization it would waste)
             return None
-        acc = matrix.times(codes_of(a).reshape(rows, matrix.k), a_zero, onednn_only=True)
+        a_codes = codes_of(a).reshape(rows, matrix.k)
+        to_float = _jit.integer_to_float() if not per_column_offset else None
+        plan = matrix.codes_plan(rows, a_dtype) if to_float is not None else None
+        if plan is not None:
+            acc = np.empty((rows, matrix.n), np.int32)
+            plan.run(a_codes, acc)
+            y = np.empty((rows, matrix.n), np.float32)
+            to_float(acc, a_codes, za, matrix.column_sums, offset, column_scale, y)
+            return y.reshape(a.shape[:-1] + (matrix.n,))
+        acc = matrix.times(a_codes, a_zero, onednn_only=True)
         if acc is None:
             return None
         y = acc.astype(np.float32)
