@@ -80,6 +80,10 @@ class ConstantIntegerMatrix:
             self.column_sums = self.b_s8.sum(axis=0, dtype=np.int32)  # colsum(Bs)
             self.offset = np.asarray(shift - self.zb, np.int32)  # s - zb
             self.has_offset = bool(self.offset.any())
+            # one offset for every column (B's zero point per tensor, or the same for all): what
+            # the compiled passes take (``_jit.integer_to_float``, DynamicQuantizeLSTM's steps)
+            offsets = np.unique(self.offset)
+            self.one_offset = np.int32(offsets[0]) if offsets.size == 1 else None
             self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
         self._fallback: np.ndarray | list | None = None
 
@@ -115,6 +119,30 @@ class ConstantIntegerMatrix:
             return None
         return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
                                 lambda lib: _onednn.IntegerMatMul(lib, rows, self.b_s8, a_dtype))
+
+    def scaled_times(self, a: np.ndarray, a_zero_point, scale: np.ndarray, onednn_only: bool = False
+                     ) -> np.ndarray | None:
+        """float32((A - za) @ (B - zb)) * scale for a scalar za and a float32 ``scale`` (one, or
+        one per column): onnxruntime's MatMulIntegerToFloat arithmetic. oneDNN's bare product
+        and one compiled pass (``_jit.integer_to_float``: the zero-point terms and the scale)
+        where both are there, else ``times`` and two numpy passes; ``onednn_only`` as in
+        ``times``."""
+        m = a.shape[0]
+        to_float = _jit.integer_to_float() if self.onednn and self.one_offset is not None else None
+        plan = self.codes_plan(m, a.dtype) if to_float is not None and self.takes_onednn(m, a.dtype) else None
+        if plan is not None:
+            acc = np.empty((m, self.n), np.int32)
+            plan.run(np.ascontiguousarray(a), acc)
+            y = np.empty((m, self.n), np.float32)
+            za = np.int32(0 if a_zero_point is None else int(a_zero_point))
+            to_float(acc, a, za, self.column_sums, self.one_offset, np.ascontiguousarray(scale, np.float32).reshape(-1), y)
+            return y
+        acc = self.times(a, a_zero_point, onednn_only=onednn_only)
+        if acc is None:
+            return None
+        y = acc.astype(np.float32)
+        y *= scale
+        return y
 
     def takes_onednn(self, rows: int, a_dtype: np.dtype) -> bool:
         """Whether a product of ``rows`` rows of ``a_dtype`` codes goes to oneDNN (where it

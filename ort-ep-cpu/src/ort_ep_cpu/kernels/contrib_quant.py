@@ -296,7 +296,7 @@ def _dynamic_quantize_lstm(node, request):
         for d in range(n_dirs):
             ws = _per_dir(w_scale, d)
             rs = _per_dir(r_scale, d)
-            xw = (w_exact[d].times(qx, zx).astype(_F) * (sx * ws).astype(_F)).reshape(seq, batch, -1)
+            xw = w_exact[d].scaled_times(qx, zx, (sx * ws).astype(_F)).reshape(seq, batch, -1)
             bias = np.zeros(4 * hidden, _F) if b is None else (b[d, : 4 * hidden] + b[d, 4 * hidden:]).astype(_F)
             h = np.zeros((batch, hidden), _F) if initial_h is None else initial_h[d].astype(_F)
             c = np.zeros((batch, hidden), _F) if initial_c is None else initial_c[d].astype(_F)
@@ -324,9 +324,9 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
     acc = np.empty((batch, r.n), np.int32)  # one buffer for every step's product
     # oneDNN's bare product of the codes, its zero-point terms added by the step loop; else
     # the exact product by ``r.times`` (the terms empty)
-    plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) else None
+    plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) and r.one_offset is not None else None
     column_sums = r.column_sums if plan is not None else np.empty(0, np.int32)
-    offset = np.int32(np.asarray(r.offset).reshape(-1)[0]) if plan is not None else np.int32(0)
+    offset = r.one_offset if plan is not None else np.int32(0)
     for step in range(seq):
         if reverse:  # each row walks its own length backwards
             active = step < lens

@@ -505,11 +505,6 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
     codes, w_scale, w_zero = weights
     matrix = _integer.ConstantIntegerMatrix(codes, w_zero)
     scale = (a_scale * w_scale).astype(np.float32)  # onnxruntime's: the product of the scales
-    # for the compiled pass from oneDNN's bare product to the scaled float32 output
-    column_scale = np.ascontiguousarray(scale.reshape(-1))
-    za = np.int32(a_zero)
-    offset = np.int32(np.asarray(matrix.offset).reshape(-1)[0]) if matrix.onednn else np.int32(0)
-    per_column_offset = matrix.onednn and np.unique(np.asarray(matrix.offset)).size > 1
 
     def run(a: np.ndarray) -> np.ndarray | None:
         if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != matrix.k:
@@ -517,21 +512,8 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
         rows = a.size // matrix.k
         if not matrix.takes_onednn(rows, a_dtype):  # (before the quantization it would waste)
             return None
-        a_codes = codes_of(a).reshape(rows, matrix.k)
-        to_float = _jit.integer_to_float() if not per_column_offset else None
-        plan = matrix.codes_plan(rows, a_dtype) if to_float is not None else None
-        if plan is not None:
-            acc = np.empty((rows, matrix.n), np.int32)
-            plan.run(a_codes, acc)
-            y = np.empty((rows, matrix.n), np.float32)
-            to_float(acc, a_codes, za, matrix.column_sums, offset, column_scale, y)
-            return y.reshape(a.shape[:-1] + (matrix.n,))
-        acc = matrix.times(a_codes, a_zero, onednn_only=True)
-        if acc is None:
-            return None
-        y = acc.astype(np.float32)
-        y *= scale
-        return y.reshape(a.shape[:-1] + (matrix.n,))
+        y = matrix.scaled_times(codes_of(a).reshape(rows, matrix.k), a_zero, scale, onednn_only=True)
+        return None if y is None else y.reshape(a.shape[:-1] + (matrix.n,))
 
     return run
 
