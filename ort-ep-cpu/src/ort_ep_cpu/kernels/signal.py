@@ -19,7 +19,16 @@ def _as_complex(x: np.ndarray) -> np.ndarray:
     return z
 
 
+#: the complex type whose memory is [re, im] pairs of each real type
+_COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
+
+
 def _as_pairs(z: np.ndarray, dtype) -> np.ndarray:
+    """``z`` as a trailing [re, im] axis of ``dtype``: a view of ``z``'s own memory where its
+    complex type is that of ``dtype`` (no copy: a long spectrogram's pairs would be two more
+    of its size), else the stacked, converted parts."""
+    if _COMPLEX_OF.get(np.dtype(dtype)) == z.dtype:
+        return np.ascontiguousarray(z).view(dtype).reshape(z.shape + (2,))
     return np.stack((z.real, z.imag), axis=-1).astype(dtype)
 
 
@@ -60,6 +69,30 @@ def _dft_v20(node, request):
     return dft
 
 
+#: elements of the frames transformed at a time (256 KB of float32)
+_FFT_BLOCK = 65536
+
+
+def _frame_spectra(frames: np.ndarray, window: np.ndarray | None, length: int, onesided: bool) -> np.ndarray:
+    """The FFT of each frame of ``frames`` (batch, frames, length), times ``window``: (batch,
+    frames, bins), a block of frames at a time. numpy's FFT of the whole stack holds temporaries
+    of four times its input (18 MB for Whisper's 3001 x 400 frames) and ran slower (6.1 ms against
+    2.2 ms) than of blocks that stay in cache; each frame's transform is the same either way.
+    A real frame's one-sided spectrum is rfft's."""
+    real = frames.dtype in _COMPLEX_OF
+    bins = length // 2 + 1 if onesided else length
+    fft = np.fft.rfft if real and onesided else np.fft.fft
+    spectra = np.empty(frames.shape[:2] + (bins,), _COMPLEX_OF[frames.dtype] if real else frames.dtype)
+    rows = max(1, _FFT_BLOCK // length)
+    for b in range(frames.shape[0]):
+        for start in range(0, frames.shape[1], rows):
+            block = frames[b, start:start + rows]
+            if window is not None:
+                block = block * window
+            spectra[b, start:start + rows] = fft(block, n=length, axis=-1)[..., :bins]
+    return spectra
+
+
 @kernel("STFT", since=17)
 def _stft(node, request):
     onesided = bool(node.attr("onesided", 1))
@@ -77,15 +110,19 @@ def _stft(node, request):
             length = int(np.asarray(frame_length).reshape(-1)[0])
         else:
             length = window.shape[0] if window is not None else signal.shape[1]
+        if not 0 < length <= signal.shape[1] or step < 1:
+            raise ValueError(f"STFT: frame length {length} and step {step} do not fit a signal of "
+                             f"{signal.shape[1]} samples (need 1 <= frame length <= samples, step >= 1)")
         n_frames = 1 + (signal.shape[1] - length) // step
-        z = _as_complex(signal)  # (batch, samples)
-        starts = np.arange(n_frames)[:, None] * step + np.arange(length)[None, :]
-        frames = z[:, starts]  # (batch, frames, frame_length)
+        if signal.shape[-1] == 1:  # a real signal: its frames stay real, and rfft is one-sided
+            z = signal[..., 0] if signal.dtype in _COMPLEX_OF else signal[..., 0].astype(np.float32)
+        else:
+            z = _as_complex(signal)  # (batch, samples)
+        # (batch, frames, frame_length), a strided view: no copy of the frames, no index array
+        frames = np.lib.stride_tricks.sliding_window_view(z, length, axis=1)[:, ::step][:, :n_frames]
         if window is not None:
-            frames = frames * window.astype(frames.real.dtype)
-        spec = np.fft.fft(frames, n=length, axis=-1)
-        if onesided:
-            spec = spec[..., : length // 2 + 1]
+            window = window.astype(frames.real.dtype)
+        spec = _frame_spectra(frames, window, length, onesided)
         return _as_pairs(spec, signal.dtype)
 
     return stft
