@@ -18,8 +18,32 @@ def _small(dtype: np.dtype) -> bool:
     return dtype.type.__module__ == "ml_dtypes"  # bfloat16 and the other ml_dtypes types
 
 
+#: a trailing axis shorter than this is summed by adding its slices: numpy's reduction over a
+#: short innermost axis pays a loop's setup for each output element (Whisper's power spectrum,
+#: (1, 3000, 201, 2) summed over its [re, im] pairs: 7.6 ms, against 0.36 ms by slices)
+SHORT_AXIS = 8
+
+
+def _short_last_axis(x: np.ndarray, axis) -> bool:
+    return (axis == (x.ndim - 1,) and 1 < x.shape[-1] < SHORT_AXIS and x.size >= 1024
+            and x.dtype.kind in "fiu" and x.dtype != np.float16)
+
+
 def _sum(x, axis, keepdims):
+    if _short_last_axis(x, axis):
+        y = x[..., 0] + x[..., 1]
+        for i in range(2, x.shape[-1]):
+            y += x[..., i]
+        return y[..., None] if keepdims else y
     return np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(x, axis, keepdims):
+    if x.dtype.kind == "f" and _short_last_axis(x, axis):
+        y = _sum(x, axis, keepdims)
+        y /= y.dtype.type(x.shape[-1])
+        return y
+    return np.mean(x, axis=axis, keepdims=keepdims)
 
 
 def _max(x, axis, keepdims):
@@ -43,13 +67,13 @@ def _log_sum_exp(x, axis, keepdims):
 
 _REDUCTIONS = {
     "ReduceSum": _sum,
-    "ReduceMean": lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+    "ReduceMean": _mean,
     "ReduceMax": _max,
     "ReduceMin": _min,
     "ReduceProd": lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
     "ReduceL1": lambda x, axis, keepdims: _sum(np.abs(x), axis, keepdims),
-    "ReduceL2": lambda x, axis, keepdims: np.sqrt(np.sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x),
-                                                          axis=axis, keepdims=keepdims)),
+    "ReduceL2": lambda x, axis, keepdims: np.sqrt(_sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x),
+                                                       axis, keepdims)),
     "ReduceSumSquare": lambda x, axis, keepdims: _sum(np.square(x), axis, keepdims),
     "ReduceLogSum": lambda x, axis, keepdims: np.log(np.sum(x, axis=axis, keepdims=keepdims)),
     "ReduceLogSumExp": _log_sum_exp,

@@ -1,0 +1,61 @@
+"""Sum-like reductions over a short trailing axis (2-7 long, as an [re, im] or stereo axis) add
+the axis's slices instead of numpy's reduction (``reduce.SHORT_AXIS``: Whisper's power
+spectrum 7.6 -> 0.36 ms); against onnxruntime, with numpy's reduction kept out of the way to
+show the slices ran."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+from ort_ep_cpu.kernels import reduce
+
+OPS = ["ReduceSum", "ReduceSumSquare", "ReduceMean", "ReduceL1", "ReduceL2"]
+DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float64": (np.float64, TensorProto.DOUBLE),
+          "int32": (np.int32, TensorProto.INT32), "int64": (np.int64, TensorProto.INT64)}
+
+
+def _model(op: str, elem: int, shape, keepdims: int) -> bytes:
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [-1])
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    graph = helper.make_graph([node], "reduce", [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, None)], [axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("length", [2, 3, 7])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_short_trailing_axis_by_slices_matches_onnxruntime(op, dtype, length, keepdims, monkeypatch):
+    if op == "ReduceMean" and dtype.startswith("int"):
+        pytest.skip("an integer mean keeps numpy's reduction (its float64 division)")
+    np_type, elem = DTYPES[dtype]
+    shape = [3, 40, 11, length]
+    rng = np.random.default_rng(length)
+    x = (rng.standard_normal(shape) * 10).astype(np_type)
+    model = _model(op, elem, shape, keepdims)
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+    def no_reduction(*args, **kwargs):
+        raise AssertionError("numpy's reduction ran for a short trailing axis")
+
+    monkeypatch.setattr(reduce.np, "sum", no_reduction)
+    monkeypatch.setattr(reduce.np, "mean", no_reduction)
+    got = session.run(None, {"x": x})[0]
+    monkeypatch.undo()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if dtype.startswith("int"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def test_a_long_trailing_axis_keeps_numpys_reduction():
+    x = np.arange(4 * 300 * 8, dtype=np.float32).reshape(4, 300, 8)
+    assert not reduce._short_last_axis(x, (2,))
+    np.testing.assert_array_equal(reduce._sum(x, (2,), False), np.sum(x, axis=2, dtype=np.float32))
