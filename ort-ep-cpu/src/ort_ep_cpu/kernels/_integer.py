@@ -75,9 +75,7 @@ class ConstantIntegerMatrix:
         self.onednn = _onednn.USE and b.dtype in (np.int8, np.uint8) and self.k < MAX_K
         if self.onednn:
             shift = 128 if b.dtype == np.uint8 else 0
-            b_s8 = b if shift == 0 else (b.astype(np.int16) - shift).astype(np.int8)
-            self.b_s8 = np.ascontiguousarray(b_s8, dtype=np.int8)  # read once, into the packed layout
-            self.column_sums = self.b_s8.sum(axis=0, dtype=np.int32)  # colsum(Bs)
+            self.column_sums = self._codes_s8().sum(axis=0, dtype=np.int32)  # colsum(Bs)
             self.offset = np.asarray(shift - self.zb, np.int32)  # s - zb
             self.has_offset = bool(self.offset.any())
             # one offset for every column (B's zero point per tensor, or the same for all): what
@@ -118,7 +116,16 @@ class ConstantIntegerMatrix:
         if not self.onednn or a_dtype not in (np.uint8, np.int8):
             return None
         return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
-                                lambda lib: _onednn.IntegerMatMul(lib, rows, self.b_s8, a_dtype))
+                                lambda lib: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype))
+
+    def _codes_s8(self) -> np.ndarray:
+        """B's codes as int8, Bs = B - 128 for uint8 (B itself for int8), for oneDNN to read as
+        it packs them: made when needed and not kept (oneDNN keeps its packed copy), by one
+        XOR that flips the sign bit, where ``(B.astype(int16) - 128).astype(int8)`` held two
+        int16 copies at once (ddddocr's 1024 x 8210 classifier: 34 MB at its first run)."""
+        if self.b.dtype == np.uint8:
+            return np.bitwise_xor(self.b, np.uint8(128)).view(np.int8)
+        return np.ascontiguousarray(self.b, dtype=np.int8)
 
     def scaled_times(self, a: np.ndarray, a_zero_point, scale: np.ndarray, onednn_only: bool = False
                      ) -> np.ndarray | None:
