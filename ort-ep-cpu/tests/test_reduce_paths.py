@@ -44,8 +44,7 @@ def test_short_trailing_axis_by_slices_matches_onnxruntime(op, dtype, length, ke
     def no_reduction(*args, **kwargs):
         raise AssertionError("numpy's reduction ran for a short trailing axis")
 
-    monkeypatch.setattr(reduce.np, "sum", no_reduction)
-    monkeypatch.setattr(reduce.np, "mean", no_reduction)
+    monkeypatch.setattr(reduce, "_add_reduce", no_reduction)
     got = session.run(None, {"x": x})[0]
     monkeypatch.undo()
     assert got.shape == want.shape and got.dtype == want.dtype
