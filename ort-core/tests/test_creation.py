@@ -491,3 +491,46 @@ def test_the_collector_is_on_again_after_concurrent_creations(ort_nodes):
         t.join()
     assert not errors
     assert gc.isenabled()
+
+
+def test_a_loaded_model_holds_no_proto_tensors():
+    """Initializers (main graph and subgraphs) and Constant values are numpy-backed after
+    loading, with their values: a proto tensor would keep the whole parsed model alive beside
+    the arrays kernels read (the weights twice over for the session's life)."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((32, 16)).astype(F32)
+    c = rng.standard_normal((16,)).astype(F32)
+    b16 = rng.standard_normal((4,)).astype(np.float16)
+    then = helper.make_graph([helper.make_node("Add", ["h", "tb"], ["o"])], "then", [],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+                             [numpy_helper.from_array(c, "tb")])
+    other = helper.make_graph([helper.make_node("Sub", ["h", "tb2"], ["o2"])], "else", [],
+                              [helper.make_tensor_value_info("o2", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(c, "tb2")])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(c, "k")),
+             helper.make_node("Add", ["m", "k"], ["h"]),
+             helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Cast", ["half"], ["half32"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("half32", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b16, "half")])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    tensors = {}
+    for g in model.graphs():
+        tensors.update((v.name, v.const_value) for v in g.initializers.values())
+        for node in g:
+            if node.op_type == "Constant":
+                tensors[node.outputs[0].name] = node.attributes["value"].value
+    assert set(tensors) == {"w", "half", "tb", "tb2", "k"}
+    for name, tensor in tensors.items():
+        assert not isinstance(tensor, ir.serde.TensorProtoTensor), name
+    np.testing.assert_array_equal(tensors["w"].numpy(), w)
+    np.testing.assert_array_equal(tensors["k"].numpy(), c)
+    np.testing.assert_array_equal(tensors["tb2"].numpy(), c)
+    assert tensors["half"].numpy().dtype == np.float16 and tensors["half"].dtype == ir.DataType.FLOAT16
+    np.testing.assert_array_equal(tensors["half"].numpy(), b16)

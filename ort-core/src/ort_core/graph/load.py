@@ -457,7 +457,49 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     _check_if_branches(model.graph)
     if inferred is not light and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
+    _detach_from_protos(model)
     return model
+
+
+#: data types whose onnx-ir proto tensors become numpy-backed tensors at load (numpy or
+#: ml_dtypes arrays that ``ir.Tensor`` holds as they are); the 4-bit ones, packed two a byte,
+#: stay proto tensors
+_DETACHED_TYPES = frozenset({
+    ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
+    ir.DataType.INT8, ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64,
+    ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64, ir.DataType.BOOL,
+    ir.DataType.COMPLEX64, ir.DataType.COMPLEX128,
+})
+
+
+def _detached(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    if not isinstance(tensor, ir.serde.TensorProtoTensor) or tensor.dtype not in _DETACHED_TYPES:
+        return tensor
+    return ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string,
+                     metadata_props=dict(tensor.metadata_props) or None)
+
+
+def _detach_from_protos(model: ir.Model) -> None:
+    """Initializers and Constant values as numpy-backed tensors, so that no part of the parsed
+    protos stays referenced once loading ends. onnx-ir's proto tensors hold their TensorProto,
+    which holds the whole parsed model (protobuf's arena is one for the message tree), and each
+    ``numpy()`` of one copies its bytes: the model's weights were held twice for the session's
+    life, once in the protos and once in the arrays kernels read (ocr-ddddocr-lstm: 51 MB
+    each). The one copy is made here instead, and the arrays the views give are these."""
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if value.const_value is not None:
+                value.const_value = _detached(value.const_value)
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR:
+                    detached = _detached(attr.value)
+                    if detached is not attr.value:
+                        node.attributes[attr.name] = ir.AttrTensor(attr.name, detached, doc_string=attr.doc_string)
+                elif attr.type == ir.AttributeType.TENSORS:
+                    tensors = [_detached(t) for t in attr.value]
+                    if any(a is not b for a, b in zip(tensors, attr.value)):
+                        node.attributes[attr.name] = ir.AttrTensors(attr.name, tensors, doc_string=attr.doc_string)
 
 
 #: TensorProto's typed data fields, by the data types stored in them
