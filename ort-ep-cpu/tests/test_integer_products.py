@@ -85,7 +85,6 @@ def test_constant_integer_matrix_takes_int32_values(path):
     np.testing.assert_array_equal(_integer.ConstantIntegerMatrix(b, np.uint8(255)).times(a), _want(a, None, b, np.uint8(255)))
 
 
-
 def test_uint8_codes_reach_onednn_without_int16_copies():
     """oneDNN takes int8 codes: a uint8 B is shifted by one XOR of its sign bit into one int8
     array, not through two int16 copies (four times B at once: ddddocr's 1024 x 8210 classifier
@@ -101,8 +100,7 @@ def test_uint8_codes_reach_onednn_without_int16_copies():
     try:
         matrix = _integer.ConstantIntegerMatrix(b, np.asarray(121, U8))
         z = matrix.times(a, np.asarray(7, U8))
-        _, peak = tracemalloc.get_traced_memory()
-        kept, _ = tracemalloc.get_traced_memory()
+        kept, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     np.testing.assert_array_equal(z, _want(a, 7, b, 121))

@@ -64,7 +64,6 @@ def test_stft_signal_of_a_wrong_rank_is_a_clear_error():
         session.run(None, {"signal": np.zeros((2, 3, 4, 1), np.float32)})
 
 
-
 def test_stft_of_a_long_real_signal_makes_no_complex_copies():
     """A real signal's STFT frames stay real (a strided view, then rfft) and the spectrum is
     returned as its own [re, im] memory: Whisper's front end (30 s of audio, 3001 x 400 frames)
