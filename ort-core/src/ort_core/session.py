@@ -507,17 +507,16 @@ class InferenceSession:
         """Make the session; with fallback enabled (onnxruntime's default) a provider failure
         (``EPFail``, not strict mode's) is warned about and the session made on the CPU
         provider alone, as onnxruntime does."""
-        try:
-            with _collector_paused():
+        with _collector_paused():
+            try:
                 self._build(path_or_bytes, sess_options, providers, provider_options, **kwargs)
-        except EPFail as exc:
-            if not self._fallback or self._strict or self.__dict__.get("_bound_names", [CPU_PROVIDER]) == [CPU_PROVIDER]:
-                raise
-            warnings.warn(f"EP Error {exc} when using {self._bound_names}; falling back to [{CPU_PROVIDER!r}] "
-                          "and retrying (disable_fallback() or enable_fallback=0 makes this an error)",
-                          UserWarning, stacklevel=3)
-            self._fallback = False  # fallback only once, as onnxruntime
-            with _collector_paused():
+            except EPFail as exc:
+                if not self._fallback or self._strict or self.__dict__.get("_bound_names", [CPU_PROVIDER]) == [CPU_PROVIDER]:
+                    raise
+                warnings.warn(f"EP Error {exc} when using {self._bound_names}; falling back to [{CPU_PROVIDER!r}] "
+                              "and retrying (disable_fallback() or enable_fallback=0 makes this an error)",
+                              UserWarning, stacklevel=3)
+                self._fallback = False  # fallback only once, as onnxruntime
                 self._build(path_or_bytes, sess_options, [CPU_PROVIDER], None, **kwargs)
 
     def _build(
