@@ -254,6 +254,67 @@ def test_shape_inference_pass_is_onnx_irs(name, proto):
         assert a and [n for n in ours.graph if n.op_type == "Reshape"][0].outputs[0].shape[1] == 6
 
 
+def _removal_model(bn_opset: int) -> onnx.ModelProto:
+    """Dead nodes (in the main graph and in an If branch), trailing omitted inputs, unused
+    optional outputs (LSTM's, a BatchNormalization's in inference mode), an unused initializer."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    ys = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("lstm_y", "bn_y", "branch_y")]
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(F32), name) for name, shape in
+             (("W", (1, 8, 4)), ("R", (1, 8, 2)), ("scale", (3,)), ("bias", (3,)), ("mean", (3,)),
+              ("var", (3,)), ("unused", (5,)))]
+    inits[5] = numpy_helper.from_array(np.abs(numpy_helper.to_array(inits[5])) + 1, "var")
+
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        nodes = [helper.make_node("Neg", ["x"], [f"{name}_dead"]), helper.make_node(op, ["x"], [f"{name}_y"])]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+
+    bn_outputs = ["bn_y", "bn_mean", "bn_var"] if bn_opset >= 14 else ["bn_y", "bn_mean", "bn_var", "bn_sm", "bn_sv"]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["xt", "W", "R", "", "", "", ""], ["lstm_y", "lstm_h", "lstm_c"], hidden_size=2),
+        helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], bn_outputs),
+        helper.make_node("Relu", ["x"], ["dead"]),
+        helper.make_node("Sigmoid", ["dead"], ["dead2"]),
+        helper.make_node("If", ["c"], ["branch_y"], then_branch=branch("then", "Abs"), else_branch=branch("else", "Neg")),
+    ]
+    graph = helper.make_graph(nodes, "removal", [x, c], ys, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", bn_opset)])
+
+
+def _removal_corpus() -> list[tuple[str, onnx.ModelProto]]:
+    return _corpus() + [("removal-bn9", _removal_model(9)), ("removal-bn15", _removal_model(15))]
+
+
+@pytest.mark.parametrize("name, proto", _removal_corpus(), ids=[n for n, _ in _removal_corpus()])
+def test_unused_removal_pass_is_onnx_irs(name, proto):
+    ours, theirs = load_model(proto), load_model(proto)
+    for p in (basic.LiftConstantsPass(), basic.IdentityEliminationPass()):
+        p(ours)
+        p(theirs)
+    a = basic.RemoveUnusedNodesPass()(ours).modified
+    b = common_passes.RemoveUnusedNodesPass()(theirs).modified
+    assert a == b
+    assert _serialized(ours) == _serialized(theirs)
+    if name.startswith("removal"):
+        ops = [n.op_type for n in ours.graph]
+        assert "Relu" not in ops and "unused" not in ours.graph.initializers
+        lstm = next(n for n in ours.graph if n.op_type == "LSTM")
+        assert len(lstm.inputs) == 3 and len(lstm.outputs) == 1
+
+
+def test_unused_removal_asks_for_each_schema_once(monkeypatch):
+    """The schema of an op at an opset is looked up once per process, not per node and pass."""
+    calls = []
+    get_schema = onnx.defs.get_schema
+    monkeypatch.setattr(onnx.defs, "get_schema", lambda *a, **k: calls.append(a) or get_schema(*a, **k))
+    basic._output_form.cache_clear()
+    for _ in range(3):
+        basic.RemoveUnusedNodesPass()(load_model(models.transformer(vocab=50, seq=8, dim=16, heads=2, layers=2)))
+    assert calls and len(calls) == len(set(calls))
+
+
 def _real_models() -> list[tuple[str, bytes]]:
     """The real models bench/ uses, where a checkout has fetched them (never downloaded here)."""
     from pathlib import Path

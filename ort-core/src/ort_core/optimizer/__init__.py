@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import onnx_ir as ir
-from onnx_ir.passes import common as common_passes
 
 from .attention_fusion import AttentionFusionPass
 from .basic import (
@@ -49,6 +48,7 @@ from .basic import (
     LoopInvariantCarriedPass,
     LoopInvariantHoistPass,
     MatMulAddToGemmPass,
+    RemoveUnusedNodesPass,
     ShapeFoldingPass,
     ShapeInferenceQuietPass,
 )
@@ -74,16 +74,16 @@ def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
         IdentityEliminationPass(),
         LoopInvariantCarriedPass(),
         LoopInvariantHoistPass(),
-        common_passes.RemoveUnusedNodesPass(),
+        RemoveUnusedNodesPass(),
         ShapeInferenceQuietPass(),
         ShapeFoldingPass(),
         ConstantFoldingPass(max_fold_bytes),
-        common_passes.RemoveUnusedNodesPass(),
+        RemoveUnusedNodesPass(),
         ConvBatchNormFoldPass(),
         ConvMulFoldPass(),
         ConvAddFoldPass(),
         MatMulAddToGemmPass(),
-        common_passes.RemoveUnusedNodesPass(),
+        RemoveUnusedNodesPass(),
     ]
 
 
@@ -100,7 +100,7 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
         BiasGeluFusionPass(supports),  # reads the Gelu GeluFusionPass makes
         # last, as in onnxruntime: patterns that start at a LayerNormalization (attention) go before
         SkipLayerNormFusionPass(supports),
-        common_passes.RemoveUnusedNodesPass(),
+        RemoveUnusedNodesPass(),
     ]
 
 
