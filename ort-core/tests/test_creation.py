@@ -346,6 +346,36 @@ def test_skipping_the_second_inference_gives_the_same_graph(monkeypatch, ort_nod
     assert skipped >= 3
 
 
+def _identity_after(*ops: tuple[str, dict], rank_known: bool = False) -> onnx.ModelProto:
+    """x -> the ops (each reads the last output; Unsqueeze/Squeeze also constant axes) ->
+    Identity -> Relu. ``rank_known``: x is typed [N, 6], else x has no shape."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6] if rank_known else None)
+    axes = numpy_helper.from_array(np.array([0], I64), "axes")
+    nodes, last = [], "x"
+    for k, (op, attrs) in enumerate(ops):
+        inputs = [last, "axes"] if op in ("Unsqueeze", "Squeeze") else [last, last] if op == "Concat" else [last]
+        nodes.append(helper.make_node(op, inputs, [f"t{k}"], **attrs))
+        last = f"t{k}"
+    nodes += [helper.make_node("Identity", [last], ["i"]), helper.make_node("Relu", ["i"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [axes])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("ops, skips", [
+    ([("Softmax", {})], True),  # no data propagation: the Identity passes on no data
+    ([("Softmax", {}), ("Unsqueeze", {})], True),  # the axes are constant, the data input is not
+    ([("Softmax", {}), ("Concat", {"axis": 0}), ("Cast", {"to": TensorProto.FLOAT})], True),
+    ([("Shape", {}), ("Cast", {"to": TensorProto.FLOAT})], False),  # shape data, cast to float
+    ([("Shape", {}), ("Unsqueeze", {}), ("Squeeze", {}), ("Concat", {"axis": 0}), ("Cast", {"to": TensorProto.FLOAT})],
+     False),
+], ids=["softmax", "unsqueeze-of-softmax", "concat-cast-of-softmax", "shape-cast", "shape-through-four-ops"])
+def test_identity_of_a_value_without_data_skips_the_second_inference(ops, skips):
+    """The second inference is skipped for an Identity of a value of unknown shape where onnx
+    can hold no data for it (its producers have no data propagation back to a non-constant input)."""
+    model = load_model(_identity_after(*ops))
+    assert (SHAPES_INFERRED in model.meta) is skips
+
+
 def test_shape_inference_pass_restores_the_model_when_inference_fails(monkeypatch):
     model = load_model(models.mlp(hidden=32, layers=2))
     basic.LiftConstantsPass()(model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -362,9 +363,10 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
 #: input's type and shape on unchanged; what its removal can add is *data* the reader did not
 #: see through it, and onnx has data only for constants (initializers, Constant outputs) and for
 #: what its data propagation computes: shape arithmetic, held as one list of numbers (so of rank
-#: 0 or 1), possibly cast to float. So an Identity or Dropout of a constant, of a non-float or
-#: untyped value, or of one not known to have rank >= 2 keeps the inference. (The optimizer
-#: pops the key.)
+#: 0 or 1), possibly cast to float. So an Identity or Dropout keeps the inference where its input
+#: may hold such data (``_DataCarriers``: it traces back through data-propagating ops to a
+#: constant or a Shape) and is a constant, a non-float or untyped value, or one not known to
+#: have rank >= 2. (The optimizer pops the key.)
 SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
 
 #: initializers of the main graph bigger than this many bytes go to shape inference as typed
@@ -628,24 +630,103 @@ _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16,
 def _removal_may_inform(graph: ir.Graph) -> bool:
     """Whether removing an Identity or Dropout of ``graph`` (or of its subgraphs) could show
     shape inference data it did not see (see ``SHAPES_INFERRED``)."""
-    for node in graph:
-        if node.op_type in ("Identity", "Dropout") and node.inputs:
+    carries = _DataCarriers(graph)
+    for g in _graphs(graph):
+        for node in g:
+            if node.op_type not in ("Identity", "Dropout") or not node.inputs:
+                continue
             value = node.inputs[0]
-            if value is None or not isinstance(value.type, ir.TensorType) or value.dtype not in _FLOATS:
+            if value is None:
                 return True
-            if value.shape is None or len(value.shape) < 2:
+            if not carries(value):
+                continue  # no data to pass on
+            if not isinstance(value.type, ir.TensorType) or value.dtype not in _FLOATS:
                 return True
-            producer = value.producer()
-            if value.const_value is not None or value.is_initializer() or (
-                producer is not None and producer.op_type == "Constant"
-            ):
-                return True
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH and _removal_may_inform(attr.value):
-                return True
-            if attr.type == ir.AttributeType.GRAPHS and any(_removal_may_inform(g) for g in attr.value):
+            if value.shape is None or len(value.shape) < 2 or _is_constant(value):
                 return True
     return False
+
+
+def _graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    yield graph
+    for node in graph:
+        # the attributes' plain dict: the UserDict's Mapping views cost more than the walk
+        for attr in node.attributes.data.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from _graphs(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for sub in attr.value:
+                    yield from _graphs(sub)
+
+
+def _is_constant(value: ir.Value) -> bool:
+    producer = value.producer()
+    return value.const_value is not None or value.is_initializer() or (producer is not None and producer.op_type == "Constant")
+
+
+#: data-propagating ops whose output data is computed from their first input's
+_DATA_FROM_FIRST = frozenset({"Cast", "Gather", "Slice", "Squeeze", "Unsqueeze"})
+
+
+class _DataCarriers:
+    """Whether onnx's shape inference may hold *data* for a value (``data_prop``): a constant;
+    the output of Shape or Size; the output of another op with a data propagation function
+    (Gather, Concat, Cast, Add, ...) whose data input may (the first for ``_DATA_FROM_FIRST``,
+    any for the others). A main-graph input that is not an
+    initializer, and the output of any other op, hold none. A control-flow body's own inputs are
+    taken to (what onnx passes into a body is not looked into)."""
+
+    def __init__(self, main: ir.Graph):
+        self.opsets = main.opset_imports
+        self.main_inputs = frozenset(main.inputs)
+        self.known: dict[ir.Value, bool] = {}
+
+    def __call__(self, value: ir.Value) -> bool:
+        # depth first without recursion: chains of Add or Concat can be thousands of nodes long
+        stack = [value]
+        while stack:
+            v = stack[-1]
+            if v in self.known:
+                stack.pop()
+                continue
+            direct = self._direct(v)
+            if direct is not None:
+                self.known[v] = direct
+                stack.pop()
+                continue
+            producer = v.producer()
+            # these compute data only from their first input's (the rest are axes or indices)
+            inputs = producer.inputs[:1] if producer.op_type in _DATA_FROM_FIRST else producer.inputs
+            inputs = [i for i in inputs if i is not None]
+            pending = [i for i in inputs if i not in self.known]
+            if pending:
+                stack.extend(pending)
+                continue
+            self.known[v] = any(self.known[i] for i in inputs)
+            stack.pop()
+        return self.known[value]
+
+    def _direct(self, value: ir.Value) -> bool | None:
+        """The answer where the value's producer alone gives it, else None."""
+        if _is_constant(value):
+            return True
+        producer = value.producer()
+        if producer is None:
+            return value not in self.main_inputs
+        if producer.op_type in ("Shape", "Size") and producer.domain in ("", "ai.onnx"):
+            return True
+        domain = "" if producer.domain == "ai.onnx" else producer.domain
+        if not _has_data_propagation(producer.op_type, domain, self.opsets.get(domain, self.opsets.get("", 1))):
+            return False
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _has_data_propagation(op_type: str, domain: str, opset: int) -> bool:
+    try:
+        return bool(onnx.defs.get_schema(op_type, opset, domain=domain).has_data_propagation_function)
+    except Exception:  # an op onnx does not know: it computes no data for it
+        return False
 
 
 def _has_map(t: onnx.TypeProto) -> bool:

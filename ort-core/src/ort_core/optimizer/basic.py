@@ -667,11 +667,11 @@ def _remove_unused_nodes(graph: ir.Graph | ir.Function, opset: int | None) -> in
             node.resize_inputs(kept)
         if opset is not None and node.domain in ("", "onnx.ai"):
             _drop_unused_optional_outputs(node, outputs, opset)
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                count += _remove_unused_nodes(attr.value, opset)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.value:
+        for attribute in node.attributes.data.values():
+            if attribute.type == ir.AttributeType.GRAPH:
+                count += _remove_unused_nodes(attribute.value, opset)
+            elif attribute.type == ir.AttributeType.GRAPHS:
+                for sub in attribute.value:
                     count += _remove_unused_nodes(sub, opset)
     return count
 
