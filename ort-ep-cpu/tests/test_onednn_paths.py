@@ -533,3 +533,41 @@ def test_small_multi_row_products_run_on_one_thread():
     big_y = np.empty((128, 512), np.float32)
     large.run(np.ones((128, 128), np.float32), big_y)  # the next product gets its threads back
     assert lib.local.threads == lib.threads()
+
+
+def _packs(monkeypatch) -> list[tuple]:
+    """The shapes of the constants oneDNN copies into its layouts, one entry per copy."""
+    made: list[tuple] = []
+    real = _onednn._Primitive._pack
+    monkeypatch.setattr(_onednn._Primitive, "_pack", lambda self, md, array: made.append(array.shape) or real(self, md, array))
+    return made
+
+
+def _session(data: bytes) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
+def test_a_product_packs_its_weights_once_for_every_row_count(runs, monkeypatch):
+    """One copy of B in oneDNN's layout serves the primitives of every row count (each made
+    its own before: a 16 MB MatMul fed ten sequence lengths held 160 MB)."""
+    made = _packs(monkeypatch)
+    data = _product_model("MatMul", ("S", 64), (64, 48), {})
+    sess, reference = _session(data), onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for rows in (1, 3, 8, 17, 40):
+        x = np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference.run(None, {"x": x})[0], rtol=TOL, atol=TOL)
+    assert len({kind for kind, _ in runs}) == 1 and len(runs) >= 5
+    assert made == [(64, 48)]
+
+
+def test_a_convolution_packs_its_weights_once_for_every_input_size(runs, monkeypatch):
+    made = _packs(monkeypatch)
+    data = _model("Conv", (1, 8, "H", "W"), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
+    sess, reference = _session(data), onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for h, w in ((6, 6), (9, 14), (20, 7)):
+        x = np.random.default_rng(h).standard_normal((1, 8, h, w)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference.run(None, {"x": x})[0], rtol=TOL, atol=TOL)
+    assert [kind for kind, _ in runs] == ["Convolution"] * 3
+    assert sorted(made) == [(16,), (16, 8, 3, 3)]

@@ -83,6 +83,7 @@ class ConstantIntegerMatrix:
             offsets = np.unique(self.offset)
             self.one_offset = np.int32(offsets[0]) if offsets.size == 1 else None
             self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
+            self.packed = _onednn.PackedConstants()  # the codes in oneDNN's layout, for every row count
         self._fallback: np.ndarray | list | None = None
 
     def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None,
@@ -116,7 +117,7 @@ class ConstantIntegerMatrix:
         if not self.onednn or a_dtype not in (np.uint8, np.int8):
             return None
         return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
-                                lambda lib: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype))
+                                lambda lib: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype, self.packed))
 
     def _codes_s8(self) -> np.ndarray:
         """B's codes as int8, Bs = B - 128 for uint8 (B itself for int8), for oneDNN to read as
@@ -259,6 +260,7 @@ class ConstantIntegerConvolution:
             ws = np.concatenate([ws, np.ones((group, 1) + w.shape[1:], np.int8)], axis=1)
         self.weights = np.ascontiguousarray(ws.reshape((-1,) + w.shape[1:]))
         self.plans: dict[tuple, tuple | None] = {}
+        self.packed = _onednn.PackedConstants()  # the weights in oneDNN's layouts, for every input shape
 
     def __call__(self, x: np.ndarray, x_zero_point, geometry) -> np.ndarray | None:
         if not _onednn.USE or x.dtype not in (np.uint8, np.int8) or x.ndim not in (3, 4):
@@ -278,7 +280,7 @@ class ConstantIntegerConvolution:
         y_shape = (shape4[0], self.weights.shape[0]) + g2.out
         w4 = self.weights.reshape(self.weights.shape[:2] + g2.kernel)
         primitive = _onednn.Convolution(lib, shape4, w4, None, self.group, g2.strides, g2.dilations, g2.pads, y_shape,
-                                        x_dtype=x.dtype)
+                                        x_dtype=x.dtype, packed=self.packed)
         unit = np.empty(y_shape, np.int32)
         primitive.run(np.ones(shape4, x.dtype), unit)
         return primitive, shape4, y_shape, unit[:1].copy()

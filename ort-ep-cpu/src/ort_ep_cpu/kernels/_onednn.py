@@ -146,6 +146,7 @@ class _Library:
         d.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
         d.dnnl_memory_desc_get_size.argtypes = [_P]
         d.dnnl_memory_desc_equal.argtypes = [_P, _P]
+        d.dnnl_memory_desc_clone.argtypes = [_P, _P]
         d.dnnl_memory_set_data_handle.argtypes = [_P, _P]
         d.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, _P]
         d.dnnl_stream_wait.argtypes = [_P]
@@ -353,6 +354,36 @@ def _destroy(lib: _Library, owned: list[tuple[str, _P]]) -> None:
     owned.clear()
 
 
+class PackedConstants:
+    """A kernel's constants in the layouts its primitives chose, shared by its primitives for
+    every input shape. A primitive per shape (a sequence length, an image size) once packed
+    its own copy of the weights: a 16 MB MatMul fed ten sequence lengths held 160 MB. Layouts
+    rarely depend on the shape, so one copy per layout serves them all."""
+
+    def __init__(self) -> None:
+        self.packed: list[tuple[int, _P, _P]] = []  # (argument, descriptor (ours), memory)
+        self.lock = threading.Lock()
+        self._owned: list[tuple[str, _P]] = []  # destroyed with this object (by the library first used)
+
+    def memory(self, lib: _Library, arg: int, md: _P, pack: Callable[[], _P]) -> _P:
+        """The memory of argument ``arg`` in layout ``md``: one packed before, else ``pack()``'s
+        (kept from now on)."""
+        d = lib.dnnl
+        with self.lock:
+            for known_arg, known_md, memory in self.packed:
+                if known_arg == arg and d.dnnl_memory_desc_equal(known_md, md):
+                    return memory
+            if not self._owned:
+                weakref.finalize(self, _destroy, lib, self._owned)
+            clone = _P()
+            lib.check(d.dnnl_memory_desc_clone(ctypes.byref(clone), md), "dnnl_memory_desc_clone")
+            self._owned.append(("dnnl_memory_desc_destroy", clone))
+            memory = pack()
+            self._owned.append(("dnnl_memory_destroy", memory))
+            self.packed.append((arg, clone, memory))
+            return memory
+
+
 class _Primitive:
     """One oneDNN primitive between contiguous row-major (NCHW) float32 arrays, for one input
     shape: ``run(x, y)`` writes into ``y``. Where the primitive wants another layout (nhwc or a
@@ -367,8 +398,10 @@ class _Primitive:
     most_threads: int = 0
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
-                 x_layout: str = "", y_layout: str = "", x_type: int = _F32, y_type: int = _F32):
+                 x_layout: str = "", y_layout: str = "", x_type: int = _F32, y_type: int = _F32,
+                 packed: PackedConstants | None = None):
         self.lib = lib
+        self.packed = packed  # where its constants are shared with the kernel's other shapes
         self.owned: list[tuple[str, _P]] = []  # (destroy function, handle), destroyed in reverse
         self._finalizer = weakref.finalize(self, _destroy, lib, self.owned)
         # the arrays run() is given: row-major, or 4-D ones in a layout of LAYOUTS
@@ -439,9 +472,19 @@ class _Primitive:
     def _constant(self, arg: int, md: _P, array: np.ndarray) -> None:
         """A constant input (weights, bias; float32, or int8 codes) copied once into the
         primitive's layout ``md``, read with its own strides (a transposed view is not copied
-        first: a Gemm's transB weights)."""
+        first: a Gemm's transB weights); where the kernel shares its constants (``packed``),
+        a copy already made in this layout is used instead."""
+        if self.packed is None:
+            memory = self._own("dnnl_memory_destroy", self._pack(md, array))
+        else:
+            memory = self.packed.memory(self.lib, arg, md, lambda: self._pack(md, array))
+            self.kept.append(self.packed)  # its memories outlive this primitive's use of them
+        self.constant_args.append((arg, memory))
+
+    def _pack(self, md: _P, array: np.ndarray) -> _P:
+        """A new memory of layout ``md`` holding ``array`` (the caller owns it)."""
         lib = self.lib
-        memory = self._own("dnnl_memory_destroy", lib.memory(md, _ALLOCATE))
+        memory = lib.memory(md, _ALLOCATE)
         dtype = array.dtype if array.dtype in (np.int8, np.uint8) else np.float32
         plain = array if array.dtype == dtype else array.astype(dtype)  # held until the reorder has read it
         if plain.strides and min(plain.strides) < 0:
@@ -458,10 +501,13 @@ class _Primitive:
             stream = lib.stream()
             lib.check(lib.dnnl.dnnl_primitive_execute(reorder, stream, 2, args), "reorder of a constant")
             lib.check(lib.dnnl.dnnl_stream_wait(stream), "dnnl_stream_wait")
+        except BaseException:
+            lib.dnnl.dnnl_memory_destroy(memory)
+            raise
         finally:
             lib.dnnl.dnnl_primitive_destroy(reorder)
             lib.dnnl.dnnl_memory_destroy(source)
-        self.constant_args.append((arg, memory))
+        return memory
 
     def _bind_binary(self) -> None:
         """The binary post-ops' per-channel operands as constant arguments (their arrays kept)."""
@@ -548,10 +594,12 @@ class Convolution(_Primitive):
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
                  strides, dilations, pads, y_shape: tuple[int, ...], post_ops: Sequence[PostOp] = (),
-                 any_layout: bool = True, x_layout: str = "", y_layout: str = "", x_dtype: np.dtype = np.float32):
+                 any_layout: bool = True, x_layout: str = "", y_layout: str = "", x_dtype: np.dtype = np.float32,
+                 packed: PackedConstants | None = None):
         # float32 throughout, or (``x_dtype`` uint8/int8, ``w`` int8) 8-bit codes into int32
         integer = np.dtype(x_dtype) != np.float32
-        super().__init__(lib, x_shape, y_shape, x_layout, y_layout, _TYPES[np.dtype(x_dtype)], _S32 if integer else _F32)
+        super().__init__(lib, x_shape, y_shape, x_layout, y_layout, _TYPES[np.dtype(x_dtype)], _S32 if integer else _F32,
+                         packed=packed)
         w_type = _TYPES[w.dtype] if integer else _F32
         # the layout of the primitive's input and output: the given array's where it has one,
         # else oneDNN's choice (reordered from and to NCHW) or NCHW as it is
@@ -610,9 +658,9 @@ class MatMul(_Primitive):
     on the row-major input and output as they are; ``post_op`` as for ``Convolution``."""
 
     def __init__(self, lib: _Library, m: int, b: np.ndarray, bias: np.ndarray | None,
-                 post_op: tuple[int, float, float] | None = None):
+                 post_op: tuple[int, float, float] | None = None, packed: PackedConstants | None = None):
         k, n = b.shape
-        super().__init__(lib, (m, k), (m, n))
+        super().__init__(lib, (m, k), (m, n), packed=packed)
         if m > 1 and m * k * n < ONE_THREAD_MACS:
             self.most_threads = 1
         bias_md = None if bias is None else self._descriptor_of((1, n), _plain(2))
@@ -641,9 +689,9 @@ class IntegerMatMul(_Primitive):
     exact. Here (AMX): (1, 768) @ (768, 3072) 28 us, (80, 768) @ (768, 3072) 0.15 ms, against
     0.17 and 9.7 ms for the compiled int16 loop."""
 
-    def __init__(self, lib: _Library, m: int, b: np.ndarray, a_dtype: np.dtype):
+    def __init__(self, lib: _Library, m: int, b: np.ndarray, a_dtype: np.dtype, packed: PackedConstants | None = None):
         k, n = b.shape
-        super().__init__(lib, (m, k), (m, n), x_type=_TYPES[np.dtype(a_dtype)], y_type=_S32)
+        super().__init__(lib, (m, k), (m, n), x_type=_TYPES[np.dtype(a_dtype)], y_type=_S32, packed=packed)
         if m > 1 and m * k * n < ONE_THREAD_MACS:
             self.most_threads = 1
         pd = self._own("dnnl_primitive_desc_destroy", _P())

@@ -55,6 +55,7 @@ class _ConstantProduct:
     def __init__(self, b: np.ndarray, bias: np.ndarray | None = None, post_op: tuple | None = None):
         self.b, self.bias, self.post_op = b, bias, post_op
         self.plans: dict[int, _onednn.MatMul | None] = {}
+        self.packed = _onednn.PackedConstants()  # B in oneDNN's layout, for every row count
 
     def __call__(self, a: np.ndarray) -> np.ndarray | None:
         if a.dtype != np.float32 or not _onednn.USE:
@@ -63,7 +64,8 @@ class _ConstantProduct:
         if a.shape[-1] != k:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
-        plan = _onednn.plan_for(self.plans, rows, lambda lib: _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op)
+        plan = _onednn.plan_for(self.plans, rows, lambda lib: _onednn.MatMul(lib, rows, self.b, self.bias, self.post_op,
+                                                                             self.packed)
                                 if rows * k * n >= ONEDNN_MIN_GEMM_MACS or k * n >= ONEDNN_MIN_GEMM_WEIGHTS else None)
         if plan is None:
             return None
@@ -883,6 +885,7 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     activation = make_activation(activation_name, activation_params or [])
     post_op = _onednn.post_op(activation_name, activation_params or [])
     onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
+    packed = _onednn.PackedConstants()  # the weights in oneDNN's layouts, for every input shape
 
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
         """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
@@ -894,7 +897,7 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             w4 = w.reshape(w.shape[:2] + g2.kernel)  # (a 1-D or column kernel as a row)
             return _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides, g2.dilations,
                                        g2.pads, (shape4[0], w.shape[0]) + g2.out, () if post_op is None else (post_op,),
-                                       any_layout=not (g.pointwise and group == 1))
+                                       any_layout=not (g.pointwise and group == 1), packed=packed)
 
         plan = _onednn.plan_for(onednn, x.shape, make)
         if plan is None:

@@ -372,8 +372,10 @@ class _Program:
 
     def __init__(self, lib: _onednn._Library, layout: str, nodes: Sequence[NodeView],
                  kernels: Sequence[Kernel], graph: GraphView, inputs: Sequence[str],
-                 outputs: Sequence[str], shapes: Sequence[tuple[int, ...]]):
+                 outputs: Sequence[str], shapes: Sequence[tuple[int, ...]],
+                 packed: dict[int, _onednn.PackedConstants]):
         self.lib, self.layout, self.graph = lib, layout, graph
+        self.packed = packed  # node index -> its weights in oneDNN's layouts, shared by the group's programs
         self.members = {node.index for node in nodes}
         # elementwise members a convolution or pool applies as post-ops, the DequantizeLinear
         # of each QuantizeLinear pair, and the DequantizeLinears of constants (their values
@@ -518,7 +520,8 @@ class _Program:
         x_layout = self.layout if self.layout in self.where[x_name] else ""
         prim = _onednn.Convolution(self.lib, x_shape, w, None if b is None else np.ascontiguousarray(b, np.float32),
                                    group, g.strides, g.dilations, g.pads, y_shape, post_ops,
-                                   x_layout=x_layout, y_layout=self.layout)
+                                   x_layout=x_layout, y_layout=self.layout,
+                                   packed=self.packed.setdefault(node.index, _onednn.PackedConstants()))
         x = self._slot(x_name, x_layout)
         y_numpy_shape = _onednn.layout_shape(y_shape, self.layout)
         if addend is None:
@@ -826,6 +829,7 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
     lib = _onednn.library()
     layout = lib.layout() if lib is not None else ""
     programs: dict[tuple, _Program | None] = {}
+    packed: dict[int, _onednn.PackedConstants] = {}
 
     # per member input: its value's name, or (where the group does not receive it) the constant
     sources = [[(n, None) if not n or n in inputs or n in made else ("", graph.value(n).const_value)
@@ -853,7 +857,7 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
                 if not layout or any(k is None or k[1] != np.float32 or len(k[0]) != 4 for k in key):
                     return None
                 try:
-                    return _Program(lib, layout, nodes, kernels, graph, inputs, outputs, [k[0] for k in key])
+                    return _Program(lib, layout, nodes, kernels, graph, inputs, outputs, [k[0] for k in key], packed)
                 except ValueError:  # shapes that do not fit: the members' own kernels say how
                     return None
             program = _onednn.plan_for(programs, key, make)
