@@ -380,3 +380,39 @@ def test_forests_the_preorder_layout_cannot_hold_take_the_node_table_loop():
     x = rng.standard_normal((6, 5))
     once = trees.FlatForest(**{**{f: getattr(shared, f) for f in shared.__dataclass_fields__}, "roots": roots[:1]})
     np.testing.assert_allclose(twice.aggregate(x, trees.SUM, 3)[0], 2 * once.aggregate(x, trees.SUM, 3)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["preorder", "node table"])
+def test_a_walk_split_over_threads_equals_the_one_thread_walk(layout, monkeypatch):
+    """Where one thread takes long enough, later walks of that row count are split by rows over
+    the session's threads: the same sums and voted cells, bit for bit."""
+    if trees._compiled() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(9)
+    forest = _random_forest(rng, 1, n_trees=40)
+    if layout == "node table":
+        forest._preorder.append(None)
+    x = rng.standard_normal((37, 5))
+    x[rng.random(x.shape) < 0.1] = np.nan
+    want = forest.aggregate(x, trees.SUM, 3)  # learns that 37 rows are quick: not split
+    assert forest._split == {37: False}
+    parts: list[tuple[int, int]] = []
+    real = trees._over_rows
+
+    def spy(walk, rows, split):
+        def recorded(lo, hi):
+            parts.append((lo, hi))
+            walk(lo, hi)
+        real(recorded, rows, split)
+
+    monkeypatch.setattr(trees, "_over_rows", spy)
+    monkeypatch.setattr(trees.threads, "usable", lambda: 3)
+    monkeypatch.setattr(trees, "SPLIT_MIN_SECONDS", 0.0)
+    forest._split.clear()
+    first = forest.aggregate(x, trees.SUM, 3)  # one thread, timed: longer than 0 s
+    got = forest.aggregate(x, trees.SUM, 3)  # split in three
+    assert forest._split == {37: True}
+    assert sorted(parts) == [(0, 12), (0, 37), (12, 24), (24, 37)]  # the timed walk, then three parts
+    for result in (first, got):
+        np.testing.assert_array_equal(result[0], want[0])
+        np.testing.assert_array_equal(result[1], want[1])

@@ -17,6 +17,7 @@ two threads: 200-300 ms a run with both pools at two threads, 20 ms with OpenBLA
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -36,6 +37,11 @@ def count() -> int:
     """The thread count the live session asked for, or 0 for the libraries' default; kernels
     whose library sizes its parallel regions per calling thread (oneDNN's OpenMP) read it."""
     return _count
+
+
+def usable() -> int:
+    """The threads a kernel may run on: the live session's count, else one per usable core."""
+    return _count or len(os.sched_getaffinity(0))
 
 
 def blas_libraries(refresh: bool = False) -> list[Any]:
