@@ -75,7 +75,7 @@ class FlatForest:
         object.__setattr__(self, "max_feature", int(inner.max()) if len(inner) else -1)
         object.__setattr__(self, "max_vote", int(self.vote_id.max()) if len(self.vote_id) else -1)
         object.__setattr__(self, "_preorder", [])  # [Preorder or None] once asked (``preorder``)
-        object.__setattr__(self, "_split", {})  # rows -> whether the walk is split (``_over_rows``)
+        object.__setattr__(self, "_split", {})  # rows -> whether the walk is split, None: once seen (``_over_rows``)
 
     def preorder(self) -> Preorder | None:
         """The forest in ``Preorder``'s layout, made at the first call (by the compiled builder),
@@ -415,19 +415,23 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
 
-def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, bool]) -> None:
+def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, bool | None]) -> None:
     """``walk(lo, hi)`` over every row: on this thread, or in contiguous row ranges over the
     session's threads (this one takes the first) where one thread took longer than
-    ``SPLIT_MIN_SECONDS`` for this many rows (``split``: rows -> whether, learned at the first
-    walk of each row count)."""
+    ``SPLIT_MIN_SECONDS`` for this many rows. ``split`` (rows -> whether) is learned from the
+    second walk of each row count: the first can include numba's compilation or cache load."""
     global _pool, _pool_size
-    parts = min(threads.usable(), rows // 4) if split.get(rows) else 1
+    if rows not in split:  # the first walk: not timed
+        if len(split) >= SHAPE_CACHE_MAX:
+            split.clear()
+        split[rows] = None
+        walk(0, rows)
+        return
+    parts = min(threads.usable(), rows // 4) if split[rows] else 1
     if parts <= 1:
         start = time.perf_counter()
         walk(0, rows)
-        if rows not in split:
-            if len(split) >= SHAPE_CACHE_MAX:
-                split.clear()
+        if split[rows] is None:
             split[rows] = time.perf_counter() - start > SPLIT_MIN_SECONDS
         return
     with _lock:
