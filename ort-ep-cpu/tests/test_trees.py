@@ -416,3 +416,25 @@ def test_a_walk_split_over_threads_equals_the_one_thread_walk(layout, monkeypatc
     for result in results:
         np.testing.assert_array_equal(result[0], want[0])
         np.testing.assert_array_equal(result[1], want[1])
+
+
+def _split_walk_sums(forest: trees.FlatForest, x: np.ndarray) -> np.ndarray:
+    return forest.aggregate(x, trees.SUM, 3)[0]
+
+
+def test_a_split_walk_runs_in_a_forked_child(monkeypatch):
+    """A child forked after the walk's workers started makes its own: the parent's do not
+    exist there, and a pool waiting for them hung the child."""
+    if trees._compiled() is None:
+        pytest.skip("numba is not installed")
+    from parallel_runs import in_forked_child
+
+    rng = np.random.default_rng(4)
+    forest = _random_forest(rng, 0, n_trees=20)
+    x = rng.standard_normal((24, 5))
+    monkeypatch.setattr(trees.threads, "usable", lambda: 2)
+    monkeypatch.setattr(trees, "SPLIT_MIN_SECONDS", 0.0)
+    for _ in range(3):
+        want = forest.aggregate(x, trees.SUM, 3)[0]
+    assert forest._split == {24: True} and trees._pool is not None
+    np.testing.assert_array_equal(in_forked_child(_split_walk_sums, forest, x, timeout=30), want)

@@ -18,6 +18,7 @@ derived from which, with base values, and the label rule); the two that it leave
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -413,6 +414,16 @@ def _preorder_py(x, compare, roots, feature, split, true_next, missing_true, vot
 SPLIT_MIN_SECONDS = 200e-6
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's workers do not exist there, and a pool that believes
+    they do would wait for them forever."""
+    global _pool, _pool_size
+    _pool, _pool_size = None, 0
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, bool | None]) -> None:
