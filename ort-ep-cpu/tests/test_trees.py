@@ -394,17 +394,23 @@ def test_a_walk_split_over_threads_equals_the_one_thread_walk(layout, monkeypatc
         forest._preorder.append(None)
     x = rng.standard_normal((37, 5))
     x[rng.random(x.shape) < 0.1] = np.nan
-    want = forest.aggregate(x, trees.SUM, 3)  # the first walk of 37 rows: not timed
+    monkeypatch.setattr(trees, "SPLIT_MIN_SECONDS", 0.0)
+    for _ in range(3):  # 37 rows x 40 trees: too little work to be timed, however slow
+        want = forest.aggregate(x, trees.SUM, 3)
+    assert forest._split == {}
+    monkeypatch.setattr(trees, "SPLIT_MIN_WALKS", 0)
+    monkeypatch.setattr(trees, "SPLIT_MIN_SECONDS", 1.0)
+    forest.aggregate(x, trees.SUM, 3)  # the first walk of 37 rows: not timed
     forest.aggregate(x, trees.SUM, 3)  # the second: quick, so not split
     assert forest._split == {37: False}
     parts: list[tuple[int, int]] = []
     real = trees._over_rows
 
-    def spy(walk, rows, split):
+    def spy(walk, rows, n_trees, split):
         def recorded(lo, hi):
             parts.append((lo, hi))
             walk(lo, hi)
-        real(recorded, rows, split)
+        real(recorded, rows, n_trees, split)
 
     monkeypatch.setattr(trees, "_over_rows", spy)
     monkeypatch.setattr(trees.threads, "usable", lambda: 3)
@@ -434,6 +440,7 @@ def test_a_split_walk_runs_in_a_forked_child(monkeypatch):
     x = rng.standard_normal((24, 5))
     monkeypatch.setattr(trees.threads, "usable", lambda: 2)
     monkeypatch.setattr(trees, "SPLIT_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(trees, "SPLIT_MIN_WALKS", 0)
     for _ in range(3):
         want = forest.aggregate(x, trees.SUM, 3)[0]
     assert forest._split == {24: True} and trees._pool is not None

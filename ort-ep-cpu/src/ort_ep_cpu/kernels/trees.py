@@ -123,7 +123,7 @@ class FlatForest:
         else:
             self._aggregate_numpy(xf, kind, scores, voted)
             return scores, voted
-        _over_rows(walk, xf.shape[0], self._split)
+        _over_rows(walk, xf.shape[0], self.n_trees, self._split)
         return scores, voted
 
     def _aggregate_numpy(self, xf: np.ndarray, kind: int, scores: np.ndarray, voted: np.ndarray) -> None:
@@ -412,6 +412,10 @@ def _preorder_py(x, compare, roots, feature, split, true_next, missing_true, vot
 #: XGBoost models of 200-300 trees, us one thread / split: 8 rows 31 / 96, 16 rows 183 / 181,
 #: 32 rows 512 / 307, 64 rows 470 / 303, 256 rows 4575 / 2415)
 SPLIT_MIN_SECONDS = 200e-6
+#: ... and only walks of this many (row, tree) pairs or more are timed for it: one timing can be
+#: slow by chance (another process on the core), and a small walk split for good pays the
+#: hand-off on every run (a 100-tree forest at 8 rows: 26 -> 71 us in one bench run)
+SPLIT_MIN_WALKS = 1 << 13
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
@@ -426,12 +430,16 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, bool | None]) -> None:
+def _over_rows(walk: Callable[[int, int], None], rows: int, trees: int, split: dict[int, bool | None]) -> None:
     """``walk(lo, hi)`` over every row: on this thread, or in contiguous row ranges over the
     session's threads (this one takes the first) where one thread took longer than
-    ``SPLIT_MIN_SECONDS`` for this many rows. ``split`` (rows -> whether) is learned from the
-    second walk of each row count: the first can include numba's compilation or cache load."""
+    ``SPLIT_MIN_SECONDS`` for this many rows (of ``trees`` trees: ``SPLIT_MIN_WALKS``).
+    ``split`` (rows -> whether) is learned from the second walk of each row count: the first
+    can include numba's compilation or cache load."""
     global _pool, _pool_size
+    if rows * trees < SPLIT_MIN_WALKS or rows < 8:
+        walk(0, rows)
+        return
     if rows not in split:  # the first walk: not timed
         if len(split) >= SHAPE_CACHE_MAX:
             split.clear()
