@@ -30,6 +30,9 @@ from ort_ep_cpu.kernels import _blas, _jit, _onednn, nn
 @pytest.fixture(autouse=True)
 def numpy_paths(monkeypatch):
     monkeypatch.setattr(_onednn, "USE", False)
+    # the compiled small-input loop has its own tests (test_small_conv.py)
+    monkeypatch.setattr(nn, "SMALL_CONV_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
 
 
 def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):

@@ -34,6 +34,8 @@ def runs(monkeypatch):
     monkeypatch.setattr(nn, "ONEDNN_MIN_POOL", 0)
     monkeypatch.setattr(nn, "ONEDNN_POINTWISE_MIN_MACS", 0)
     monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_CONV_MACS", 0)  # not the compiled small-input loop
+    monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
     seen: list[tuple[str, str]] = []
     real = _onednn._Primitive.run
 

@@ -864,6 +864,30 @@ def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, thread
     return macs >= ONEDNN_MIN_MACS and (threads > 1 or not depthwise or not _jit.enabled())
 
 
+#: convolutions of at most this many multiply-adds take the compiled small-input loop
+#: (``_jit.small_conv``), depthwise ones up to SMALL_DEPTHWISE_MACS: below these the other
+#: paths' Python costs more than the sums. Measured (us a call, the loop / the paths before):
+#: depthwise 258 channels x 7 samples, k 5 (9K MACs) 3.0 / 16; 16 x 4 1.3 / 6.9; 64 x 8x8 3x3
+#: (37K) 8.3 / 10.5; 16 x 16x16 3x3 (37K) 11.1 / 11.1; 64 -> 64 on 1 pixel (4K) 1.8 / 5.9;
+#: 16 -> 16 on 7 (1K) 1.3 / 5.8; but 258 -> 16 on 7 (29K) 9.1 / 6.6, 8 -> 6 in 2 groups at
+#: 9x11 (17K) 19 / 16: the loop does not tile its sums, so larger products stay with BLAS
+SMALL_CONV_MACS = 12 << 10
+SMALL_DEPTHWISE_MACS = 40 << 10
+
+
+def _small_conv_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, g: _Geometry) -> tuple | None:
+    """(y shape, x and y as 4-D, strides + dilations + top/left pads) of a 1-D or 2-D
+    convolution small enough for ``_jit.small_conv``, else None."""
+    if len(x_shape) not in (3, 4) or 0 in x_shape:
+        return None
+    depthwise = group == x_shape[1] == w.shape[0]
+    if w.size * math.prod(g.out) * x_shape[0] > (SMALL_DEPTHWISE_MACS if depthwise else SMALL_CONV_MACS):
+        return None
+    g2 = g.as_2d() if len(x_shape) == 3 else g
+    return ((x_shape[0], w.shape[0]) + g.out, x_shape[:2] + g2.spatial, (x_shape[0], w.shape[0]) + g2.out,
+            g2.strides + g2.dilations + g2.pads[:2])
+
+
 def build_conv(node, request, activation_name: str = "", activation_params: list[float] | None = None):
     """The Conv kernel (also used by FusedConv with an activation, onnxruntime's spelling)."""
     group = int(node.attr("group", 1))
@@ -886,6 +910,34 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     post_op = _onednn.post_op(activation_name, activation_params or [])
     onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
     packed = _onednn.PackedConstants()  # the weights in oneDNN's layouts, for every input shape
+    small_plans: dict[tuple, tuple | None] = {}  # input shape -> ``_small_conv_plan``'s answer
+    small_weights: list[np.ndarray] = []  # the constant weights as (C/group, KH, KW, M), made at first use
+    relu = activation_name == "Relu"  # the one activation the small loop applies itself
+
+    def small_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
+        """The convolution by the compiled small-input loop, or None where it is not taken."""
+        loop = _jit.small_conv()
+        if loop is None:
+            return None
+        plan = small_plans.get(x.shape, False)
+        if plan is False:
+            plan = _small_conv_plan(x.shape, w, group, g)
+            if len(small_plans) >= SHAPE_CACHE_MAX:
+                small_plans.clear()
+            small_plans[x.shape] = plan
+        if plan is None:
+            return None
+        y_shape, x4_shape, y4_shape, (sh, sw, dh, dw, ph, pw) = plan
+        if not small_weights:
+            w4 = w.reshape(w.shape[:2] + (1,) * (4 - w.ndim) + w.shape[2:])
+            small_weights.append(np.ascontiguousarray(w4.transpose(1, 2, 3, 0)))
+        bias = zeros_vector(w.shape[0], x.dtype) if b is None else b
+        y = np.empty(y_shape, x.dtype)
+        loop(np.ascontiguousarray(x).reshape(x4_shape), small_weights[0], bias, y.reshape(y4_shape),
+             sh, sw, dh, dw, ph, pw, group, relu)
+        if activation is not None and not relu:
+            activation(y)
+        return y
 
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
         """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
@@ -923,6 +975,10 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
                 return y
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
+        if w is w_ready and b is b_given and x.dtype == w.dtype and x.dtype in JIT_FLOATS:
+            y = small_conv(x, w, b, g)
+            if y is not None:
+                return y
         if w is w_ready and b is b_given and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:
             y = onednn_conv(x, w, b, g)
             if y is not None:
