@@ -97,6 +97,13 @@ def test_cupy_built_for_a_newer_cuda_than_the_driver():
     assert "supports CUDA 12.2 but CuPy was built for CUDA 13.0" in probe.reason
 
 
+def test_cupy_built_for_a_newer_minor_cuda_than_the_driver_is_usable():
+    """CUDA's minor-version compatibility (seen on the H200: CuPy's CUDA 13.2 build, a 13.0 driver)."""
+    probe = devices.probe_with(lambda: FakeDriver(version=13000),
+                               lambda: FakeCupy(runtime_version=13020, driver_version=13000), _cudnn_ok)
+    assert probe.reason is None and len(probe.records) >= 1
+
+
 def test_gpus_are_listed_with_metadata():
     probe = devices.probe_with(FakeDriver, lambda: FakeCupy(names=("NVIDIA H100", "NVIDIA L4")), _cudnn_ok)
     assert probe.reason is None

@@ -108,7 +108,9 @@ def probe_with(
     try:
         runtime = cupy.cuda.runtime
         runtime_version = int(runtime.runtimeGetVersion())
-        if int(runtime.driverGetVersion()) < runtime_version:
+        # CUDA's minor-version compatibility: a runtime of the driver's major version runs on it
+        # (CuPy 14.2's CUDA 13.2 build on a 13.0 driver); a newer major does not
+        if int(runtime.driverGetVersion()) // 1000 < runtime_version // 1000:
             return Probe((), (
                 f"the NVIDIA driver supports CUDA {_version(driver_version)} but CuPy was built for CUDA "
                 f"{_version(runtime_version)}: update the driver, or install the CuPy wheel of the driver's "
