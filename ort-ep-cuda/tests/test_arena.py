@@ -176,3 +176,41 @@ def test_a_free_from_inside_the_arena_is_deferred_not_deadlocked():
     arena.free(ptr)
     assert arena.allocate(4096) == first  # the deferred free was done: its chunk is reused
     assert memory.mallocs == 2
+
+
+def test_close_gives_free_regions_back_and_the_rest_as_they_empty():
+    arena, memory = _arena()
+    held = arena.allocate(1000)  # an output the caller still holds after the session ended
+    arena.allocate(2 * MiB)
+    arena.free(arena.allocate(5 * MiB))
+    for ptr in list(arena._used):
+        if ptr != held:
+            arena.free(ptr)
+    arena.close()
+    assert arena.region_sizes() == [MiB] and len(memory.live) == 1  # only the held one's region
+    arena.free(held)
+    assert arena.region_sizes() == [] and memory.live == {}
+
+
+def test_an_arena_collected_without_close_gives_its_regions_back():
+    import gc
+
+    arena, memory = _arena()
+    arena.allocate(3 * MiB)
+    arena.cycle = arena  # a reference cycle: only the collector frees it
+    del arena
+    gc.collect()
+    assert memory.live == {} and memory.frees == memory.mallocs == 1
+
+
+def test_a_closed_session_returns_its_device_memory():
+    model = models.mlp(in_features=16, hidden=32, layers=2)
+    session = ort.InferenceSession(model, providers=PROVIDERS)
+    session.run(None, models.random_inputs(model, batch=4))
+    arena = runtime(session).dev.arena
+    assert arena.stats().reserved_bytes > 0
+    del session
+    import gc
+
+    gc.collect()
+    assert arena.stats().reserved_bytes == 0

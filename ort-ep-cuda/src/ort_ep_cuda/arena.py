@@ -22,6 +22,7 @@ and ``free`` on a GPU, integers in the tests' fake).
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -98,6 +99,10 @@ class Arena(Allocator):
         self._held: list[int] | None = None  # while a CUDA graph is captured: frees kept here
         self._keep_after: list[int] | None = None  # ... and after, until the graph is gone
         self.extensions = 0  # regions reserved so far (for tests and statistics)
+        self._closed = False  # the session ended: regions go back to the device as they empty
+        # an arena collected without close() (its session in a reference cycle) still gives its
+        # regions back; not at interpreter exit, when the CUDA context may already be gone
+        weakref.finalize(self, _release_regions, memory, self._regions).atexit = False
 
     # ------------------------------------------------------------------ Allocator
     def allocate(self, nbytes: int) -> int:
@@ -142,6 +147,8 @@ class Arena(Allocator):
         for neighbour in (chunk.next, chunk.prev):
             if neighbour is not None and neighbour.free:
                 chunk = self._merge(chunk, neighbour)
+        if self._closed and chunk.region.in_use == 0:
+            self._release_free_regions()
 
     def stats(self) -> AllocatorStats:
         with self._lock:
@@ -167,6 +174,13 @@ class Arena(Allocator):
             self._held = self._keep_after = None
         for ptr in held:
             self.free(ptr)
+
+    def close(self) -> None:
+        """The session ended (onnxruntime frees its arena then): the free regions go back to the
+        device now, the others when their last chunk is freed (outputs the caller still holds)."""
+        with self._critical():
+            self._closed = True
+            self._release_free_regions()
 
     def shrink(self) -> int:
         """Give the regions with no chunk in use back to the device; returns the bytes released."""
@@ -265,6 +279,12 @@ class Arena(Allocator):
             self._stats.reserved_bytes -= region.size
             released += region.size
         return released
+
+
+def _release_regions(memory: DeviceMemory, regions: list[_Region]) -> None:
+    for region in regions:
+        memory.free(region.ptr)
+    regions.clear()
 
 
 class _Critical:
