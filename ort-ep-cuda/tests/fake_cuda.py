@@ -139,6 +139,8 @@ class FakeCudaDevice:
     def to_host(self, tensor: Any) -> np.ndarray:
         if isinstance(tensor, BFloat16Tensor):
             return self.to_host(tensor.bits).view(BFLOAT16)
+        if self.recording is not None:  # as a capturing stream: nothing has been computed yet
+            raise RuntimeError(backend.CAPTURED_COPY_TO_HOST)
         self.downloads += 1
         return np.array(tensor, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
 
@@ -148,6 +150,7 @@ class FakeCudaDevice:
     def close(self) -> None:
         self.closed = True
         self.arena.release_held()
+        self.arena.close()
 
     # ------------------------------------------------------------------ cuBLAS / cuDNN stand-ins
     def matmul(self, a: Any, b: Any) -> Any:

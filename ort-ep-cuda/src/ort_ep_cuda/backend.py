@@ -11,6 +11,7 @@ by replacing this one class (``tests/fake_cuda.py``); nothing else in the packag
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,94 @@ class _ConvPlan:
     index: int | None = None  # the plan chosen by timing (EXHAUSTIVE), else cuDNN's choice
 
 
+#: cudaDataType and cublasComputeType_t values (cuBLAS's library_types.h / cublas_api.h)
+_CUDA_TYPE = {np.dtype(np.float16): 2, np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32, _COMPUTE_64F = 68, 77, 70
+CAPTURED_COPY_TO_HOST = (
+    "enable_cuda_graph=1: a copy to the host inside the captured run (an output not bound on the device); "
+    "bind outputs with IOBinding on 'cuda' (bind_output(name, 'cuda')), as onnxruntime requires")
+CAPTURE_BLAS_WORKSPACE = 32 << 20  # bytes: cuBLAS's own default on Hopper
+
+
+class _CaptureBlas:
+    """cuBLAS products for a CUDA graph capture, called through ctypes.
+
+    CuPy refuses every cuBLAS call while the current stream captures (its ``cublas.setStream``
+    raises NotImplementedError), but cuBLAS itself can be captured when its handle has a stream
+    and a workspace set beforehand (cuBLAS's documentation, "CUDA Graphs Support"). So the capture
+    run computes its products here, on the same library CuPy loaded; every other run uses
+    ``cupy.matmul``."""
+
+    def __init__(self, cupy: Any, stream_ptr: int, workspace: Any, tf32: bool):
+        from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas into the process)
+
+        path = next((line.split()[-1] for line in open("/proc/self/maps")
+                     if "/libcublas.so" in line and "libcublasLt" not in line), None)
+        if path is None:
+            raise RuntimeError("enable_cuda_graph: libcublas is not loaded in this process; cannot capture products")
+        self.cupy = cupy
+        self.lib = ctypes.CDLL(path)
+        self.tf32 = tf32
+        self.workspace = workspace  # kept alive: the graph's products use it
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream_ptr)), "cublasSetStream")
+        self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(workspace.data.ptr),
+                                                   ctypes.c_size_t(workspace.nbytes)), "cublasSetWorkspace")
+
+    @staticmethod
+    def _check(status: int, call: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{call} failed with cuBLAS status {status}")
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        """``a @ b`` with NumPy's rules, for float16/32/64 operands of one dtype."""
+        cupy = self.cupy
+        if a.ndim == 1:
+            return self.matmul(a[None, :], b)[..., 0, :] if b.ndim > 1 else self.matmul(a[None, :], b[:, None])[0, 0]
+        if b.ndim == 1:
+            return self.matmul(a, b[:, None])[..., 0]
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        count = int(np.prod(batch, dtype=np.int64))
+        out = cupy.empty((*batch, m, n), a.dtype)
+
+        def operand(x: Any, rows: int, cols: int) -> tuple[Any, int]:
+            if int(np.prod(x.shape[:-2], dtype=np.int64)) == 1:  # one matrix for every batch entry
+                return cupy.ascontiguousarray(x.reshape(rows, cols)), 0
+            return cupy.ascontiguousarray(cupy.broadcast_to(x, (*batch, rows, cols))), rows * cols
+
+        a_c, stride_a = operand(a, m, k)
+        b_c, stride_b = operand(b, k, n)
+        if out.size == 0:
+            return out
+        if k == 0:
+            out.fill(0)
+            return out
+        dtype = _CUDA_TYPE[np.dtype(a.dtype)]
+        if a.dtype == np.float64:
+            compute, scalar = _COMPUTE_64F, ctypes.c_double
+        else:
+            compute = _COMPUTE_32F_FAST_TF32 if (self.tf32 and a.dtype == np.float32) else _COMPUTE_32F
+            scalar = ctypes.c_float
+        alpha, beta = scalar(1.0), scalar(0.0)
+        # row-major C = A @ B is column-major C^T = B^T @ A^T: B first, no transposes
+        status = self.lib.cublasGemmStridedBatchedEx(
+            self.handle, 0, 0, n, m, k, ctypes.byref(alpha),
+            ctypes.c_void_p(b_c.data.ptr), dtype, n, ctypes.c_longlong(stride_b),
+            ctypes.c_void_p(a_c.data.ptr), dtype, k, ctypes.c_longlong(stride_a),
+            ctypes.byref(beta), ctypes.c_void_p(out.data.ptr), dtype, n, ctypes.c_longlong(m * n),
+            count, compute, -1)  # -1: CUBLAS_GEMM_DEFAULT
+        self._check(status, "cublasGemmStridedBatchedEx")
+        return out
+
+    def close(self) -> None:
+        if self.handle:
+            self.lib.cublasDestroy_v2(self.handle)
+            self.handle = ctypes.c_void_p()
+
+
 class CudaDevice:
     """One session's GPU. See the module docstring."""
 
@@ -93,11 +182,16 @@ class CudaDevice:
         self._handle: Any = None
         self._lock = threading.Lock()
         self._graph: Any = None
+        self._capture_blas: _CaptureBlas | None = None
 
     # ------------------------------------------------------------------ CUDA graphs
     def begin_capture(self) -> None:
         """Record the stream's work into a CUDA graph (relaxed mode: the arena may cudaMalloc)."""
         self.synchronize()
+        if self._capture_blas is None:
+            with self._device, self.cupy.cuda.using_allocator(self._allocator.malloc):
+                workspace = self.cupy.empty(CAPTURE_BLAS_WORKSPACE, np.uint8)
+            self._capture_blas = _CaptureBlas(self.cupy, self.stream.ptr, workspace, self.use_tf32)
         self.arena.hold_frees()
         self.stream.begin_capture(mode=self.cupy.cuda.runtime.streamCaptureModeRelaxed)
 
@@ -115,7 +209,11 @@ class CudaDevice:
         return self.arena.allocate(size)
 
     def _free(self, ptr: int, device_id: int) -> None:
-        self.arena.free(ptr)
+        arena = self.__dict__.get("arena")
+        # None: the garbage collector is tearing this device down with its session (a reference
+        # cycle) and has cleared it; the arena's finalizer gives its regions back
+        if arena is not None:
+            arena.free(ptr)
 
     def launch(self, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
         """Run a kernel body on this device, its stream and its arena."""
@@ -141,7 +239,10 @@ class CudaDevice:
                 # per-thread one: CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1)
                 event = self.copy_stream.record()
                 if self.copy_stream is not self.stream:
-                    self.stream.wait_event(event)
+                    if self.stream.is_capturing():  # a capture cannot wait on work outside it
+                        event.synchronize()
+                    else:
+                        self.stream.wait_event(event)
                 self._uploads = [(e, p) for e, p in self._uploads if not e.done]
                 self._uploads.append((event, pinned))
         return out
@@ -151,6 +252,8 @@ class CudaDevice:
         if isinstance(tensor, BFloat16Tensor):
             return self.to_host(tensor.bits).view(BFLOAT16)
         cupy = self.cupy
+        if self.stream.is_capturing():  # nothing has run yet: the captured run computes at its end
+            raise RuntimeError(CAPTURED_COPY_TO_HOST)
         with self._device, cupy.cuda.using_allocator(self._allocator.malloc):
             if self.copy_stream is not self.stream:
                 self.stream.synchronize()  # the compute stream's work on it is done
@@ -175,7 +278,11 @@ class CudaDevice:
         self._uploads.clear()
         self._conv_plans.clear()
         self._graph = None
+        if self._capture_blas is not None:
+            self._capture_blas.close()
+            self._capture_blas = None
         self.arena.release_held()
+        self.arena.close()
         if self._handle is not None:
             self._cudnn.destroy_handle(self._handle)
             self._handle = None
@@ -183,6 +290,8 @@ class CudaDevice:
     # ------------------------------------------------------------------ library calls
     def matmul(self, a: Any, b: Any) -> Any:
         """cuBLAS through ``cupy.matmul``; float32 may use TF32 tensor cores (option use_tf32)."""
+        if self._capture_blas is not None and a.dtype == b.dtype and self.stream.is_capturing():
+            return self._capture_blas.matmul(a, b)  # CuPy's cuBLAS calls refuse a capturing stream
         if a.dtype == np.float32:
             from cupy._core import _routines_linalg as linalg
 
@@ -338,9 +447,12 @@ class CudaDevice:
         X, W, Y = tensors
         bufs = [cupy.zeros(int(np.prod(s)), dtype) for s in (x_shape, w_shape, y_shape)]
         pack = {X: bufs[0].data.ptr, W: bufs[1].data.ptr, Y: bufs[2].data.ptr}
-        best, best_ms = 0, float("inf")
+        best, best_ms = -1, float("inf")
         for index in range(graph.get_execution_plan_count()):
-            size = graph.get_workspace_size_plan_at_index(index)
+            try:
+                size = graph.get_workspace_size_plan_at_index(index)
+            except Exception:  # build_plans(ALL) keeps going past plans that fail to build
+                continue
             if self.workspace_limit is not None and size > self.workspace_limit:
                 continue
             try:
@@ -356,6 +468,9 @@ class CudaDevice:
                 continue
             if ms < best_ms:
                 best, best_ms = index, ms
+        if best_ms == float("inf"):
+            raise RuntimeError(f"cuDNN built no runnable plan for this convolution (x {x_shape}, w {w_shape}, "
+                               f"{np.dtype(dtype)})")
         return best
 
 
