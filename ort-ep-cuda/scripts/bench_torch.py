@@ -27,7 +27,7 @@ def _single(op: str, shapes: list[tuple[int, ...]], out: str = "y", **attrs):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def cases(torch):

@@ -42,7 +42,7 @@ def test_multi_head_attention_with_padding_mask_and_bias():
         helper.make_tensor_value_info("mask", TensorProto.INT32, [b, kv]),
         helper.make_tensor_value_info("attn_bias", f, [1, heads, s, kv]),
     ], [helper.make_tensor_value_info("y", f, [b, s, hidden])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10)
     rng = np.random.default_rng(0)
     mask = np.ones((b, kv), np.int32)
     mask[1, 4:] = 0
@@ -60,7 +60,7 @@ def test_float16_attention_takes_the_fused_path():
     node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
     graph = helper.make_graph([node], "sdpa", [helper.make_tensor_value_info(n, h16, [b, heads, s, d]) for n in "qkv"],
                               [helper.make_tensor_value_info("y", h16, [b, heads, s, d])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11)
     rng = np.random.default_rng(1)
     feeds = {n: rng.standard_normal((b, heads, s, d)).astype(np.float16) for n in "qkv"}
     session = ort.InferenceSession(model, providers=PROVIDERS)
@@ -68,7 +68,7 @@ def test_float16_attention_takes_the_fused_path():
     # the float32 model on onnxruntime as the reference
     graph32 = helper.make_graph([node], "sdpa32", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [b, heads, s, d]) for n in "qkv"],
                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, heads, s, d])])
-    model32 = helper.make_model(graph32, opset_imports=[helper.make_opsetid("", 23)])
+    model32 = helper.make_model(graph32, opset_imports=[helper.make_opsetid("", 23)], ir_version=11)
     expected = _reference(model32, {n: v.astype(np.float32) for n, v in feeds.items()})[0]
     np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2e-2, atol=2e-3)
     if not ON_GPU:

@@ -38,7 +38,7 @@ def test_the_optimizer_fuses_for_cuda(name, fused):
 def _single(node, inputs, output, initializers=(), opsets=(("", 17), ("com.microsoft", 1))):
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
                               [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=10)
 
 
 @pytest.mark.parametrize("trans_a,trans_b,alpha", [(0, 1, 0.125), (1, 0, 1.0), (1, 1, -2.0)])
@@ -78,7 +78,7 @@ def test_hard_swish_rewrite_stays_on_cuda():
     inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("three", 3), ("zero", 0), ("six", 6))]
     graph = helper.make_graph(nodes, "hardswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(model, options, providers=PROVIDERS)

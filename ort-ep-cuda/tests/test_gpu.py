@@ -32,7 +32,7 @@ def _conv_model(dtype=TensorProto.FLOAT, group=1, kernel=3, stride=1, pads=(1, 1
                             kernel_shape=[kernel, kernel], strides=[stride, stride], pads=list(pads))
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", dtype, [2, cin, 17, 19])],
                               [helper.make_tensor_value_info("y", dtype, None)], [w, b])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_device_tensors_are_cupy_arrays_and_allocations_go_through_the_arena():

@@ -12,6 +12,8 @@ OPS = frozenset({
     "Reshape", "Resize", "Sigmoid", "Slice", "Softmax", "Sub", "Transpose", "Unsqueeze", "Where",
 })
 
-# HEURISTIC for the node cases' many short-lived sessions (EXHAUSTIVE is tested in test_gpu.py)
+# HEURISTIC for the node cases' many short-lived sessions (EXHAUSTIVE is tested in test_gpu.py);
+# use_tf32=0: fusion parity compares with onnxruntime's CPU at float32 tolerances (with TF32 the
+# H200's FusedGemm outputs were 1e-3 off)
 test_kit = kit_tests("CUDAExecutionProvider", ops=OPS, known_failures=KNOWN_FAILURES,
-                     options={"cudnn_conv_algo_search": "HEURISTIC"})
+                     options={"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"})

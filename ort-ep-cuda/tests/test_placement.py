@@ -33,7 +33,7 @@ def _dynamic_reshape_model():
          helper.make_tensor("zero_axes", TensorProto.INT64, [1], [0]),
          helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_shape_computations_run_on_the_host_without_copies():
@@ -63,7 +63,7 @@ def _fallback_model():
         [helper.make_tensor("axis", TensorProto.INT64, [], [1]),
          helper.make_tensor("w", TensorProto.FLOAT, [5], [0.5, -1.0, 2.0, 0.25, 3.0])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def test_fallback_node_gets_copies_and_correct_results():
@@ -113,7 +113,7 @@ def test_bfloat16_is_computed_in_float32_and_rounded_once():
                               [helper.make_tensor_value_info("a", bf16, [4, 8]), helper.make_tensor_value_info("b", bf16, [8, 3])],
                               [helper.make_tensor_value_info("s", bf16, [4, 3]), helper.make_tensor_value_info("t", bf16, [8, 4]),
                                helper.make_tensor_value_info("f", TensorProto.FLOAT, [4, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     session = ort.InferenceSession(model, providers=PROVIDERS)
     assert {p.provider for p in session.get_placement().nodes} == {"CUDAExecutionProvider"}
     rng = np.random.default_rng(0)
@@ -174,7 +174,7 @@ def test_split_into_one_output():
     node = helper.make_node("Split", ["x"], ["y"], axis=0, num_outputs=1)
     graph = helper.make_graph([node], "split1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     session = ort.InferenceSession(model, providers=PROVIDERS)
     assert session.get_placement().nodes[0].provider == "CUDAExecutionProvider"
     x = np.arange(8, dtype=np.float32).reshape(4, 2)
