@@ -24,7 +24,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-BUDGET=480
+BUDGET=${BUDGET:-480}
 START=$SECONDS
 left() { echo $((BUDGET - (SECONDS - START))); }
 
@@ -56,10 +56,29 @@ echo "device check on: $GPU ($CUDA_EXTRA), wheels from $WHEELS" | tee -a "$LOG"
 rm -rf "$VENV"
 python3 -m venv --system-site-packages "$VENV" >>"$LOG" 2>&1 || fail install "python3 -m venv failed"
 PY="$VENV/bin/python"
+# the interpreter that made the venv may itself be a venv (a GPU image's torch venv), whose packages
+# --system-site-packages does not reach: a .pth file adds its site-packages (and their .pth files)
+python3 -c "import site; print(f'import site; list(map(site.addsitedir, {site.getsitepackages()!r}))')" \
+    > "$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/outer-site.pth"
 timeout "$(left)" "$PY" -m pip install -q --no-index --find-links "$WHEELS" hatchling >>"$LOG" 2>&1 \
     || fail install "pip install hatchling from $WHEELS failed"
-timeout "$(left)" "$PY" -m pip install -q --no-index --no-build-isolation --find-links "$WHEELS" ./ort-core ./ort-ep-cpu \
-    "./ort-ep-cuda[$CUDA_EXTRA,test]" >>"$LOG" 2>&1 || fail install "pip install from $WHEELS failed"
+# Each local package with its dependencies from $WHEELS and the system's site-packages; where one
+# is in neither (a GPU image that carries CuPy, cuDNN and torch of other versions than the pins, or
+# the CPU provider's oneDNN wheel, 39 MB, left behind), it is installed without them and the log says
+# which: the import check below still has to pass.
+install_local() {
+    timeout "$(left)" "$PY" -m pip install -q --no-index --no-build-isolation --find-links "$WHEELS" "$1" \
+        >>"$LOG" 2>&1 && return 0
+    echo "install: the dependencies of $1 are not all in $WHEELS or the system: installed without them" | tee -a "$LOG"
+    timeout "$(left)" "$PY" -m pip install -q --no-index --no-build-isolation --no-deps "$1" >>"$LOG" 2>&1 \
+        || fail install "pip install $1 failed"
+}
+install_local ./ort-core
+install_local "./ort-ep-cuda[$CUDA_EXTRA,test]"
+install_local ./ort-ep-cpu
+"$PY" -c "import cupy, cudnn, onnxruntime, pytest, scipy, ort_ep_cuda, ort_ep_cpu" >>"$LOG" 2>&1 \
+    || fail install "an import the check needs failed: $(tail -1 "$LOG")"
+"$PY" -m pip list 2>/dev/null | grep -iE "^(cupy|nvidia-cudnn|onnx|torch |numpy|ort-)" >>"$LOG"
 
 # 1. the provider is usable
 PROVIDERS=$(timeout 120 "$PY" -m ort_core.cli providers 2>&1)
@@ -72,8 +91,12 @@ echo "$PROVIDERS" | grep -q "^CUDAExecutionProvider .* - usable" \
 export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
 TESTS_BUDGET=$(( $(left) - 100 ))
 [ "$TESTS_BUDGET" -gt 60 ] || fail tests "no time left for the tests"
+# pytest-xdist, where installed, spreads the test files over processes (CuPy compiles each new
+# kernel on the host: the node suite's file stays on one of them)
+WORKERS=()
+"$PY" -c "import xdist" 2>/dev/null && WORKERS=(-n "${PYTEST_WORKERS:-6}" --dist loadfile)
 ORT_EP_CUDA_TESTS_ON_GPU=1 timeout "$TESTS_BUDGET" "$PY" -m pytest ort-ep-cuda/tests -q -p no:cacheprovider \
-    -o addopts="" >/tmp/ort-ep-cuda-device-tests.txt 2>&1
+    -o addopts="" --tb=short --durations=10 "${WORKERS[@]}" >/tmp/ort-ep-cuda-device-tests.txt 2>&1
 TESTS_RC=$?
 cat /tmp/ort-ep-cuda-device-tests.txt >>"$LOG"
 TESTS=$(grep -E "(passed|failed|error)" /tmp/ort-ep-cuda-device-tests.txt | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
