@@ -89,8 +89,8 @@ def real_models(ort, runs: int) -> None:
             continue
         ours = ort.InferenceSession(data, providers=PROVIDERS)
         theirs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-        a = median_ms(lambda: ours.run(None, feeds), runs)
-        b = median_ms(lambda: theirs.run(None, feeds), runs)
+        a = median_ms(lambda ours=ours, feeds=feeds: ours.run(None, feeds), runs)
+        b = median_ms(lambda theirs=theirs, feeds=feeds: theirs.run(None, feeds), runs)
         print(f"{name:18} {a:17.3f} {b:19.3f} {a / b:6.2f}")
 
 
