@@ -15,6 +15,7 @@ repeated runs.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import heapq
 import threading
@@ -33,6 +34,12 @@ from .types import HOST_MEMORY, DataTransfer, Kernel, SubgraphRunner
 
 #: input shape signatures a plan remembers having measured (see ``Plan.run``); bounded
 MAX_TRACKED_SIGNATURES = 256
+
+
+#: the profile records of the run in progress, where it is profiled: control-flow bodies run by
+#: its kernels record their nodes there too (onnxruntime's profile has the nodes of If/Loop
+#: bodies; a model such as Silero VAD has its whole network inside an If)
+_PROFILE: contextvars.ContextVar[list | None] = contextvars.ContextVar("ort_core_profile", default=None)
 
 
 @dataclass(frozen=True)
@@ -305,12 +312,16 @@ class Plan:
                         self._tracked.clear()
                     self._tracked.add(signature)
         if track_memory or profile is not None:
+            token = _PROFILE.set(profile) if profile is not None else None
             try:
                 self._run_instrumented(values, profile)
             except OrtError:  # a step's Fail or RuntimeException (``_error_at``)
                 raise
             except Exception as exc:
                 raise Fail(f"run failed: {type(exc).__name__}: {exc}") from exc
+            finally:
+                if token is not None:
+                    _PROFILE.reset(token)
             return [values[s] for s in self.output_slots]
         try:
             return self._fast(values)
@@ -377,7 +388,7 @@ class Plan:
                 values[slot] = None
                 release(slot)
             if profile is not None:
-                profile.append((k, start, end))
+                profile.append((self.step_infos[k], self.graph.path, start, end))
         with self._lock:
             for m, b in peak.items():
                 if b > self.peak_bytes.get(m, 0):
@@ -438,11 +449,11 @@ class PlanRunner(SubgraphRunner):
     def __call__(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
         feeds = list(inputs)
         feeds.extend(outer[n] for n in self.outer_names)
-        return self.plan.run(feeds, track_memory=False)
+        return self.plan.run(feeds, track_memory=False, profile=_PROFILE.get())
 
     def run_values(self, values: Sequence[Any]) -> list[Any]:
         # the plan's inputs are the formal inputs then the outer values: already in order
-        return self.plan.run(values, track_memory=False)
+        return self.plan.run(values, track_memory=False, profile=_PROFILE.get())
 
 
 def _claim_io(graph: GraphView, nodes: tuple[int, ...], fused: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1130,7 +1130,6 @@ class InferenceSession:
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         path = f"{self._options.profile_file_prefix}{stamp}.json"
         events = []
-        infos = self._plan.step_infos
         with self._lock:
             runs, self._profile = self._profile, []
         for run_index, (start, end, records) in enumerate(runs):
@@ -1139,12 +1138,13 @@ class InferenceSession:
                 "ts": (start - self._profile_start) / 1000, "dur": (end - start) / 1000,
                 "args": {"run": run_index},
             })
-            for k, s, e in records:
-                info = infos[k]
+            for info, graph_path, s, e in records:  # a control-flow body's nodes name their graph
+                args = {"op_name": info.op_type, "provider": info.provider}
+                if graph_path:
+                    args["graph"] = graph_path
                 events.append({
                     "cat": "Node", "name": info.label, "ph": "X", "pid": os.getpid(), "tid": 0,
-                    "ts": (s - self._profile_start) / 1000, "dur": (e - s) / 1000,
-                    "args": {"op_name": info.op_type, "provider": info.provider},
+                    "ts": (s - self._profile_start) / 1000, "dur": (e - s) / 1000, "args": args,
                 })
         with open(path, "w") as f:
             json.dump(events, f)
