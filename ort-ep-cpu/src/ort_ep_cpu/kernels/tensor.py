@@ -226,8 +226,16 @@ def _split(node, request):
             n = int(num_outputs or n_out)
             chunk = -(-x.shape[a] // n)
             sizes = [min(chunk, x.shape[a] - chunk * k) for k in range(n)]
-        points = np.cumsum([int(s) for s in sizes])[:-1]
-        parts = np.split(x, points, axis=a)
+        else:
+            sizes = _as_ints(sizes)
+        # views by basic slicing, as np.split makes them (its Python loop cost 5-10 us a call,
+        # in a Loop body every step); the last part runs to the end, as np.split's does
+        lead = (slice(None),) * a
+        parts, start = [], 0
+        for size in sizes[:-1]:
+            parts.append(x[(*lead, slice(start, start + size))])
+            start += size
+        parts.append(x[(*lead, slice(start, None))])
         return parts[0] if n_out == 1 else parts  # a one-output kernel returns the value itself
 
     return split
@@ -242,11 +250,26 @@ def _cast(node, request):
     return lambda x: x.astype(dtype)
 
 
+def broadcast_shape(a: tuple, b: tuple) -> tuple:
+    """numpy's broadcast of two shapes, in plain Python (np.broadcast_shapes costs ~2 us)."""
+    if a == b:
+        return a
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    out = []
+    for p, q in zip(a, b):
+        if p != q and p != 1 and q != 1:
+            raise ValueError(f"shapes {a} and {b} cannot be broadcast together (dimensions {p} and {q})")
+        out.append(q if p == 1 else p)
+    return tuple(out)
+
+
 @kernel("Expand", since=8)
 def _expand(node, request):
     def expand(x, shape):
-        target = np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))
-        return np.array(np.broadcast_to(x, target))
+        y = np.empty(broadcast_shape(x.shape, tuple(_as_ints(shape))), x.dtype)
+        y[...] = x  # numpy broadcasts the assignment: one C call, no broadcast_to view
+        return y
 
     return expand
 
@@ -262,9 +285,21 @@ def _tile_v1(node, request):
     return tile
 
 
+def tile(x: np.ndarray, repeats: list[int]) -> np.ndarray:
+    """np.tile for len(repeats) == x.ndim, as one broadcast assignment: the output seen as
+    (r0, s0, r1, s1, ...) takes x seen as (1, s0, 1, s1, ...) (np.tile's Python loop cost
+    3-4 us on a one-element tensor)."""
+    if len(repeats) != x.ndim:
+        return np.tile(x, repeats)  # Tile-6 requires equal lengths; np.tile's rules otherwise
+    y = np.empty(tuple(r * d for r, d in zip(repeats, x.shape)), x.dtype)
+    pairs = [v for r, d in zip(repeats, x.shape) for v in (r, d)]
+    y.reshape(pairs)[...] = x.reshape([v for d in x.shape for v in (1, d)])
+    return y
+
+
 @kernel("Tile", since=6)
 def _tile(node, request):
-    return lambda x, repeats: np.tile(x, tuple(int(r) for r in repeats))
+    return lambda x, repeats: tile(x, _as_ints(repeats))
 
 
 @kernel("Range", since=11)
