@@ -166,6 +166,31 @@ def test_scale_and_shift_by_constants_become_a_linear_post_op():
     assert len(program.absorbed) == 2
 
 
+@pytest.mark.parametrize("op, bound", [("Max", 0.1), ("Min", 0.3), ("Max", -2.0)])
+def test_max_and_min_by_a_constant_become_a_clip_post_op(op, bound):
+    """TensorFlow exports write clamps as Max/Min by a scalar (a wake-word embedding model:
+    LeakyRelu then Max(x, c) after each convolution); in the group they are clip post-ops."""
+    n = Net((1, 16, 12, 12))
+    a = n.op("LeakyRelu", [n.conv("x", 16, 16)], alpha=0.2)
+    a = n.op(op, [a, n.const(np.array([bound], np.float32))])
+    data = n.model(n.conv(a, 16, 16))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 16, 12, 12))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert len(program.absorbed) == 2  # the LeakyRelu and the clip
+
+
+def test_max_of_two_tensors_is_no_post_op():
+    n = Net((1, 8, 10, 10))
+    a, b = n.conv("x", 8, 8), n.conv("x", 8, 8)
+    data = n.model(n.conv(n.op("Max", [a, b]), 8, 8))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 8, 10, 10))
+    assert all(not p.absorbed for p in _programs() if id(p) not in before)
+
+
 def test_a_per_channel_constant_operand_keeps_its_node_out_of_the_group():
     """Conv, then Mul and Add by (1, C, 1, 1) constants, as at ORT_DISABLE_ALL (BASIC folds
     them): the constants are in NCHW, the group's values in its own layout, so those nodes run

@@ -69,8 +69,9 @@ MS = "com.microsoft"
 #: HardSwish also in ort-core's domain, where its fusion writes it below opset 14
 UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
 #: elementwise ops of two 4-D inputs with the same channel count, or of one and a constant of
-#: one element (a scale or shift: the same for every element in any layout)
-BINARY = frozenset({"Add", "Mul"})
+#: one element (a scale, a shift, a bound: the same for every element in any layout); Max and Min
+#: by a constant are the clip post-op (TensorFlow exports write ReLU6 and clamps so)
+BINARY = frozenset({"Add", "Mul", "Max", "Min"})
 
 #: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair (one,
 #: where it holds a QDQ model's QuantizeLinear pair)
@@ -175,6 +176,8 @@ def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
         return values.channels(node.inputs[0]) if len(node.inputs) == 1 else None
     if len(node.inputs) != 2 or not all(node.inputs):
         return None
+    if node.op_type in ("Max", "Min") and node.opset < 8:
+        return None  # Max-6/Min-6 do not broadcast
     tensors = [name for name in node.inputs if not _one_element(values.graph, name)]
     if any(_constant(values.graph, name) is not None for name in tensors):
         # a constant tensor (e.g. a (1, C, 1, 1) scale) is bound as the graph holds it, in
@@ -757,8 +760,8 @@ class _SumInto:
 
 
 def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | None:
-    """A member as a oneDNN eltwise post-op: an activation, or a Mul / Add by a one-element
-    constant (``alpha * x + beta``); None for others."""
+    """A member as a oneDNN eltwise post-op: an activation, a Mul / Add by a one-element
+    constant (``alpha * x + beta``), or a Max / Min by one (a clip); None for others."""
     if node.domain not in ("", CORE_DOMAIN) or (node.domain and node.op_type != "HardSwish"):
         return None
     if node.op_type in UNARY:
@@ -775,6 +778,10 @@ def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | Non
         if constant is None:
             return None
         value = float(constant.reshape(()))
+        if node.op_type == "Max":  # max(x, c) = clip(x, c, +max)
+            return _onednn.post_op("Clip", [value])
+        if node.op_type == "Min":  # min(x, c) = clip(x, -max, c)
+            return _onednn.post_op("Clip", [-float(np.finfo(np.float32).max), value])
         return (_onednn.ELTWISE_LINEAR, value, 0.0) if node.op_type == "Mul" else (_onednn.ELTWISE_LINEAR, 1.0, value)
     return None
 
