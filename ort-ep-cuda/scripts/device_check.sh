@@ -20,6 +20,14 @@
 #   It ends with one line: DEVICE-CHECK PASS|FAIL ...
 #
 # CUDA_EXTRA=cuda12|cuda13 picks the CuPy wheel (default: from the driver's CUDA version).
+#
+# On this workplace's lent H200 (2026-12-04), whose image already has CuPy (cuda13x), cuDNN,
+# torch, onnxruntime and pytest-xdist for Python 3.12, the folder needed only
+# nvidia-cudnn-frontend 1.16 (cp312 manylinux wheel) and hatchling with its dependencies
+# (`pip download --only-binary=:all: --python-version 3.12 ...`), and models-cache/<model>/ the
+# four ONNX files; it ran as
+#   BUDGET=400 LOG=$OUT/check.log PYTEST_WORKERS=8 bash ort-ep-cuda/scripts/device_check.sh .whl
+# in about 100 s (the CPU provider there without its oneDNN wheel: 39 MB, not carried).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
