@@ -83,8 +83,9 @@ class _CaptureBlas:
     def __init__(self, cupy: Any, stream_ptr: int, workspace: Any, tf32: bool):
         from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas into the process)
 
-        path = next((line.split()[-1] for line in open("/proc/self/maps")
-                     if "/libcublas.so" in line and "libcublasLt" not in line), None)
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps
+                         if "/libcublas.so" in line and "libcublasLt" not in line), None)
         if path is None:
             raise RuntimeError("enable_cuda_graph: libcublas is not loaded in this process; cannot capture products")
         self.cupy = cupy
