@@ -114,12 +114,11 @@ def test_expand_of_incompatible_shapes_names_both():
         session.run(None, {"i0": x})
 
 
-@pytest.mark.parametrize("axis, indices", [(1, [[3]]), (0, [[1, 0, 2]]), (1, [[-1], [0]])])
-def test_scatter_elements(axis, indices):
+@pytest.mark.parametrize("data_shape, axis, indices", [((3, 30), 1, [[3]]), ((3, 3), 0, [[1, 0, 2]]),
+                                                      ((3, 30), 1, [[-1], [0]])])
+def test_scatter_elements(data_shape, axis, indices):
     idx = np.array(indices, np.int64)
-    data = np.zeros((3, 30) if idx.shape[0] < 3 else (3, 3), np.float32)
-    if axis == 0:
-        data = np.zeros((3, 3), np.float32)
+    data = np.zeros(data_shape, np.float32)
     updates = RNG.standard_normal(idx.shape).astype(np.float32)
     _same_as_onnxruntime(_model("ScatterElements", [data, idx, updates], [], axis=axis), [data, idx, updates])
 

@@ -5,6 +5,8 @@ class runs over cudaMalloc (tests/test_gpu.py)."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -193,8 +195,6 @@ def test_close_gives_free_regions_back_and_the_rest_as_they_empty():
 
 
 def test_an_arena_collected_without_close_gives_its_regions_back():
-    import gc
-
     arena, memory = _arena()
     arena.allocate(3 * MiB)
     arena.cycle = arena  # a reference cycle: only the collector frees it
@@ -210,7 +210,5 @@ def test_a_closed_session_returns_its_device_memory():
     arena = runtime(session).dev.arena
     assert arena.stats().reserved_bytes > 0
     del session
-    import gc
-
     gc.collect()
     assert arena.stats().reserved_bytes == 0
