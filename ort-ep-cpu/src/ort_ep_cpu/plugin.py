@@ -21,7 +21,7 @@ from ort_core.devices import host_cpu
 from ort_core.optimizer import FUSED_OPS
 
 from . import PROVIDER_NAME, arena, inplace, kernels, memlimit, threads  # noqa: F401  (importing kernels registers them)
-from .kernels import _jit, _onednn, onednn_group, quant
+from .kernels import _jit, _onednn, onednn_group, quant, shape_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -133,6 +133,9 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     in_groups = {i for group in grouped for i in group}
     # a QDQ model's QuantizeLinear -> DequantizeLinear pairs outside those groups, one pass each
     grouped += quant.fake_quant_pairs(graph, [i for i in taken if i not in in_groups])
+    in_groups = {i for group in grouped for i in group}
+    # shape arithmetic (Shape -> Gather -> Concat ...) as one step remembered per input shape
+    grouped += shape_group.groups(graph, [i for i in taken if i not in in_groups])
     capability.claims.extend(Claim(group, fuse=True) for group in grouped)
     in_groups = {i for group in grouped for i in group}
     capability.claims.extend(Claim((i,)) for i in taken if i not in in_groups)
@@ -144,7 +147,8 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
     if ep.name != PROVIDER_NAME:
         return None
     if request.fused:
-        kernel = quant.fake_quant_kernel(request) or onednn_group.build(request, build_kernel)
+        kernel = (quant.fake_quant_kernel(request) or shape_group.kernel(request, build_kernel)
+                  or onednn_group.build(request, build_kernel))
     else:
         kernel = build_kernel(request.node, request)
         if ep.options.get("enable_inplace", True):

@@ -168,28 +168,49 @@ def zeros_vector(n: int, dtype: np.dtype) -> np.ndarray:
     return _constant_vector(0, n, dtype)
 
 
+#: parameters of up to this many elements are kept by identity in ``per_shape``
+_HELD_MAX_ELEMENTS = 64
+
+
 def per_shape(node: NodeView, request: KernelRequest, params: range,
-              compute: Callable[..., Any]) -> Callable[..., Any] | None:
-    """For ops whose parameter inputs (input indices ``params``) are usually constants: a
+              compute: Callable[..., Any]) -> Callable[..., Any]:
+    """For ops whose parameter inputs (input indices ``params``) are usually fixed: a
     ``lookup(shape, *params)`` that returns ``compute(shape, *params)`` (an index, an output
-    shape; it raises on bad input), worked out once per input shape while the arguments are
-    those very constant arrays (Python list and int work is 1-3 us per small op), and each call
-    otherwise. None when a parameter is not a constant (nothing to keep)."""
+    shape; it raises on bad input), worked out once per input shape and kept (Python list and
+    int work is 1-3 us per small op) while the arguments are fixed arrays, else each call.
+    Fixed: the constant arrays of the node's inputs, or small read-only arrays that own their
+    memory (no writeable view of them can exist), handed again and again: the remembered
+    outputs of a shape computation (``shape_group``: a Reshape's target from Shape -> Concat),
+    kept by identity with a reference held so that their ids stay theirs. (Only an array made
+    writeable again by its owner and changed in between would be missed.)"""
     consts = tuple(const_input(node, request, k) for k in params)
-    if any(c is None and has_input(node, k) for c, k in zip(consts, params)):
-        return None
     cache: dict[tuple, Any] = {}
+    held: dict[tuple, tuple[tuple, Any]] = {}  # (shape, ids) -> (the arrays, their result)
     missing = object()
 
     def lookup(shape: tuple, *args: Any) -> Any:
         for a, c in zip(args, consts):  # a loop: all() over a generator costs twice as much
             if a is not c:
+                break
+        else:
+            found = cache.get(shape, missing)
+            if found is missing:
+                if len(cache) >= SHAPE_CACHE_MAX:
+                    cache.clear()
+                found = cache[shape] = compute(shape, *args)
+            return found
+        for a in args:
+            if a is not None and (type(a) is not np.ndarray or a.flags.writeable or a.base is not None
+                                  or a.size > _HELD_MAX_ELEMENTS):
                 return compute(shape, *args)
-        found = cache.get(shape, missing)
-        if found is missing:
-            if len(cache) >= SHAPE_CACHE_MAX:
-                cache.clear()
-            found = cache[shape] = compute(shape, *args)
+        key = (shape, *map(id, args))
+        entry = held.get(key)
+        if entry is not None and all(h is a for h, a in zip(entry[0], args)):
+            return entry[1]
+        if len(held) >= SHAPE_CACHE_MAX:
+            held.clear()
+        found = compute(shape, *args)
+        held[key] = (args, found)
         return found
 
     return lookup

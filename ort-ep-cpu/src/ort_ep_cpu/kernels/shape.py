@@ -219,8 +219,6 @@ def _pad_index(shape: tuple, pads, constant_value, axes, mode: str) -> np.ndarra
 def _pad_v11(node, request):
     mode = _text(node, "mode", "constant", tuple(_PAD_MODES))
     lookup = per_shape(node, request, range(1, 4), lambda shape, p, v, a: _pad_index(shape, p, v, a, mode))
-    if lookup is None:
-        return lambda x, pads, constant_value=None, axes=None: _pad(x, pads, mode, constant_value, axes)
 
     def pad(x, pads, constant_value=None, axes=None):
         idx = lookup(x.shape, pads, constant_value, axes)

@@ -69,7 +69,14 @@ def _reshape_v1(node, request):
 @kernel("Reshape", since=5)
 def _reshape(node, request):
     allowzero = bool(node.attr("allowzero", 0))
-    return lambda x, shape: x.reshape(_reshape_target(shape, x.shape, allowzero))
+
+    def target(in_shape: tuple, shape: np.ndarray) -> list[int]:
+        return _reshape_target(shape, in_shape, allowzero)
+
+    # a fixed shape (a constant, or a remembered shape computation): its target worked out
+    # once per input shape
+    lookup = per_shape(node, request, range(1, 2), target)
+    return lambda x, shape: x.reshape(lookup(x.shape, shape))
 
 
 @kernel("Flatten")
@@ -98,8 +105,6 @@ def _unsqueeze_v1(node, request):
 @kernel("Unsqueeze", since=13)
 def _unsqueeze_v13(node, request):
     lookup = per_shape(node, request, range(1, 2), _unsqueeze_shape)
-    if lookup is None:
-        return lambda x, axes: _unsqueeze(x, axes)
     return lambda x, axes: x.reshape(lookup(x.shape, axes))
 
 
@@ -143,8 +148,6 @@ def _squeeze_v1(node, request):
 @kernel("Squeeze", since=13)
 def _squeeze_v13(node, request):
     lookup = per_shape(node, request, range(1, 2), _squeeze_shape)
-    if lookup is None:
-        return lambda x, axes=None: _squeeze(x, axes)
     return lambda x, axes=None: x.reshape(lookup(x.shape, axes))
 
 
@@ -207,8 +210,6 @@ def _slice_v1(node, request):
 @kernel("Slice", since=10)
 def _slice_v10(node, request):
     lookup = per_shape(node, request, range(1, 5), _slice_index)
-    if lookup is None:
-        return lambda x, starts, ends, axes=None, steps=None: _slice(x, starts, ends, axes, steps)
     return lambda x, starts, ends, axes=None, steps=None: x[lookup(x.shape, starts, ends, axes, steps)]
 
 
