@@ -195,12 +195,14 @@ def test_dynamic_quantize_lstm_through_onednn_matches_onnxruntime(path, weights,
 @pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, I8), (I8, I8)])
 @pytest.mark.parametrize("zw_kind", ["none", "scalar", "per_channel"])
 @pytest.mark.parametrize("form", ["3x3_pad_stride2", "grouped", "depthwise_dilated", "1x1", "1d", "asymmetric_pads"])
-def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype, zw_kind, form, monkeypatch):
+@pytest.mark.parametrize("compiled", [True, False], ids=["combine_loop", "combine_numpy"])
+def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype, zw_kind, form, compiled, monkeypatch):
     """ConvInteger with constant weights through oneDNN's 8-bit convolution (the zero points'
     terms added in int32, uint8 weights shifted to int8 with a channel of ones per group for
-    their sums): equal to onnxruntime's int32 output, padding included, where the zero points
-    make padded positions differ from code 0. Where this CPU has no 8-bit dot products the
-    numpy path runs and is checked the same."""
+    their sums, combined by the compiled loop or by numpy): equal to onnxruntime's int32
+    output, padding included, where the zero points make padded positions differ from code 0.
+    Where this CPU has no 8-bit dot products the numpy path runs and is checked the same."""
+    combined = use_compiled(monkeypatch, compiled, "conv_combine")
     rng = np.random.default_rng(3)
     shapes = {  # (x shape, w shape, attributes)
         "3x3_pad_stride2": ((2, 5, 9, 11), (6, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
@@ -233,6 +235,8 @@ def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype
         np.testing.assert_array_equal(got, want)
     if _onednn.available() and seen:
         assert all("amx" in s or "vnni" in s for s in seen), seen
+        if w_dtype == U8:  # shifted to int8: the channel of sums is combined
+            assert combined or not compiled
 
 
 def _float_conv_reference(x, w, zx, zw, attrs):

@@ -294,6 +294,13 @@ class ConstantIntegerConvolution:
             if zx:
                 grouped -= zx * unit_grouped
             return grouped
+        loop = _jit.conv_combine()
+        if loop is not None:  # the lines below in one pass
+            main = np.empty((n, g, grouped.shape[2] - 1) + out.shape[2:], np.int32)
+            flat = (n, g, grouped.shape[2], -1)
+            loop(grouped.reshape(flat), unit_grouped.reshape(flat[1:]), np.int32(zx),
+                 np.ascontiguousarray(self.offset.reshape(g, -1), np.int32), main.reshape(n, g, main.shape[2], -1))
+            return main
         main = grouped[:, :, :-1] - zx * unit_grouped[:, :, :-1]  # a new array: conv(X - zx, Ws)
         sums = grouped[:, :, -1:]
         if zx:

@@ -50,6 +50,7 @@ _fake_quantize: Callable | None = None
 _integer_product: Callable | None = None
 _narrow_product: Callable | None = None
 _small_conv: Callable | None = None
+_conv_combine: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -168,6 +169,16 @@ def integer_to_float() -> Callable | None:
     return _integer_to_float if _load() else None
 
 
+def conv_combine() -> Callable | None:
+    """The compiled loop ``(out, unit, zx, offset, y)`` of ``_integer.ConstantIntegerConvolution``:
+    y[n, g, m, p] = (out - zx * unit)[n, g, m, p] + offset[g, m] * (out - zx * unit)[n, g, M, p]
+    over int32 ``out`` (N, G, M + 1, P), ``unit`` (G, M + 1, P), ``offset`` (G, M) and ``y``
+    (N, G, M, P), ``zx`` an int32 (the last channel of each group holds the sums of the
+    input's codes), or None. One pass instead of numpy's five (192 x 800 outputs: 48 -> 14 us);
+    int32 arithmetic wraps as numpy's does."""
+    return _conv_combine if _load() else None
+
+
 def narrow_product() -> Callable | None:
     """The compiled float32 loop ``(w, cols_t, y)``: y = w @ cols_t.T for C-contiguous w (M, K)
     and cols_t (N, K) of few rows N, as N dot products per row of w, or None. OpenBLAS is slow
@@ -234,7 +245,7 @@ def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
-    global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv
+    global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     if _tried:
         return
     with _lock:
@@ -244,7 +255,7 @@ def _load_once() -> None:
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = _narrow_product = None
-                _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = None
+                _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -278,6 +289,7 @@ def _load_once() -> None:
                 _fake_quantize = numba.njit(cache=cached, **elementwise)(_fake_quantize_py)
                 _integer_product = numba.njit(cache=cached, **elementwise)(_integer_product_py)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
+                _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
                 # "reassoc": a row's sums as vector partial sums (one lane at a time, the loop
                 # stays scalar: 20 against 4 us on (64, 128)); the order differs from numpy's
@@ -543,6 +555,22 @@ def _integer_to_float_py(acc, a, za, column_sums, offset, scale, y):  # pragma: 
         for j in range(n):
             exact = acc[r, j] - za * column_sums[j] + row_term
             y[r, j] = np.float32(exact) * (scale[j] if per_column else s0)
+
+
+def _conv_combine_py(out, unit, zx, offset, y):  # pragma: no cover - compiled by numba
+    """See ``conv_combine``."""
+    batch, groups, m, p = y.shape
+    for n in range(batch):
+        for g in range(groups):
+            sums = out[n, g, m]
+            sums_unit = unit[g, m]
+            for c in range(m):
+                e = offset[g, c]
+                row = out[n, g, c]
+                row_unit = unit[g, c]
+                target = y[n, g, c]
+                for i in range(p):
+                    target[i] = row[i] - zx * row_unit[i] + e * (sums[i] - zx * sums_unit[i])
 
 
 def _gelu_rows_py(x, b, y):  # pragma: no cover - compiled by numba

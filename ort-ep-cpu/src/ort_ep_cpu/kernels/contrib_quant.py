@@ -49,12 +49,19 @@ def _requantize(value: np.ndarray, zero_point, dtype: np.dtype) -> np.ndarray:
 
 
 def quantize_dynamic(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
-    """onnxruntime's dynamic uint8 quantization of an activation: (q, scale, zero point)."""
+    """onnxruntime's dynamic uint8 quantization of an activation (DynamicQuantizeLinear's):
+    (q, scale, zero point). The codes in one compiled pass where numba is there (numpy's
+    divide, rint, add, clip and cast take five: 44 -> ~15 us on a (1, 24, 32, 100) map)."""
     x32 = x.astype(_F, copy=False)
     hi = _F(max(0.0, float(x32.max()))) if x.size else _F(0)
     lo = _F(min(0.0, float(x32.min()))) if x.size else _F(0)
     scale = _F(1) if hi == lo else _F((hi - lo) / _F(255))
     zp = np.uint8(np.rint(np.clip(-lo / scale, 0, 255)))
+    loop = _jit.quantize()
+    if loop is not None:  # the same operations in the same order as the numpy line below
+        q = np.empty(x.shape, np.uint8)
+        loop(np.ascontiguousarray(x32).reshape(-1), scale, _F(zp), _F(0), _F(255), q.reshape(-1))
+        return q, scale, zp
     q = np.clip(np.rint(x32 / scale) + zp, 0, 255).astype(np.uint8)
     return q, scale, zp
 
@@ -327,8 +334,12 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
     plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) and r.one_offset is not None else None
     column_sums = r.column_sums if plan is not None else np.empty(0, np.int32)
     offset = r.one_offset if plan is not None else np.int32(0)
+    full = bool((lens == seq).all())  # every row as long as the sequence: reversed, row by step
     for step in range(seq):
-        if reverse:  # each row walks its own length backwards
+        if reverse and full:
+            xt = xw[seq - 1 - step]
+            out = y[seq - 1 - step]
+        elif reverse:  # each row walks its own length backwards
             active = step < lens
             t_rows = np.where(active, lens - 1 - step, 0)
             xt = np.ascontiguousarray(xw[t_rows, np.arange(batch)])
@@ -342,7 +353,7 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
             r.times(qh, zh, out=acc)
         sh, zh = step_loop(acc, np.int32(zh), column_sums, offset, _F(sh * r_scale), xt, bias, peepholes, lens, step,
                            h, c, out, qh)
-        if reverse:
+        if reverse and not full:
             rows = np.nonzero(active)[0]
             y[t_rows[rows], rows] = out[rows]
 

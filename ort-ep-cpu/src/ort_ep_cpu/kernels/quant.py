@@ -19,6 +19,7 @@ from ort_core.graph.view import GraphView, NodeView
 from ..registry import kernel, lookup
 from . import _integer, _jit
 from ._util import PreparedFor, const_input, dequantized_constant, fixed_constant, normalize_axis
+from .contrib_quant import quantize_dynamic
 from .nn import _GeometryCache
 
 _INT_RANGES = {
@@ -174,12 +175,7 @@ def _dequantize_linear(node, request):
 @kernel("DynamicQuantizeLinear", since=11)
 def _dynamic_quantize_linear(node, request):
     def dynamic_quantize_linear(x):
-        x32 = x.astype(np.float32, copy=False)
-        hi = np.float32(max(0.0, float(x32.max()))) if x.size else np.float32(0)
-        lo = np.float32(min(0.0, float(x32.min()))) if x.size else np.float32(0)
-        scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(255))
-        zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
-        y = np.clip(np.rint(x32 / scale) + zp, 0, 255).astype(np.uint8)
+        y, scale, zp = quantize_dynamic(x)
         return y, np.array(scale, dtype=x.dtype), np.array(zp, dtype=np.uint8)
 
     return dynamic_quantize_linear
