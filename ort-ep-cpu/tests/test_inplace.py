@@ -72,8 +72,10 @@ class ArrayTracer:
 @pytest.fixture(autouse=True)
 def single_node_kernels(monkeypatch):
     """These tests follow the buffers of single-node kernels: no oneDNN groups (a group's nodes
-    run inside one kernel, onednn_group.py)."""
+    run inside one kernel, onednn_group.py), and tensors of any size written in place (their
+    small ones would otherwise be computed out of place: ``INPLACE_MIN_ELEMENTS``)."""
     monkeypatch.setattr(onednn_group, "groups", lambda graph, claimed: [])
+    monkeypatch.setattr(inplace, "INPLACE_MIN_ELEMENTS", 0)
 
 
 @pytest.fixture
@@ -559,3 +561,19 @@ def test_memory_stats_count_a_shared_buffer_once():
         sess.run(None, {"x": x})
         peaks[enable] = sess.get_memory_stats()["Cpu"]["peak_bytes"]
     assert peaks == {True: 2 * x.nbytes, False: 3 * x.nbytes}
+
+
+@pytest.mark.parametrize("size", [inplace.INPLACE_MIN_ELEMENTS - 1, inplace.INPLACE_MIN_ELEMENTS])
+def test_tensors_below_the_size_floor_are_computed_out_of_place(tracer, monkeypatch, size):
+    """Below ``INPLACE_MIN_ELEMENTS`` the checks cost more than the allocation they save: the
+    Relu and the Add make new arrays; at the floor they write into their inputs. Same values."""
+    monkeypatch.setattr(inplace, "INPLACE_MIN_ELEMENTS", 1024)
+    nodes = [helper.make_node("Neg", ["x"], ["n"], name="neg"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    data = _model(nodes, [("x", [size])], ["y"])
+    x = _f32(size)
+    got = ort.InferenceSession(data, providers=[CPU]).run(None, {"x": x})[0]
+    in_place = size >= 1024
+    assert tracer.shares("relu", 0) == in_place and tracer.shares("add", 0) == in_place
+    np.testing.assert_array_equal(got, np.maximum(-x, 0) + x)
