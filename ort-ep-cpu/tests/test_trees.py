@@ -179,6 +179,64 @@ def test_sklearn_regressor_as_the_newer_tree_ensemble(name, path):
     _compare(onx.SerializeToString(), {"X": x[:64]})
 
 
+# ----------------------------------------------------------------------- many-class finishing
+
+
+def _many_class(base, labels, post="NONE") -> bytes:
+    """Three stumps over features 0/1/2 and four classes; the leaves vote for classes 0 and 2
+    only (1 and 3 are voted by base values or by no one), with weights of both signs."""
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
+                             "class_ids", "class_weights")}
+    rng = np.random.default_rng(11)
+    for t in range(3):
+        for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
+            for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
+                               ("nodes_modes", mode), ("nodes_values", 0.1 * t), ("nodes_truenodeids", true),
+                               ("nodes_falsenodeids", false)):
+                attrs[key].append(value)
+            if mode == "LEAF":
+                for c in (0, 2):
+                    attrs["class_treeids"].append(t)
+                    attrs["class_nodeids"].append(k)
+                    attrs["class_ids"].append(c)
+                    attrs["class_weights"].append(float(2 * rng.random() - 1))
+    extra = {"base_values": base} if base else {}
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
+                            classlabels_int64s=list(labels), **attrs, **extra)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("labels", [(0, 1, 2, 3), (40, 10, 30, 20)])
+@pytest.mark.parametrize("base", [[], [0.05, 0.6, -0.3, -2.0], [0.1, -0.2, 0.3, 0.9]])
+def test_many_class_finish_matches_onnxruntime_on_both_paths(base, labels, path):
+    """The compiled finish (no post transform) and the numpy one: base values on the first
+    classes, classes no tree votes for, labels that are not the class index; one row and 300."""
+    data = _many_class(base, labels)
+    x = np.random.default_rng(5).standard_normal((300, 3)).astype(np.float32)
+    _compare(data, {"x": x})
+    _compare(data, {"x": x[7:8]})
+
+
+def test_many_class_finish_is_the_compiled_loop_without_a_post_transform(monkeypatch):
+    if trees._compiled("many_class") is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    real = trees._compiled
+    monkeypatch.setattr(trees, "_compiled", lambda which="forest": calls.append(which) or real(which))
+    x = np.random.default_rng(6).standard_normal((5, 3)).astype(np.float32)
+    ort.InferenceSession(_many_class([], range(4)), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert "many_class" in calls
+    calls.clear()
+    _compare(_many_class([], range(4), post="SOFTMAX"), {"x": x})
+    assert "many_class" not in calls  # a post transform: the numpy rules
+
+
 # ------------------------------------------------------------------------- two-class encodings
 
 
