@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
@@ -77,10 +78,13 @@ def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng, **attrs):
 @pytest.mark.parametrize("const_r", [True, False])
 # tf2onnx writes the default activations out (the g2p decoder): still the single-step path
 @pytest.mark.parametrize("attrs", [{}, {"activations": ["Sigmoid", "Tanh", "Tanh"]}], ids=["implicit", "explicit"])
-def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, monkeypatch):
-    """One time step (the streaming case) takes one GEMM of [x, h] by [W; R]: Y, Y_h and Y_c
-    match onnxruntime, carrying the state over three runs; with R fed at run time and changing,
-    the stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it)."""
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled_cells", "numpy_cells"])
+def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, compiled, monkeypatch):
+    """One time step (the streaming case) takes one GEMM of [x, h] by [W; R], its gates by the
+    compiled cell or numpy: Y, Y_h and Y_c match onnxruntime, carrying the state over three
+    runs, and the fed states are left as they were; with R fed at run time and changing, the
+    stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it)."""
+    cells = use_compiled(monkeypatch, compiled, "lstm_cells")
     calls = []
     step = rnn._LSTM._single_step
     monkeypatch.setattr(rnn._LSTM, "_single_step", lambda self, *a: calls.append(1) or step(self, *a))
@@ -94,12 +98,15 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, monkeypatch
         feeds = {"X": rng.standard_normal((1, batch, 5)).astype(np.float32), "H0": h, "C0": c}
         if not const_r:
             feeds["R"] = r + np.float32(run * 0.2)
+        fed = {k: v.copy() for k, v in feeds.items()}
         outs, wants = got.run(None, feeds), ref.run(None, feeds)
         for a, b in zip(outs, wants):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
         assert not np.shares_memory(outs[0], outs[1])
+        assert all(np.array_equal(feeds[k], fed[k]) for k in feeds)
         h, c = outs[1], outs[2]
     assert len(calls) == 3  # the single-step path ran
+    assert cells or not compiled  # the compiled cell was asked for (numpy: USE off, it answers None)
 
 
 def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict, peepholes: bool, rng):

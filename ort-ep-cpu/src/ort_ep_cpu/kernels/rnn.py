@@ -285,6 +285,14 @@ class _LSTM(_Recurrent):
         c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]
         z = np.concatenate((x[0], h), axis=1) @ wr  # gate order i, o, f, c
         z += bias
+        cells = _jit.lstm_cells() if z.dtype == np.float32 and self._compiled else None
+        if cells is not None:  # the gate arithmetic below in one compiled call
+            c_new = np.array(c, np.float32)  # the initial state stays as fed
+            h_new = np.empty((1, batch, n), np.float32)
+            y = np.empty((1, 1, batch, n), np.float32)
+            cells(np.ascontiguousarray(z), _NO_PEEPHOLES, c_new, h_new[0], y[0, 0])
+            outs = (y, h_new, c_new.reshape(1, batch, n))
+            return y if self.n_out == 1 else outs[: self.n_out]
         iof = special.expit(z[:, : 3 * n])
         c_new = iof[:, 2 * n :] * c
         c_new += iof[:, :n] * np.tanh(z[:, 3 * n :])
