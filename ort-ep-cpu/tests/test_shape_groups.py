@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ort_core as ort
@@ -99,3 +100,19 @@ def test_a_fed_shape_changed_between_runs_is_read_again():
     assert session.run(None, {"x": x, "shape": fed})[0].shape == (6, 1)
     fed[:] = [2, 3]
     assert session.run(None, {"x": x, "shape": fed})[0].shape == (2, 3)
+
+
+def test_a_member_that_fails_is_named_in_the_error():
+    i64 = np.array([2, 2], np.int64)
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Reshape", ["s", "square"], ["y"], name="bad_reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, None])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [numpy_helper.from_array(i64, "square")],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10).SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert {p.name: p.group for p in session.get_placement().nodes}["bad_reshape"] is not None
+    with pytest.raises(ort.OrtError, match="Reshape node 'bad_reshape' of the shape group"):
+        session.run(None, {"x": np.zeros((1, 2, 3), np.float32)})  # 3 values cannot be 2 x 2

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ort_core import GraphView, KernelRequest, NodeView
+from ort_core import GraphView, Kernel, KernelRequest, NodeView
 
 
 def const_input(node: NodeView, request: KernelRequest, k: int) -> np.ndarray | None:
@@ -214,3 +215,45 @@ def per_shape(node: NodeView, request: KernelRequest, params: range,
         return found
 
     return lookup
+
+
+class MemberError(RuntimeError):
+    """A member of a fused group failed; the message names the member node (core names only the
+    group)."""
+
+
+class GroupMembers:
+    """The nodes of a fused group (``request.nodes``), each with its own CPU kernel from
+    ``build_node``, run in order on the group's inputs; a member input the group is not handed
+    is a constant initializer's data. ``group`` names the group in errors ("oneDNN group")."""
+
+    def __init__(self, request: KernelRequest, build_node: Callable[[NodeView, KernelRequest], Kernel],
+                 group: str):
+        graph, nodes = request.graph, request.nodes
+        self.nodes = nodes
+        self.group = group
+        self.kernels = [
+            build_node(node, dataclasses.replace(request, nodes=(node,), inputs=node.inputs + node.implicit_inputs,
+                                                 outputs=node.outputs, fused=False))
+            for node in nodes
+        ]
+        self.inputs, self.outputs = request.inputs, request.outputs
+        made = {name for node in nodes for name in node.outputs}
+        # per member input: its value's name, or (where the group is not handed it) the constant
+        self.sources = [[(n, None) if not n or n in self.inputs or n in made else ("", graph.value(n).const_value)
+                         for n in node.inputs] for node in nodes]
+
+    def label(self, node: NodeView) -> str:
+        return f"{node.op_type} node {node.name!r} of the {self.group}"
+
+    def run(self, args: Sequence[Any]) -> list[Any]:
+        """The group's outputs from its inputs ``args``, by every member's own kernel."""
+        values = dict(zip(self.inputs, args))
+        for node, member, node_sources in zip(self.nodes, self.kernels, self.sources):
+            feeds = [values[n] if n else constant for n, constant in node_sources]
+            try:
+                result = member.run(*feeds)
+            except Exception as error:
+                raise MemberError(f"{self.label(node)}: {type(error).__name__}: {error}") from error
+            values.update(zip(node.outputs, (result,) if member.single_output else result))
+        return [values[n] for n in self.outputs]

@@ -56,9 +56,9 @@ from ort_core import CORE_DOMAIN, Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
 from . import _onednn
+from ._util import GroupMembers, MemberError, without_subnormals
 from ._util import dequantized_constant as _dequantized_constant
 from ._util import fixed_constant as _fixed_constant
-from ._util import without_subnormals
 from .image import _text
 from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
 from .quant import FakeQuant, fake_quant
@@ -712,7 +712,7 @@ class _Program:
                 for slot in frees:
                     values[slot] = None
         except Exception as error:
-            raise _MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
+            raise MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
         return [values[slot] for slot in self.output_slots]
 
 
@@ -725,10 +725,6 @@ class _ChannelSlice:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x[..., self.start:self.stop])
-
-
-class _MemberError(RuntimeError):
-    """A step of a group failed; the message names the member node (core names only the group)."""
 
 
 def _label(node: NodeView) -> str:
@@ -826,34 +822,12 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
     kernel (for the elementwise members, and for whatever oneDNN declines)."""
     graph = request.graph
     nodes = request.nodes
-    kernels = [
-        build_node(node, dataclasses.replace(request, nodes=(node,), inputs=node.inputs + node.implicit_inputs,
-                                             outputs=node.outputs, fused=False))
-        for node in nodes
-    ]
-    inputs, outputs = request.inputs, request.outputs
-    made = {name for node in nodes for name in node.outputs}
+    members = GroupMembers(request, build_node, "oneDNN group")
+    kernels, inputs, outputs = members.kernels, request.inputs, request.outputs
     lib = _onednn.library()
     layout = lib.layout() if lib is not None else ""
     programs: dict[tuple, _Program | None] = {}
     packed: dict[int, _onednn.PackedConstants] = {}
-
-    # per member input: its value's name, or (where the group does not receive it) the constant
-    sources = [[(n, None) if not n or n in inputs or n in made else ("", graph.value(n).const_value)
-                for n in node.inputs] for node in nodes]
-
-    def run_each(args: Sequence[Any]) -> list[Any]:
-        """Every member's own kernel in order, on NCHW values."""
-        values = dict(zip(inputs, args))
-        for node, kernel, node_sources in zip(nodes, kernels, sources):
-            feeds = [values[n] if n else constant for n, constant in node_sources]
-            try:
-                result = kernel.run(*feeds)
-            except Exception as error:
-                raise _MemberError(f"{_label(node)}: {type(error).__name__}: {error}") from error
-            results = (result,) if kernel.single_output else result
-            values.update(zip(node.outputs, results))
-        return [values[n] for n in outputs]
 
     def run_group(*args: Any) -> Any:
         key = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args)
@@ -868,7 +842,7 @@ def build(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest]
                 except ValueError:  # shapes that do not fit: the members' own kernels say how
                     return None
             program = _onednn.plan_for(programs, key, make)
-        results = run_each(args) if program is None else program.run(args)
+        results = members.run(args) if program is None else program.run(args)
         return results[0] if len(outputs) == 1 else results
 
     note = f"oneDNN group of {len(nodes)} nodes in its {layout or 'own'} layout"

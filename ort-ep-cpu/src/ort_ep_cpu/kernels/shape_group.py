@@ -17,13 +17,14 @@ instead. Nodes of other roots (a Concat of two inputs' shapes) stay single steps
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ort_core import GraphView, Kernel, KernelRequest, NodeView
+
+from ._util import GroupMembers
 
 #: ops whose outputs are a function of their inputs alone (deterministic, no state) and whose
 #: kernels the CPU provider has; the root's Shape/Size plus these form a group
@@ -97,34 +98,18 @@ def kernel(request: KernelRequest, build_node: Callable[[NodeView, KernelRequest
     nodes = request.nodes
     if not is_shape_group(nodes):
         return None
-    graph = request.graph
-    kernels = [
-        build_node(node, dataclasses.replace(request, nodes=(node,), inputs=node.inputs + node.implicit_inputs,
-                                             outputs=node.outputs, fused=False))
-        for node in nodes
-    ]
+    members = GroupMembers(request, build_node, "shape group")
     inputs, outputs = request.inputs, request.outputs
-    made = {name for node in nodes for name in node.outputs}
-    # per member input: its value's name, or (an initializer the group is not handed) its data
-    sources = [[(n, None) if not n or n in inputs or n in made else ("", graph.value(n).const_value)
-                for n in node.inputs] for node in nodes]
     roots = {node.inputs[0] for node in nodes if node.op_type in _ROOT_OPS}
     root_positions = tuple(k for k, name in enumerate(inputs) if name in roots)
     single_output = len(outputs) == 1
     remembered: dict[tuple, Any] = {}
 
-    def run_members(args: Sequence[Any]) -> list[Any]:
-        values = dict(zip(inputs, args))
-        for node, member, node_sources in zip(nodes, kernels, sources):
-            result = member.run(*[values[n] if n else constant for n, constant in node_sources])
-            values.update(zip(node.outputs, (result,) if member.single_output else result))
-        return [values[n] for n in outputs]
-
     def run(*args: Any) -> Any:
         key = tuple(args[k].shape for k in root_positions)
         result = remembered.get(key)
         if result is None:
-            results = run_members(args)
+            results = members.run(args)
             if all(_small(v) for v in results):
                 if len(remembered) >= MAX_REMEMBERED_SHAPES:
                     remembered.clear()
