@@ -183,33 +183,10 @@ def test_sklearn_regressor_as_the_newer_tree_ensemble(name, path):
 
 
 def _many_class(base, labels, post="NONE") -> bytes:
-    """Three stumps over features 0/1/2 and four classes; the leaves vote for classes 0 and 2
-    only (1 and 3 are voted by base values or by no one), with weights of both signs."""
-    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
-                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
-                             "class_ids", "class_weights")}
-    rng = np.random.default_rng(11)
-    for t in range(3):
-        for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
-            for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
-                               ("nodes_modes", mode), ("nodes_values", 0.1 * t), ("nodes_truenodeids", true),
-                               ("nodes_falsenodeids", false)):
-                attrs[key].append(value)
-            if mode == "LEAF":
-                for c in (0, 2):
-                    attrs["class_treeids"].append(t)
-                    attrs["class_nodeids"].append(k)
-                    attrs["class_ids"].append(c)
-                    attrs["class_weights"].append(float(2 * rng.random() - 1))
-    extra = {"base_values": base} if base else {}
-    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
-                            classlabels_int64s=list(labels), **attrs, **extra)
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
-        [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
-         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
-    return model.SerializeToString()
+    """Three stumps and four classes; the leaves vote for classes 0 and 2 only (1 and 3 are
+    voted by base values or by no one), with weights of both signs."""
+    return _stumps(lambda rng: [(c, float(2 * rng.random() - 1)) for c in (0, 2)], base, post, labels,
+                   np.random.default_rng(11))
 
 
 @pytest.mark.parametrize("labels", [(0, 1, 2, 3), (40, 10, 30, 20)])
@@ -240,37 +217,40 @@ def test_many_class_finish_is_the_compiled_loop_without_a_post_transform(monkeyp
 # ------------------------------------------------------------------------- two-class encodings
 
 
-def _two_class(class_ids, weights, base, post, labels=(0, 1), mixed=False):
-    """Three stumps over feature 0/1/2; each leaf votes ``weights`` (one per class id) times a
-    uniform draw from (0, 1), or from (-1, 1) where ``mixed``."""
+def _stumps(leaf_votes, base, post, labels, rng) -> bytes:
+    """A TreeEnsembleClassifier of three stumps over features 0/1/2 whose every leaf votes
+    ``leaf_votes(rng)`` ((class id, weight) pairs), with classes ``labels``."""
     attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
                              "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
                              "class_ids", "class_weights")}
-    rng = np.random.default_rng(len(class_ids))
     for t in range(3):
         for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
-            attrs["nodes_treeids"].append(t)
-            attrs["nodes_nodeids"].append(k)
-            attrs["nodes_featureids"].append(t)
-            attrs["nodes_modes"].append(mode)
-            attrs["nodes_values"].append(0.1 * t)
-            attrs["nodes_truenodeids"].append(true)
-            attrs["nodes_falsenodeids"].append(false)
+            for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
+                               ("nodes_modes", mode), ("nodes_values", 0.1 * t), ("nodes_truenodeids", true),
+                               ("nodes_falsenodeids", false)):
+                attrs[key].append(value)
             if mode == "LEAF":
-                for c, w in zip(class_ids, weights):
-                    attrs["class_treeids"].append(t)
-                    attrs["class_nodeids"].append(k)
-                    attrs["class_ids"].append(c)
-                    attrs["class_weights"].append(float(w * (2 * rng.random() - 1 if mixed else rng.random())))
+                for c, w in leaf_votes(rng):
+                    for key, value in (("class_treeids", t), ("class_nodeids", k), ("class_ids", c),
+                                       ("class_weights", w)):
+                        attrs[key].append(value)
     extra = {"base_values": base} if base else {}
     node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
                             classlabels_int64s=list(labels), **attrs, **extra)
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
         [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
-         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 2])])
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, len(labels)])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
     return model.SerializeToString()
+
+
+def _two_class(class_ids, weights, base, post, labels=(0, 1), mixed=False):
+    """Three stumps; each leaf votes ``weights`` (one per class id) times a uniform draw from
+    (0, 1), or from (-1, 1) where ``mixed``."""
+    def votes(rng):
+        return [(c, float(w * (2 * rng.random() - 1 if mixed else rng.random()))) for c, w in zip(class_ids, weights)]
+    return _stumps(votes, base, post, labels, np.random.default_rng(len(class_ids)))
 
 
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"])
