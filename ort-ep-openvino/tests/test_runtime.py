@@ -230,3 +230,27 @@ def test_min_subgraph_size_1_takes_every_fragment():
 def test_a_small_model_taken_whole_is_no_fragment():
     model = _chain_with_side_path()  # 4 nodes, all supported
     assert {p.provider for p in session(model).get_placement().nodes} == {OV}
+
+
+def test_read_only_inputs_copied_for_openvino_stay_alive_through_the_run():
+    """Read-only inputs (OpenVINO cannot wrap them) are copied (inputs of another dtype are
+    cast): each such array must live until the run ends, or a later copy takes its freed memory
+    and two inputs read one buffer (an attention model's Concat of its batch and sequence sizes
+    read [4, 4] for [2, 4], and its Reshape failed downstream)."""
+    n = 6
+    names = [f"x{k}" for k in range(n)]
+    graph = helper.make_graph(
+        [helper.make_node("Concat", names, ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, [1]) for name in names],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [n])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = session(data, {"min_subgraph_size": 1})
+    assert sess.get_placement().counts().get(OV) == 1
+    feeds = {}
+    for k, name in enumerate(names):
+        feeds[name] = np.array([10 * (k + 1)], np.int64)
+        feeds[name].flags.writeable = False
+    for _ in range(3):
+        got = sess.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, np.array([10 * (k + 1) for k in range(n)]))

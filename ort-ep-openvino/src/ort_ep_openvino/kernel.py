@@ -110,11 +110,16 @@ class _Compiled:
             # run without arguments: ~20 us per run less than infer(list), which goes through
             # OpenVINO's Python data dispatcher. What the dispatcher would do is done here: a
             # mismatched dtype is cast, a read-only buffer (OpenVINO cannot wrap it) copied.
+            # A tensor over shared memory does not keep its array alive: the casts and copies
+            # are held until the run ends (freed at once, a later copy took the same memory,
+            # and two inputs read one buffer: wrong shapes downstream).
+            held = []
             for k, (x, dtype) in enumerate(zip(inputs, self._dtypes)):
                 if dtype is not None and x.dtype != dtype:
                     x = x.astype(dtype)
                 elif not x.flags.writeable:
                     x = x.copy()
+                held.append(x)
                 request.set_input_tensor(k, self._tensor(x, shared_memory=True))
             request.infer()
             # copied out: the request reuses its output buffers on the next run
