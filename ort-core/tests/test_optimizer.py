@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common  # noqa: F401  (ir.passes.common is not imported by onnx_ir itself)
 import pytest
 from onnx import TensorProto, helper
 
