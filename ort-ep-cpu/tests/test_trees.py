@@ -444,11 +444,11 @@ def test_a_walk_split_over_threads_equals_the_one_thread_walk(layout, monkeypatc
     parts: list[tuple[int, int]] = []
     real = trees._over_rows
 
-    def spy(walk, rows, n_trees, split):
+    def spy(walk, rows, split):
         def recorded(lo, hi):
             parts.append((lo, hi))
             walk(lo, hi)
-        real(recorded, rows, n_trees, split)
+        real(recorded, rows, split)
 
     monkeypatch.setattr(trees, "_over_rows", spy)
     monkeypatch.setattr(trees.threads, "usable", lambda: 3)

@@ -111,26 +111,20 @@ class FlatForest:
             scores = np.full((xf.shape[0], n_out), fill)
         voted = np.zeros((xf.shape[0], n_out), dtype=np.bool_)
         flat = self.preorder() if loop is not None and kind == SUM and fill == 0.0 else None
-        rows = xf.shape[0]
-        if flat is not None and (rows * self.n_trees < SPLIT_MIN_WALKS or rows < 8):
-            # one thread (as _over_rows decides): the loop called directly, a microsecond of
-            # Python fewer on a one-row run
-            _loops["preorder"](xf, flat.compare, flat.roots, flat.feature, flat.split, flat.true_next,
-                               flat.missing_true, flat.vote_start, flat.vote_id, flat.vote_weight, scores, voted)
-            return scores, voted
         if flat is not None:
-            def walk(lo: int, hi: int) -> None:
-                _loops["preorder"](xf[lo:hi], flat.compare, flat.roots, flat.feature, flat.split, flat.true_next,
-                                   flat.missing_true, flat.vote_start, flat.vote_id, flat.vote_weight, scores[lo:hi],
-                                   voted[lo:hi])
+            walker, tables = _loops["preorder"], (flat.compare, flat.roots, flat.feature, flat.split, flat.true_next,
+                                                  flat.missing_true, flat.vote_start, flat.vote_id, flat.vote_weight)
         elif loop is not None:
-            def walk(lo: int, hi: int) -> None:
-                loop(xf[lo:hi], self.roots32, self.table, self.split, self.member_values, self.vote_id,
-                     self.vote_weight, kind, scores[lo:hi], voted[lo:hi])
+            walker, tables = loop, (self.roots32, self.table, self.split, self.member_values, self.vote_id,
+                                    self.vote_weight, kind)
         else:
             self._aggregate_numpy(xf, kind, scores, voted)
             return scores, voted
-        _over_rows(walk, xf.shape[0], self.n_trees, self._split)
+        n = xf.shape[0]
+        if n * self.n_trees < SPLIT_MIN_WALKS or n < 8:  # too little work to split: called directly
+            walker(xf, *tables, scores, voted)
+        else:
+            _over_rows(lambda lo, hi: walker(xf[lo:hi], *tables, scores[lo:hi], voted[lo:hi]), n, self._split)
         return scores, voted
 
     def _aggregate_numpy(self, xf: np.ndarray, kind: int, scores: np.ndarray, voted: np.ndarray) -> None:
@@ -437,16 +431,14 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _over_rows(walk: Callable[[int, int], None], rows: int, trees: int, split: dict[int, bool | None]) -> None:
+def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, bool | None]) -> None:
     """``walk(lo, hi)`` over every row: on this thread, or in contiguous row ranges over the
     session's threads (this one takes the first) where one thread took longer than
-    ``SPLIT_MIN_SECONDS`` for this many rows (of ``trees`` trees: ``SPLIT_MIN_WALKS``).
+    ``SPLIT_MIN_SECONDS`` for this many rows.
     ``split`` (rows -> whether) is learned from the second walk of each row count: the first
-    can include numba's compilation or cache load."""
+    can include numba's compilation or cache load. (Callers walk fewer rows, under
+    ``SPLIT_MIN_WALKS`` walks or 8 rows, on their own thread without asking.)"""
     global _pool, _pool_size
-    if rows * trees < SPLIT_MIN_WALKS or rows < 8:
-        walk(0, rows)
-        return
     if rows not in split:  # the first walk: not timed
         if len(split) >= SHAPE_CACHE_MAX:
             split.clear()
@@ -672,9 +664,10 @@ def _tree_ensemble_classifier(node, request):
     if n_classes > 2:
         base_scores = np.ascontiguousarray(base, np.float64)
         plain_labels = labels.dtype == np.int64 and labels.tolist() == list(range(n_classes))
+        compiled_finish = post_name in ("NONE", 0) and base.size <= n_classes
 
         def classify(x):
-            finish = _compiled("many_class") if post_name in ("NONE", 0) and base.size <= n_classes else None
+            finish = _compiled("many_class") if compiled_finish else None
             scores, voted = forest.aggregate(np.asarray(x), SUM, n_classes)
             if finish is not None:  # the lines below in one compiled loop (a third of a one-row run)
                 out = np.empty(scores.shape, np.float32)
