@@ -222,6 +222,11 @@ class MemberError(RuntimeError):
     group)."""
 
 
+def member_label(node: NodeView, group: str) -> str:
+    """How errors name a member node of a fused group ("oneDNN group", "shape group")."""
+    return f"{node.op_type} node {node.name!r} of the {group}"
+
+
 class GroupMembers:
     """The nodes of a fused group (``request.nodes``), each with its own CPU kernel from
     ``build_node``, run in order on the group's inputs; a member input the group is not handed
@@ -243,9 +248,6 @@ class GroupMembers:
         self.sources = [[(n, None) if not n or n in self.inputs or n in made else ("", graph.value(n).const_value)
                          for n in node.inputs] for node in nodes]
 
-    def label(self, node: NodeView) -> str:
-        return f"{node.op_type} node {node.name!r} of the {self.group}"
-
     def run(self, args: Sequence[Any]) -> list[Any]:
         """The group's outputs from its inputs ``args``, by every member's own kernel."""
         values = dict(zip(self.inputs, args))
@@ -254,6 +256,6 @@ class GroupMembers:
             try:
                 result = member.run(*feeds)
             except Exception as error:
-                raise MemberError(f"{self.label(node)}: {type(error).__name__}: {error}") from error
+                raise MemberError(f"{member_label(node, self.group)}: {type(error).__name__}: {error}") from error
             values.update(zip(node.outputs, (result,) if member.single_output else result))
         return [values[n] for n in self.outputs]

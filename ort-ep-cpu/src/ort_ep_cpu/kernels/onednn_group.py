@@ -56,7 +56,7 @@ from ort_core import CORE_DOMAIN, Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
 from . import _onednn
-from ._util import GroupMembers, MemberError, without_subnormals
+from ._util import GroupMembers, MemberError, member_label, without_subnormals
 from ._util import dequantized_constant as _dequantized_constant
 from ._util import fixed_constant as _fixed_constant
 from .image import _text
@@ -728,7 +728,7 @@ class _ChannelSlice:
 
 
 def _label(node: NodeView) -> str:
-    return f"{node.op_type} node {node.name!r} of the oneDNN group"
+    return member_label(node, "oneDNN group")
 
 
 def _into(primitive: _onednn._Primitive, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
