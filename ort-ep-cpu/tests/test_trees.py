@@ -214,6 +214,85 @@ def test_many_class_finish_is_the_compiled_loop_without_a_post_transform(monkeyp
     assert "many_class" not in calls  # a post transform: the numpy rules
 
 
+# --------------------------------------------------------------------------- regression finishing
+
+
+def _regressor_stumps(base, aggregate: str, post: str) -> bytes:
+    """A TreeEnsembleRegressor of three stumps over features 0/1/2 and three targets; leaves
+    vote for targets 0 and 2 only (target 1 gets its base value, or 0)."""
+    rng = np.random.default_rng(13)
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+                             "nodes_truenodeids", "nodes_falsenodeids", "target_treeids", "target_nodeids",
+                             "target_ids", "target_weights")}
+    for t in range(3):
+        for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
+            for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
+                               ("nodes_modes", mode), ("nodes_values", 0.1 * t), ("nodes_truenodeids", true),
+                               ("nodes_falsenodeids", false)):
+                attrs[key].append(value)
+            if mode == "LEAF":
+                for target in (0, 2):
+                    for key, value in (("target_treeids", t), ("target_nodeids", k), ("target_ids", target),
+                                       ("target_weights", float(4 * rng.random() - 2))):
+                        attrs[key].append(value)
+    extra = {"base_values": base} if base else {}
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=3, post_transform=post,
+                            aggregate_function=aggregate, **attrs, **extra)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("base", [[], [0.5, -1.25, 3.0]])
+def test_regression_finish_matches_onnxruntime_on_both_paths(base, aggregate, post, path):
+    """The compiled finish (no post transform: average, then base values, as float32) and the
+    numpy one, with three targets, one of which no leaf votes for: onnxruntime gives it 0, base
+    value or not (onnx.reference gives the base value, or MIN/MAX's extreme); one row and 300."""
+    data = _regressor_stumps(base, aggregate, post)
+    x = np.random.default_rng(8).standard_normal((300, 3)).astype(np.float32)
+    _compare(data, {"x": x})
+    _compare(data, {"x": x[4:5]})
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3], ids=["AVERAGE", "SUM", "MIN", "MAX"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tree_ensemble_targets_no_leaf_votes_for_are_zero_as_in_onnxruntime(aggregate, dtype, path):
+    """TreeEnsemble (ai.onnx.ml 5), two stumps whose leaves vote for targets 0 and 2 of three:
+    where a row's leaves miss a target, it is 0 (before: MIN/MAX's float64 extremes, inf in
+    float32)."""
+    element = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain=ML, nodes_featureids=[0, 1],
+        nodes_splits=helper.make_tensor("s", element, [2], [0.0, 0.1]),
+        nodes_modes=helper.make_tensor("m", TensorProto.UINT8, [2], [0, 0]),
+        nodes_truenodeids=[0, 2], nodes_trueleafs=[1, 1], nodes_falsenodeids=[1, 3], nodes_falseleafs=[1, 1],
+        tree_roots=[0, 1], leaf_targetids=[0, 2, 0, 2],
+        leaf_weights=helper.make_tensor("w", element, [4], [1.0, 2.0, 3.0, -4.0]),
+        n_targets=3, aggregate_function=aggregate, post_transform=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", element, [None, 3])],
+                              [helper.make_tensor_value_info("y", element, [None, 3])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(ML, 5)])
+    x = np.random.default_rng(2).standard_normal((40, 3)).astype(dtype)
+    _compare(data.SerializeToString(), {"x": x})
+
+
+def test_regression_finish_is_the_compiled_loop_without_a_post_transform(monkeypatch):
+    if trees._compiled("regression") is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    real = trees._compiled
+    monkeypatch.setattr(trees, "_compiled", lambda which="forest": calls.append(which) or real(which))
+    x = np.random.default_rng(9).standard_normal((5, 3)).astype(np.float32)
+    _compare(_regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "NONE"), {"x": x})
+    assert "regression" in calls
+    calls.clear()
+    _compare(_regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "LOGISTIC"), {"x": x})
+    assert "regression" not in calls  # a post transform: numpy's
+
+
 # ------------------------------------------------------------------------- two-class encodings
 
 

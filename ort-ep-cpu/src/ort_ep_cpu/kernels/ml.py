@@ -1,8 +1,9 @@
 """ai.onnx.ml: classic machine-learning ops (scikit-learn style pipelines).
 
-Native kernels are vectorised over the batch (TreeEnsemble walks every sample through every
-tree at once, one tree level per step). Legacy ops that are rarely met in current models are
-delegated to onnx.reference (see ``_delegate.py``).
+Native kernels are vectorised over the batch. The tree ensembles' kernels are in ``trees.py``
+(here: the legacy encoding's reader, ``_LegacyForest``, and the numpy walk, ``_walk``, every
+sample through every tree at once, one tree level per step). Legacy ops that are rarely met in
+current models are delegated to onnx.reference (see ``_delegate.py``).
 """
 
 from __future__ import annotations
@@ -199,72 +200,6 @@ def _walk(xf, start, start_done, features, modes, splits, true_next, false_next,
         cur[active] = np.where(go, true_next[nodes], false_next[nodes])
         done[active] = np.where(go, true_done[nodes], false_done[nodes])
     return cur
-
-
-@kernel("TreeEnsemble", since=5, domain=ML)
-def _tree_ensemble(node, request):
-    a = node.attributes
-
-    def arr(name, dtype, default=None):
-        if name not in a:
-            if default is None:
-                raise ValueError(f"TreeEnsemble {node.name!r}: attribute {name!r} is required")
-            return default
-        return np.asarray(a[name], dtype=dtype).reshape(-1)
-
-    splits = arr("nodes_splits", np.float64)
-    features = arr("nodes_featureids", np.int64)
-    modes = arr("nodes_modes", np.int64)
-    true_ids, false_ids = arr("nodes_truenodeids", np.int64), arr("nodes_falsenodeids", np.int64)
-    true_leaf = arr("nodes_trueleafs", np.int64).astype(bool)
-    false_leaf = arr("nodes_falseleafs", np.int64).astype(bool)
-    leaf_targets = arr("leaf_targetids", np.int64)
-    leaf_weights = arr("leaf_weights", np.float64)
-    roots = arr("tree_roots", np.int64)
-    missing_true = arr("nodes_missing_value_tracks_true", np.int64, np.zeros(len(modes), np.int64)).astype(bool)
-    n_targets = int(a.get("n_targets", int(leaf_targets.max(initial=0)) + 1))
-    aggregate = int(a.get("aggregate_function", 1))
-    post = _post_transform(int(a.get("post_transform", 0)), node)
-    if aggregate not in (0, 1, 2, 3):
-        raise ValueError(f"TreeEnsemble {node.name!r}: aggregate_function {aggregate} not in 0..3")
-    # set-membership nodes take their sets, NaN-separated, in node order
-    members: dict[int, np.ndarray] = {}
-    member_nodes = np.flatnonzero(modes == 6)
-    if len(member_nodes):
-        values = arr("membership_values", np.float64)
-        groups = np.split(values, np.flatnonzero(np.isnan(values)))
-        sets = [g[~np.isnan(g)] for g in groups]
-        if len(sets) < len(member_nodes):
-            raise ValueError(f"TreeEnsemble {node.name!r}: membership_values has {len(sets)} sets for {len(member_nodes)} member nodes")
-        members = {int(n): sets[k] for k, n in enumerate(member_nodes)}
-    # a root whose both branches are the same leaf is a one-leaf tree
-    root_is_leaf = true_leaf[roots] & false_leaf[roots] & (true_ids[roots] == false_ids[roots])
-    n_trees = len(roots)
-
-    def predict(x):
-        x = np.asarray(x)
-        rows = x.reshape(x.shape[0], -1) if x.ndim != 1 else x.reshape(1, -1)
-        n = rows.shape[0]
-        xf = rows.astype(np.float64)
-        cur = _walk(xf, np.where(root_is_leaf, true_ids[roots], roots), root_is_leaf, features, modes, splits,
-                    true_ids, false_ids, true_leaf, false_leaf, missing_true, members)
-        weights = leaf_weights[cur]
-        targets = leaf_targets[cur]
-        row_index = np.broadcast_to(np.arange(n)[:, None], targets.shape)
-        if aggregate in (0, 1):
-            out = np.zeros((n, n_targets))
-            np.add.at(out, (row_index, targets), weights)
-            if aggregate == 0:
-                out /= n_trees
-        elif aggregate == 2:
-            out = np.full((n, n_targets), np.finfo(np.float64).max)
-            np.minimum.at(out, (row_index, targets), weights)
-        else:
-            out = np.full((n, n_targets), np.finfo(np.float64).min)
-            np.maximum.at(out, (row_index, targets), weights)
-        return post(out).astype(x.dtype if x.dtype.kind == "f" else np.float32)
-
-    return predict
 
 
 # ------------------------------------------------------------------------------ feature ops
@@ -561,87 +496,6 @@ class _LegacyForest:
         order = np.argsort(leaf_of, kind="stable")
         self.starts = np.searchsorted(leaf_of[order], np.arange(len(modes) + 1))
         self.entry_id, self.entry_weight = self.vote_ids[order], self.vote_weights[order]
-
-    def votes(self, x: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """(number of rows, row, id, weight) of every vote of every tree for every row."""
-        xf = (x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)).astype(np.float64)
-        n = xf.shape[0]
-        leaves = _walk(xf, self.roots, self.is_leaf[self.roots], self.features, self.modes, self.splits,
-                       self.true_next, self.false_next, self.is_leaf[self.true_next],
-                       self.is_leaf[self.false_next], self.missing_true, {})
-        lo, hi = self.starts[leaves].ravel(), self.starts[leaves + 1].ravel()
-        counts = hi - lo
-        rows = np.repeat(np.repeat(np.arange(n), self.n_trees), counts)
-        entries = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        return n, rows, self.entry_id[entries], self.entry_weight[entries]
-
-
-@kernel("TreeEnsembleRegressor", domain=ML)
-def _tree_ensemble_regressor(node, request):
-    forest = _LegacyForest(node, "target")
-    a = node.attributes
-    n_targets = int(a.get("n_targets", int(forest.vote_ids.max(initial=0)) + 1))
-    base = forest.arr("base_values", np.float64, np.zeros(0))
-    aggregate = a.get("aggregate_function", "SUM")
-    if aggregate not in _LEGACY_AGGREGATES:
-        raise ValueError(f"{forest.name}: aggregate_function {aggregate!r} not one of {', '.join(_LEGACY_AGGREGATES)}")
-    post = _post_transform(a.get("post_transform", "NONE"), node)
-
-    def predict(x):
-        n, rows, targets, weights = forest.votes(np.asarray(x))
-        if aggregate in ("SUM", "AVERAGE"):
-            out = np.zeros((n, n_targets))
-            np.add.at(out, (rows, targets), weights)
-            if aggregate == "AVERAGE":
-                out /= forest.n_trees
-        else:
-            fill = np.inf if aggregate == "MIN" else -np.inf
-            out = np.full((n, n_targets), fill)
-            (np.minimum if aggregate == "MIN" else np.maximum).at(out, (rows, targets), weights)
-            out[np.isinf(out) & (np.sign(out) == np.sign(fill))] = 0.0  # no tree voted: base only
-        if base.size:
-            out += base
-        return post(out).astype(np.float32)
-
-    return predict
-
-
-DELEGATED.add((ML, "TreeEnsembleClassifier"))  # some two-class configurations, see below
-
-
-@kernel("TreeEnsembleClassifier", domain=ML)
-def _tree_ensemble_classifier(node, request):
-    # Native for three or more classes (scores and labels as onnxruntime gives them). Two-class
-    # models follow conventions of their own in each runtime (which column is derived from
-    # which, and how post transforms apply to it); those nodes run on onnx.reference.
-    n_labels = len(node.attr("classlabels_strings") or node.attr("classlabels_int64s") or [])
-    if n_labels == 2:
-        return reference_kernel(node, request)
-    forest = _LegacyForest(node, "class")
-    a = node.attributes
-    strings = node.attr("classlabels_strings")
-    labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_int64s") or [], dtype=np.int64)
-    n_classes = len(labels)
-    if n_classes < 3:
-        raise ValueError(f"{forest.name}: needs at least two class labels, has {n_classes}")
-    base = forest.arr("base_values", np.float64, np.zeros(0))
-    post = _post_transform(a.get("post_transform", "NONE"), node)
-
-    def classify(x):
-        n, rows, ids, weights = forest.votes(np.asarray(x))
-        score = np.zeros((n, n_classes))
-        np.add.at(score, (rows, ids), weights)
-        voted = np.zeros((n, n_classes), dtype=bool)
-        voted[rows, ids] = True
-        if base.size:
-            k = base.size
-            score[:, :k] = score[:, :k] + base
-            voted[:, :k] = True
-        # the best voted class (classes nobody voted for and without a base value do not win)
-        best = np.argmax(np.where(voted, score, -np.inf), axis=1)
-        return [labels[best], post(score).astype(np.float32)]
-
-    return Kernel(run=classify)
 
 
 DELEGATED.add((ML, "LinearClassifier"))  # two-class models, see below
