@@ -155,7 +155,8 @@ def _groups(session: ort.InferenceSession) -> list[list[str]]:
 
 
 def _programs() -> list[onednn_group._Program]:
-    return [o for o in gc.get_objects() if isinstance(o, onednn_group._Program)]
+    # type(), not isinstance(): isinstance of a weakref proxy whose object died raises
+    return [o for o in gc.get_objects() if type(o) is onednn_group._Program]
 
 
 def _cnn(bias: bool = True, strides=(1, 1), group: int = 1, seed: int = 0) -> onnx.ModelProto:

@@ -31,6 +31,7 @@ _modules_seen = -1  # len(sys.modules) when the controllers were last found
 _count = 0  # the count the last limit() set, 0 once no session lives (libraries' default)
 _live = 0  # sessions between limit() and restore()
 _saved: dict[str, tuple[Any, int]] = {}  # library path -> (controller, its count before the first)
+_cores = len(os.sched_getaffinity(0))  # the cores this process may run on (``usable``)
 
 
 def count() -> int:
@@ -40,8 +41,10 @@ def count() -> int:
 
 
 def usable() -> int:
-    """The threads a kernel may run on: the live session's count, else one per usable core."""
-    return _count or len(os.sched_getaffinity(0))
+    """The threads a kernel may run on: the live session's count, else one per usable core
+    (counted at import and at each session's start, as onnxruntime sizes its pool when a
+    session is made: asking the kernel at every oneDNN call was a tenth of a small one's cost)."""
+    return _count or _cores
 
 
 def blas_libraries(refresh: bool = False) -> list[Any]:
@@ -67,9 +70,10 @@ def limit(threads: int, blas: int | None = None) -> None:
     """A session starts: record ``threads`` as the count and set every BLAS library to ``blas``
     threads (default: ``threads``; 0 leaves them as they are). Each call is paired with one
     ``restore`` when that session ends."""
-    global _count, _live
+    global _count, _live, _cores
     blas = threads if blas is None else blas
     with _lock:
+        _cores = len(os.sched_getaffinity(0))
         _live += 1
         _count = max(threads, 0)
         if blas > 0:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import threads
+from ._util import data_address
 
 #: wanted (tests switch this off to run the numpy paths)
 USE = os.environ.get("ORT_EP_CPU_ONEDNN", "1") != "0"
@@ -204,7 +205,7 @@ class _Library:
 
     def threads(self) -> int:
         """The thread count oneDNN runs with: intra_op_num_threads, else one per usable core."""
-        return threads.count() or len(os.sched_getaffinity(0))
+        return threads.usable()
 
     def layout(self) -> str:
         """The layout (a key of ``LAYOUTS``) oneDNN's convolutions choose for their input and
@@ -562,7 +563,7 @@ class _Primitive:
         try:
             x_mem, y_mem, scratch, scratch_bytes, steps, x_at, y_at, base_at = binding
             stream = lib.stream(self.most_threads)
-            x_address, y_address = x.ctypes.data, y.ctypes.data
+            x_address, y_address = data_address(x), data_address(y)
             if x_address != x_at:
                 d.dnnl_memory_set_data_handle(x_mem, x_address)
                 binding[5] = x_address

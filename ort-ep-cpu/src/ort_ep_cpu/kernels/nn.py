@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit, _onednn
-from ._util import SHAPE_CACHE_MAX, constant_weight, zeros_vector
+from ._util import SHAPE_CACHE_MAX, constant_weight, data_address, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 
@@ -405,7 +405,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
             y3 = np.empty((n, m, p), dtype=x.dtype)
             y3[...] = b.reshape(m, 1)
             for i in range(n):
-                gemm(m, p, c, w2.ctypes.data, c, x3[i].ctypes.data, p, 1.0, y3[i].ctypes.data, p)
+                gemm(m, p, c, data_address(w2), c, data_address(x3[i]), p, 1.0, data_address(y3[i]), p)
         else:
             y3 = np.matmul(w2, x3[0])[None] if n == 1 else np.matmul(w2, x3)
             if b is not None:
