@@ -80,3 +80,46 @@ def test_a_pair_whose_quantized_value_is_read_elsewhere_stays_two_nodes():
     want_y, want_q = ReferenceEvaluator(model).run(None, {"x": x})
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(y, want_y)
+
+
+def _regrid_model(to: int, second_scale: float, second_zero: int, between: str) -> bytes:
+    """x -> Neg -> Q/DQ (scale 0.0125, zero point 3) -> ``between`` -> Q/DQ (``second_scale``,
+    ``second_zero``) -> y: a QDQ transformer's pair after its attention heads' Reshape or
+    Transpose, which has the first pair's parameters."""
+    dtype = helper.tensor_dtype_to_np_dtype(to)
+    inits = [numpy_helper.from_array(np.array(0.0125, np.float32), "s1"),
+             numpy_helper.from_array(np.array(3, dtype), "z1"),
+             numpy_helper.from_array(np.array(second_scale, np.float32), "s2"),
+             numpy_helper.from_array(np.array(second_zero, dtype), "z2"),
+             numpy_helper.from_array(np.array([4, 6], np.int64), "shape")]
+    move = {"Transpose": helper.make_node("Transpose", ["d1"], ["m"], name="move", perm=[1, 0]),
+            "Reshape": helper.make_node("Reshape", ["d1", "shape"], ["m"], name="move"),
+            "none": helper.make_node("Identity", ["d1"], ["m"], name="move")}[between]
+    nodes = [helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("QuantizeLinear", ["n", "s1", "z1"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"]),
+             move,
+             helper.make_node("QuantizeLinear", ["m", "s2", "z2"], ["q2"], name="second_quantize"),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"])]
+    graph = helper.make_graph(nodes, "regrid", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
+@pytest.mark.parametrize("between", ["Transpose", "Reshape", "none"])
+@pytest.mark.parametrize("to", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("second", [(0.0125, 3), (0.025, 3), (0.0125, 4)], ids=["same", "other-scale", "other-zero"])
+def test_a_pair_on_values_already_on_its_grid_passes_them_on(to, between, second):
+    """A pair whose input is a DequantizeLinear's output with the pair's scale and zero point
+    (through a Reshape or Transpose) gives its input back: passed on without a pass, equal to
+    onnx.reference's two ops bit for bit; with another scale or zero point it is computed."""
+    data = _regrid_model(to, *second, between)
+    x = (np.random.default_rng(1).standard_normal((6, 4)) * 2).astype(np.float32)
+    x[0, :2] = [0.00625 * 3, -1e6]  # a tie and a saturated value
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    notes = {p.name: p.note for p in session.get_placement().nodes}
+    passed = "already on its grid" in notes["second_quantize"]
+    assert passed == (second == (0.0125, 3)), notes
+    got = session.run(None, {"x": x})[0]
+    want = ReferenceEvaluator(data).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)

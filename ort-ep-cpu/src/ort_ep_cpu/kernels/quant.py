@@ -375,6 +375,25 @@ def fake_quant(node: NodeView, graph: GraphView, claimed: set[int] | None = None
                      np.float32(q_params[1] - dq_params[1]), dq_params[0], dq.index)
 
 
+#: ops that only move or select their first input's values: a tensor on a quantization grid
+#: stays on it (the quantizer gives the Q/DQ pair after such an op the scale before it)
+_GRID_KEEPING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _on_grid(q: NodeView, graph: GraphView, params: tuple) -> bool:
+    """Whether QuantizeLinear ``q``'s input is a DequantizeLinear's output with ``params``
+    (scale, zero point, type), directly or through ``_GRID_KEEPING`` ops: every value is then
+    (code - zero point) * scale, which Q and a DQ with those ``params`` give back bit for bit
+    (x / scale is within 2^-15 of the integer code - zero point)."""
+    index = graph.producer.get(q.inputs[0])
+    node = graph.nodes[index] if index is not None else None
+    while node is not None and node.op_type in _GRID_KEEPING and not node.domain:
+        index = graph.producer.get(node.inputs[0])
+        node = graph.nodes[index] if index is not None else None
+    return (node is not None and node.op_type == "DequantizeLinear" and not node.domain
+            and _scalar_quant(graph, node) == params)
+
+
 def fake_quant_pairs(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int, int]]:
     """The (QuantizeLinear, DequantizeLinear) pairs among ``claimed`` that ``fake_quant``
     computes as one: the CPU provider claims each as a fused group. A QDQ transformer is about
@@ -397,13 +416,20 @@ def fake_quant_kernel(request: KernelRequest) -> Kernel | None:
     x_name = nodes[0].inputs[0]
     if fq is None or fq.dq != nodes[1].index or x_name not in request.inputs:
         return None
-    run = fq
+    params = _scalar_quant(request.graph, nodes[0])
+    if params == _scalar_quant(request.graph, nodes[1]) and _on_grid(nodes[0], request.graph, params):
+        # a pair after a Reshape or Transpose of a DequantizeLinear's output with the same
+        # parameters (a QDQ transformer's attention heads): its output is its input
+        compute, note = (lambda x: x), "QuantizeLinear -> DequantizeLinear of values already on its grid: passed on"
+    else:
+        compute, note = fq, "QuantizeLinear -> DequantizeLinear in one pass"
+    run = compute
     if request.inputs != (x_name,):  # a scale or zero point from a Constant node comes in too
         position = request.inputs.index(x_name)
 
         def run(*args: np.ndarray) -> np.ndarray:
-            return fq(args[position])
-    return Kernel(run=run, single_output=True, note="QuantizeLinear -> DequantizeLinear in one pass")
+            return compute(args[position])
+    return Kernel(run=run, single_output=True, note=note)
 
 
 def _dequantized_weights(graph: GraphView, name: str, conv: bool = False
