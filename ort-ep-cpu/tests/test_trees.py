@@ -200,41 +200,36 @@ def test_many_class_finish_matches_onnxruntime_on_both_paths(base, labels, path)
     _compare(data, {"x": x[7:8]})
 
 
-def test_many_class_finish_is_the_compiled_loop_without_a_post_transform(monkeypatch):
-    if trees._compiled("many_class") is None:
+@pytest.mark.parametrize("finish", ["many_class", "regression"])
+def test_the_finish_is_a_compiled_loop_without_a_post_transform(finish, monkeypatch):
+    """The many-class classifier's and the regressions' compiled finishes run where there is no
+    post transform, and numpy's rules where there is one."""
+    if trees._compiled(finish) is None:
         pytest.skip("numba is not installed")
+    if finish == "many_class":
+        plain, transformed = _many_class([], range(4)), _many_class([], range(4), post="SOFTMAX")
+    else:
+        plain = _regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "NONE")
+        transformed = _regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "LOGISTIC")
     calls = []
     real = trees._compiled
     monkeypatch.setattr(trees, "_compiled", lambda which="forest": calls.append(which) or real(which))
     x = np.random.default_rng(6).standard_normal((5, 3)).astype(np.float32)
-    ort.InferenceSession(_many_class([], range(4)), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    assert "many_class" in calls
+    _compare(plain, {"x": x})
+    assert finish in calls
     calls.clear()
-    _compare(_many_class([], range(4), post="SOFTMAX"), {"x": x})
-    assert "many_class" not in calls  # a post transform: the numpy rules
+    _compare(transformed, {"x": x})
+    assert finish not in calls
 
 
 # --------------------------------------------------------------------------- regression finishing
 
 
 def _regressor_stumps(base, aggregate: str, post: str) -> bytes:
-    """A TreeEnsembleRegressor of three stumps over features 0/1/2 and three targets; leaves
-    vote for targets 0 and 2 only (target 1 gets its base value, or 0)."""
-    rng = np.random.default_rng(13)
-    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
-                             "nodes_truenodeids", "nodes_falsenodeids", "target_treeids", "target_nodeids",
-                             "target_ids", "target_weights")}
-    for t in range(3):
-        for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
-            for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
-                               ("nodes_modes", mode), ("nodes_values", 0.1 * t), ("nodes_truenodeids", true),
-                               ("nodes_falsenodeids", false)):
-                attrs[key].append(value)
-            if mode == "LEAF":
-                for target in (0, 2):
-                    for key, value in (("target_treeids", t), ("target_nodeids", k), ("target_ids", target),
-                                       ("target_weights", float(4 * rng.random() - 2))):
-                        attrs[key].append(value)
+    """A TreeEnsembleRegressor of three stumps (``_stump_attributes``) and three targets;
+    leaves vote for targets 0 and 2 only (target 1 gets its base value, or 0)."""
+    attrs = _stump_attributes(lambda rng: [(target, float(4 * rng.random() - 2)) for target in (0, 2)],
+                              np.random.default_rng(13), "target")
     extra = {"base_values": base} if base else {}
     node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=3, post_transform=post,
                             aggregate_function=aggregate, **attrs, **extra)
@@ -279,29 +274,15 @@ def test_tree_ensemble_targets_no_leaf_votes_for_are_zero_as_in_onnxruntime(aggr
     _compare(data.SerializeToString(), {"x": x})
 
 
-def test_regression_finish_is_the_compiled_loop_without_a_post_transform(monkeypatch):
-    if trees._compiled("regression") is None:
-        pytest.skip("numba is not installed")
-    calls = []
-    real = trees._compiled
-    monkeypatch.setattr(trees, "_compiled", lambda which="forest": calls.append(which) or real(which))
-    x = np.random.default_rng(9).standard_normal((5, 3)).astype(np.float32)
-    _compare(_regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "NONE"), {"x": x})
-    assert "regression" in calls
-    calls.clear()
-    _compare(_regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "LOGISTIC"), {"x": x})
-    assert "regression" not in calls  # a post transform: numpy's
-
-
 # ------------------------------------------------------------------------- two-class encodings
 
 
-def _stumps(leaf_votes, base, post, labels, rng) -> bytes:
-    """A TreeEnsembleClassifier of three stumps over features 0/1/2 whose every leaf votes
-    ``leaf_votes(rng)`` ((class id, weight) pairs), with classes ``labels``."""
+def _stump_attributes(leaf_votes, rng, prefix: str) -> dict[str, list]:
+    """The legacy tree attributes of three stumps over features 0/1/2 whose every leaf votes
+    ``leaf_votes(rng)`` ((class or target id, weight) pairs); ``prefix``: "class" or "target"."""
+    vote_keys = tuple(f"{prefix}_{k}" for k in ("treeids", "nodeids", "ids", "weights"))
     attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
-                             "nodes_truenodeids", "nodes_falsenodeids", "class_treeids", "class_nodeids",
-                             "class_ids", "class_weights")}
+                             "nodes_truenodeids", "nodes_falsenodeids", *vote_keys)}
     for t in range(3):
         for k, (mode, true, false) in enumerate((("BRANCH_LEQ", 1, 2), ("LEAF", 0, 0), ("LEAF", 0, 0))):
             for key, value in (("nodes_treeids", t), ("nodes_nodeids", k), ("nodes_featureids", t),
@@ -310,9 +291,14 @@ def _stumps(leaf_votes, base, post, labels, rng) -> bytes:
                 attrs[key].append(value)
             if mode == "LEAF":
                 for c, w in leaf_votes(rng):
-                    for key, value in (("class_treeids", t), ("class_nodeids", k), ("class_ids", c),
-                                       ("class_weights", w)):
+                    for key, value in zip(vote_keys, (t, k, c, w)):
                         attrs[key].append(value)
+    return attrs
+
+
+def _stumps(leaf_votes, base, post, labels, rng) -> bytes:
+    """A TreeEnsembleClassifier of three stumps (``_stump_attributes``) with classes ``labels``."""
+    attrs = _stump_attributes(leaf_votes, rng, "class")
     extra = {"base_values": base} if base else {}
     node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, post_transform=post,
                             classlabels_int64s=list(labels), **attrs, **extra)
