@@ -34,6 +34,20 @@ def test_exceptions_share_one_base_class():
         assert issubclass(cls, ort.OrtError)
 
 
+def test_exceptions_import_from_onnxruntimes_module_path(tmp_path):
+    """``from onnxruntime.capi.onnxruntime_pybind11_state import ...`` becomes ort_core's: the same
+    names, the classes ort-core raises."""
+    import onnxruntime.capi.onnxruntime_pybind11_state as onnxruntime_state
+
+    from ort_core.capi import onnxruntime_pybind11_state as state
+
+    for name in state.__all__:
+        assert getattr(state, name) is getattr(ort, name)
+        assert hasattr(onnxruntime_state, name), name  # (a name onnxruntime has)
+    with pytest.raises(state.NoSuchFile):
+        ort.InferenceSession(str(tmp_path / "missing.onnx"))
+
+
 def test_session_metadata(host):
     model = chain_model()
     model.doc_string = "a chain"
