@@ -696,8 +696,11 @@ class _Program:
                 frees[k].append(slot)
         for k, (fn, ins, _) in enumerate(self.steps):
             if isinstance(fn, _SumInto):
-                # nothing reads the addend after this step and it is the group's own array
-                fn.in_place = last[ins[1]] == k and ins[1] not in keep and ins[1] not in self.input_slots
+                # nothing reads the addend after this step, it is the group's own array, and it
+                # is not the convolution's input (y = x + Conv(x): written in place, the
+                # convolution would read outputs it had already written over its input)
+                fn.in_place = (last[ins[1]] == k and ins[1] not in keep and ins[1] not in self.input_slots
+                               and ins[1] != ins[0])
         self.steps = [(fn, ins, out, tuple(frees[k])) for k, (fn, ins, out) in enumerate(self.steps)]
 
     # ---------------------------------------------------------------- running
