@@ -108,3 +108,10 @@ def test_free_dimension_override_fixes_the_input_and_folds_its_shape(ort_nodes):
     assert len(unfixed.get_placement().nodes) == 3
     with pytest.raises(ort.InvalidArgument, match="negative"):
         so.add_free_dimension_override_by_name("batch", -1)
+
+
+def test_ortvalue_of_a_0_d_array_stays_0_d():
+    v = ort.OrtValue.ortvalue_from_numpy(np.array(3.0, np.float32))
+    assert v.shape() == [] and v.numpy().shape == ()
+    v.update_inplace(np.array(4.0, np.float32))
+    assert v.numpy() == 4.0

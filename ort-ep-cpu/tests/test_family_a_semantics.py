@@ -368,3 +368,27 @@ def test_quantize_dequantize_every_type(opset, mode, x_type):
         assert_same(ours, ref)
         checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("op", ["HardSigmoid", "HardSwish", "Erf"])
+def test_rank_0_inputs_give_rank_0_outputs(op):
+    """np.ascontiguousarray turns a 0-d array into 1-d: a scalar in must stay a scalar out."""
+    ours, ref = run_both(op, [np.array(0.75, np.float32)], [F], 17)
+    assert ours[0].shape == ()
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("opset", [13, 19, 21])
+def test_dequantize_linear_of_rank_0_constants_is_rank_0(opset):
+    """A DequantizeLinear of rank-0 constant codes (a QDQ model's shared scalar: EfficientWord-Net's
+    int8 build) is computed once at creation, and stays rank 0 (it was (1,))."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(127, np.int8), "q"), numpy_helper.from_array(np.array(0.015748031, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    graph = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "dq", [],
+                              [helper.make_tensor_value_info("y", F, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    assert y.shape == () and y.dtype == np.float32
+    assert y == np.float32(127) * np.float32(0.015748031)

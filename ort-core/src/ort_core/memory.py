@@ -111,9 +111,9 @@ class OrtValue:
         """``array`` as an OrtValue: on the host (no copy of a contiguous array) or copied to the
         device ``device_type``/``device_id``."""
         if str(device_type).lower() == "cpu":
-            return OrtValue(np.ascontiguousarray(array), "cpu", device_id)
+            return OrtValue(np.asarray(array, order="C"), "cpu", device_id)
         dm = OrtValue._device(device_type, device_id)
-        return OrtValue(dm.transfer.to_device(np.ascontiguousarray(array)), device_type, device_id, dm.memory, dm.transfer)
+        return OrtValue(dm.transfer.to_device(np.asarray(array, order="C")), device_type, device_id, dm.memory, dm.transfer)
 
     @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
@@ -174,7 +174,7 @@ class OrtValue:
         if self.on_host:
             np.copyto(self._data, data.reshape(self._data.shape))
         else:  # a provider's tensor: written through its data transfer
-            self._data = self._transfer.to_device(np.ascontiguousarray(data.reshape(tuple(self._data.shape))))
+            self._data = self._transfer.to_device(np.asarray(data.reshape(tuple(self._data.shape)), order="C"))
 
     @staticmethod
     def ortvalue_from_numpy_with_onnx_type(data: np.ndarray, onnx_element_type: int) -> OrtValue:
@@ -182,7 +182,7 @@ class OrtValue:
         bits as bfloat16, ``TensorProto.BFLOAT16``); the item sizes must match."""
         import onnx_ir as ir
 
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data, order="C")
         try:
             dtype = np.dtype(ir.DataType(int(onnx_element_type)).numpy())
         except (ValueError, TypeError) as exc:

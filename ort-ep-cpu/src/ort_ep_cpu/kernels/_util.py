@@ -64,7 +64,7 @@ def dequantized_constant(graph: GraphView, name: str) -> np.ndarray | None:
             except ValueError:
                 value = None
             else:
-                value = np.ascontiguousarray(value)
+                value = np.asarray(value, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
                 value.flags.writeable = False
     cache[name] = value
     return value

@@ -165,7 +165,7 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return erf_into(np.ascontiguousarray(x), np.empty(x.shape, x.dtype))
+    return erf_into(np.asarray(x, order="C"), np.empty(x.shape, x.dtype))
 
 
 # Erf takes integer types too: computed in float32 and truncated, as onnx.reference does

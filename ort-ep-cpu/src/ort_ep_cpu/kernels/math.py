@@ -89,7 +89,7 @@ def _hard_sigmoid(node, request):
 
     def hard_sigmoid(x):
         if x.dtype in JIT_FLOATS:
-            x = np.ascontiguousarray(x)  # the compiled pass takes contiguous arrays
+            x = np.asarray(x, order="C")  # the compiled pass takes contiguous arrays
         return hard_sigmoid_into(x, np.empty_like(x), alpha, beta)
 
     return unary(hard_sigmoid, _HALF)
@@ -98,7 +98,7 @@ def _hard_sigmoid(node, request):
 def _hard_swish(node, request):
     def hard_swish(x):
         if x.dtype in JIT_FLOATS:
-            x = np.ascontiguousarray(x)  # the compiled pass takes contiguous arrays
+            x = np.asarray(x, order="C")  # the compiled pass takes contiguous arrays
         return hard_swish_into(x, np.empty_like(x))
 
     return unary(hard_swish, _HALF)
@@ -282,7 +282,7 @@ def _cumulative(node, fn, identity: int):
             y = np.concatenate([pad, np.take(y, np.arange(y.shape[a] - 1), axis=a)], axis=a)
         if reverse:
             y = np.flip(y, axis=a)
-        y = np.ascontiguousarray(y)
+        y = np.asarray(y, order="C")
         return y.astype(x.dtype) if small else y
 
     return run
