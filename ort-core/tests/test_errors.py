@@ -72,6 +72,31 @@ def test_shapeless_graph_outputs_run_as_in_onnxruntime(ort_nodes):
         ort.InferenceSession(broken)
 
 
+def test_untyped_graph_outputs_take_their_inferred_types_as_in_onnxruntime(ort_nodes):
+    """A graph output with no type at all (``make_empty_tensor_value_info``) fails onnx's
+    checker but runs in onnxruntime, which gives it the inferred type; here too. One whose type
+    inference cannot give is an InvalidGraph naming it."""
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Shape", ["y"], ["s"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("s")],
+    )
+    for source in (model, model.SerializeToString()):
+        session = ort.InferenceSession(source)
+        assert [(o.type, o.shape) for o in session.get_outputs()] == [("tensor(float)", [2]), ("tensor(int64)", [1])]
+        y, s = session.run(None, {"x": np.array([-1.0, 2.0], dtype=np.float32)})
+        np.testing.assert_array_equal(y, [0.0, 2.0])
+        np.testing.assert_array_equal(s, [2])
+    unknown = make_model(
+        [helper.make_node("Scramble", ["x"], ["y"], domain="some.custom")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_empty_tensor_value_info("y")],
+    )
+    unknown.opset_import.append(helper.make_opsetid("some.custom", 1))
+    with pytest.raises(ort.InvalidGraph, match="graph output 'y' has no type"):
+        ort.InferenceSession(unknown)
+
+
 def test_type_error_names_the_node(host):
     model = make_model(
         [helper.make_node("Add", ["x", "d"], ["y"], name="mixed_add")],

@@ -166,27 +166,31 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+#: ... and a value info with no type at all (``helper.make_empty_tensor_value_info``)
+_NO_TYPE = "Field 'type' of 'value_info' is required but missing"
 
 
 def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
     broken.
 
-    One rule of the checker is not onnxruntime's: a graph input or output whose tensor type
+    Two rules of the checker are not onnxruntime's: a graph input or output whose tensor type
     has no shape at all (rank unknown, as ``helper.make_tensor_value_info(name, type, None)``
-    writes it) fails it, and onnxruntime runs such models. On that failure the check is run
-    again on a copy in which those types carry an empty shape, so that every other rule still
-    applies; the model itself keeps its types as they are."""
+    writes it) fails it, and so does a graph output with no type at all, whose type inference
+    gives (``helper.make_empty_tensor_value_info``); onnxruntime runs both. On those failures
+    the check is run again on a copy in which those types carry an empty shape, or the output
+    its inferred type, so that every other rule still applies; the model itself keeps its
+    types as they are (the output gets its type from inference at load)."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        if _NO_SHAPE in str(exc):
+        if _NO_SHAPE in str(exc) or _NO_TYPE in str(exc):
             copy = onnx.ModelProto()
             if isinstance(model, bytes):
                 copy.ParseFromString(model)
             else:
                 copy.CopyFrom(model)
-            if _give_io_shapes(copy.graph):
+            if _give_io_shapes(copy.graph) if _NO_SHAPE in str(exc) else _give_output_types(copy):
                 check_proto(copy)
                 return
         raise InvalidGraph(f"model fails the ONNX checker: {exc}") from None
@@ -200,6 +204,25 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         if attr.HasField("g"):
             yield attr.g
         yield from attr.graphs
+
+
+def _give_output_types(model: onnx.ModelProto) -> bool:
+    """Give the main graph's outputs that have no type the type inference gives them (for the
+    checker's copy only); whether any was missing. One that inference leaves untyped is an
+    InvalidGraph naming it."""
+    untyped = [out for out in model.graph.output if out.type.WhichOneof("value") is None]
+    if not untyped:
+        return False
+    try:
+        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(model).graph.output}
+    except Exception:  # the checker's copy keeps the gap; its error is then the one raised
+        return False
+    for out in untyped:
+        found = inferred.get(out.name)
+        if found is None or found.type.WhichOneof("value") is None:
+            raise InvalidGraph(f"graph output {out.name!r} has no type, and type inference does not give one")
+        out.type.CopyFrom(found.type)
+    return True
 
 
 def _give_io_shapes(graph: onnx.GraphProto) -> bool:
