@@ -66,6 +66,28 @@ def test_session_metadata(host):
     assert sess.get_session_options().graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
+def test_values_onnxruntime_gives_where_the_model_or_caller_sets_none(host):
+    """As onnxruntime 1.32 answers them (measured side by side): a model without
+    ``model_version`` reports INT64_MAX; the log severities default to -1 (the default
+    logger's); an OrtValue's element type is the ONNX enum; the enums print with their names."""
+    import onnxruntime
+
+    model = chain_model()
+    model.ClearField("model_version")
+    data = model.SerializeToString()
+    ours = ort.InferenceSession(data).get_modelmeta().version
+    assert ours == onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).get_modelmeta().version
+    assert ours == 2**63 - 1
+    for options in ("SessionOptions", "RunOptions"):
+        assert getattr(ort, options)().log_severity_level == getattr(onnxruntime, options)().log_severity_level == -1
+    x = np.zeros(2, np.int64)
+    assert ort.OrtValue.ortvalue_from_numpy(x).element_type() == onnxruntime.OrtValue.ortvalue_from_numpy(x).element_type()
+    assert ort.OrtValue.ortvalue_from_numpy(x).element_type() == onnx.TensorProto.INT64
+    for enum in ("GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder"):
+        for member in getattr(ort, enum):
+            assert str(member) == str(getattr(getattr(onnxruntime, enum), member.name))
+
+
 def test_provider_options_forms_are_equivalent(host):
     a = ort.InferenceSession(chain_model(), providers=[(CPU, {"flavour": "spicy"})])
     b = ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{"flavour": "spicy"}])

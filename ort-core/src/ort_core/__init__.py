@@ -288,8 +288,8 @@ def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any =
         if not isinstance(s, OrtValue) or not isinstance(d, OrtValue):
             raise InvalidArgument(f"copy_tensors[{k}]: expected OrtValues")
         if s.shape() != d.shape() or s.element_type() != d.element_type():
-            raise InvalidArgument(f"copy_tensors[{k}]: source {s.element_type()} {s.shape()} and destination "
-                                  f"{d.element_type()} {d.shape()} differ")
+            raise InvalidArgument(f"copy_tensors[{k}]: source {s.data_type()} {s.shape()} and destination "
+                                  f"{d.data_type()} {d.shape()} differ")
         d.update_inplace(s.numpy())
 
 

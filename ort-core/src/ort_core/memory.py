@@ -147,8 +147,11 @@ class OrtValue:
 
         return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(np.dtype(self._data.dtype))))
 
-    def element_type(self) -> np.dtype:
-        return np.dtype(self._data.dtype)
+    def element_type(self) -> int:
+        """The ONNX element type (``onnx.TensorProto.FLOAT`` = 1, ...), as onnxruntime gives it."""
+        import onnx_ir as ir
+
+        return int(ir.DataType.from_numpy(np.dtype(self._data.dtype)))
 
     def device_name(self) -> str:
         return self._device_type
@@ -272,7 +275,7 @@ class OrtValueVector(list):
     def shrink_to_fit(self) -> None:
         """Nothing to shrink in a Python list."""
 
-    def element_type_at(self, index: int) -> np.dtype:
+    def element_type_at(self, index: int) -> int:
         return self[index].element_type()
 
     def dlpack_at(self, index: int) -> Any:

@@ -43,24 +43,36 @@ MAX_FOLD_BYTES = "session.max_fold_bytes"
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
 
-class GraphOptimizationLevel(enum.IntEnum):
+class _OrtEnum(enum.IntEnum):
+    """An enum that prints as onnxruntime's (pybind11) enums do: ``GraphOptimizationLevel.ORT_ENABLE_ALL``
+    (an IntEnum prints its number on Python 3.11+)."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class GraphOptimizationLevel(_OrtEnum):
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
     ORT_ENABLE_ALL = 99
 
 
-class ExecutionMode(enum.IntEnum):
+class ExecutionMode(_OrtEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
-class ExecutionOrder(enum.IntEnum):
+class ExecutionOrder(_OrtEnum):
     """onnxruntime's node orders; ort-core runs a plan in one topological order for every value."""
 
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
+
+
+#: ``ModelMetadata.version`` of a model without ``model_version``, as onnxruntime gives it
+_UNSET_VERSION = 2**63 - 1
 
 
 class SessionOptions:
@@ -71,7 +83,7 @@ class SessionOptions:
         self.intra_op_num_threads: int = 0
         self.inter_op_num_threads: int = 0
         self.execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
-        self.log_severity_level: int = 2
+        self.log_severity_level: int = -1  # onnxruntime's default: the default logger's (warning)
         self.log_verbosity_level: int = 0
         self.logid: str = ""
         self.optimized_model_filepath: str = ""
@@ -235,7 +247,7 @@ class RunOptions:
     """Options of one run, as onnxruntime's ``RunOptions``."""
 
     def __init__(self) -> None:
-        self.log_severity_level: int = 2
+        self.log_severity_level: int = -1  # onnxruntime's default: the session's
         self.log_verbosity_level: int = 0
         self.logid: str = ""
         self.run_tag: str = ""
@@ -809,7 +821,8 @@ class InferenceSession:
             domain=m.domain or "",
             description=m.doc_string or "",
             graph_description=m.graph.doc_string or "",
-            version=int(m.model_version or 0),
+            # onnxruntime's: INT64_MAX for a model that does not set its version
+            version=_UNSET_VERSION if m.model_version is None else int(m.model_version),
             custom_metadata_map=dict(m.metadata_props),
         )
 
