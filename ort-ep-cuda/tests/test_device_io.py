@@ -6,6 +6,7 @@ an ort-core that keeps OrtValues in host memory only."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import ort_core as ort
@@ -26,7 +27,7 @@ def test_ortvalue_on_cuda_round_trips():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     value = _device_ortvalue(x)
     assert value.device_name() == "cuda"
-    assert value.shape() == [3, 4] and value.element_type() == np.float32
+    assert value.shape() == [3, 4] and value.element_type() == onnx.TensorProto.FLOAT
     np.testing.assert_array_equal(value.numpy(), x)
 
 

@@ -5,6 +5,7 @@ download counts and the pool's statistics say so), and the numbers match onnxrun
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 
@@ -30,7 +31,7 @@ def test_ortvalue_in_gpu_memory_round_trips():
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
     v = ort.OrtValue.ortvalue_from_numpy(x, "webgpu", 0)
     assert isinstance(v._data, GpuTensor) and v.device_name() == "webgpu"
-    assert v.shape() == [4, 32] and v.element_type() == np.float32
+    assert v.shape() == [4, 32] and v.element_type() == onnx.TensorProto.FLOAT
     np.testing.assert_array_equal(v.numpy(), x)
     z = ort.OrtValue.ortvalue_from_shape_and_type([2, 3], np.float32, "webgpu", 0)
     np.testing.assert_array_equal(z.numpy(), np.zeros((2, 3), np.float32))
