@@ -55,3 +55,68 @@ def test_usable_cores_are_counted_when_a_session_starts(monkeypatch):
     monkeypatch.undo()
     threads.limit(0, blas=0)  # counted again for the tests after this one
     threads.restore()
+
+
+@pytest.mark.parametrize("user", [None, "GOMP_SPINCOUNT=300000", "OMP_WAIT_POLICY=PASSIVE"])
+def test_openmp_spinning_is_bounded_unless_the_user_chose(user):
+    """Before libgomp loads, GOMP_SPINCOUNT is set to ``_onednn.GOMP_SPINCOUNT`` where the user
+    sets neither it nor OMP_WAIT_POLICY (libgomp reads them once, at load)."""
+    import os
+    import subprocess
+    import sys
+
+    from ort_ep_cpu.kernels import _onednn
+
+    if not _onednn.available():
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if user:
+        key, value = user.split("=")
+        env[key] = value
+    script = ("import os; from ort_ep_cpu.kernels import _onednn; assert _onednn.available(); "
+              "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout.split()
+    if user is None:
+        assert out == [str(_onednn.GOMP_SPINCOUNT), "None"]
+    elif user.startswith("GOMP_SPINCOUNT"):
+        assert out == ["300000", "None"]
+    else:
+        assert out == ["None", "PASSIVE"]
+
+
+@pytest.mark.parametrize("threads_asked", [1, 2])
+def test_onednn_primitives_are_made_at_the_sessions_thread_count(threads_asked, monkeypatch):
+    """oneDNN sizes a primitive's parallel work by this thread's OpenMP count when the primitive
+    is made, and keeps it: the count is set first (a primitive made at the default ran two
+    threads in a one-thread session)."""
+    import os
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ort_ep_cpu.kernels import _onednn
+
+    lib = _onednn.library()
+    if lib is None:
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    if threads_asked > len(os.sched_getaffinity(0)):
+        pytest.skip("fewer cores than threads asked")
+    seen = []
+    real = lib.dnnl.dnnl_convolution_forward_primitive_desc_create
+
+    def spy(*args):
+        seen.append(lib.gomp.omp_get_max_threads())
+        return real(*args)
+
+    monkeypatch.setattr(lib.dnnl, "dnnl_convolution_forward_primitive_desc_create", spy)
+    monkeypatch.setattr(_onednn, "ONEDNN_MIN_CONV_MACS", 0, raising=False)
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads_asked
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    session.run(None, {"x": rng.standard_normal((1, 16, 24, 24)).astype(np.float32)})
+    assert seen and set(seen) == {threads_asked}, seen

