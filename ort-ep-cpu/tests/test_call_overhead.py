@@ -120,3 +120,52 @@ def test_onednn_primitives_are_made_at_the_sessions_thread_count(threads_asked, 
     session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     session.run(None, {"x": rng.standard_normal((1, 16, 24, 24)).astype(np.float32)})
     assert seen and set(seen) == {threads_asked}, seen
+
+
+class _Sleepy:
+    """A stand-in for a primitive: ``run`` records its thread mode and sleeps (a run that waits
+    on a late thread is idle: wall time without CPU time)."""
+
+    def __init__(self, lib, made: list, seconds: float):
+        self.one_thread = bool(getattr(lib.local, "one_thread", False))
+        self.seconds, self.calls = seconds, []
+        made.append(self)
+
+    def run(self, x):
+        import time
+
+        self.calls.append(x)
+        if self.seconds:
+            time.sleep(self.seconds)
+        return x
+
+
+def test_a_run_that_waited_on_a_late_thread_hands_over_to_a_one_thread_twin(monkeypatch):
+    """``_onednn.Stallable``: a threaded run seen idle (waiting, not computing) makes a twin at
+    one thread, which runs instead for ``ONE_THREAD_SECONDS``; then the threaded one again."""
+    from ort_ep_cpu.kernels import _onednn
+
+    lib = _onednn.library()
+    if lib is None:
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    made: list = []
+
+    def make(lib):
+        return _Sleepy(lib, made, 0.0)
+
+    plan = _onednn.Stallable(lib, make(lib), make)
+    threaded = made[0]
+    for k in range(2):  # the first run is never judged
+        assert plan.run(k) == k
+    assert len(made) == 1  # quiet runs: no twin
+    threaded.seconds = 0.005  # now each run sleeps: idle, watched (the first runs are)
+    plan.run(2)
+    assert len(made) == 2 and made[1].one_thread
+    threaded.seconds = 0.0
+    for k in range(3, 6):
+        plan.run(k)
+    assert made[1].calls == [3, 4, 5] and threaded.calls == [0, 1, 2]
+    monkeypatch.setattr(plan, "single_until", 1e-9)  # the twin's time is over
+    plan.run(6)
+    assert threaded.calls[-1] == 6
+    assert not lib.local.one_thread  # the twin was made under the flag, which is off again

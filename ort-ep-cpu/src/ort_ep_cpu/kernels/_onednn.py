@@ -25,20 +25,25 @@ differs; while oneDNN is in use the BLAS libraries get one thread (``threads.py`
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .. import threads
 from ._util import data_address
+
+logger = logging.getLogger("ort_core")
 
 #: wanted (tests switch this off to run the numpy paths)
 USE = os.environ.get("ORT_EP_CPU_ONEDNN", "1") != "0"
@@ -193,6 +198,15 @@ class _Library:
         if status != 0:
             raise OneDNNError(f"{what} failed with dnnl_status_t {status}")
 
+    @contextlib.contextmanager
+    def one_thread(self) -> Iterator[None]:
+        """Primitives made on this thread meanwhile run on one thread (``Stallable``'s twins)."""
+        self.local.one_thread = True
+        try:
+            yield
+        finally:
+            self.local.one_thread = False
+
     def stream(self, most: int = 0) -> _P:
         """This thread's stream, with its OpenMP thread count set to intra_op_num_threads (at
         most ``most`` where that is given)."""
@@ -315,7 +329,7 @@ def library() -> _Library | None:
                     except (OSError, OneDNNError, AttributeError) as error:
                         _problem = f"{path}: {error}"
                         # installed on purpose and not loadable: say so once (numpy's paths run)
-                        logging.getLogger("ort_core").warning("CPUExecutionProvider: oneDNN not used: %s", _problem)
+                        logger.warning("CPUExecutionProvider: oneDNN not used: %s", _problem)
                 _tried = True
     return _library
 
@@ -359,6 +373,8 @@ def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) ->
             plan = None if lib is None else make(lib)
         except OneDNNError:
             plan = None
+        if plan is not None and hasattr(plan, "run") and lib.threads() > 1 and getattr(plan, "most_threads", 0) != 1:
+            plan = Stallable(lib, plan, make)
         while len(plans) >= MAX_PLANS:
             try:
                 del plans[next(iter(plans))]
@@ -366,6 +382,76 @@ def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) ->
                 break
         plans[key] = plan
     return plan
+
+
+#: a run of a primitive (or a group's program) at two or more threads has waited on a late
+#: thread when it took this many times its fastest and this much longer, or when this thread
+#: was idle (wall time less its CPU time) for this long and half the run (GNU OpenMP's master
+#: sleeps at each region's end until every worker is done, also one the scheduler has not run:
+#: beside another busy process, 1 ms runs took 100 ms): its one-thread twin runs instead for a
+#: while. The CPU time (a system call) is read on one run in ``IDLE_SAMPLE``.
+STALL_FACTOR = 3.0
+STALL_SECONDS = 200e-6
+IDLE_SAMPLE = 8
+#: ... and on each of the first runs, and of those after the twin's time
+IDLE_WATCH = 3
+#: ... for this long, then the threaded one is tried again
+ONE_THREAD_SECONDS = 1.0
+
+
+class Stallable:
+    """What ``plan_for`` keeps for a primitive or program made at two or more threads: it runs
+    that one, and where a run is seen to have waited on a late thread (``STALL_FACTOR``) it
+    makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
+    instead for ``ONE_THREAD_SECONDS``. One thread waits for no one; onnxruntime's caller runs
+    the work its late workers have not started, and GNU OpenMP offers no such thing."""
+
+    def __init__(self, lib: _Library, threaded: Any, make: Callable[[_Library], Any]):
+        self.lib, self.threaded, self.make = lib, threaded, make
+        self.single: Any = None  # the twin, made at the first stall
+        self.fastest = float("inf")
+        self.runs = 0  # the first (first-touch costs) is not taken as the fastest
+        self.single_until = 0.0
+        self.watch = IDLE_WATCH  # runs whose idle time is read whatever the sample (the first ones)
+
+    def __getattr__(self, name: str) -> Any:  # the threaded one's attributes (implementation, ...)
+        return getattr(self.threaded, name)
+
+    def run(self, *args: Any) -> Any:
+        start = time.perf_counter()
+        if start < self.single_until:
+            return self.single.run(*args)
+        if self.single_until:  # back from the twin: the next runs are watched
+            self.single_until, self.watch = 0.0, IDLE_WATCH
+        self.runs += 1
+        sampled = self.runs > 1 and (self.watch > 0 or self.runs % IDLE_SAMPLE == 0)
+        self.watch -= self.runs > 1
+        cpu = time.thread_time() if sampled else 0.0
+        result = self.threaded.run(*args)
+        elapsed = time.perf_counter() - start
+        idle = elapsed - (time.thread_time() - cpu) if sampled else 0.0
+        if self.runs == 1:  # first-touch costs, OpenMP's threads started: not a stall
+            return result
+        if elapsed < self.fastest:
+            self.fastest = elapsed
+        elif elapsed > STALL_FACTOR * self.fastest and elapsed - self.fastest > STALL_SECONDS:
+            self._go_single(start)
+            return result
+        if idle > STALL_SECONDS and idle > elapsed / 2:
+            self._go_single(start)
+        return result
+
+    def _go_single(self, now: float) -> None:
+        if self.single is None:
+            with _lock, self.lib.one_thread():
+                if self.single is None:
+                    try:
+                        self.single = self.make(self.lib)
+                    except OneDNNError:
+                        self.single = False
+        if self.single:
+            self.single_until = now + ONE_THREAD_SECONDS
+            logger.debug("oneDNN: a run waited on a late thread; one thread for %.1f s", ONE_THREAD_SECONDS)
 
 
 def _destroy(lib: _Library, owned: list[tuple[str, _P]]) -> None:
@@ -421,13 +507,13 @@ class _Primitive:
                  x_layout: str = "", y_layout: str = "", x_type: int = _F32, y_type: int = _F32,
                  packed: PackedConstants | None = None, most_threads: int = 0):
         self.lib = lib
-        self.most_threads = most_threads
+        self.most_threads = 1 if getattr(lib.local, "one_thread", False) else most_threads
         # this thread's OpenMP count set before anything is created: oneDNN sizes a primitive's
         # parallel work by the count at its creation and keeps it; a primitive made at the
         # default (one per core) ran two threads in a one-thread session, and, with another
         # process busy on the cores, waited for its second thread at every call (ocr-cls at
         # intra_op_num_threads=1: 0.5 -> 32 ms a run beside an onnxruntime process, measured)
-        lib.stream(most_threads)
+        lib.stream(self.most_threads)
         self.packed = packed  # where its constants are shared with the kernel's other shapes
         self.owned: list[tuple[str, _P]] = []  # (destroy function, handle), destroyed in reverse
         self._finalizer = weakref.finalize(self, _destroy, lib, self.owned)
