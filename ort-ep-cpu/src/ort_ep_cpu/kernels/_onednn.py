@@ -396,7 +396,7 @@ IDLE_SAMPLE = 8
 #: ... and on each of the first runs, and of those after the twin's time
 IDLE_WATCH = 3
 #: ... for this long, then the threaded one is tried again
-ONE_THREAD_SECONDS = 1.0
+ONE_THREAD_SECONDS = 0.1
 
 
 class Stallable:
