@@ -39,7 +39,7 @@ def _leaky_relu(node, request):
             return np.maximum(x, y, out=y)
         return np.where(x >= 0, x, y)
 
-    return unary(leaky_relu)
+    return unary(leaky_relu, _HALF)
 
 
 @kernel("PRelu")
