@@ -97,6 +97,38 @@ def test_untyped_graph_outputs_take_their_inferred_types_as_in_onnxruntime(ort_n
         ort.InferenceSession(unknown)
 
 
+def test_nodes_listed_out_of_order_run_as_in_onnxruntime(ort_nodes):
+    """A graph whose nodes are not listed in topological order fails onnx's checker, and
+    onnxruntime runs it (rapid_table_det's quantized detector, @imgly's float16 ISNet); here the
+    nodes are sorted at load (a subgraph's outer-scope reads count), the caller's ModelProto is
+    left as it was, and a real cycle is still the checker's error."""
+    branch = helper.make_graph([helper.make_node("Add", ["x", "t"], ["b"])], "then", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    model = make_model(
+        [helper.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch),  # reads t inside
+         helper.make_node("Relu", ["t"], ["y"]),
+         helper.make_node("Neg", ["x"], ["t"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+    )
+    before = model.SerializeToString()
+    x = np.array([-1.0, 2.0], dtype=np.float32)
+    for source in (model, before):
+        y, z = ort.InferenceSession(source).run(None, {"x": x, "flag": np.array(True)})
+        np.testing.assert_array_equal(y, [1.0, 0.0])
+        np.testing.assert_array_equal(z, [0.0, 0.0])
+    assert model.SerializeToString() == before
+    cycle = make_model(
+        [helper.make_node("Relu", ["t"], ["y"]), helper.make_node("Neg", ["y"], ["t"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(ort.InvalidGraph, match="topologically sorted"):
+        ort.InferenceSession(cycle)
+
+
 def test_type_error_names_the_node(host):
     model = make_model(
         [helper.make_node("Add", ["x", "d"], ["y"], name="mixed_add")],

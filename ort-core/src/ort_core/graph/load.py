@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import math
 import os
@@ -166,6 +167,8 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+#: onnx's checker on nodes listed out of order (onnxruntime runs them: ``_sort_nodes``)
+_UNSORTED = "Nodes in a graph must be topologically sorted"
 #: ... and a value info with no type at all (``helper.make_empty_tensor_value_info``)
 _NO_TYPE = "Field 'type' of 'value_info' is required but missing"
 
@@ -469,12 +472,82 @@ def _restore_initializers(model: ir.Model, large: list[onnx.TensorProto], inputs
         graph.initializers.add(value)
 
 
+def _defined(graph: onnx.GraphProto) -> set[str]:
+    """The names a graph's nodes may read before any of its nodes runs: inputs, initializers."""
+    return ({v.name for v in graph.input} | {t.name for t in graph.initializer}
+            | {t.values.name for t in graph.sparse_initializer} | {""})
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    """The outer-scope names a subgraph (and its own subgraphs) reads."""
+    made = _defined(graph) | {o for node in graph.node for o in node.output}
+    free: set[str] = set()
+    for node in graph.node:
+        free.update(i for i in node.input if i not in made)
+        for sub in _subgraphs(node):
+            free.update(n for n in _free_names(sub) if n not in made)
+    return free
+
+
+def _sort_nodes(graph: onnx.GraphProto) -> bool:
+    """Order ``graph``'s nodes (and its subgraphs') so that each comes after the nodes whose
+    outputs it reads, keeping the given order where it allows (onnxruntime runs graphs whose
+    nodes are listed out of order; onnx's checker refuses them). Whether anything moved; a
+    cycle is left as it is, for the checker to name."""
+    moved = False
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            moved = _sort_nodes(sub) or moved
+    producer = {o: k for k, node in enumerate(graph.node) for o in node.output if o}
+    reads = [set(node.input) | set().union(*(_free_names(sub) for sub in _subgraphs(node))) for node in graph.node]
+    after = [{producer[n] for n in names if n in producer and producer[n] != k} for k, names in enumerate(reads)]
+    if all(all(p < k for p in deps) for k, deps in enumerate(after)):
+        return moved
+    waiting = [len(deps) for deps in after]
+    readers: dict[int, list[int]] = {}
+    for k, deps in enumerate(after):
+        for p in deps:
+            readers.setdefault(p, []).append(k)
+    ready = [k for k, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers.get(k, ()):
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    if len(order) != len(graph.node):  # a cycle
+        return moved
+    nodes = [graph.node[k] for k in order]
+    copies = [onnx.NodeProto() for _ in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return True
+
+
 def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = None,
                files: Mapping[str, bytes] | None = None) -> ir.Model:
     """Load, check, inline model-local functions, infer shapes, and convert to onnx-ir;
     ``external``/``files``: external data given in memory (see ``_fill_external_data``)."""
     proto, data = _read(source, external, files)
-    check_proto(proto if data is None else data)
+    try:
+        check_proto(proto if data is None else data)
+    except InvalidGraph as exc:
+        if _UNSORTED not in str(exc):
+            raise
+        # nodes listed out of order (the checker's verdict: a sorted model pays nothing here)
+        if proto is source:  # the caller's: sorted in a copy
+            copy = onnx.ModelProto()
+            copy.CopyFrom(proto)
+            proto = copy
+        if not _sort_nodes(proto.graph):  # a cycle: the checker's message stands
+            raise
+        data = None  # the bytes are not the model any more
+        check_proto(proto)
     _check_opsets(proto)
     _check_dtype_attributes(proto.graph)
     if proto.functions:
