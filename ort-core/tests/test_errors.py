@@ -129,6 +129,18 @@ def test_nodes_listed_out_of_order_run_as_in_onnxruntime(ort_nodes):
         ort.InferenceSession(cycle)
 
 
+def test_initializers_not_listed_as_inputs_below_ir_4_run_as_in_onnxruntime(ort_nodes):
+    """Below IR version 4 onnx's checker wants every initializer listed as a graph input;
+    onnxruntime runs models that do not (its own ``datasets/mul_1.onnx``), and so does ort-core."""
+    w = onnx.numpy_helper.from_array(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), "w")
+    model = make_model([helper.make_node("Mul", ["x", "w"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w], opset=7)
+    model.ir_version = 3
+    (y,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": np.full((2, 2), 2.0, np.float32)})
+    np.testing.assert_array_equal(y, [[2.0, 4.0], [6.0, 8.0]])
+
+
 def test_type_error_names_the_node(host):
     model = make_model(
         [helper.make_node("Add", ["x", "d"], ["y"], name="mixed_add")],

@@ -167,6 +167,9 @@ def _load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
 
 
 _NO_SHAPE = "Field 'shape' of 'type' is required but missing"
+#: ... and, below IR version 4, an initializer that is not also a graph input (onnxruntime
+#: runs such models: its own ``datasets/mul_1.onnx`` is one)
+_NOT_INPUT = "in initializer but not in graph input"
 #: onnx's checker on nodes listed out of order (onnxruntime runs them: ``_sort_nodes``)
 _UNSORTED = "Nodes in a graph must be topologically sorted"
 #: ... and a value info with no type at all (``helper.make_empty_tensor_value_info``)
@@ -177,23 +180,30 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
     broken.
 
-    Two rules of the checker are not onnxruntime's: a graph input or output whose tensor type
-    has no shape at all (rank unknown, as ``helper.make_tensor_value_info(name, type, None)``
-    writes it) fails it, and so does a graph output with no type at all, whose type inference
-    gives (``helper.make_empty_tensor_value_info``); onnxruntime runs both. On those failures
-    the check is run again on a copy in which those types carry an empty shape, or the output
-    its inferred type, so that every other rule still applies; the model itself keeps its
-    types as they are (the output gets its type from inference at load)."""
+    Three rules of the checker are not onnxruntime's, which runs such models: a graph input
+    or output whose tensor type has no shape at all (rank unknown, as
+    ``helper.make_tensor_value_info(name, type, None)`` writes it); a graph output with no
+    type at all, which type inference gives (``helper.make_empty_tensor_value_info``); below
+    IR version 4, an initializer that is not also a graph input. On those failures the check
+    is run again on a copy in which those types carry an empty shape, the output its inferred
+    type, or the initializers are listed as inputs, so that every other rule still applies;
+    the model itself stays as it is (the output gets its type from inference at load)."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        if _NO_SHAPE in str(exc) or _NO_TYPE in str(exc):
+        if _NO_SHAPE in str(exc) or _NO_TYPE in str(exc) or _NOT_INPUT in str(exc):
             copy = onnx.ModelProto()
             if isinstance(model, bytes):
                 copy.ParseFromString(model)
             else:
                 copy.CopyFrom(model)
-            if _give_io_shapes(copy.graph) if _NO_SHAPE in str(exc) else _give_output_types(copy):
+            if _NO_SHAPE in str(exc):
+                fixed = _give_io_shapes(copy.graph)
+            elif _NO_TYPE in str(exc):
+                fixed = _give_output_types(copy)
+            else:
+                fixed = _list_initializers_as_inputs(copy.graph)
+            if fixed:
                 check_proto(copy)
                 return
         raise InvalidGraph(f"model fails the ONNX checker: {exc}") from None
@@ -207,6 +217,15 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         if attr.HasField("g"):
             yield attr.g
         yield from attr.graphs
+
+
+def _list_initializers_as_inputs(graph: onnx.GraphProto) -> bool:
+    """List the initializers of ``graph`` that are not graph inputs as inputs (for the
+    checker's copy only, of a model below IR version 4); whether any was missing."""
+    listed = {v.name for v in graph.input}
+    missing = [t for t in graph.initializer if t.name not in listed]
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in missing)
+    return bool(missing)
 
 
 def _give_output_types(model: onnx.ModelProto) -> bool:
