@@ -440,3 +440,15 @@ def test_float16_is_computed_in_float32_and_rounded_once(case):
                           for t in range(14)], -1)[:, :, None]
     assert got.dtype == np.float16
     assert _correctly_rounded_share(got, exact) < 0.01, _correctly_rounded_share(got, exact)
+
+
+def test_softmax_of_large_logits_warns_nothing():
+    """Logits whose exponentials overflow float32 take the max-subtracted path; numpy's
+    overflow warning from the first try is not shown (lineless_table_rec's LORE processor)."""
+    import warnings
+
+    x = np.linspace(-20, 95, 64 * 64, dtype=np.float32).reshape(64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours, ref = run_both("Softmax", [x], [F], 13, reference="onnxruntime", axis=-1)
+    assert_same(ours, ref)

@@ -224,9 +224,11 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
         # exp, row sums as a GEMV, one multiply by their reciprocals: 2 passes instead of 5
         # (1.8x on ocr-rec's (1, 40, 6625) output, 2.8x on (8, 12, 128, 128) scores); the max,
         # a slow reduction, is only subtracted where a row needs it, and then for all
-        with np.errstate(over="ignore", under="ignore"):
+        # (an overflow, in the exponentials or their sums, sends the rows the other way:
+        # numpy's warning about it is not the user's business)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             e = np.exp(x)
-        sums = row_sums(e, ones_vector(x.shape[-1], x.dtype))
+            sums = row_sums(e, ones_vector(x.shape[-1], x.dtype))
         if sums.min() > EXP_SUM_TINY and sums.max() < np.inf:  # (NaN fails both)
             np.reciprocal(sums, out=sums)
             e *= sums
