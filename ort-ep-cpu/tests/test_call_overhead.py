@@ -57,33 +57,6 @@ def test_usable_cores_are_counted_when_a_session_starts(monkeypatch):
     threads.restore()
 
 
-@pytest.mark.parametrize("user", [None, "GOMP_SPINCOUNT=300000", "OMP_WAIT_POLICY=PASSIVE"])
-def test_openmp_spinning_is_bounded_unless_the_user_chose(user):
-    """Before libgomp loads, GOMP_SPINCOUNT is set to ``_onednn.GOMP_SPINCOUNT`` where the user
-    sets neither it nor OMP_WAIT_POLICY (libgomp reads them once, at load)."""
-    import os
-    import subprocess
-    import sys
-
-    from ort_ep_cpu.kernels import _onednn
-
-    if not _onednn.available():
-        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    if user:
-        key, value = user.split("=")
-        env[key] = value
-    script = ("import os; from ort_ep_cpu.kernels import _onednn; assert _onednn.available(); "
-              "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout.split()
-    if user is None:
-        assert out == [str(_onednn.GOMP_SPINCOUNT), "None"]
-    elif user.startswith("GOMP_SPINCOUNT"):
-        assert out == ["300000", "None"]
-    else:
-        assert out == ["None", "PASSIVE"]
-
-
 @pytest.mark.parametrize("threads_asked", [1, 2])
 def test_onednn_primitives_are_made_at_the_sessions_thread_count(threads_asked, monkeypatch):
     """oneDNN sizes a primitive's parallel work by this thread's OpenMP count when the primitive
@@ -160,12 +133,14 @@ def test_a_run_that_waited_on_a_late_thread_hands_over_to_a_one_thread_twin(monk
     assert len(made) == 1  # quiet runs: no twin
     threaded.seconds = 0.005  # now each run sleeps: idle, watched (the first runs are)
     plan.run(2)
-    assert len(made) == 2 and made[1].one_thread
+    assert len(made) == 1  # one stalled run alone: a run after a pause, perhaps
+    plan.run(3)
+    assert len(made) == 2 and made[1].one_thread  # two in a row
     threaded.seconds = 0.0
-    for k in range(3, 6):
+    for k in range(4, 7):
         plan.run(k)
-    assert made[1].calls == [3, 4, 5] and threaded.calls == [0, 1, 2]
+    assert made[1].calls == [4, 5, 6] and threaded.calls == [0, 1, 2, 3]
     monkeypatch.setattr(plan, "single_until", 1e-9)  # the twin's time is over
-    plan.run(6)
-    assert threaded.calls[-1] == 6
+    plan.run(7)
+    assert threaded.calls[-1] == 7
     assert not lib.local.one_thread  # the twin was made under the flag, which is off again

