@@ -385,8 +385,8 @@ ONE_THREAD_SECONDS = 0.1
 
 class Stallable:
     """What ``plan_for`` keeps for a primitive or program made at two or more threads: it runs
-    that one, and where a run is seen to have waited on a late thread (``STALL_FACTOR``) it
-    makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
+    that one, and where ``STALLS_IN_A_ROW`` runs in a row are seen to have waited on a late
+    thread (``STALL_FACTOR``, ``STALL_SECONDS``) it makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
     instead for ``ONE_THREAD_SECONDS``. One thread waits for no one; onnxruntime's caller runs
     the work its late workers have not started, and GNU OpenMP offers no such thing."""
 
@@ -431,8 +431,8 @@ class Stallable:
         if self.single is None:
             with _lock, self.lib.one_thread():
                 if self.single is None:
-                    try:
-                        self.single = self.make(self.lib)
+                    try:  # False where it cannot be made: not asked again at each stall
+                        self.single = self.make(self.lib) or False
                     except OneDNNError:
                         self.single = False
         if self.single:
