@@ -200,7 +200,8 @@ def test_binary_in_place_is_bit_equal_to_out_of_place(tracer, op, other_shape):
 
 
 def test_matmul_output_reshaped_from_one_gemm_is_written_in_place(tracer):
-    # MatMul of (2, 5, 3) by (3, 4) is one (10, 3) @ (3, 4) GEMM reshaped back: a whole view
+    # MatMul of (2, 5, 3) by (3, 4) is one (10, 3) @ (3, 4) GEMM: reshaped back from numpy's
+    # (a whole view), made at its shape by oneDNN's sgemm; in place either way
     data = _model(
         [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "bias"], ["y"], name="add")],
         [("x", [2, 5, 3])], ["y"], [("w", _f32(3, 4)), ("bias", _f32(4))],
@@ -208,7 +209,6 @@ def test_matmul_output_reshaped_from_one_gemm_is_written_in_place(tracer):
     feeds = {"x": _f32(2, 5, 3)}
     got = _session(data).run(None, feeds)
     _expect_onnxruntime(data, feeds, got)
-    assert tracer.calls["mm"][1].base is not None  # the reshape
     assert tracer.shares("add", 0)
 
 

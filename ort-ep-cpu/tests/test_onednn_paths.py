@@ -518,6 +518,61 @@ def test_matmul_of_dequantized_constant_weights_takes_the_packed_product(runs, p
     assert [kind for kind, _ in runs] == ["MatMul"] * 2
 
 
+def _sgemm_calls(monkeypatch) -> list[tuple]:
+    """The (trans_a, trans_b, m, n, k) of each oneDNN sgemm call."""
+    calls: list[tuple] = []
+    real = _onednn._Library.sgemm
+    monkeypatch.setattr(_onednn._Library, "sgemm", lambda self, ta, tb, m, n, k, *rest: calls.append((ta, tb, m, n, k))
+                        or real(self, ta, tb, m, n, k, *rest))
+    return calls
+
+
+def _runtime_product_model(op: str, a_shape, b_shape, attrs: dict, transpose_a: bool = False) -> bytes:
+    """``op`` of two graph inputs (no constant weights: no packed primitive); ``transpose_a``:
+    x reaches it through a Transpose (a strided view)."""
+    nodes = []
+    a = "x"
+    if transpose_a:
+        nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]))
+        a = "xt"
+    nodes.append(helper.make_node(op, [a, "w"], ["y"], **attrs))
+    x_shape = (a_shape[1], a_shape[0], *a_shape[2:]) if transpose_a else a_shape
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+                                           helper.make_tensor_value_info("w", TensorProto.FLOAT, list(b_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("op, a_shape, b_shape, attrs, transpose_a, call", [
+    ("MatMul", (3, 256), (256, 256), {}, False, (False, False, 3, 256, 256)),
+    ("MatMul", (3, 1, 64), (64, 48), {}, True, (False, False, 3, 48, 64)),  # a Transpose's view: rows copied
+    ("MatMul", (2, 5, 64), (64, 48), {}, False, (False, False, 10, 48, 64)),  # leading axes as rows
+    ("Gemm", (64, 5), (48, 64), {"transA": 1, "transB": 1}, False, (True, True, 5, 48, 64)),  # views as they are
+    ("MatMul", (1, 512), (512, 512), {}, False, (False, False, 1, 512, 512)),  # one row, large B
+    ("MatMul", (1, 64), (64, 48), {}, False, None),  # one row, small B: numpy's GEMV
+    ("MatMul", (2, 3, 8), (2, 8, 4), {}, False, None),  # a stacked B: numpy's
+])
+def test_products_of_run_time_operands_take_onednn_sgemm(monkeypatch, op, a_shape, b_shape, attrs, transpose_a, call):
+    # numpy's OpenBLAS took 24 us on 3x256 @ 256x256, oneDNN's sgemm 4.4
+    calls = _sgemm_calls(monkeypatch)
+    w = np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)
+    x_shape = (a_shape[1], a_shape[0], *a_shape[2:]) if transpose_a else a_shape
+    _check(_runtime_product_model(op, a_shape, b_shape, attrs, transpose_a), x_shape, feeds={"w": w})
+    assert calls == ([call] if call else [])
+
+
+def test_sgemm_overwrites_its_output_and_runs_small_products_on_one_thread():
+    lib = _onednn.library()
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((6, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
+    y = np.full((6, 16), np.nan, np.float32)  # beta 0: what the output held is not read
+    lib.sgemm(False, False, 6, 16, 32, a.ctypes.data, 32, b.ctypes.data, 16, 0.0, y.ctypes.data, 16)
+    np.testing.assert_allclose(y, a @ b, rtol=TOL, atol=TOL)
+    assert lib.local.threads == 1
+    lib.sgemm(False, False, 6, 16, 32, a.ctypes.data, 32, b.ctypes.data, 16, 1.0, y.ctypes.data, 16)
+    np.testing.assert_allclose(y, 2 * (a @ b), rtol=TOL, atol=TOL)
+
+
 def test_small_multi_row_products_run_on_one_thread():
     # fork/join of two threads costs more than it saves on them; one-row products keep the
     # session's threads (large weights streamed by two cores)

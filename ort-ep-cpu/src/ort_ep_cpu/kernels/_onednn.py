@@ -160,6 +160,9 @@ class _Library:
         d.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
         d.dnnl_post_ops_append_binary.argtypes = [_P, ctypes.c_int, _P]
         d.dnnl_memory_desc_create_with_strides.argtypes = [_P, ctypes.c_int, _P, ctypes.c_int, _P]
+        i64 = ctypes.c_int64
+        d.dnnl_sgemm.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, ctypes.c_float, _P, i64, _P, i64,
+                                 ctypes.c_float, _P, i64]
 
         class Version(ctypes.Structure):
             _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
@@ -198,15 +201,31 @@ class _Library:
             self.check(self.dnnl.dnnl_stream_create(ctypes.byref(stream), self.engine, _IN_ORDER_STREAM),
                        "dnnl_stream_create")
             local.stream = stream
-            local.threads = None
             # destroyed with the thread's locals when the thread ends
             local.owner = _StreamOwner()
             weakref.finalize(local.owner, self.dnnl.dnnl_stream_destroy, stream)
+        self._openmp_threads(most)
+        return stream
+
+    def _openmp_threads(self, most: int) -> None:
+        """This thread's OpenMP thread count set to intra_op_num_threads (at most ``most``
+        where that is given), where it differs."""
+        local = self.local
         wanted = self.threads() if not most else min(most, self.threads())
-        if local.threads != wanted:
+        if getattr(local, "threads", None) != wanted:
             self.gomp.omp_set_num_threads(wanted)
             local.threads = wanted
-        return stream
+
+    def sgemm(self, trans_a: bool, trans_b: bool, m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int,
+              beta: float, c: int, ldc: int) -> None:
+        """C (m, n) = op(A) @ op(B) + beta * C by oneDNN's BLAS-like ``dnnl_sgemm``: float32,
+        row-major operands given as addresses with their leading dimensions (elements), op
+        transposing where asked. Small ones run on one thread (``_most_threads``)."""
+        self._openmp_threads(_most_threads(m, k, n))
+        status = self.dnnl.dnnl_sgemm(b"T" if trans_a else b"N", b"T" if trans_b else b"N", m, n, k, 1.0, a, lda,
+                                      b, ldb, beta, c, ldc)
+        if status:
+            self.check(status, f"dnnl_sgemm ({m}, {k}) @ ({k}, {n})")
 
     def scratch(self, nbytes: int) -> int:
         """The address of this thread's scratch (64-byte aligned), grown to ``nbytes``."""

@@ -28,14 +28,59 @@ from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul, with (..., K) @ (K, N) done as one (rows, K) @ (K, N) GEMM: one big BLAS call
-    instead of one per leading index (better blocking and threading). float16 is multiplied in
-    float32 and rounded once, as onnxruntime does (numpy's float16 product left 171 of 6,144
-    values off the correctly rounded one, onnxruntime 9)."""
+    instead of one per leading index (better blocking and threading); float32 ones by oneDNN's
+    sgemm where ``onednn_product`` takes them. float16 is multiplied in float32 and rounded
+    once, as onnxruntime does (numpy's float16 product left 171 of 6,144 values off the
+    correctly rounded one, onnxruntime 9)."""
     if a.dtype == np.float16 and b.dtype == np.float16:
         return matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    y = onednn_product(a, b)
+    if y is not None:
+        return y
     if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
         return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[1:])
     return np.matmul(a, b)
+
+
+#: one-row products (GEMVs) with fewer B elements than this keep numpy's call: OpenBLAS's GEMV
+#: is quicker than a oneDNN call for them (1x128 @ 128x128: 1.3 us, oneDNN's sgemm 2.0 us)
+ONEDNN_MIN_GEMV_WEIGHTS = 1 << 17
+
+
+def _sgemm_operand(x: np.ndarray) -> tuple[np.ndarray, bool, int]:
+    """(matrix, transposed, leading dimension) for a 2-D float32 operand of ``sgemm``: a
+    row-major one or the transposed view of one as it is (Gemm's transA / transB), others
+    copied."""
+    rows, cols = x.shape
+    row_step, col_step = x.strides
+    if col_step == 4 and (rows == 1 or row_step >= 4 * cols) and row_step % 4 == 0:
+        return x, False, max(row_step // 4, cols) if rows > 1 else max(cols, 1)
+    if row_step == 4 and (cols == 1 or col_step >= 4 * rows) and col_step % 4 == 0:
+        return x, True, max(col_step // 4, rows) if cols > 1 else max(rows, 1)
+    return np.ascontiguousarray(x), False, max(cols, 1)
+
+
+def onednn_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``a`` (..., K) @ ``b`` (K, N) for float32 by oneDNN's sgemm, or None where it is not
+    taken (no oneDNN, another dtype or rank, an empty operand, a one-row product with a small
+    B). Why: numpy's OpenBLAS takes 24 us for a 3x256 @ 256x256 product that oneDNN does in
+    4.4 (its GEMM kernels for a few rows are slow on this CPU), 56 / 20 us at 4x512 @ 512x512."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or b.ndim != 2 or a.ndim < 1 or not _onednn.USE:
+        return None
+    k, n = b.shape
+    if a.shape[-1] != k or a.size == 0 or b.size == 0:
+        return None  # numpy's matmul names the mismatch; empty products are numpy's
+    rows = a.size // k
+    if rows == 1 and k * n < ONEDNN_MIN_GEMV_WEIGHTS:
+        return None
+    lib = _onednn.library()
+    if lib is None:
+        return None
+    a2, trans_a, lda = _sgemm_operand(a.reshape(rows, k))
+    b2, trans_b, ldb = _sgemm_operand(b)
+    y = np.empty(a.shape[:-1] + (n,), np.float32)
+    lib.sgemm(trans_a, trans_b, rows, n, k, data_address(a2), lda, data_address(b2), ldb, 0.0, data_address(y), n)
+    return y
 
 
 #: products (rows x K x N multiply-adds) smaller than this keep numpy's BLAS call (on one
@@ -154,7 +199,7 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
             b = contiguous_b()  # transposed once for transB, subnormals flushed
         elif trans_b:
             b = b.T
-        y = (a.T if trans_a else a) @ b
+        y = matmul(a.T if trans_a else a, b)
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
         if c is not None:
@@ -164,7 +209,7 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
         return y
 
     def gemm_float32(a, b, c):
-        y = (a.T if trans_a else a) @ (b.T if trans_b else b)
+        y = matmul(a.T if trans_a else a, b.T if trans_b else b)
         if alpha != 1.0:
             y *= np.float32(alpha)
         if c is not None:
