@@ -504,6 +504,49 @@ def test_large_initializers_go_to_inference_without_their_data(monkeypatch):
     assert model.graph.outputs[0].shape is not None and list(model.graph.outputs[0].shape)[1:] == [8, 8]
 
 
+@pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"])
+def test_large_constant_nodes_reach_inference_without_their_data(monkeypatch, level):
+    """Weights held in Constant nodes (paddle2onnx's PP-OCR and PicoDet) go to shape inference
+    as typed graph inputs without data, and come back as initializers named as the Constants'
+    outputs (as onnxruntime makes every Constant at load); small Constants (shape arithmetic)
+    and one giving a graph output stay nodes."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((32, 32)).astype(F32)
+    big = rng.standard_normal((40, 40)).astype(F32)
+    w_tensor = numpy_helper.from_array(w, "named_otherwise")
+    nodes = [helper.make_node("Constant", [], ["w"], value=w_tensor, name="weights"),
+             helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([-1, 4, 8], I64))),
+             helper.make_node("Constant", [], ["out2"], value=numpy_helper.from_array(big)),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("out2", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sent: list[onnx.ModelProto] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(model, *args, **kwargs):
+        sent.append(model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    model = load_model(data)
+    assert sent and [n.output[0] for n in sent[0].graph.node if n.op_type == "Constant"] == ["shape", "out2"]
+    assert [n.op_type for n in model.graph] == ["Constant", "Constant", "MatMul", "Reshape"]
+    assert [v.name for v in model.graph.inputs] == ["x"]
+    weights = model.graph.initializers["w"].const_value
+    assert weights.name == "w"
+    np.testing.assert_array_equal(weights.numpy(), w)
+    assert list(model.graph.outputs[0].shape)[1:] == [4, 8]  # inferred through the Reshape
+    options = ort_core.SessionOptions()
+    options.graph_optimization_level = getattr(ort_core.GraphOptimizationLevel, level)
+    x = rng.standard_normal((2, 32)).astype(F32)
+    got = ort_core.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], (x @ w).reshape(-1, 4, 8), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], big)
+
+
 # --------------------------------------------------------------------------------------------
 # the cyclic garbage collector is paused while a session is made
 # --------------------------------------------------------------------------------------------

@@ -432,29 +432,60 @@ SHAPES_INFERRED = "ort_core.shapes_inferred_at_load"
 INFERENCE_DATA_LIMIT = 1000
 
 
-def _without_large_data(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
-    """A copy of ``model`` whose main-graph initializers over ``INFERENCE_DATA_LIMIT`` bytes are
-    typed graph inputs instead (those that are graph inputs already are simply left out), and
-    those initializers; ``model`` itself, and none, where there are none."""
+def _without_large_data(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[str, onnx.TensorProto]]]:
+    """A copy of ``model`` whose main-graph initializers and Constant nodes with over
+    ``INFERENCE_DATA_LIMIT`` bytes are typed graph inputs instead (initializers that are graph
+    inputs already are simply left out), and those tensors by the name of the value they give;
+    ``model`` itself, and none, where there are none. Exporters such as paddle2onnx keep the
+    weights in Constant nodes (PP-OCR, PicoDet: 5-10 MB), which onnx otherwise copied into C++
+    and back at each inference pass."""
     graph = model.graph
-    large = [t for t in graph.initializer if _data_bytes(t) > INFERENCE_DATA_LIMIT]
-    if not large:
+    large = [(t.name, t) for t in graph.initializer if _data_bytes(t) > INFERENCE_DATA_LIMIT]
+    outputs = {v.name for v in graph.output}
+    # by position: protobuf's Python objects for the nodes are made at each access (their ids
+    # are not the nodes')
+    constants = {k: node for k, node in enumerate(graph.node)
+                 if node.op_type == "Constant" and _is_large_constant(node, outputs)}
+    if not large and not constants:
         return model, []
     light = onnx.ModelProto()
     for field, value in model.ListFields():
         if field.name != "graph":
             _copy_field(light, field, value)
-    large_names = {t.name for t in large}
+    large_names = {name for name, _ in large}
     for field, value in graph.ListFields():
         if field.name == "initializer":
             light.graph.initializer.extend(t for t in value if t.name not in large_names)
+        elif field.name == "node" and constants:
+            light.graph.node.extend(node for k, node in enumerate(value) if k not in constants)
         else:
             _copy_field(light.graph, field, value)
+    large.extend((node.output[0], node.attribute[0].t) for node in constants.values())
     inputs = {v.name for v in graph.input}
-    for tensor in large:
-        if tensor.name not in inputs:
-            light.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    for name, tensor in large:
+        if name not in inputs:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
     return light, large
+
+
+#: the data types of Constant tensors ``_without_large_data`` may take out of inference (read
+#: back into numpy arrays by ``_restore_initializers``)
+_LIFTED_CONSTANT_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+})
+
+
+def _is_large_constant(node: onnx.NodeProto, graph_outputs: set[str]) -> bool:
+    """A standard Constant node whose one attribute is a ``value`` tensor of a plain type with
+    over ``INFERENCE_DATA_LIMIT`` bytes in the proto, not giving a graph output."""
+    if node.domain not in ("", "ai.onnx") or len(node.attribute) != 1 or len(node.output) != 1:
+        return False
+    attr = node.attribute[0]
+    return (attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR and node.output[0] not in graph_outputs
+            and attr.t.data_type in _LIFTED_CONSTANT_TYPES and _data_bytes(attr.t) > INFERENCE_DATA_LIMIT)
 
 
 def _copy_field(target: onnx.ModelProto | onnx.GraphProto, field, value) -> None:
@@ -477,16 +508,20 @@ def _data_bytes(tensor: onnx.TensorProto) -> int:
                len(tensor.double_data) * 8, len(tensor.uint64_data) * 8, sum(len(v) for v in tensor.string_data))
 
 
-def _restore_initializers(model: ir.Model, large: list[onnx.TensorProto], inputs: set[str]) -> None:
-    """The initializers ``_without_large_data`` left out, put back into the IR model: the
-    stand-in graph inputs become initializers again (onnx-ir reads their data from the
-    original protos when asked, as for any initializer)."""
+def _restore_initializers(model: ir.Model, large: list[tuple[str, onnx.TensorProto]], inputs: set[str]) -> None:
+    """The tensors ``_without_large_data`` left out, put back into the IR model: the stand-in
+    graph inputs become initializers (onnx-ir reads their data from the original protos when
+    asked, as for any initializer). A large Constant node's value becomes an initializer named
+    as its output, as onnxruntime makes every Constant when it loads a graph."""
     graph = model.graph
     by_name = {v.name: v for v in graph.inputs}
-    for tensor in large:
-        value = by_name[tensor.name]
-        value.const_value = ir.serde.deserialize_tensor(tensor)
-        if tensor.name not in inputs:
+    for name, proto in large:
+        value = by_name[name]
+        tensor = ir.serde.deserialize_tensor(proto)
+        if tensor.name != name:  # a Constant's tensor: read into an array under the value's name
+            tensor = ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=name)
+        value.const_value = tensor
+        if name not in inputs:
             graph.inputs.remove(value)
         graph.initializers.add(value)
 
