@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.inliner  # a submodule `import onnx` does not load
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
