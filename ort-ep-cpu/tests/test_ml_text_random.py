@@ -88,6 +88,21 @@ CASES = {
                        [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
         {"x": np.nan_to_num(X)},
     ),
+    "normalizer_zero_rows": (  # a row whose norm is 0 stays as it is (a TF-IDF row of an empty document)
+        lambda: _model(helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="L2"),
+                       [_vi("x", F, [None, 3])], [_vi("y", F, [None, 3])]),
+        {"x": np.array([[0, 0, 0], [3, 0, 4]], np.float32)},
+    ),
+    "normalizer_l1_zero_row": (
+        lambda: _model(helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="L1"),
+                       [_vi("x", F, [None, 3])], [_vi("y", F, [None, 3])]),
+        {"x": np.array([[0, 0, 0], [1, -1, 2]], np.float32)},
+    ),
+    "normalizer_max_of_zero": (
+        lambda: _model(helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="MAX"),
+                       [_vi("x", F, [None, 3])], [_vi("y", F, [None, 3])]),
+        {"x": np.array([[-3, -1, 0], [1, 4, 2]], np.float32)},
+    ),
     "scaler": (
         lambda: _model(helper.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0, 2.0, 3.0, 4.0], scale=[2.0, 1.0, 0.5, -1.0]),
                        [_vi("x", F, [None, 4])], [_vi("y", F, [None, 4])]),
@@ -391,3 +406,25 @@ def test_linear_classifier_matches_onnxruntime(post, strings):
     model = _model(node, [_vi("x", F, [None, n_features])],
                    [_vi("label", S if strings else I64, [None]), _vi("scores", F, [None, n_classes])], ml_opset=1)
     _compare(model, {"x": rng.standard_normal((30, n_features)).astype(np.float32)})
+
+
+def test_array_feature_extractor_refuses_a_negative_index_as_onnxruntime_does():
+    # skl2onnx's radius-neighbours models pad with -1; numpy's take counted it from the end
+    model = _model(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML),
+                   [_vi("x", F, [None, 3]), _vi("i", I64, [None])], [_vi("y", F, [None, None])])
+    feeds = {"x": np.array([[1, 2, 3]], np.float32), "i": np.array([0, -1], np.int64)}
+    with pytest.raises(Exception, match="out of range"):
+        onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with pytest.raises(ort.Fail, match=r"ArrayFeatureExtractor.*\[0, -1\] out of range: each must be in \[0, 3\)"):
+        ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+
+
+def test_delegated_two_class_linear_classifier_with_its_label_unread():
+    # skl2onnx's OneVsRestClassifier reads only each binary classifier's scores: the delegated
+    # kernel returned one value for its two outputs
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "proba"], domain=ML, classlabels_ints=[0, 1],
+                            coefficients=[1.0, 0, 0, 0, -1.0, 0, 0, 0], intercepts=[-0.5, 0.5], post_transform="LOGISTIC")
+    graph = helper.make_graph([node, helper.make_node("Identity", ["proba"], ["p"])], "g", [_vi("x", F, [None, 4])],
+                              [_vi("p", F, [None, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)])
+    _compare(model, {"x": np.nan_to_num(X)})

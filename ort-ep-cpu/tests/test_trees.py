@@ -252,6 +252,22 @@ def test_regression_finish_matches_onnxruntime_on_both_paths(base, aggregate, po
     _compare(data, {"x": x[4:5]})
 
 
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_a_one_target_regressor_reads_each_leaf_s_first_vote_as_onnxruntime(aggregate, path):
+    """skl2onnx's decision_leaf output lists each leaf once per class, all for target 0:
+    onnxruntime reads only a leaf's first vote where there is one target (summed, the leaf ids
+    came out times the class count)."""
+    attrs = _stump_attributes(lambda rng: [(0, float(rng.integers(1, 9))), (0, 5.0), (0, -2.0)],
+                              np.random.default_rng(3), "target")
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=1,
+                            aggregate_function=aggregate, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    x = np.random.default_rng(9).standard_normal((50, 3)).astype(np.float32)
+    _compare(data.SerializeToString(), {"x": x})
+
+
 @pytest.mark.parametrize("aggregate", [0, 1, 2, 3], ids=["AVERAGE", "SUM", "MIN", "MAX"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_tree_ensemble_targets_no_leaf_votes_for_are_zero_as_in_onnxruntime(aggregate, dtype, path):

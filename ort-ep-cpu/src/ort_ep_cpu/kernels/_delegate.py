@@ -50,9 +50,14 @@ def _build(node, request) -> Kernel:
     # tensors the dtype the graph declares for them
     declared = [request.value(n).dtype if n else None for n in request.outputs]
 
+    # asked for by name: the request's model has as outputs only those something reads (a
+    # two-class LinearClassifier whose label no node reads gave one value for two outputs)
+    wanted = [n for n in request.outputs if n]
+
     def run(*args):
         feeds = {n: v for n, v in zip(names, args) if n}
-        outputs = [_to_runtime(v) for v in evaluator.run(None, feeds)]
+        got = dict(zip(wanted, evaluator.run(wanted, feeds)))
+        outputs = [_to_runtime(got[n]) if n else None for n in request.outputs]
         return [
             v.astype(d) if d is not None and isinstance(v, np.ndarray) and v.dtype != d else v
             for v, d in zip(outputs, declared)

@@ -209,10 +209,12 @@ def _walk(xf, start, start_done, features, modes, splits, true_next, false_next,
 def _array_feature_extractor(node, request):
     def extract(x, indices):
         index = np.asarray(indices).reshape(-1)
-        if index.size and (index.min() < -x.shape[-1] or index.max() >= x.shape[-1]):
+        # in [0, n) as onnxruntime requires (a negative one is not counted from the end:
+        # skl2onnx's radius-neighbours models pad with -1, which onnxruntime refuses)
+        if index.size and (index.min() < 0 or index.max() >= x.shape[-1]):
             raise IndexError(
-                f"ArrayFeatureExtractor {node.name!r}: indices {index.tolist()} out of range for "
-                f"last dimension {x.shape[-1]}"
+                f"ArrayFeatureExtractor {node.name!r}: indices {index.tolist()} out of range: each must be in "
+                f"[0, {x.shape[-1]}) (the last dimension)"
             )
         out = np.take(x, index, axis=-1)
         # a 1-D input gives one row, as onnxruntime does
@@ -246,6 +248,9 @@ def _normalizer(node, request):
             d = np.add.reduce(np.abs(r), axis=1, keepdims=True)
         else:
             d = np.sqrt(np.add.reduce(r * r, axis=1, keepdims=True))
+        # a row whose norm is 0 stays as it is, as onnxruntime leaves it (x / 0 was NaN: a
+        # TF-IDF row of an empty document)
+        d[d == 0] = 1
         return (r / d).reshape(x.shape)
 
     return normalize
@@ -496,6 +501,15 @@ class _LegacyForest:
         order = np.argsort(leaf_of, kind="stable")
         self.starts = np.searchsorted(leaf_of[order], np.arange(len(modes) + 1))
         self.entry_id, self.entry_weight = self.vote_ids[order], self.vote_weights[order]
+
+    def keep_first_votes(self) -> None:
+        """Each leaf keeps only its first vote, as onnxruntime reads a leaf of a one-target
+        ensemble (skl2onnx's decision_leaf output lists each leaf once per class: summed, a
+        leaf id came out times the class count)."""
+        voted = np.diff(self.starts) > 0
+        first = self.starts[:-1][voted]
+        self.starts = np.concatenate([[0], np.cumsum(voted)]).astype(self.starts.dtype)
+        self.entry_id, self.entry_weight = self.entry_id[first], self.entry_weight[first]
 
 
 DELEGATED.add((ML, "LinearClassifier"))  # two-class models, see below

@@ -667,9 +667,11 @@ def _tree_ensemble(node, request):
 @kernel("TreeEnsembleRegressor", domain=ML)
 def _tree_ensemble_regressor(node, request):
     legacy = _LegacyForest(node, "target")
-    forest = _from_legacy(legacy)
     a = node.attributes
     n_targets = int(a.get("n_targets", int(legacy.vote_ids.max(initial=0)) + 1))
+    if n_targets == 1:
+        legacy.keep_first_votes()
+    forest = _from_legacy(legacy)
     base = legacy.arr("base_values", np.float64, np.zeros(0))
     aggregate = a.get("aggregate_function", "SUM")
     if aggregate not in _LEGACY_AGGREGATES:
