@@ -244,6 +244,16 @@ def test_top_k_ties_match_onnxruntime(largest):
     _check(model, {"x": x}, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("largest, k", [(1, 1), (1, 3), (1, 6), (0, 3), (0, 6)])
+def test_top_k_with_nan_matches_onnxruntime(largest, k):
+    # largest first counts NaN above +inf (numpy's sort puts it last); an inf before a NaN
+    x = np.array([[np.inf, 3, np.nan, 1, np.nan, -np.inf], [1, 2, 3, 4, 5, 6], [np.nan, 0, -0.0, np.nan, 2, np.inf]],
+                 np.float32)
+    model = _model("TopK", [("x", F, x.shape)], [("v", F, None), ("i", TensorProto.INT64, None)],
+                   {"largest": largest, "axis": 1}, [("k", np.array([k], np.int64))], opset=11)
+    _check(model, {"x": x}, rtol=0, atol=0)
+
+
 def test_max_pool_indices_column_major_matches_onnxruntime():
     x = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
     attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "storage_order": 1}

@@ -380,8 +380,14 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
         raise ValueError(f"TopK: k={k} is outside [0, {n}] for axis {a} of shape {x.shape}")
     v = np.moveaxis(x, a, -1)
     key = _descending_key(v) if largest else v
+    # largest first counts NaN above +inf, as onnxruntime does (numpy sorts NaN last either way)
+    nan_first = largest and v.dtype.kind == "f" and k > 0 and bool(np.isnan(v).any())
     if k == 0:
         order = np.zeros(v.shape[:-1] + (0,), np.int64)
+    elif nan_first:
+        order = np.argsort(key, axis=-1, kind="stable")
+        nans_then_rest = np.argsort(~np.isnan(np.take_along_axis(v, order, axis=-1)), axis=-1, kind="stable")
+        order = np.take_along_axis(order, nans_then_rest, axis=-1)[..., :k]
     elif 8 * k < n:
         # select first: everything strictly better than the k-th key, then the earliest of the
         # keys equal to it (the spec breaks ties by the lower index), then sort only those k
