@@ -1,5 +1,6 @@
 """Activations and math ops: Relu family, Gelu, Mish, Selu, Elu, Celu, HardSigmoid, HardSwish,
-Softplus, Softsign, ThresholdedRelu, PRelu, Shrink, Swish, Einsum, Det, CumSum, CumProd."""
+Softplus, Softsign, ThresholdedRelu, PRelu, Shrink, Swish, Einsum, Det, CumSum, CumProd, and
+onnxruntime's CDist (com.microsoft)."""
 
 from __future__ import annotations
 
@@ -296,3 +297,30 @@ def _cumsum(node, request):
 @kernel("CumProd", since=26)
 def _cumprod(node, request):
     return _cumulative(node, np.cumprod, 1)
+
+
+_CDIST_METRICS = ("sqeuclidean", "euclidean")
+
+
+@kernel("CDist", domain="com.microsoft")
+def _cdist(node, request):
+    """onnxruntime's CDist: the (squared) Euclidean distance of every row of A (M, K) to every
+    row of B (N, K), computed as onnxruntime does it (-2 A B^T, then A's squared norms added,
+    then B's; the absolute value, as the GEMM may leave a tiny negative), so that rankings
+    of near-ties (skl2onnx's nearest-neighbour models take TopK of them) come out the same."""
+    metric = node.attr("metric", "sqeuclidean")
+    metric = metric.decode() if isinstance(metric, bytes) else str(metric)
+    if metric not in _CDIST_METRICS:
+        raise ValueError(f"CDist {node.name!r}: metric {metric!r} is not one of {', '.join(_CDIST_METRICS)}")
+
+    def cdist(a, b):
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+            raise ValueError(f"CDist {node.name!r}: A and B must be (M, K) and (N, K), got {list(a.shape)} and "
+                             f"{list(b.shape)}")
+        y = (a @ b.T) * a.dtype.type(-2)
+        y += np.einsum("ij,ij->i", a, a)[:, None]
+        y += np.einsum("ij,ij->i", b, b)[None, :]
+        np.abs(y, out=y)
+        return np.sqrt(y, out=y) if metric == "euclidean" else y
+
+    return cdist

@@ -1,4 +1,5 @@
-"""String ops: StringNormalizer, StringConcat, StringSplit, RegexFullMatch, TfIdfVectorizer.
+"""String ops: StringNormalizer, StringConcat, StringSplit, RegexFullMatch, TfIdfVectorizer, and
+onnxruntime's Tokenizer and MurmurHash3 (com.microsoft).
 
 Strings are numpy object arrays of Python ``str`` (as onnxruntime's Python API gives them).
 """
@@ -206,3 +207,168 @@ def _tfidf_vectorizer(node, request):
         return freq.reshape(-1) if x.ndim < 2 else freq
 
     return vectorize
+
+
+# ------------------------------------------------------------------------------ Tokenizer (com.microsoft)
+
+_MS = "com.microsoft"
+#: the start and end markers ``mark=1`` puts around each string's tokens (onnxruntime's)
+_START_MARK, _END_MARK = "\x02", "\x03"
+
+
+def _check_tokenizer(node) -> str | None:
+    missing = [name for name in ("mark", "pad_value", "mincharnum") if node.attr(name) is None]
+    if missing:
+        return f"Tokenizer: attribute(s) {', '.join(missing)} required"
+    if int(node.attr("mincharnum")) < 1:
+        return f"Tokenizer: mincharnum must be positive, got {node.attr('mincharnum')}"
+    separators, expression = node.attr("separators"), node.attr("tokenexp")
+    if separators is None and not expression:
+        return "Tokenizer: needs the separators or a non-empty tokenexp attribute"
+    return None
+
+
+def _pattern(node, text: str, what: str) -> re.Pattern:
+    # RE2 (onnxruntime's engine) reads \w, \d, \s as ASCII classes; Python's re does so with
+    # re.ASCII. (RE2 takes the longest of the leftmost matches, Python the first alternative:
+    # the two differ only on alternations one of which is a prefix of another.)
+    try:
+        return re.compile(text, re.ASCII)
+    except re.error as exc:
+        raise ValueError(f"Tokenizer {node.name!r}: cannot compile {what} {text!r}: {exc}") from None
+
+
+@kernel("Tokenizer", domain=_MS, check=_check_tokenizer)
+def _tokenizer(node, request):
+    """onnxruntime's Tokenizer: each string of X ([C] or [N, C]) split into tokens of at least
+    ``mincharnum`` characters, by the ``separators`` (regular expressions applied one after the
+    other to the pieces the previous ones left) or as the matches of ``tokenexp``; separators
+    [""] or tokenexp "." split into characters. Y is X's shape plus the most tokens of a
+    string: [start mark] tokens [end mark], then ``pad_value``; Y's last axis is 0 where no
+    string has a token."""
+    mark = bool(node.attr("mark"))
+    pad = node.attr("pad_value")
+    pad = pad.decode() if isinstance(pad, bytes) else str(pad)
+    shortest = int(node.attr("mincharnum"))
+    separators = node.attr("separators")
+    separators = None if separators is None else [s.decode() if isinstance(s, bytes) else str(s) for s in separators]
+    expression = node.attr("tokenexp")
+    expression = expression.decode() if isinstance(expression, bytes) else expression
+    by_character = separators == [""] if separators is not None else expression == "."
+    if by_character and shortest > 1:
+        raise ValueError(f"Tokenizer {node.name!r}: mincharnum {shortest} is too big for character tokenization")
+    if separators is not None and not separators:
+        raise ValueError(f"Tokenizer {node.name!r}: separators must not be empty")
+    splitters = [] if by_character or separators is None else [_pattern(node, s, "separator") for s in separators]
+    finder = None if by_character or separators is not None else _pattern(node, expression, "tokenexp")
+
+    def split(text: str, pattern: re.Pattern) -> list[str]:
+        pieces, start = [], 0
+        while start <= len(text):
+            found = pattern.search(text, start)
+            if found is None:
+                if len(text) - start >= shortest:  # the trailing piece
+                    pieces.append(text[start:])
+                break
+            if found.start() - start >= shortest:
+                pieces.append(text[start:found.start()])
+            start = found.end() if found.end() > found.start() else found.start() + 1
+        return pieces
+
+    def tokens_of(text: str) -> list[str]:
+        if by_character:
+            return list(text)
+        if finder is not None:
+            found, start = [], 0
+            while len(text) >= shortest and start <= len(text):
+                match = finder.search(text, start)
+                if match is None:
+                    break
+                if match.end() - match.start() >= shortest:
+                    found.append(match.group())
+                    start = match.end()
+                else:
+                    start = match.start() + 1
+            return found
+        pieces = [text]
+        for pattern in splitters:
+            pieces = [token for piece in pieces for token in split(piece, pattern)]
+            if not pieces:
+                break
+        return pieces
+
+    def run(x):
+        x = _strings(x)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"Tokenizer {node.name!r}: X must be [C] or [N, C], got shape {list(x.shape)}")
+        if x.size == 0:
+            return np.empty(x.shape[:1] + (0,) if x.ndim == 2 else (0,), dtype=object)
+        rows = [tokens_of(s) for s in x.reshape(-1)]
+        most = max(map(len, rows))
+        if most == 0:
+            return np.empty(x.shape + (0,), dtype=object)
+        width = most + 2 * mark
+        y = np.full((len(rows), width), pad, dtype=object)
+        for k, row in enumerate(rows):
+            filled = [_START_MARK, *row, _END_MARK] if mark else row
+            y[k, :len(filled)] = filled
+        return y.reshape(x.shape + (width,))
+
+    return run
+
+
+# ------------------------------------------------------------------------------ MurmurHash3 (com.microsoft)
+
+
+@kernel("MurmurHash3", domain=_MS)
+def _murmur_hash3(node, request):
+    """onnxruntime's MurmurHash3: the 32-bit x86 MurmurHash3 of each element (a string's UTF-8
+    bytes, a number's little-endian bytes) with ``seed``, as uint32, or as int32 where
+    ``positive`` is 0. The output type is the node's declared one (uint32 or int32)."""
+    seed = int(node.attr("seed", 0)) & 0xFFFFFFFF
+    positive = bool(node.attr("positive", 1))
+    declared = request.value(request.outputs[0]).dtype if request.outputs and request.outputs[0] else None
+
+    def run(x):
+        x = np.asarray(x)
+        if x.dtype.kind in "OUS":
+            data = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in x.reshape(-1)]
+        elif x.dtype in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):
+            data = [v.tobytes() for v in x.astype(x.dtype.newbyteorder("<"), copy=False).reshape(-1)]
+        else:
+            raise TypeError(f"MurmurHash3 {node.name!r}: input type {x.dtype} not supported "
+                            "(int32, uint32, int64, uint64, float, double, string)")
+        hashes = np.array([_murmur3_32(b, seed) for b in data], dtype=np.uint32).reshape(x.shape)
+        hashes = hashes if positive else hashes.view(np.int32)
+        # the bits as the graph declares them (the schema ties the type to nothing)
+        return hashes.view(declared) if declared in (np.int32, np.uint32) and declared != hashes.dtype else hashes
+
+    return run
+
+
+def _murmur3_32(data: bytes, seed: int) -> int:
+    """MurmurHash3_x86_32 (Austin Appleby's public-domain algorithm)."""
+    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+    h = seed
+    whole = len(data) // 4 * 4
+    for k in np.frombuffer(data[:whole], dtype="<u4").tolist():
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & mask
+        h = (h * 5 + 0xE6546B64) & mask
+    tail = data[whole:]
+    if tail:
+        k = int.from_bytes(tail, "little")
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & mask
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & mask
+    h ^= h >> 16
+    return h
