@@ -464,6 +464,19 @@ def test_string_initializers_reach_kernels_as_str_not_bytes():
     assert view.nodes[1].attr("value").tolist() == ["a"]
 
 
+def _models_sent_to_inference(monkeypatch) -> list[onnx.ModelProto]:
+    """The models onnx's shape inference is given from now on, in order."""
+    sent: list[onnx.ModelProto] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(model, *args, **kwargs):
+        sent.append(model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    return sent
+
+
 def test_large_initializers_go_to_inference_without_their_data(monkeypatch):
     """Shape inference is sent the main graph's large initializers as typed inputs without
     their data (onnx copies what it infers twice over: that was most of a session's peak
@@ -483,14 +496,7 @@ def test_large_initializers_go_to_inference_without_their_data(monkeypatch):
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2"),
          numpy_helper.from_array(np.array([-1, 8, 8], I64), "shape")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sent: list[onnx.ModelProto] = []
-    real = onnx.shape_inference.infer_shapes
-
-    def spy(model, *args, **kwargs):
-        sent.append(model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model))
-        return real(model, *args, **kwargs)
-
-    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    sent = _models_sent_to_inference(monkeypatch)
     model = load_model(proto.SerializeToString())
     assert sent and all(len(t.raw_data) <= load.INFERENCE_DATA_LIMIT for m in sent for t in m.graph.initializer)
     assert {t.name for t in sent[0].graph.initializer} == {"shape"}
@@ -523,14 +529,7 @@ def test_large_constant_nodes_reach_inference_without_their_data(monkeypatch, le
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                                helper.make_tensor_value_info("out2", TensorProto.FLOAT, None)])
     data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    sent: list[onnx.ModelProto] = []
-    real = onnx.shape_inference.infer_shapes
-
-    def spy(model, *args, **kwargs):
-        sent.append(model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model))
-        return real(model, *args, **kwargs)
-
-    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    sent = _models_sent_to_inference(monkeypatch)
     model = load_model(data)
     assert sent and [n.output[0] for n in sent[0].graph.node if n.op_type == "Constant"] == ["shape", "out2"]
     assert [n.op_type for n in model.graph] == ["Constant", "Constant", "MatMul", "Reshape"]
