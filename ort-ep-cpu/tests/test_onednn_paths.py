@@ -561,7 +561,7 @@ def test_products_of_run_time_operands_take_onednn_sgemm(monkeypatch, op, a_shap
     assert calls == ([call] if call else [])
 
 
-def test_sgemm_overwrites_its_output_and_runs_small_products_on_one_thread():
+def test_sgemm_overwrites_its_output_and_runs_on_one_thread():
     lib = _onednn.library()
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((6, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
@@ -571,6 +571,13 @@ def test_sgemm_overwrites_its_output_and_runs_small_products_on_one_thread():
     assert lib.local.threads == 1
     lib.sgemm(False, False, 6, 16, 32, a.ctypes.data, 32, b.ctypes.data, 16, 1.0, y.ctypes.data, 16)
     np.testing.assert_allclose(y, 2 * (a @ b), rtol=TOL, atol=TOL)
+    # a large one too: no Stallable twin guards these calls (two threads beside a busy process
+    # waited on a descheduled worker)
+    big_a, big_b = np.ones((1, 512), np.float32), np.ones((512, 2048), np.float32)
+    big_y = np.empty((1, 2048), np.float32)
+    lib.stream()  # the session's threads first
+    lib.sgemm(False, False, 1, 2048, 512, big_a.ctypes.data, 512, big_b.ctypes.data, 2048, 0.0, big_y.ctypes.data, 2048)
+    assert lib.local.threads == 1 and (big_y == 512).all()
 
 
 def test_small_multi_row_products_run_on_one_thread():
