@@ -35,3 +35,30 @@ def test_unconnected_supported_nodes_are_separate_groups():
         helper.make_node("Neg", ["c"], ["y"], name="d"),
     ])
     assert fusable_groups(view, {0, 2, 3}) == [(0,), (2, 3)]
+
+
+def test_the_cycle_check_stops_past_a_group_in_a_sorted_graph():
+    """``partition._creates_cycle`` follows no node past the group's last one where the graph is
+    sorted (paths only go forward); its answers are the full walk's, on every pair and triple
+    of nodes of a layered graph with skips."""
+    import itertools
+
+    from ort_core.partition import _creates_cycle
+
+    nodes, last = [], "x"
+    for k in range(8):  # v_k = Add(v_{k-1}, v_{k-3}): paths that leave and come back
+        skip = f"v{k - 3}" if k >= 3 else "x"
+        nodes.append(helper.make_node("Add", [last, skip], [f"v{k}"], name=f"n{k}"))
+        last = f"v{k}"
+    nodes.append(helper.make_node("Relu", [last], ["y"], name="out"))
+    view = _view(nodes)
+    assert view.is_sorted and not _view(nodes[::-1]).is_sorted
+    unsorted = _view(nodes)
+    unsorted.__dict__["is_sorted"] = False  # the full walk
+    found = 0
+    for size in (2, 3):
+        for group in itertools.combinations(range(len(nodes)), size):
+            want = _creates_cycle(unsorted, set(group))
+            assert _creates_cycle(view, set(group)) == want, group
+            found += want
+    assert found > 20  # the graph has cycles to find

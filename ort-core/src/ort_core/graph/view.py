@@ -258,6 +258,12 @@ class GraphView:
         """Value name -> index of the node that produces it."""
         return {name: node.index for node in self.nodes for name in node.outputs if name}
 
+    @cached_property
+    def is_sorted(self) -> bool:
+        """Whether every node reads only values made by nodes listed before it."""
+        producer = self.producer
+        return all(c > producer[name] for name, readers in self.consumers.items() if name in producer for c in readers)
+
     # ------------------------------------------------------------ groups
     def group_io(self, indices: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Boundary of a group of nodes: (values it reads from outside, excluding initializers;
