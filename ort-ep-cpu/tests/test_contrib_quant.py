@@ -81,6 +81,25 @@ def test_qlinear_unary(op, dtype):
     _assert_quantized(got[0], want[0], off_by_one=0.0)
 
 
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("shape, attrs", [((4, 12), {"opset": 13}), ((2, 3, 50), {"axis": 1, "opset": 13}),
+                                          ((2, 3, 7), {"axis": 1, "opset": 12}), ((3, 128), {"axis": -1, "opset": 13})])
+@pytest.mark.parametrize("x_scale", [0.05, 0.2])
+@pytest.mark.parametrize("y_scale, y_zero", [(1 / 256, "low"), (0.01, "mid")])
+def test_qlinear_softmax_equals_onnxruntime(dtype, shape, attrs, x_scale, y_scale, y_zero):
+    """quantize_static's QOperator format makes one of every Softmax (BERT, ViT); equal to
+    onnxruntime's integers, rows dominated by one code (saturation) among them."""
+    rng = np.random.default_rng(len(shape) + int(x_scale * 100))
+    x = _q(rng, shape, dtype)
+    zero = {"low": {U8: 0, I8: -128}, "mid": {U8: 128, I8: 0}}[y_zero][dtype]
+    consts = {"sx": np.array(x_scale, F), "zx": np.array(0, dtype), "sy": np.array(y_scale, F),
+              "zy": np.array(zero, dtype)}
+    model = _model("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], consts, {"x": x}, dtype, **attrs)
+    got, want = _run_both(model, {"x": x})
+    _assert_quantized(got[0], want[0], off_by_one=0.0)
+    assert np.array_equal(got[0], want[0])
+
+
 @pytest.mark.parametrize("axis", [1, -1])
 def test_qlinear_concat(axis):
     rng = np.random.default_rng(2)

@@ -1,6 +1,6 @@
 """onnxruntime's com.microsoft quantization ops, the ones its tools emit: ``onnxruntime.quantization``
 in QOperator format (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
-QLinearGlobalAveragePool, QLinearAveragePool, QGemm) and dynamic quantization (DynamicQuantizeMatMul,
+QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm) and dynamic quantization (DynamicQuantizeMatMul,
 MatMulIntegerToFloat, DynamicQuantizeLSTM; onnxruntime's own optimizer fuses MatMulInteger
 chains into the first two).
 
@@ -13,6 +13,8 @@ scale = (max - min) / 255, zero point = round(-min / scale).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -199,6 +201,46 @@ def _qlinear_concat(node, request):
 
 
 # ---------------------------------------------------------------------------- pools
+
+
+@kernel("QLinearSoftmax", domain=MS)
+def _qlinear_softmax(node, request):
+    """onnxruntime's QLinearSoftmax, which quantize_static's QOperator format makes of every
+    Softmax, computed as onnxruntime computes it: exp of each code's distance below its row's
+    largest, from a float32 table built in float64 with a shift that keeps the sums in range,
+    summed in float32 in order; y = nearbyint(e * floor(1 / Y_scale) / sum) + Y_zero_point,
+    saturated (X_zero_point is not read: the distances do not need it). ``opset`` below 13
+    takes the softmax over the axes from ``axis`` on (the 2-D coercion), 13 and up over
+    ``axis`` alone."""
+    opset = node.attr("opset")
+    if opset is None:
+        raise ValueError(f"QLinearSoftmax {node.name!r}: attribute 'opset' is required")
+    opset = int(opset)
+    axis = int(node.attr("axis", 1 if opset < 13 else -1))
+
+    def qlinear_softmax(x, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None):
+        if x.dtype not in (np.uint8, np.int8):
+            raise TypeError(f"QLinearSoftmax {node.name!r}: X must be uint8 or int8, got {x.dtype}")
+        if x.size == 0:
+            return np.empty(x.shape, x.dtype)
+        a = axis + x.ndim if axis < 0 else axis
+        rows = x.reshape(math.prod(x.shape[:a]), -1) if opset < 13 else np.moveaxis(x, a, -1)
+        width = rows.shape[-1]
+        scale = float(np.asarray(x_scale, np.float32).reshape(-1)[0])
+        # the shift keeps a row's sum of exps below float32's largest (onnxruntime's 5 spare bits)
+        shift = max(0.0, float(np.log(np.finfo(np.float32).max / np.float32(width))) - 5) / scale
+        table = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * scale).astype(np.float32)
+        distance = rows.max(axis=-1, keepdims=True).astype(np.int32) - rows.astype(np.int32)
+        e = table[255 - distance]
+        total = np.cumsum(e, axis=-1, dtype=np.float32)[..., -1:]  # in order, as onnxruntime adds
+        factor = np.float32(math.floor(np.float32(1) / np.float32(np.asarray(y_scale).reshape(-1)[0])))
+        zero = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(-1)[0])
+        q = np.rint((e * factor) / total).astype(np.int64) + zero
+        bounds = np.iinfo(x.dtype)
+        y = np.clip(q, bounds.min, bounds.max).astype(x.dtype)
+        return y.reshape(x.shape) if opset < 13 else np.moveaxis(y, -1, a)
+
+    return qlinear_softmax
 
 
 @kernel("QLinearGlobalAveragePool", domain=MS)
