@@ -486,8 +486,10 @@ def _random_resize_cases(n: int, seed: int = 11):
 
 @pytest.mark.parametrize("attrs,shape,roi,scales,sizes", list(_random_resize_cases(90)))
 def test_resize_random_configurations_match_onnx_reference(attrs, shape, roi, scales, sizes):
-    # the spec's reference is the arbiter: onnxruntime departs from it for align_corners and
-    # tf_crop_and_resize with non-integer scales and computes output sizes in float32
+    # the spec's reference is the arbiter of the values: onnxruntime departs from it for
+    # align_corners and tf_crop_and_resize with non-integer scales. Output sizes from scales
+    # are onnxruntime's float32 products (the reference's are float64: tf2onnx's 10 -> 23
+    # resize at scale 2.3f came out 22 wide)
     from onnx.reference import ReferenceEvaluator
 
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -503,8 +505,30 @@ def test_resize_random_configurations_match_onnx_reference(attrs, shape, roi, sc
     model.graph.ClearField("output")
     model.graph.output.extend(inferred.graph.output)
     (y,) = _run_ours(model, {"x": x})
+    if scales is not None:
+        float32_shape = tuple(int(np.float32(s) * np.float32(d)) for s, d in zip(scales, shape))
+        if float32_shape != expected.shape:
+            assert y.shape == float32_shape
+            return
     assert y.shape == expected.shape
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_output_size_is_the_float32_product_as_in_onnxruntime():
+    # tf2onnx writes keras Resizing 10 -> 23 as scale 2.3f: 2.3f * 10 is 23.0 in float32 (and in
+    # the model's intent), 22.99999952 in float64
+    shape = (1, 1, 2, 10)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    # (nearest at 0.7 has the same size; its source indices at exact ties are the reference's,
+    # computed in float64, where onnxruntime's float32 arithmetic may round the other way)
+    for mode, scale in (("linear", 2.3), ("cubic", 2.3), ("linear", 0.7)):
+        names = [("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 1, scale], np.float32))]
+        node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, shape)],
+                                  [helper.make_tensor_value_info("y", F, None)],
+                                  [onnx.numpy_helper.from_array(a, n) for n, a in names])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        _check(model, {"x": x})
 
 
 def test_resize_to_an_empty_axis_gives_an_empty_tensor():

@@ -206,7 +206,9 @@ class _ResizeSpec:
             axis_scales = [float(v) for v in np.asarray(scales, dtype=np.float64).reshape(-1)]
             if len(axis_scales) != len(axes):
                 raise ValueError(f"Resize {self.node.name!r}: scales has {len(axis_scales)} values for {len(axes)} axes")
-            out = [int(math.floor(s * shape[a])) for s, a in zip(axis_scales, axes)]
+            # float32(scale) * dim in float32, as onnxruntime computes it: tf2onnx's 10 -> 23
+            # resize has scale 2.3f, whose product is 23.0 in float32 and 22.99999 in float64
+            out = [int(np.float32(s) * np.float32(shape[a])) for s, a in zip(axis_scales, axes)]
         else:
             raise ValueError(f"Resize {self.node.name!r}: one of the inputs scales or sizes must be given")
         rois = None
