@@ -508,7 +508,7 @@ def _quantize_py(x, scale, zero_point, lo, hi, y):  # pragma: no cover - compile
     tensor in one pass (numpy takes five; x / scale as numpy divides, rint half to even)."""
     for i in range(x.size):
         q = np.rint(x[i] / scale) + zero_point
-        q = lo if q < lo else q
+        q = q if q >= lo else lo  # NaN too: the type's minimum, as onnxruntime gives it
         q = hi if q > hi else q
         y[i] = q
 
@@ -523,7 +523,7 @@ def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y):  # pragma: no cove
     """y = (clip(rint(x / scale), lo, hi) + shift) * out_scale over flat float32 arrays."""
     for i in range(x.size):
         q = np.rint(x[i] / scale)
-        q = lo if q < lo else q
+        q = q if q >= lo else lo  # NaN too (QuantizeLinear's type minimum)
         q = hi if q > hi else q
         y[i] = (q + shift) * out_scale
 

@@ -90,7 +90,10 @@ def quantize(x, scale, zero_point, to: int, axis: int, block_size: int, saturate
         np.rint(q, out=q)  # half to even
         if zero_point is not None:  # zero points are exact in float32 (at most 16 bits)
             q += broadcast_param(zero_point, x.shape, axis, block_size).astype(q.dtype)
-        np.clip(q, lo, hi, out=q)
+        # fmax: NaN (x NaN, or inf / inf) becomes the type's minimum, as onnxruntime gives it
+        # (clip kept NaN, whose cast to int8 was 0: a mask of -inf at scale inf in quantized
+        # GPT-2 and LLaMA)
+        np.fmin(np.fmax(q, lo, out=q), hi, out=q)
         return q.astype(dtype)
     if to in _FLOAT8:  # the zero point of a float8 type is 0 by definition
         return saturate_cast(q, dtype) if saturate else q.astype(dtype)
@@ -327,7 +330,7 @@ class FakeQuant:
             return y
         q = x / self.scale
         np.rint(q, out=q)
-        np.clip(q, self.lo, self.hi, out=q)
+        np.fmin(np.fmax(q, self.lo, out=q), self.hi, out=q)  # NaN: the minimum, as ``quantize``
         if self.shift:
             q += self.shift
         q *= self.out_scale
