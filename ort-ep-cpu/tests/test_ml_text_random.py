@@ -501,3 +501,23 @@ def test_cdist_matches_onnxruntime(metric, dtype, elem):
     got = ort.InferenceSession(data).run(None, feeds)[0]
     assert got.dtype == want.dtype and got.shape == (7, 5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("action, want", [
+    # onnxruntime 1.32's outputs (towupper/towlower: one character for one, no final sigma)
+    ("UPPER", ["AB ", " CD", "STRAßE", "Ǆ", "ﬁ", "İ", "ΟΔΟΣ"]),
+    ("LOWER", ["ab ", " cd", "straße", "ǆ", "ﬁ", "i", "οδοσ"]),
+])
+def test_string_normalizer_maps_case_character_by_character_as_onnxruntime(action, want):
+    # Python's full case mapping made "STRASSE", "FI" and "i̇" (found on tf2onnx's string ops)
+    model = _model(helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action=action),
+                   [_vi("x", S, [None])], [_vi("y", S, [None])])
+    x = np.array(["ab ", " Cd", "straße", "ǅ", "ﬁ", "İ", "ΟΔΟΣ" if action == "LOWER" else "οδος"], dtype=object)
+    assert ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0].tolist() == want
+
+
+def test_bytes_objects_in_an_object_array_are_read_as_utf8():
+    model = _model(helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="UPPER"),
+                   [_vi("x", S, [None])], [_vi("y", S, [None])])
+    x = np.array([b"ab ", "caf\u00e9", "d\u00e9j\u00e0".encode()], dtype=object)
+    assert ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0].tolist() == ["AB ", "CAFÉ", "DÉJÀ"]

@@ -6,7 +6,9 @@ Strings are numpy object arrays of Python ``str`` (as onnxruntime's Python API g
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 
 import numpy as np
 
@@ -23,7 +25,32 @@ def _strings(x) -> np.ndarray:
         raise TypeError(f"expected a string tensor, got {x.dtype}")
     if x.dtype.kind == "S":
         return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(x)
-    return x.astype(object)
+    x = x.astype(object)
+    if x.dtype.kind == "O" and any(isinstance(v, bytes) for v in x.flat):
+        # bytes objects in an object array: decoded as UTF-8 (onnxruntime reads str(b"..."),
+        # "b'...'", which no model means)
+        return np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v, otypes=[object])(x)
+    return x
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_case(c: str, upper: bool) -> str:
+    """One character's simple (one-to-one) case mapping, as onnxruntime's towupper/towlower
+    give it: Python's full mapping makes two characters of some ("ß" -> "SS", "ﬁ" -> "FI",
+    "İ" -> "i̇"); where the rest are combining marks the first is the simple mapping, else
+    the character stays."""
+    mapped = c.upper() if upper else c.lower()
+    if len(mapped) == 1:
+        return mapped
+    return mapped[0] if all(unicodedata.combining(m) for m in mapped[1:]) else c
+
+
+def _change_case(word: str, upper: bool) -> str:
+    """``word`` in upper or lower case, character by character (no final-sigma context)."""
+    fast = word.upper() if upper else word.lower()
+    if word.isascii():
+        return fast
+    return "".join(_simple_case(c, upper) for c in word)
 
 
 def _check_normalizer(node) -> str | None:
@@ -39,8 +66,8 @@ def _string_normalizer(node, request):
     case_sensitive = bool(node.attr("is_case_sensitive", 0))
     stopwords = list(node.attr("stopwords") or [])
     # case-insensitive stop words compare in lower case (onnxruntime's behaviour)
-    stops = set(stopwords) if case_sensitive else {w.lower() for w in stopwords}
-    change = {"LOWER": str.lower, "UPPER": str.upper, "NONE": None}[action]
+    stops = set(stopwords) if case_sensitive else {_change_case(w, False) for w in stopwords}
+    change = {"LOWER": lambda w: _change_case(w, False), "UPPER": lambda w: _change_case(w, True), "NONE": None}[action]
 
     def normalize(x):
         x = _strings(x)
@@ -52,7 +79,7 @@ def _string_normalizer(node, request):
             raise ValueError(f"StringNormalizer {node.name!r}: input must be [C] or [1, C], got rank {x.ndim}")
         words = x.reshape(-1).tolist()
         if stops:
-            words = [w for w in words if (w if case_sensitive else w.lower()) not in stops]
+            words = [w for w in words if (w if case_sensitive else _change_case(w, False)) not in stops]
         if change is not None:
             words = [change(w) for w in words]
         if not words:  # everything filtered: one empty string, as the spec says
