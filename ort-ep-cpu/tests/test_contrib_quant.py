@@ -280,3 +280,16 @@ def test_dynamic_quantize_lstm_declines_per_column_zero_points():
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     with pytest.raises(ort.OrtError, match="W_zero_point differs across columns"):
         session.run(None, {"x": x})
+
+
+def test_qlinear_add_refuses_an_input_that_is_not_8_bit_codes():
+    # quant_pre_process + QOperator wrote an int32 bias as a QLinearAdd's A: onnxruntime refuses
+    # the model at load; ort-core ran it and made something up
+    consts = {"a": np.array([1000, -2000, 300, 5], np.int32), "sa": np.array(0.001, F), "za": np.array(0, np.int32),
+              "sb": np.array(0.05, F), "zb": np.array(128, U8), "sc": np.array(0.05, F), "zc": np.array(128, U8)}
+    b = np.full((2, 4), 140, U8)
+    model = _model("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], consts, {"b": b}, U8)
+    with pytest.raises(Exception):
+        onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.NotImplemented, match=r"QLinearAdd.*input A \('a'\) is int32; it must be uint8 or int8"):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"])

@@ -137,6 +137,15 @@ def _qgemm(node, request):
 
 def _binary(combine):
     def build(node, request):
+        # A, B and C are 8-bit codes of one type, as the schema says (onnxruntime refuses other
+        # types at load: quant_pre_process + QOperator wrote an int32 bias as a QLinearAdd's A)
+        for k, label in ((0, "A"), (3, "B")):
+            name = request.inputs[k] if len(request.inputs) > k else ""
+            dtype = request.value(name).dtype if name else None
+            if dtype is not None and dtype not in (np.uint8, np.int8):
+                raise TypeError(f"{node.op_type} {node.name!r}: input {label} ({name!r}) is {dtype}; it must be "
+                                "uint8 or int8")
+
         def qlinear_binary(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
             value = combine(_int32(a, a_zero_point).astype(_F), _F(a_scale), _int32(b, b_zero_point).astype(_F),
                             _F(b_scale), _F(c_scale))
