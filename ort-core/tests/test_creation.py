@@ -511,7 +511,7 @@ def test_large_initializers_go_to_inference_without_their_data(monkeypatch):
 
 
 @pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_ALL"])
-def test_large_constant_nodes_reach_inference_without_their_data(monkeypatch, level):
+def test_large_constant_nodes_reach_inference_without_their_data(monkeypatch, ort_nodes, level):
     """Weights held in Constant nodes (paddle2onnx's PP-OCR and PicoDet) go to shape inference
     as typed graph inputs without data, and come back as initializers named as the Constants'
     outputs (as onnxruntime makes every Constant at load); small Constants (shape arithmetic)

@@ -36,7 +36,7 @@ def test_a_model_with_local_functions_loads_in_a_fresh_process():
     # load.py inlines them with onnx.inliner, a submodule `import onnx` does not load: it
     # failed ("module 'onnx' has no attribute 'inliner'") unless something else imported it
     code = """
-import numpy as np, ort_core
+import ort_core
 from onnx import helper, TensorProto
 double = helper.make_function("custom", "Double", ["x"], ["y"], [helper.make_node("Add", ["x", "x"], ["y"])],
                               [helper.make_opsetid("", 17)])
@@ -45,8 +45,8 @@ graph = helper.make_graph([helper.make_node("Double", ["X"], ["Y"], domain="cust
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
 model = helper.make_model(graph, functions=[double],
                           opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)])
-session = ort_core.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-print(session.run(None, {"X": np.array([1, 2], np.float32)})[0].tolist())
+from ort_core.graph.load import load_model  # what a session does first (no provider needed)
+print([node.op_type for node in load_model(model.SerializeToString()).graph])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.strip() == "[2.0, 4.0]", out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip() == "['Add']", out.stderr[-2000:]
