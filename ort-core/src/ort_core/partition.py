@@ -54,8 +54,8 @@ class Assignment:
 def _creates_cycle(graph: GraphView, group: set[int]) -> bool:
     """True if some path leaves ``group`` and comes back into it through other nodes. In a
     sorted graph paths only go forward, so nodes past the group's last one are not followed
-    (the whole downstream graph was walked for each group: a fifth of a QDQ transformer's
-    session creation)."""
+    (the whole downstream graph was walked for each group: about 1 ms of a QDQ transformer's
+    37 ms session creation)."""
     consumers = graph.consumers
     last = max(group) if graph.is_sorted else len(graph.nodes)
     frontier = [

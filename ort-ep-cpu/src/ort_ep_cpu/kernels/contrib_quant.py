@@ -14,6 +14,7 @@ scale = (max - min) / 255, zero point = round(-min / scale).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -212,6 +213,17 @@ def _qlinear_concat(node, request):
 # ---------------------------------------------------------------------------- pools
 
 
+@functools.lru_cache(maxsize=64)
+def _softmax_exps(scale: float, width: int) -> np.ndarray:
+    """QLinearSoftmax's float32 table of exps by code (index 255 - distance below the row's
+    largest), built in float64 as onnxruntime builds it, once per (X_scale, row width): the
+    shift keeps a row's sum below float32's largest (onnxruntime's 5 spare bits)."""
+    shift = max(0.0, float(np.log(np.finfo(np.float32).max / np.float32(width))) - 5) / scale
+    table = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * scale).astype(np.float32)
+    table.flags.writeable = False
+    return table
+
+
 @kernel("QLinearSoftmax", domain=MS)
 def _qlinear_softmax(node, request):
     """onnxruntime's QLinearSoftmax, which quantize_static's QOperator format makes of every
@@ -234,11 +246,7 @@ def _qlinear_softmax(node, request):
             return np.empty(x.shape, x.dtype)
         a = axis + x.ndim if axis < 0 else axis
         rows = x.reshape(math.prod(x.shape[:a]), -1) if opset < 13 else np.moveaxis(x, a, -1)
-        width = rows.shape[-1]
-        scale = float(np.asarray(x_scale, np.float32).reshape(-1)[0])
-        # the shift keeps a row's sum of exps below float32's largest (onnxruntime's 5 spare bits)
-        shift = max(0.0, float(np.log(np.finfo(np.float32).max / np.float32(width))) - 5) / scale
-        table = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * scale).astype(np.float32)
+        table = _softmax_exps(float(np.asarray(x_scale, np.float32).reshape(-1)[0]), rows.shape[-1])
         distance = rows.max(axis=-1, keepdims=True).astype(np.int32) - rows.astype(np.int32)
         e = table[255 - distance]
         total = np.cumsum(e, axis=-1, dtype=np.float32)[..., -1:]  # in order, as onnxruntime adds

@@ -32,7 +32,7 @@ def _widen(x: np.ndarray) -> np.ndarray:
 #: dtypes whose ufunc results keep the input's dtype (one dtype in): the kernels' fast path, a
 #: third of a microsecond a call fewer on the tiny tensors of streaming models. float16 is not
 #: one: numpy's float16 loops convert each element to float32 and back one at a time (a float16
-#: EfficientNet's Adds and Muls: 0.3 s a run); the binary kernels compute it in float32 and
+#: EfficientNet's Adds and Muls: 0.3 s of a profiled run); the binary kernels compute it in float32 and
 #: round once, which is the same result (float32 holds a float16 sum, difference, product or
 #: quotient to well under half a float16 step before that one rounding)
 _KEEPS_DTYPE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32,

@@ -23,14 +23,11 @@ def _strings(x) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind not in ("O", "U", "S"):
         raise TypeError(f"expected a string tensor, got {x.dtype}")
-    if x.dtype.kind == "S":
-        return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(x)
-    x = x.astype(object)
-    if x.dtype.kind == "O" and any(isinstance(v, bytes) for v in x.flat):
-        # bytes objects in an object array: decoded as UTF-8 (onnxruntime reads str(b"..."),
-        # "b'...'", which no model means)
+    # bytes, also as objects in an object array, are read as UTF-8 (onnxruntime reads an
+    # object array's bytes as str(b"..."), "b'...'", which no model means)
+    if x.dtype.kind == "S" or x.dtype.kind == "O" and any(isinstance(v, bytes) for v in x.flat):
         return np.vectorize(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v, otypes=[object])(x)
-    return x
+    return x.astype(object)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -47,9 +44,8 @@ def _simple_case(c: str, upper: bool) -> str:
 
 def _change_case(word: str, upper: bool) -> str:
     """``word`` in upper or lower case, character by character (no final-sigma context)."""
-    fast = word.upper() if upper else word.lower()
     if word.isascii():
-        return fast
+        return word.upper() if upper else word.lower()
     return "".join(_simple_case(c, upper) for c in word)
 
 

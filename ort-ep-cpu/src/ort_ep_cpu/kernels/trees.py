@@ -121,10 +121,7 @@ class FlatForest:
             xf = rows
         else:
             xf = np.ascontiguousarray(rows, dtype=np.float64)
-        if self.max_vote >= n_out:
-            raise ValueError(f"a leaf votes for output {self.max_vote}, but there are {n_out}")
-        if self.max_feature >= xf.shape[1]:
-            raise ValueError(f"a node reads feature {self.max_feature}, but the input has {xf.shape[1]}")
+        self._check_sizes(xf.shape[1], n_out)
         scores = np.zeros((xf.shape[0], n_out))
         voted = np.zeros((xf.shape[0], n_out), dtype=np.bool_)
         if walk is None:
@@ -132,31 +129,38 @@ class FlatForest:
             return scores, voted
         walker, tables = walk
         n = xf.shape[0]
-        if n * self.n_trees < SPLIT_MIN_WALKS or n < 8:  # too little work to split: called directly
+        if not self._splits(n):  # too little work to split: called directly
             walker(xf, *tables, scores, voted)
         else:
             _over_rows(lambda lo, hi: walker(xf[lo:hi], *tables, scores[lo:hi], voted[lo:hi]), n, self._split)
         return scores, voted
+
+    def _check_sizes(self, features: int, n_out: int) -> None:
+        """A clear error where a leaf votes past the outputs or a node reads past the features."""
+        if self.max_vote >= n_out:
+            raise ValueError(f"a leaf votes for output {self.max_vote}, but there are {n_out}")
+        if self.max_feature >= features:
+            raise ValueError(f"a node reads feature {self.max_feature}, but the input has {features}")
+
+    def _splits(self, rows: int) -> bool:
+        """Whether a walk of ``rows`` rows is worth splitting over the session's threads."""
+        return rows * self.n_trees >= SPLIT_MIN_WALKS and rows >= 8
 
     def summed_regression(self, x: np.ndarray, divisor: float, base: np.ndarray, dtype) -> np.ndarray | None:
         """A regression without a post transform in one compiled call (the preorder walk summing
         the votes, then scores / divisor + base, 0 where no tree voted): (rows, len(base)) of
         ``dtype``; None where that call does not apply (no numba, no preorder layout, an input
         that is not C-contiguous float32/64, rows enough to split the walk over threads): the
-        caller takes ``aggregate``. Its allocations and second call were a third of a one-row
-        run of a 100-tree regressor."""
+        caller takes ``aggregate``. Without its allocations and second call, hgb-regressor's
+        one-row kernel went 5.6 -> 5.0 us."""
         rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else None
         walk = self._walker(SUM)
         fused = _compiled("preorder_regression")
         if (rows is None or walk is None or walk[0] is not _loops.get("preorder") or fused is None
                 or rows.dtype.char not in _LOOP_FLOATS or not rows.flags.c_contiguous
-                or np.dtype(dtype).char not in _LOOP_FLOATS
-                or rows.shape[0] * self.n_trees >= SPLIT_MIN_WALKS and rows.shape[0] >= 8):
+                or np.dtype(dtype).char not in _LOOP_FLOATS or self._splits(rows.shape[0])):
             return None
-        if self.max_vote >= len(base):
-            raise ValueError(f"a leaf votes for output {self.max_vote}, but there are {len(base)}")
-        if self.max_feature >= rows.shape[1]:
-            raise ValueError(f"a node reads feature {self.max_feature}, but the input has {rows.shape[1]}")
+        self._check_sizes(rows.shape[1], len(base))
         out = np.empty((rows.shape[0], len(base)), dtype)
         fused(rows, *walk[1], divisor, base, out)
         return out
