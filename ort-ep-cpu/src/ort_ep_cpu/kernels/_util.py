@@ -12,6 +12,8 @@ import numpy as np
 
 from ort_core import GraphView, Kernel, KernelRequest, NodeView
 
+from . import _jit
+
 
 def const_input(node: NodeView, request: KernelRequest, k: int) -> np.ndarray | None:
     """The value of input ``k`` if it is an initializer (known at session creation), else None."""
@@ -132,6 +134,36 @@ def without_subnormals(weights: np.ndarray) -> np.ndarray:
                 flushed = weights.copy()
             flushed.reshape(-1)[start:start + _SUBNORMAL_CHUNK][subnormal] = 0
     return weights if flushed is None else flushed
+
+
+#: float16 arrays of fewer elements convert through numpy (the compiled call's own cost)
+_COMPILED_HALF_MIN = 256
+
+
+def as_float32(x: np.ndarray) -> np.ndarray:
+    """``x`` in float32 (itself if it is): float16 by the compiled loop (``_jit.half_to_float``)
+    where it applies, else numpy's astype (the same values)."""
+    if x.dtype == np.float16 and x.size >= _COMPILED_HALF_MIN and (loop := _jit.half_to_float()) is not None:
+        x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, np.float32)
+        loop(x.reshape(-1).view(np.uint16), y.reshape(-1).view(np.uint32))
+        return y
+    return x.astype(np.float32, copy=False)
+
+
+def as_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``y`` in ``dtype`` (itself if it is): float32 to float16, rounded to nearest even, by the
+    compiled loop (``_jit.float_to_half``) where it applies, else numpy's astype (the same
+    values)."""
+    if dtype != np.float16 or y.dtype == np.float16:
+        return y.astype(dtype, copy=False)
+    if y.dtype == np.float32 and y.size >= _COMPILED_HALF_MIN and (loop := _jit.float_to_half()) is not None:
+        y = np.ascontiguousarray(y)
+        h = np.empty(y.shape, np.float16)
+        loop(y.reshape(-1).view(np.uint32), h.reshape(-1).view(np.uint16))
+        return h
+    with np.errstate(over="ignore"):  # beyond float16's range: inf, as the compiled loop gives
+        return y.astype(dtype)
 
 
 #: elements per pass of ``without_subnormals``

@@ -10,6 +10,7 @@ from onnx import TensorProto
 from onnx.numpy_helper import saturate_cast, to_float8e8m0
 
 from ..registry import kernel
+from ._util import as_dtype, as_float32
 
 _FLOAT8 = {
     TensorProto.FLOAT8E4M3FN,
@@ -115,7 +116,7 @@ def _cast(node, request):
         # numpy's own types both sides: what cast_array does for them, without its per-call
         # type lookups (~1 us; silero-vad runs six Casts a chunk)
         if x.dtype in _PLAIN:
-            return x if x.dtype == dtype else x.astype(dtype)
+            return as_float32(x) if dtype == np.float32 else as_dtype(x, dtype)
         return cast_array(x, to, saturate, round_mode)
 
     return cast

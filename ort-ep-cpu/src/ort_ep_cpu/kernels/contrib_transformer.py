@@ -12,6 +12,7 @@ import numpy as np
 
 from ..registry import kernel
 from . import attention
+from ._util import as_dtype, as_float32
 
 MS = "com.microsoft"
 
@@ -62,6 +63,8 @@ def _fast_gelu(node, request):
     """The tanh approximation of Gelu on x (+ bias): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
 
     def fast_gelu(x, bias=None):
+        if x.dtype == np.float16:  # in float32, rounded once, as onnxruntime computes it
+            return as_dtype(fast_gelu(as_float32(x), None if bias is None else as_float32(bias)), x.dtype)
         v = x if bias is None else x + bias
         t = v.dtype.type
         inner = t(_SQRT_2_OVER_PI) * (v + t(0.044715) * v * v * v)
@@ -75,6 +78,8 @@ def _quick_gelu(node, request):
     alpha = float(node.attr("alpha", 1.702))
 
     def quick_gelu(x):
+        if x.dtype == np.float16:  # in float32, rounded once, as onnxruntime computes it
+            return as_dtype(quick_gelu(as_float32(x)), x.dtype)
         t = x.dtype.type
         return (x / (t(1) + np.exp(-t(alpha) * x))).astype(x.dtype, copy=False)
 

@@ -12,6 +12,7 @@ import numpy as np
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel, lookup
 from . import _jit
+from ._util import as_dtype, as_float32, const_input
 
 
 def is_small_float(dtype: np.dtype) -> bool:
@@ -23,6 +24,12 @@ def is_small_float(dtype: np.dtype) -> bool:
 #: numpy's float16 ufunc loops convert each element to float32 and back one at a time: the
 #: kernels compute float16 in float32 and round once, the same result (see ``_KEEPS_DTYPE``)
 _HALF = np.dtype(np.float16)
+
+
+def _rounded_to_half(y) -> np.ndarray:
+    """A float16 kernel's float32 result rounded once to float16 (a float64 one, as Pow with
+    an integer exponent gives, directly: through float32 it would round twice)."""
+    return as_dtype(np.asarray(y), _HALF)
 
 
 def _widen(x: np.ndarray) -> np.ndarray:
@@ -52,7 +59,9 @@ def unary(fn, float32_for=()):
         if x.dtype in direct:
             y = fn(x)
             return y if type(y) is np.ndarray else np.asarray(y)
-        if is_small_float(x.dtype) or x.dtype in widen or x.dtype == _HALF:
+        if x.dtype == _HALF:
+            return _rounded_to_half(fn(as_float32(x)))
+        if is_small_float(x.dtype) or x.dtype in widen:
             return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)
         return np.asarray(fn(x)).astype(x.dtype, copy=False)
 
@@ -66,9 +75,10 @@ def binary(fn):
         if a.dtype == b.dtype and a.dtype in _KEEPS_DTYPE:
             y = fn(a, b)
             return y if type(y) is np.ndarray else np.asarray(y)
-        if is_small_float(a.dtype) or a.dtype == _HALF:
-            b = b.astype(np.float32) if b.dtype == _HALF else _widen(b)
-            return np.asarray(fn(a.astype(np.float32), b)).astype(a.dtype)
+        if a.dtype == _HALF:
+            return _rounded_to_half(fn(as_float32(a), as_float32(b) if b.dtype == _HALF else b))
+        if is_small_float(a.dtype):
+            return np.asarray(fn(a.astype(np.float32), _widen(b))).astype(a.dtype)
         return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
 
     return run
@@ -254,7 +264,17 @@ def _mod(node, request):
 
 @kernel("Pow")
 def _pow(node, request):
+    exponent = const_input(node, request, 1)
+    # x^3 as x * x * x where the exponent is a constant 3, as onnxruntime computes it (the same
+    # values; numpy's powf: 315 us on GPT-2's (1, 16, 256) GELU input, the products 4)
+    cube = exponent if isinstance(exponent, np.ndarray) and exponent.size == 1 and float(exponent.reshape(-1)[0]) == 3.0 \
+        else None
+
     def power(a, b):
+        if b is cube and a.dtype in (np.float32, np.float64) and b.ndim <= a.ndim:
+            y = a * a
+            y *= a
+            return y
         if is_small_float(a.dtype):
             return np.power(a.astype(np.float32), _widen(b).astype(np.float32)).astype(a.dtype)
         if a.dtype.kind in "iu":

@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit, _onednn
-from ._util import SHAPE_CACHE_MAX, constant_weight, data_address, zeros_vector
+from ._util import SHAPE_CACHE_MAX, as_dtype, as_float32, constant_weight, data_address, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 
 
@@ -33,7 +33,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     once, as onnxruntime does (numpy's float16 product left 171 of 6,144 values off the
     correctly rounded one, onnxruntime 9)."""
     if a.dtype == np.float16 and b.dtype == np.float16:
-        return matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        return as_dtype(matmul(as_float32(a), as_float32(b)), a.dtype)
     y = onednn_product(a, b)
     if y is not None:
         return y
@@ -136,10 +136,16 @@ def _matmul(node, request):
     from .quant import qdq_integer_matmul  # noqa: PLC0415  (quant imports this module)
 
     b_given, b_ready = constant_weight(node, request, 1)
-    product = _constant_product(b_ready)
+    # constant float16 weights: multiplied in float32 (see ``matmul``), converted once
+    b_float32 = as_float32(b_ready) if isinstance(b_ready, np.ndarray) and b_ready.dtype == np.float16 else None
+    product = _constant_product(b_ready if b_float32 is None else b_float32)
     integer_product = qdq_integer_matmul(node, request)  # a QDQ MatMul: 8-bit codes
 
     def matmul_kernel(a, b):
+        if b is b_given and b_float32 is not None and a.dtype == np.float16:
+            a32 = as_float32(a)
+            y = product(a32) if product is not None and a.ndim >= 1 else None
+            return as_dtype(matmul(a32, b_float32) if y is None else y, a.dtype)
         if b is b_given and integer_product is not None:
             y = integer_product(a)
             if y is not None:
@@ -170,6 +176,7 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
     # oneDNN's (the translit GRU decoder's peak memory: 3.2x onnxruntime's).
     b_view = b_weights.T if trans_b and b_weights is not None else b_weights
     b_ready: list[np.ndarray] = []
+    b_float32: list[np.ndarray] = []  # constant float16 weights in float32, made at first use
 
     def contiguous_b() -> np.ndarray:
         if not b_ready:
@@ -189,8 +196,14 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
 
     def gemm(a, b, c=None):
         if a.dtype == np.float16 and b.dtype == np.float16:  # in float32, rounded once (see ``matmul``)
-            c32 = None if c is None else c.astype(np.float32)
-            return gemm_float32(a.astype(np.float32), b.astype(np.float32), c32).astype(np.float16)
+            if b is b_const:
+                if not b_float32:  # the constant weights converted once
+                    b_float32.append(as_float32(b))
+                b32 = b_float32[0]
+            else:
+                b32 = as_float32(b)
+            c32 = None if c is None else as_float32(c)
+            return as_dtype(gemm_float32(as_float32(a), b32, c32), a.dtype)
         if product is not None and b is b_const and c is c_const and not trans_a:
             y = product(a)
             if y is not None:
@@ -1022,23 +1035,26 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             activation(y)
         return y
 
-    weights32: list[np.ndarray] = []  # constant float16/bfloat16 weights in float32, made once
+    constants32: list[tuple] = []  # constant float16/bfloat16 weights and bias in float32, made once
 
     def conv_kernel(x, w, b=None):
-        if w is w_given:
-            w = w_ready
+        fixed = w is w_given and b is b_given  # the constants, not overridden at run time
         if x.dtype.itemsize < 4 and x.dtype.kind in "fV":
             # float16/bfloat16: accumulate in float32 (numpy has no BLAS for them), round once;
-            # the constant weights converted once, not at each run (with the elementwise ops
-            # in float32, a float16 EfficientNet-B0 went 876 -> 711 ms a run)
-            if w is w_ready:
-                if not weights32:
-                    weights32.append(w.astype(np.float32))
-                w32 = weights32[0]
+            # the constants converted once and taken by the float32 paths as theirs (oneDNN's
+            # included: a float16 EfficientNet-B0's convolutions had only numpy's)
+            if fixed:
+                if not constants32:
+                    constants32.append((as_float32(w_ready), None if b is None else as_float32(b)))
+                w32, b32 = constants32[0]
             else:
-                w32 = w.astype(np.float32)
-            b32 = None if b is None else b.astype(np.float32)
-            return conv_kernel(x.astype(np.float32), w32, b32).astype(x.dtype)
+                w32, b32 = as_float32(w), None if b is None else as_float32(b)
+            return as_dtype(float32_conv(as_float32(x), w32, b32, fixed), x.dtype)
+        return float32_conv(x, w_ready if w is w_given else w, b, fixed)
+
+    def float32_conv(x, w, b, fixed: bool):
+        """The convolution of float32 (float64, integer) x; ``fixed``: w and b are the
+        node's constants (as the plans cached here assume)."""
         if integer_conv is not None:
             y = integer_conv(x, b)
             if y is not None:
@@ -1047,11 +1063,11 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
                 return y
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
-        if w is w_ready and b is b_given and x.dtype == w.dtype and x.dtype in JIT_FLOATS:
+        if fixed and x.dtype == w.dtype and x.dtype in JIT_FLOATS:
             y = small_conv(x, w, b, g)
             if y is not None:
                 return y
-        if w is w_ready and b is b_given and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:
+        if fixed and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:
             y = onednn_conv(x, w, b, g)
             if y is not None:
                 return y
@@ -1180,6 +1196,8 @@ def _max_pool(node, request):
     onednn: dict = {}
 
     def max_pool(x):
+        if x.dtype == np.float16:  # in float32, exact, on the fast paths (numpy's float16 maximum
+            return as_dtype(max_pool(as_float32(x)), x.dtype)  # took 16 ms on a 1x96x109x109 input)
         g = geometry.get(x.shape, kernel_shape)
         y = _onednn_pooling(onednn, x, g, _onednn.POOLING_MAX)
         if y is not None:
@@ -1228,6 +1246,8 @@ def _avg_pool(node, request):
     algorithm = _onednn.POOLING_AVERAGE_INCLUDE_PADDING if include_pad else _onednn.POOLING_AVERAGE_EXCLUDE_PADDING
 
     def avg_pool(x):
+        if x.dtype == np.float16:  # summed in float32 and rounded once, as onnxruntime does
+            return as_dtype(avg_pool(as_float32(x)), x.dtype)
         g = geometry.get(x.shape, kernel_shape)
         # oneDNN counts all padding in or none; ceil_mode's extra end padding is not to be counted
         y = _onednn_pooling(onednn, x, g, algorithm, lambda: not include_pad or list(g.pads) == list(
