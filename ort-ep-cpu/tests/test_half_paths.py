@@ -113,3 +113,99 @@ def test_pow_cube_is_onnxruntimes_product(dtype, elem):
     (got,), (want,) = _both(data, {"x": x})
     np.testing.assert_array_equal(got, want)  # numpy's power differed on 4,802 of 16,384 values
 
+
+# ---- float32 regions (half_region.py): where onnxruntime rounds to float16, and where not ----
+
+def _consts(**arrays):
+    return [numpy_helper.from_array(np.asarray(v, np.float16), k) for k, v in arrays.items()]
+
+
+def _region_nodes(session) -> list[str]:
+    return [p.name for p in session.get_placement().nodes if p.group is not None and "float16 region" in p.note and not p.graph]
+
+
+def test_region_rounds_only_where_onnxruntime_does():
+    """Mul -> Add -> Reshape -> Div: onnxruntime computes all four in float32 (the Reshape, a
+    float16 kernel alone between float32 ops, too) and rounds once at the output; a Transpose
+    whose output is also a graph output keeps its float16 rounding. Exact arithmetic both
+    sides, so the values must be onnxruntime's to the bit (rounding at every node: 1,500-odd
+    of 4,096 differ)."""
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Add", ["m", "b"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["r"]), helper.make_node("Div", ["r", "c"], ["d"]),
+             helper.make_node("Transpose", ["d"], ["t"], perm=[1, 0]), helper.make_node("Mul", ["t", "a2"], ["y"])]
+    shape = numpy_helper.from_array(np.array([64, 64], np.int64), "shape")
+    initializers = _consts(a=1.37, b=0.613, c=2.91, a2=0.77) + [shape]
+    data = _model(nodes, [_half("x", [16, 256])], [_half("y", None), _half("t", None)], initializers)
+    x = np.random.default_rng(7).standard_normal((16, 256)).astype(np.float16) * 5
+    (got_y, got_t), (want_y, want_t) = _both(data, {"x": x})
+    np.testing.assert_array_equal(got_t.view(np.uint16), want_t.view(np.uint16))
+    np.testing.assert_array_equal(got_y.view(np.uint16), want_y.view(np.uint16))
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert len(_region_nodes(session)) == 4  # Mul, Add, Reshape, Div; the Transpose feeds an output
+
+
+def test_region_drops_a_cast_to_float16_as_onnxruntime_does():
+    """A float32 input Cast to float16 and read by a float32 op: onnxruntime drops the model's
+    rounding along with its own cast back to float32, so Mul sees the float32 input; a Cast to
+    float32 of a float32 op's output reads it unrounded too."""
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16), helper.make_node("Mul", ["h", "a"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 512])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], _consts(a=1.37, b=0.613))
+    x = np.random.default_rng(8).standard_normal((8, 512)).astype(np.float32) * 3
+    (got,), (want,) = _both(data, {"x": x})
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+
+
+def test_float16_attention_function_is_onnxruntimes():
+    """The ONNX backend case test_attention_4d_causal_fp16_expanded (Attention-23's function
+    body: Mul, MatMul, Cast, Add, Softmax, Where, MatMul in float16, with casts): onnxruntime
+    computes the chain in float32 and rounds once. Node by node, 21 of its 192 outputs differed
+    from onnxruntime's, 2 by more than the case's tolerance."""
+    from ort_core.testing.conformance import _node_cases
+
+    case = next(c for c in _node_cases() if c.name == "test_attention_4d_causal_fp16_expanded")
+    data = case.model.SerializeToString()
+    reference = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    inputs, _ = case.data_sets[0]
+    feeds = {i.name: v for i, v in zip(reference.get_inputs(), inputs)}
+    (got,), (want,) = (ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds),
+                       reference.run(None, feeds))
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_region_outputs_keep_their_types():
+    """A region output that is not float16 (ArgMax's int64, Equal's bool) comes out as is; a
+    float16 one is rounded; both match onnxruntime."""
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("ArgMax", ["m"], ["i"], axis=1),
+             helper.make_node("Equal", ["m", "b"], ["e"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    data = _model(nodes, [_half("x", [4, 300])],
+                  [helper.make_tensor_value_info("i", TensorProto.INT64, None),
+                   helper.make_tensor_value_info("e", TensorProto.BOOL, None), _half("y", None)],
+                  _consts(a=1.37, b=0.5))
+    x = np.random.default_rng(9).standard_normal((4, 300)).astype(np.float16)
+    got, want = _both(data, {"x": x})
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_region_that_cannot_be_built_runs_node_by_node(monkeypatch, caplog):
+    """A region whose float32 graph fails (here: made to) runs its members one by one, in
+    float16, with a warning naming it; the session is not lost."""
+    from ort_ep_cpu.kernels import half_region
+
+    def broken(request):
+        raise RuntimeError("no float32 graph today")
+
+    monkeypatch.setattr(half_region, "_float32_graph", broken)
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    data = _model(nodes, [_half("x", [4, 64])], [_half("y", None)], _consts(a=1.37, b=0.613))
+    x = np.random.default_rng(10).standard_normal((4, 64)).astype(np.float16)
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    want = ((x * np.float16(1.37)).astype(np.float16) + np.float16(0.613)).astype(np.float16)  # rounded at each node
+    np.testing.assert_array_equal(got, want)
+    assert "no float32 graph today" in caplog.text
+    assert {p.note for p in session.get_placement().nodes} == {half_region.NOTE_BY_NODE}

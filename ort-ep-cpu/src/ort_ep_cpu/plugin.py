@@ -21,7 +21,7 @@ from ort_core.devices import host_cpu
 from ort_core.optimizer import FUSED_OPS
 
 from . import PROVIDER_NAME, arena, inplace, kernels, memlimit, threads  # noqa: F401  (importing kernels registers them)
-from .kernels import _jit, _onednn, onednn_group, quant, shape_group
+from .kernels import _jit, _onednn, half_region, onednn_group, quant, shape_group
 from .registry import build_kernel, decline_reason
 from .version import __version__
 
@@ -135,6 +135,10 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     grouped += quant.fake_quant_pairs(graph, [i for i in taken if i not in in_groups])
     in_groups = {i for group in grouped for i in group}
     # shape arithmetic (Shape -> Gather -> Concat ...) as one step remembered per input shape
+    # float16 models: the ops onnxruntime computes in float32 between casts, as float32 regions
+    # (first: a Cast to float16 of a shape-derived scale is one of them)
+    grouped += half_region.groups(graph, [i for i in taken if i not in in_groups])
+    in_groups = {i for group in grouped for i in group}
     grouped += shape_group.groups(graph, [i for i in taken if i not in in_groups])
     capability.claims.extend(Claim(group, fuse=True) for group in grouped)
     in_groups = {i for group in grouped for i in group}
@@ -148,7 +152,7 @@ def ort_create_kernel(ep: ProviderContext, request: KernelRequest) -> Kernel | N
         return None
     if request.fused:
         kernel = (quant.fake_quant_kernel(request) or shape_group.kernel(request, build_kernel)
-                  or onednn_group.build(request, build_kernel))
+                  or half_region.kernel(request, build_kernel) or onednn_group.build(request, build_kernel))
     else:
         kernel = build_kernel(request.node, request)
         if ep.options.get("enable_inplace", True):
