@@ -122,6 +122,21 @@ def test_cast_small_types_match_reference(to):
     assert_same(ours, ref)
 
 
+@pytest.mark.parametrize("to", [TensorProto.INT64, TensorProto.INT32, TensorProto.UINT8])
+def test_cast_of_nan_and_inf_to_integers_warns_of_nothing(to):
+    """NaN, inf and out-of-range floats cast to integers give numpy's (and onnxruntime's x86)
+    values and no RuntimeWarning: with warnings as errors (pytest's filterwarnings = error)
+    the warning was the run's failure. T5's relative-position buckets cast log(0)."""
+    import warnings
+
+    x = np.array([-np.inf, np.nan, 1e30, 2.5], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (y,), (want,) = run_both("Cast", [x], [to], 21, reference="onnxruntime", to=to)
+    np.testing.assert_array_equal(y, want)
+    assert y.dtype == want.dtype
+
+
 def test_cast_strings_both_ways():
     x = np.array(["1.5", "-2", "INF", "-inf", "NaN", "1e-3"], dtype=object)
     (y,), _ = run_both("Cast", [x], [F], 21, to=F)

@@ -116,6 +116,11 @@ def _cast(node, request):
         # numpy's own types both sides: what cast_array does for them, without its per-call
         # type lookups (~1 us; silero-vad runs six Casts a chunk)
         if x.dtype in _PLAIN:
+            if x.dtype.kind == "f" and dtype.kind in "iu":
+                # NaN, inf and out-of-range values: the integer numpy's cast gives (as the C cast
+                # onnxruntime makes does on x86), without numpy's RuntimeWarning
+                with np.errstate(invalid="ignore", over="ignore"):
+                    return x.astype(dtype)
             return as_float32(x) if dtype == np.float32 else as_dtype(x, dtype)
         return cast_array(x, to, saturate, round_mode)
 
