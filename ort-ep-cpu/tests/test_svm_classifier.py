@@ -158,3 +158,34 @@ def test_binary_probit_is_declined():
     model = _node_model(**_svc_attrs(rng, 2, "RBF", False, "PROBIT"))
     with pytest.raises(ort.OrtError, match="PROBIT"):
         ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 10])
+def test_compiled_coupling_is_the_numpy_one(k):
+    """The compiled pairwise coupling (``_jit.pairwise_coupling``) takes onnxruntime's float32
+    steps in its order, as the numpy form does: the same bits, iteration cap and stop rule."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit, svm
+
+    assert _jit.pairwise_coupling() is not None
+    rng = np.random.default_rng(k)
+    upper = rng.uniform(1e-7, 1 - 1e-7, (50, k, k)).astype(np.float32)
+    r = np.zeros((50, k, k), np.float32)
+    for i in range(k):
+        for j in range(i + 1, k):
+            r[:, i, j] = upper[:, i, j]
+            r[:, j, i] = np.float32(1) - upper[:, i, j]
+    np.testing.assert_array_equal(svm._coupled(r).view(np.uint32), svm._coupling(r).view(np.uint32))
+
+
+@pytest.mark.parametrize("degree", [0.0, 1.0, 2.0, 3.0, 4.0, 2.5, 9.0])
+def test_polynomial_kernel_power(degree):
+    """The POLY kernels' power by repeated products for whole degrees up to 8 (numpy's pow
+    otherwise): the same values to float64 rounding, the input untouched."""
+    from ort_ep_cpu.kernels.ml import polynomial
+
+    base = np.random.default_rng(3).uniform(-3, 3, (8, 40))
+    kept = base.copy()
+    with np.errstate(invalid="ignore"):  # a negative base to the power 2.5: NaN both ways
+        np.testing.assert_allclose(polynomial(base, degree), np.power(base, degree), rtol=1e-14, equal_nan=True)
+    np.testing.assert_array_equal(base, kept)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
+from . import _jit
+from .ml import polynomial
 from ._ort_math import logistic as _logistic
 from ._ort_math import probit as _probit
 
@@ -81,6 +83,16 @@ def _coupling(r: np.ndarray) -> np.ndarray:
     return p
 
 
+def _coupled(r: np.ndarray) -> np.ndarray:
+    """``_coupling`` by the compiled loop where numba is there (the same float32 steps)."""
+    loop = _jit.pairwise_coupling()
+    if loop is None:
+        return _coupling(r)
+    p = np.empty(r.shape[:2], dtype=_F)
+    loop(np.ascontiguousarray(r, dtype=_F), p)
+    return p
+
+
 def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.ndarray, sv: np.ndarray) -> np.ndarray:
     """K(x, sv) for all rows and support vectors, (N, F) x (S, F) -> (N, S) float32."""
     if kind == "RBF":
@@ -92,7 +104,7 @@ def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.n
         return dot.astype(_F)
     dot = gamma * dot + coef0
     if kind == "POLY":
-        return (dot**degree).astype(_F)
+        return polynomial(dot, degree).astype(_F)
     return np.tanh(dot).astype(_F)  # SIGMOID
 
 
@@ -150,6 +162,17 @@ def _svm_classifier(node, request):
         coef = coefficients[: (k - 1) * n_vectors].reshape(k - 1, n_vectors).astype(np.float64)
         start = np.concatenate([[0], np.cumsum(per_class)])
         blocks = [slice(start[c], start[c + 1]) for c in range(k)]
+        # every pair's decision value as one product: column p holds pair (i, j)'s
+        # coefficients, coef[j - 1] over class i's vectors and coef[i] over class j's
+        pair_weights = np.zeros((n_vectors, len(pairs)))
+        for p, (i, j) in enumerate(pairs):
+            pair_weights[blocks[i], p] = coef[j - 1, blocks[i]]
+            pair_weights[blocks[j], p] = coef[i, blocks[j]]
+        pair_rho = rho[: len(pairs)].astype(np.float64)
+        pair_first, pair_second = np.array(pairs, dtype=np.int64).reshape(-1, 2).T  # each pair's classes
+        # a pair's vote as a product: its first class where its value is > 0, else its second
+        first_votes = np.eye(k, dtype=np.int64)[pair_first]
+        second_votes = np.eye(k, dtype=np.int64)[pair_second]
     else:  # liblinear: one row of weights per class, rho[0] added to every score
         if coefficients.size % k:
             raise ValueError(f"{name}: {coefficients.size} coefficients for {k} classes")
@@ -174,24 +197,18 @@ def _svm_classifier(node, request):
         if xf.shape[1] != sv.shape[1]:
             raise ValueError(f"{name}: input has {xf.shape[1]} features, the support vectors {sv.shape[1]}")
         kern = _kernel_matrix(kind, gamma, coef0, degree, xf, sv).astype(np.float64)
-        pair_scores = np.empty((n, len(pairs)), dtype=np.float64)
-        votes = np.zeros((n, k), dtype=np.int64)
-        for p, (i, j) in enumerate(pairs):
-            bi, bj = blocks[i], blocks[j]
-            s = kern[:, bi] @ coef[j - 1, bi] + kern[:, bj] @ coef[i, bj] + float(rho[p])
-            pair_scores[:, p] = s
-            winner = np.where(s > 0, i, j)
-            np.add.at(votes, (np.arange(n), winner), 1)
-        pair_scores = pair_scores.astype(_F)
+        values = kern @ pair_weights + pair_rho
+        wins = values > 0
+        votes = wins.astype(np.int64) @ first_votes + (~wins).astype(np.int64) @ second_votes
+        pair_scores = values.astype(_F)
         label = labels[np.argmax(votes, axis=1)]  # first of the most voted, like std::max_element
         if have_proba:
+            v = _F(1) - _logistic(pair_scores * prob_a[: len(pairs)] + prob_b[: len(pairs)])
+            v = np.clip(v, _F(1e-7), _F(1) - _F(1e-7))
             r = np.zeros((n, k, k), dtype=_F)
-            for p, (i, j) in enumerate(pairs):
-                v = _F(1) - _logistic(pair_scores[:, p] * prob_a[p] + prob_b[p])
-                v = np.clip(v, _F(1e-7), _F(1) - _F(1e-7))
-                r[:, i, j] = v
-                r[:, j, i] = _F(1) - v
-            return [label, post(_coupling(r)).astype(_F)]
+            r[:, pair_first, pair_second] = v
+            r[:, pair_second, pair_first] = _F(1) - v
+            return [label, post(_coupled(r)).astype(_F)]
         if k == 2:  # one score, expanded to two columns the way onnxruntime (1.32) does
             s = pair_scores[:, 0]
             first = {"NONE": -s, "LOGISTIC": None, "PROBIT": _probit(s)}.get(post_name, _F(1) - s)
