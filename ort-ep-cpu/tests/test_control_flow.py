@@ -224,3 +224,55 @@ def test_nested_bodies_read_values_two_scopes_out():
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
     graphs = {p.graph for p in ort.InferenceSession(model.SerializeToString()).get_placement().nodes}
     assert {"", "outer_loop/body", "outer_loop/body/inner_if/then_branch", "outer_loop/body/inner_if/else_branch"} <= graphs
+
+
+def _distances_model(elem, axes_as_input: bool, keepdims: int = 0):
+    """skl2onnx's squared Euclidean distances (``onnx_cdist``): a Scan over the rows y_t of Y
+    whose body returns ReduceSumSquare(X - y_t, axes=[1]) and passes X on."""
+    reduce_inputs = ["diff"] + (["axes"] if axes_as_input else [])
+    reduce_attrs = {"keepdims": keepdims} if axes_as_input else {"axes": [1], "keepdims": keepdims}
+    body_nodes = [helper.make_node("Identity", ["next_in"], ["next_out"]),
+                  helper.make_node("Sub", ["next_in", "next"], ["diff"]),
+                  helper.make_node("ReduceSumSquare", reduce_inputs, ["reduced"], **reduce_attrs),
+                  helper.make_node("Identity", ["reduced"], ["scan_out"])]
+    initializers = [onnx.numpy_helper.from_array(np.array([1], np.int64), "axes")] if axes_as_input else []
+    body = helper.make_graph(body_nodes, "body",
+                             [helper.make_tensor_value_info("next_in", elem, None),
+                              helper.make_tensor_value_info("next", elem, None)],
+                             [helper.make_tensor_value_info("next_out", elem, None),
+                              helper.make_tensor_value_info("scan_out", elem, None)], initializers)
+    scan = helper.make_node("Scan", ["X", "Y"], ["X_out", "D"], body=body, num_scan_inputs=1)
+    model = helper.make_model(
+        helper.make_graph([scan], "g", [helper.make_tensor_value_info("X", elem, [None, 5]),
+                                        helper.make_tensor_value_info("Y", elem, [None, 5])],
+                          [helper.make_tensor_value_info("X_out", elem, None), helper.make_tensor_value_info("D", elem, None)]),
+        opset_imports=[helper.make_opsetid("", 18 if axes_as_input else 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("elem,dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64)])
+@pytest.mark.parametrize("axes_as_input", [False, True])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_squared_distances_scan_runs_as_one_step(elem, dtype, axes_as_input, keepdims, monkeypatch):
+    """The squared-distance Scan (keepdims 0: skl2onnx's form) runs all its steps at once, with
+    the per-step path's values to the bit and onnxruntime's within float rounding; keepdims 1
+    is another body and keeps the per-step path. Y has more rows than one chunk holds."""
+    from ort_ep_cpu.kernels import control_flow
+
+    monkeypatch.setattr(control_flow, "CDIST_CHUNK", 64)
+    recognise = control_flow._squared_distances_body
+    seen: list[bool] = []
+    monkeypatch.setattr(control_flow, "_squared_distances_body", lambda node, graph: seen.append(recognise(node, graph)) or seen[-1])
+    data = _distances_model(elem, axes_as_input, keepdims)
+    rng = np.random.default_rng(4)
+    feeds = {"X": rng.standard_normal((7, 5)).astype(dtype), "Y": rng.standard_normal((40, 5)).astype(dtype)}
+    fast = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert seen == [keepdims == 0]
+    monkeypatch.setattr(control_flow, "_squared_distances_body", lambda node, graph: False)
+    steps = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for f, s, w in zip(fast, steps, want):
+        assert f.dtype == w.dtype and f.shape == w.shape
+        np.testing.assert_array_equal(f, s)
+        np.testing.assert_allclose(f, w, rtol=1e-6)

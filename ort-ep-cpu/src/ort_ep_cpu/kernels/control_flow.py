@@ -15,6 +15,7 @@ import numpy as np
 from ort_core import Kernel
 
 from ..registry import kernel
+from .reduce import _sum
 
 
 def _truth(value: Any) -> bool:
@@ -107,10 +108,48 @@ def _loop(node, request):
     return Kernel(run=run_loop)
 
 
+#: the squared distances of the fast form are computed this many elements of (X - y) at a time
+CDIST_CHUNK = 1 << 18
+
+
+def _squared_distances_body(node, graph) -> bool:
+    """Whether a Scan is skl2onnx's squared Euclidean distances (``onnx_cdist``, its
+    nearest-neighbour, LOF, Gaussian-process and kernel-PCA models): one state X passed on
+    unchanged, one scan input Y along axis 0, each step's output ReduceSumSquare(X - y_t,
+    axes=[1], keepdims=0), stacked along axis 0."""
+    if len(node.inputs) != 2 or int(node.attr("num_scan_inputs", 0)) != 1 or len(graph.outputs) != 2:
+        return False
+    if any(list(node.attr(a) or [0]) != [0] for a in ("scan_input_axes", "scan_input_directions",
+                                                      "scan_output_axes", "scan_output_directions")):
+        return False
+    state, step = graph.inputs
+    made = {}
+    for n in graph.nodes:
+        if n.domain or len(n.outputs) != 1:
+            return False
+        made[n.outputs[0]] = n
+    passed, scanned = (made.get(name) for name in graph.outputs)
+    if passed is None or passed.op_type != "Identity" or passed.inputs != (state,):
+        return False
+    if scanned is not None and scanned.op_type == "Identity":
+        scanned = made.get(scanned.inputs[0])
+    if scanned is None or scanned.op_type != "ReduceSumSquare" or int(scanned.attr("keepdims", 1)) != 0:
+        return False
+    axes = scanned.attr("axes")
+    if len(scanned.inputs) > 1 and scanned.inputs[1]:
+        axes = graph.value(scanned.inputs[1]).const_value
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] not in ([1], [-1]):
+        return False
+    difference = made.get(scanned.inputs[0])
+    return (difference is not None and difference.op_type == "Sub" and difference.inputs == (state, step)
+            and len(graph.nodes) == 3 + (made.get(graph.outputs[1]) is not scanned))
+
+
 @kernel("Scan", since=9)
 def _scan(node, request):
     body = request.build_subgraph("body")
     graph = node.subgraphs["body"]
+    squared_distances = _squared_distances_body(node, graph)
     n_decl = len(node.inputs)
     n_scan_in = int(node.attr("num_scan_inputs"))
     n_state = n_decl - n_scan_in
@@ -121,7 +160,24 @@ def _scan(node, request):
     out_dirs = list(node.attr("scan_output_directions") or [0] * n_scan_out)
     scan_views = [graph.value(name) for name in graph.outputs[n_state:]]
 
+    def run_distances(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        # every step at once, in chunks of Y's rows: the same float32 differences, squares and
+        # row sums as the steps' Sub and ReduceSumSquare (one Python step per row of Y cost
+        # 8.5 us: a 150-sample nearest-neighbour model took 1.3 ms, onnxruntime 0.22)
+        out = np.empty((y.shape[0], x.shape[0]), dtype=x.dtype)
+        rows = max(1, CDIST_CHUNK // max(1, x.size))
+        for start in range(0, y.shape[0], rows):
+            d = np.subtract(x[None], y[start:start + rows, None])
+            np.square(d, out=d)
+            out[start:start + rows] = _sum(d, (2,), False)
+        return [x, out]
+
     def run_scan(*args):
+        if squared_distances:
+            x, y = args[0], args[1]
+            if (type(x) is np.ndarray and type(y) is np.ndarray and x.ndim == 2 and y.ndim == 2
+                    and x.shape[1] == y.shape[1] and x.dtype == y.dtype and x.dtype in (np.float32, np.float64)):
+                return run_distances(x, y)
         states = list(args[:n_state])
         scan_inputs = [np.asarray(x) for x in args[n_state:n_decl]]
         outer = _outer(node, args[n_decl:])
