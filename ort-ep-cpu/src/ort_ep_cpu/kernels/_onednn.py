@@ -705,7 +705,8 @@ class _Primitive:
 
 
 class Convolution(_Primitive):
-    """A 2-D convolution (``pads``: top, left, bottom, right; ``post_ops`` applied in order),
+    """A 2-D or 3-D convolution (``pads``: the begins then the ends, as ONNX orders them: top,
+    left, bottom, right in 2-D; ``post_ops`` applied in order),
     with its weights and bias kept in oneDNN's layout. oneDNN chooses every layout
     (``_TAG_ANY``): for the input and output that is nhwc on AVX-512 (oneDNN 3.2's brgconv
     kernels), channel-blocked on other CPUs; ``any_layout=False`` keeps them NCHW (1x1
@@ -729,11 +730,11 @@ class Convolution(_Primitive):
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
         b_md = None if b is None else self._descriptor_of((m,), _TAG_A)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
-        top, left, bottom, right = pads
+        nd = len(strides)
         lib.check(lib.dnnl.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
             src, self._descriptor_of(w_dims, _TAG_ANY, w_type), b_md, dst, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
-            _Dims(top, left), _Dims(bottom, right), self._attributes(post_ops)),
+            _Dims(*pads[:nd]), _Dims(*pads[nd:]), self._attributes(post_ops)),
             f"convolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
         self._finish(pd)
         if integer:

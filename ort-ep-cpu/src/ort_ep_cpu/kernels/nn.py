@@ -4,7 +4,7 @@ Convolution: 1x1 stride-1 ones are one GEMM on the input; 1-D and 2-D ones with 
 kernel or padding run "on the wide output" (``_WidePlan``: stride phases of the padded input
 stored flat, one strided copy per phase into a column buffer, one GEMM per band of output rows,
 the crop fused with the bias), depthwise ones through a compiled loop when numba is installed
-(``_jit``); 3-D ones (and strides with many phases) are an im2col copy + GEMM. Pooling reduces
+(``_jit``); 3-D ones by oneDNN where it is installed, else (and strides with many phases) an im2col copy + GEMM. Pooling reduces
 one spatial axis at a time over strided slices. Geometry (pads, slices, output shape, the
 wide-output plan and its buffers) is worked out once per input shape and cached.
 """
@@ -920,6 +920,8 @@ def _as_2d(x_shape: tuple, g: _Geometry) -> tuple[_Geometry, tuple]:
     column, 1.7 as a row; onnxruntime 1.5)."""
     if len(x_shape) == 3:
         return g.as_2d(), (x_shape[0], x_shape[1], 1, x_shape[2])
+    if len(x_shape) == 5:  # 3-D: as it is
+        return g, x_shape
     if x_shape[3] == 1 and x_shape[2] > 1 and g.kernel[1] == 1 and g.pads[1] == g.pads[3] == 0:
         return g.column_as_row(), (x_shape[0], x_shape[1], 1, x_shape[2])
     return g, x_shape
@@ -930,7 +932,7 @@ def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, thread
     with more than one thread, or without numba: oneDNN's loop is parallel where numba's is
     not, but slower on one core (240-channel 5x5 on 8x12x80: 5.2 ms numba, 7.8 oneDNN at one
     thread; at two, 6.8 and 3.4)."""
-    if x.ndim not in (3, 4):
+    if x.ndim not in (3, 4, 5):
         return False
     macs = w.size * math.prod(g.out) * x.shape[0]
     if g.pointwise and group == 1:
