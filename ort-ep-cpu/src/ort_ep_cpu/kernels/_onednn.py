@@ -58,7 +58,7 @@ _F32, _S32, _S8, _U8 = 3, 4, 5, 6
 _TYPES = {np.dtype(np.float32): _F32, np.dtype(np.int32): _S32, np.dtype(np.int8): _S8, np.dtype(np.uint8): _U8}
 _TAG_ANY, _TAG_A = 1, 2
 _CPU_ENGINE, _IN_ORDER_STREAM = 1, 1
-_FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 96, 1
+_FORWARD_INFERENCE, _CONVOLUTION_DIRECT, _DECONVOLUTION_DIRECT = 96, 1, 10
 _QUERY_IMPL_INFO_STR, _QUERY_SRC_MD, _QUERY_WEIGHTS_MD, _QUERY_DST_MD, _QUERY_SCRATCHPAD_MD = 8, 129, 131, 133, 136
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 _SCRATCHPAD_USER = 1
@@ -740,6 +740,36 @@ class Convolution(_Primitive):
         if integer:
             _require_dot_products(self.implementation)
         self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), w.reshape(w_dims))
+        if b is not None:
+            self._constant(_ARG_BIAS, b_md, b)
+        self._bind_binary()
+
+
+class Deconvolution(_Primitive):
+    """A 1-D to 3-D transposed convolution (ONNX's ConvTranspose) with its weights and bias kept
+    in oneDNN's layout; ``w`` is ONNX's (C, M / group, *kernel), ``pads`` the output's crop,
+    begins then ends (an end may be negative: output_padding's zero-filled extra). oneDNN
+    chooses the input and output layouts (reordered from and to NCHW)."""
+
+    def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
+                 strides, dilations, pads, y_shape: tuple[int, ...], packed: PackedConstants | None = None):
+        super().__init__(lib, x_shape, y_shape, packed=packed)
+        c, mg = w.shape[:2]
+        kernel = tuple(w.shape[2:])
+        # oneDNN's deconvolution weights are (output, input) channels: ONNX's transposed per group
+        w_oi = w.reshape((group, c // group, mg) + kernel).swapaxes(1, 2)
+        w_dims = w_oi.shape[1:] if group == 1 else w_oi.shape
+        b_md = None if b is None else self._descriptor_of((mg * group,), _TAG_A)
+        pd = self._own("dnnl_primitive_desc_destroy", _P())
+        nd = len(strides)
+        lib.check(lib.dnnl.dnnl_deconvolution_forward_primitive_desc_create(
+            ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _DECONVOLUTION_DIRECT,
+            self._descriptor_of(x_shape, _TAG_ANY), self._descriptor_of(w_dims, _TAG_ANY), b_md,
+            self._descriptor_of(y_shape, _TAG_ANY), _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
+            _Dims(*pads[:nd]), _Dims(*pads[nd:]), self._attributes()),
+            f"deconvolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
+        self._finish(pd)
+        self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), w_oi.reshape(w_dims))
         if b is not None:
             self._constant(_ARG_BIAS, b_md, b)
         self._bind_binary()
