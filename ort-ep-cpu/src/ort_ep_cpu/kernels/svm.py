@@ -13,9 +13,9 @@ import numpy as np
 
 from ..registry import kernel
 from . import _jit
-from .ml import polynomial
 from ._ort_math import logistic as _logistic
 from ._ort_math import probit as _probit
+from .ml import polynomial
 
 ML = "ai.onnx.ml"
 _F = np.float32
