@@ -45,3 +45,35 @@ def test_nearest_integer_upsample_matches_onnxruntime(shape, scales, elem, compi
     np.testing.assert_array_equal(got, want)
     rows_columns = scales[:2] == [1, 1] and all(float(f).is_integer() for f in scales)
     assert bool(used) == (compiled and elem == TensorProto.FLOAT and rows_columns)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ratio", [0, 2])
+@pytest.mark.parametrize("opset, transform", [(10, None), (16, "half_pixel"), (16, "output_half_pixel")])
+def test_roi_align_matches_onnxruntime(compiled, mode, ratio, opset, transform, monkeypatch):
+    """RoiAlign by the compiled loop (``_jit.roi_align``): onnxruntime's float32 steps, so its
+    values to the bit; by numpy (float64 positions and weights) within 1e-4. Regions in and
+    partly out of the image, wider and narrower than a bin, on two images."""
+    use_compiled(monkeypatch, compiled, "roi_align")
+    attrs = {"mode": mode, "output_height": 7, "output_width": 5, "sampling_ratio": ratio, "spatial_scale": 0.25}
+    if transform:
+        attrs["coordinate_transformation_mode"] = transform
+    graph = helper.make_graph(
+        [helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 20, 25]),
+         helper.make_tensor_value_info("rois", TensorProto.FLOAT, [None, 4]),
+         helper.make_tensor_value_info("b", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    rng = np.random.default_rng(5)
+    corner = rng.uniform(-20, 110, (40, 2))
+    feeds = {"x": rng.standard_normal((2, 6, 20, 25)).astype(np.float32),
+             "rois": np.concatenate([corner, corner + rng.uniform(0, 60, (40, 2))], 1).astype(np.float32),
+             "b": rng.integers(0, 2, 40)}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    if compiled:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

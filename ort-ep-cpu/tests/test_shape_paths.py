@@ -83,3 +83,41 @@ def test_unsqueeze_matches_onnxruntime(axes):
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("form", ["rows", "rows with duplicates and negatives", "elements", "partial"])
+def test_scatter_elements_of_whole_rows_matches_onnxruntime(axis, form, monkeypatch):
+    """ScatterElements whose indices move whole rows (constant along every other axis, covering
+    it: torchvision's MultiScaleRoIAlign) takes one row assignment; other indices the element
+    path. Both give onnxruntime's values, duplicates (last wins) and negative indices included."""
+    from ort_ep_cpu.kernels import shape
+
+    monkeypatch.setattr(shape, "ROW_SCATTER_MIN", 0)
+    rng = np.random.default_rng(6)
+    data_shape = (6, 5, 4)
+    n = data_shape[axis]
+    index_shape = list(data_shape)
+    if form == "partial":
+        index_shape[(axis + 1) % 3] -= 1  # does not cover the other axes: element by element
+    rows = rng.permutation(n)
+    if form == "rows with duplicates and negatives":
+        rows = np.array([n - 1, -1, 0, 2] + list(range(n - 4)))[:n] if n > 4 else np.array([1, -1, 1, 0])[:n]
+    shape_of_rows = [1, 1, 1]
+    shape_of_rows[axis] = n
+    indices = np.broadcast_to(rows.reshape(shape_of_rows), index_shape).astype(np.int64)
+    if form == "elements":
+        indices = rng.integers(-n, n, index_shape).astype(np.int64)
+    data = rng.standard_normal(data_shape).astype(np.float32)
+    updates = rng.standard_normal(index_shape).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("ScatterElements", ["data", "indices", "updates"], ["y"], axis=axis)], "g",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, data_shape),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, index_shape),
+         helper.make_tensor_value_info("updates", TensorProto.FLOAT, index_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]).SerializeToString()
+    feeds = {"data": data, "indices": np.ascontiguousarray(indices), "updates": updates}
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)

