@@ -56,6 +56,9 @@ _half_to_float: Callable | None = None
 _float_to_half: Callable | None = None
 _pairwise_coupling: Callable | None = None
 _roi_align: Callable | None = None
+_grid_taps: Callable | None = None
+_grid_linear: Callable | None = None
+_grid_axis: Callable | None = None  # the compiled _grid_axis_py (set by _load)
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -239,6 +242,26 @@ def roi_align() -> Callable | None:
     return _roi_align if _load() else None
 
 
+def grid_taps() -> Callable | None:
+    """The compiled loop ``(x, lin, w, y)`` of GridSample's interpolation, or None: y[n, c, p]
+    = sum over taps t of w[n, p, t] * x[n, c, lin[n, p, t]], each product rounded and added in
+    tap order (as numpy's path adds them), for x (N, C, S), lin (N, P, T) int64, w (N, P, T)
+    and y (N, C, P) of x's dtype. Channel by channel, so each gather reads one plane; numpy's
+    path moved the image channels last and gathered (P, C) blocks per tap (a 32-channel 64x64
+    bilinear sample: 0.69 ms, onnxruntime 0.12)."""
+    return _grid_taps if _load() else None
+
+
+def grid_linear() -> Callable | None:
+    """The compiled 2-D bilinear GridSample ``(x, grid, height, width, align, border, y)`` with
+    zeros or border padding, or None: x (N, C, H * W), grid (N, P, 2) as given, y (N, C, P) of
+    x's dtype.
+    The numpy path's arithmetic step for step (float64 coordinates and weights, each weight
+    rounded to x's dtype, the four taps added in order), so the same values; no (N, P, 4)
+    temporaries (a 32-channel 64x64 sample: 0.69 ms by numpy, onnxruntime 0.12)."""
+    return _grid_linear if _load() else None
+
+
 def lstm_scan() -> Callable | None:
     """The compiled float32 LSTM recurrence of one direction with the default activations
     (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
@@ -296,7 +319,8 @@ def _load_once() -> None:
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
-    global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align
+    global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
+    global _grid_linear, _grid_axis
     if _tried:
         return
     with _lock:
@@ -307,7 +331,7 @@ def _load_once() -> None:
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = _narrow_product = None
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
-                _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = None
+                _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -367,6 +391,10 @@ def _load_once() -> None:
                                                 error_model="numpy")(_pairwise_coupling_py)
                 _roi_align = numba.njit(cache=cached, nogil=True, boundscheck=False,
                                         error_model="numpy")(_roi_align_py)
+                _grid_taps = numba.njit(cache=cached, nogil=True, boundscheck=False, error_model="numpy")(_grid_taps_py)
+                # the axis helper is a global of the loop, so it is compiled first
+                _grid_axis = numba.njit(inline="always", nogil=True, error_model="numpy")(_grid_axis_py)
+                _grid_linear = numba.njit(cache=cached, nogil=True, boundscheck=False, error_model="numpy")(_grid_linear_py)
             _tried = True
 
 
@@ -718,6 +746,57 @@ def _roi_align_py(xt, rois, batch, scale, offset, half_pixel, ratio, is_max, y):
                         first = False
                 for c in range(channels):
                     y[r, ph, pw, c] = acc[c] if is_max else acc[c] / count
+
+
+def _grid_taps_py(x, lin, w, y):  # pragma: no cover - compiled by numba
+    """See ``grid_taps``."""
+    for n in range(y.shape[0]):
+        for c in range(y.shape[1]):
+            for p in range(y.shape[2]):
+                acc = y.dtype.type(0)
+                for t in range(lin.shape[2]):
+                    acc += w[n, p, t] * x[n, c, lin[n, p, t]]
+                y[n, c, p] = acc
+
+
+def _grid_axis_py(v, size, align, border):  # pragma: no cover - compiled by numba (inlined)
+    """One grid coordinate's two taps along an axis of ``size``: (index, weight) twice."""
+    v = (v + 1.0) / 2.0 * (size - 1) if align else ((v + 1.0) * size - 1.0) / 2.0
+    lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    if border and (v < lo or v > hi):
+        v = min(max(v, 0.0), size - 1.0)
+    base = np.floor(v)
+    frac = v - base
+    i0, i1 = base, base + 1.0
+    w0, w1 = 1.0 - frac, frac
+    if not border:  # zeros: a tap outside the image weighs nothing
+        w0 = 0.0 if i0 < 0 or i0 >= size else w0
+        w1 = 0.0 if i1 < 0 or i1 >= size else w1
+    return int(min(max(i0, 0.0), size - 1.0)), w0, int(min(max(i1, 0.0), size - 1.0)), w1
+
+
+def _grid_linear_py(x, grid, height, width, align, border, y):  # pragma: no cover - compiled by numba
+    """See ``grid_linear``."""
+    n_images, channels = x.shape[0], x.shape[1]
+    points = grid.shape[1]
+    lin = np.empty((points, 4), np.int64)
+    weight = np.empty((points, 4), y.dtype)
+    t = y.dtype.type
+    for n in range(n_images):
+        for p in range(points):
+            ix0, wx0, ix1, wx1 = _grid_axis(np.float64(grid[n, p, 0]), width, align, border)
+            iy0, wy0, iy1, wy1 = _grid_axis(np.float64(grid[n, p, 1]), height, align, border)
+            lin[p, 0], weight[p, 0] = iy0 * width + ix0, t(wy0 * wx0)
+            lin[p, 1], weight[p, 1] = iy0 * width + ix1, t(wy0 * wx1)
+            lin[p, 2], weight[p, 2] = iy1 * width + ix0, t(wy1 * wx0)
+            lin[p, 3], weight[p, 3] = iy1 * width + ix1, t(wy1 * wx1)
+        for c in range(channels):
+            plane = x[n, c]
+            for p in range(points):
+                acc = t(0)
+                for k in range(4):
+                    acc += weight[p, k] * plane[lin[p, k]]
+                y[n, c, p] = acc
 
 
 def _integer_product_py(a, b, z):  # pragma: no cover - compiled by numba

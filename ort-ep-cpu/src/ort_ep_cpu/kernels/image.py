@@ -402,6 +402,12 @@ def _grid_sample_builder(node, request):
         dims = x.shape[2:]
         nd = len(dims)
         out_spatial = grid.shape[1:-1]
+        if (mode == "linear" and padding != "reflection" and nd == 2 and x.dtype in JIT_FLOATS
+                and grid.shape[-1] == 2 and grid.shape[0] == n and (loop := _jit.grid_linear()) is not None):
+            y = np.empty((n, c, math.prod(out_spatial)), dtype=x.dtype)
+            loop(np.ascontiguousarray(x).reshape(n, c, -1), np.ascontiguousarray(grid).reshape(n, -1, 2), dims[0], dims[1],
+                 align, padding == "border", y)
+            return y.reshape((n, c) + tuple(out_spatial))
         g = grid.reshape(n, -1, nd).astype(np.float64)
         per_dim = []  # for each spatial dim: (indices (N, P, T), weights (N, P, T))
         for d, size in enumerate(dims):
@@ -434,10 +440,19 @@ def _grid_sample_builder(node, request):
                 idx = np.clip(np.trunc(_reflect(idx, lo, hi)), 0, size - 1)
             per_dim.append((idx.astype(np.int64), w))
         work = np.float64 if x.dtype == np.float64 else np.float32
+        strides = np.cumprod((1,) + dims[::-1])[:-1][::-1]
+        loop = _jit.grid_taps()
+        if loop is not None and x.dtype in JIT_FLOATS:
+            taps = list(itertools.product(*(range(i.shape[-1]) for i, _ in per_dim)))
+            lin = np.stack([sum(per_dim[d][0][..., t] * strides[d] for d, t in enumerate(tap)) for tap in taps], axis=-1)
+            weight = np.stack([np.prod([per_dim[d][1][..., t] for d, t in enumerate(tap)], axis=0) for tap in taps],
+                              axis=-1).astype(work)
+            y = np.empty((n, c, g.shape[1]), dtype=work)
+            loop(np.ascontiguousarray(x).reshape(n, c, -1), np.ascontiguousarray(lin, dtype=np.int64), weight, y)
+            return y.reshape((n, c) + tuple(out_spatial))
         # channels last, so that every tap gathers whole C-vectors: (N, H*W, C)
         flat = np.ascontiguousarray(x.reshape(n, c, -1).transpose(0, 2, 1)).astype(work, copy=False)
         out = np.zeros((n, g.shape[1], c), dtype=work)
-        strides = np.cumprod((1,) + dims[::-1])[:-1][::-1]
         rows = np.arange(n)[:, None]
         for taps in itertools.product(*(range(i.shape[-1]) for i, _ in per_dim)):
             lin = sum(per_dim[d][0][..., t] * strides[d] for d, t in enumerate(taps))
