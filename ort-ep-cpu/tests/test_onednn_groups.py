@@ -222,6 +222,35 @@ def test_squeeze_excite_broadcast_mul_runs_in_the_layout(reorders):
     assert len(reorders) == 1
 
 
+@pytest.mark.parametrize("axes_as", ["attribute", "input"])
+def test_squeeze_excite_spatial_reduce_mean_is_a_pool_of_the_group(reorders, axes_as):
+    """torch's dynamo exporter writes squeeze-excite's mean as ReduceMean over H and W (dims
+    kept): the group holds it as a GlobalAveragePool; a mean over the channels is no member."""
+    n = Net((2, 40, 10, 10))
+    x = n.conv("x", 40, 40, group=40, activation="Relu")
+    if axes_as == "attribute":
+        se = n.op("ReduceMean", [x], axes=[-1, 2], keepdims=1)
+    else:
+        se = n.op("ReduceMean", [x, n.const(np.array([2, 3]))], keepdims=1)
+        n.inits[-1] = onnx.numpy_helper.from_array(np.array([2, 3], np.int64), n.inits[-1].name)
+    se = n.op("Sigmoid", [n.conv(se, 40, 40, k=1, pads=[0, 0, 0, 0])])
+    channel_mean = n.op("ReduceMean", [x], axes=[1], keepdims=1)
+    y = n.conv(n.op("Mul", [x, se]), 40, 24, k=1, pads=[0, 0, 0, 0])
+    data = n.model(y, channel_mean)
+    if axes_as == "input":  # ReduceMean takes its axes as an input from opset 18
+        model = onnx.load_from_string(data)
+        model.opset_import[0].version = 18
+        model.graph.node.remove(next(nd for nd in model.graph.node if nd.output[0] == channel_mean))
+        model.graph.output.pop()
+        data = model.SerializeToString()
+        channel_mean = None
+    session = _session(data)
+    groups = list(_groups(session).values())
+    assert ["FusedConv", "ReduceMean", "Conv", "Sigmoid", "Mul", "Conv"] in groups
+    assert all(ops.count("ReduceMean") <= 1 for ops in groups)  # the channel mean runs on its own
+    _check(data, (2, 40, 10, 10), session)
+
+
 @pytest.mark.parametrize("attrs", [
     {"strides": [2, 2]},
     {"dilations": [2, 2], "pads": [2, 2, 2, 2]},

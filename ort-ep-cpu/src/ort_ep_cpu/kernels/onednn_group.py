@@ -9,7 +9,8 @@ chain of such nodes as one fused group (``groups``) whose kernel (``build``) kee
 between its members in oneDNN's layout and reorders only where a value enters or leaves.
 
 What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
-has as a post-op), MaxPool, AveragePool and GlobalAveragePool (oneDNN's pooling), and the
+has as a post-op), MaxPool, AveragePool and GlobalAveragePool (also as a ReduceMean over H and W;
+oneDNN's pooling), and the
 elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
 or Mul of two 4-D values with the same channel count or by a one-element constant), and a
 feature pyramid's Resize (fixed spatial scales: its kernel resizes the layout's H and W axes)
@@ -159,10 +160,24 @@ def _conv_channels(node: NodeView, values: _Values) -> int | None:
     return int(w.shape[0])
 
 
+def _is_spatial_mean(node: NodeView, graph: GraphView) -> bool:
+    """A ReduceMean over the two spatial axes of a 4-D input, dims kept: a GlobalAveragePool
+    (torch's dynamo exporter writes adaptive_avg_pool2d(1) and squeeze-excite means so; each
+    one outside the group split it, with reorders at both ends: an EfficientNet-B0 in 17)."""
+    if node.domain or node.op_type != "ReduceMean" or int(node.attr("keepdims", 1)) != 1:
+        return False
+    axes = node.attr("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = _fixed_constant(graph, node.inputs[1])
+    if axes is None:
+        return False
+    return sorted(int(a) % 4 for a in np.asarray(axes).reshape(-1)) == [2, 3]
+
+
 def _pool_member(node: NodeView, values: _Values) -> bool:
     if values.channels(node.inputs[0]) is None or (len(node.outputs) > 1 and node.outputs[1]):
         return False  # MaxPool's Indices output: its own kernel
-    if node.op_type == "GlobalAveragePool":
+    if node.op_type in ("GlobalAveragePool", "ReduceMean"):
         return True
     if any(d != 1 for d in node.attr("dilations") or []):
         return False  # oneDNN 3.2 has only its reference loop for dilated pooling
@@ -224,7 +239,8 @@ def _kind(node: NodeView, values: _Values) -> str | None:
             node.op_type in UNARY or node.op_type in BINARY):
         channels = _elementwise_channels(node, values)
         kind = "elementwise"
-    elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+    elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool") or _is_spatial_mean(
+            node, values.graph):
         channels = values.channels(node.inputs[0]) if _pool_member(node, values) else None
         kind = "primitive"
     elif not node.domain and node.op_type == "QuantizeLinear":
@@ -442,7 +458,7 @@ class _Program:
                 except _onednn.OneDNNError:
                     self._convolution(node, absorb=False)
                 return
-            if node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+            if node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean"):
                 self._pooling(node)
                 return
         except (_onednn.OneDNNError, ValueError):
@@ -601,7 +617,7 @@ class _Program:
         x_shape = self.shape[node.inputs[0]]
         if len(x_shape) != 4:
             raise ValueError(f"{node.name}: input of rank {len(x_shape)}")
-        if node.op_type == "GlobalAveragePool":
+        if node.op_type in ("GlobalAveragePool", "ReduceMean"):  # (a spatial mean: ``_is_spatial_mean``)
             kernel, strides, dilations, pads = list(x_shape[2:]), [1, 1], [1, 1], [0, 0, 0, 0]
             algorithm = _onednn.POOLING_AVERAGE_EXCLUDE_PADDING
         else:
