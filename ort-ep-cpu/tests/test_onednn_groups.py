@@ -222,6 +222,27 @@ def test_squeeze_excite_broadcast_mul_runs_in_the_layout(reorders):
     assert len(reorders) == 1
 
 
+def test_pre_activation_dense_block_is_one_group(reorders):
+    """DenseNet's layers (Concat -> BatchNormalization -> Relu -> Conv, the BatchNormalization
+    not foldable into a convolution before it) stay in one group: each BatchNormalization
+    outside split it, with reorders at both ends (DenseNet-121: 62 groups, now 1)."""
+    n = Net((2, 8, 12, 12))
+    features = [n.conv("x", 8, 8)]  # the stem
+    channels = 8
+    for _ in range(3):
+        x = features[0] if len(features) == 1 else n.op("Concat", features, axis=1)
+        bn = n.op("BatchNormalization", [x, n.const(n.rng.uniform(0.5, 1.5, channels)), n.const(n.rng.standard_normal(channels)),
+                                         n.const(n.rng.standard_normal(channels) * 0.1), n.const(n.rng.uniform(0.5, 2, channels))])
+        features.append(n.conv(n.op("Relu", [bn]), channels, 4))
+        channels += 4
+    data = n.model(n.op("Concat", features, axis=1))
+    session = _session(data)
+    groups = list(_groups(session).values())
+    assert len(groups) == 1 and groups[0].count("BatchNormalization") == 3
+    _check(data, (2, 8, 12, 12), session)
+    assert len(reorders) <= 2  # in and out
+
+
 @pytest.mark.parametrize("axes_as", ["attribute", "input"])
 def test_squeeze_excite_spatial_reduce_mean_is_a_pool_of_the_group(reorders, axes_as):
     """torch's dynamo exporter writes squeeze-excite's mean as ReduceMean over H and W (dims

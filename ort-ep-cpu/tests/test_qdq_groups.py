@@ -272,9 +272,9 @@ def test_a_lone_qdq_convolution_is_a_group():
 
 
 def test_float_models_group_as_before(monkeypatch):
-    """The float model quantize_static started from: its BatchNormalizations stay out of the
-    group at ORT_DISABLE_ALL, and its pools take no post-ops (the QDQ members change nothing
-    for it)."""
+    """The float model quantize_static started from: at ORT_DISABLE_ALL its BatchNormalizations
+    are group members (as any BatchNormalization with constant parameters is), its values are
+    onnxruntime's, and its pools take no post-ops (the QDQ members change nothing for it)."""
     pool_post_ops = []
     real = _onednn.Pooling.__init__
 
@@ -290,5 +290,5 @@ def test_float_models_group_as_before(monkeypatch):
     session = _session(data)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
     placement = session.get_placement().nodes
-    assert all(p.group is None for p in placement if p.op_type == "BatchNormalization")
+    assert all(p.group is not None for p in placement if p.op_type == "BatchNormalization")
     assert pool_post_ops == [[], []]  # the MaxPool and the GlobalAveragePool

@@ -254,11 +254,10 @@ def _kind(node: NodeView, values: _Values) -> str | None:
             channels = values.made.get(node.inputs[0])
         kind = "elementwise"
     elif not node.domain and node.op_type == "BatchNormalization":
-        # in a QDQ model only (its input a DequantizeLinear's): a float model's is folded into
-        # the convolution from ORT_ENABLE_BASIC on, and ORT_DISABLE_ALL keeps it as written
-        producer = values.graph.producer.get(node.inputs[0])
-        from_dq = producer is not None and values.graph.nodes[producer].op_type == "DequantizeLinear"
-        channels = values.channels(node.inputs[0]) if from_dq else None
+        # one after a convolution is folded into it from ORT_ENABLE_BASIC on; the others (a QDQ
+        # model's, a pre-activation network's after a Concat: DenseNet's 62, each splitting
+        # the group, with reorders at both ends) are members computed in the layout
+        channels = values.channels(node.inputs[0])
         affine = _batch_norm(node, values.graph) if channels is not None else None
         if affine is None or (isinstance(channels, int) and affine[0].size != channels):
             channels = None
