@@ -121,3 +121,33 @@ def test_scatter_elements_of_whole_rows_matches_onnxruntime(axis, form, monkeypa
     want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])
+@pytest.mark.parametrize("largest", [True, False])
+def test_top_k_compiled_rows_are_the_numpy_ones(dtype, largest):
+    """TopK of up to 16 values a row by the compiled loop (``_jit.top_k_rows``) gives the numpy
+    path's values and indices: ties by the lower index, NaN above +inf (largest) or last, -0.0
+    equal to 0.0; on any axis. (The numpy path is checked against onnxruntime in
+    test_family_b.py, which now runs the compiled one for its small k.)"""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit, shape
+
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        n = int(rng.integers(1, 40))
+        k = int(rng.integers(1, min(n, 16) + 1))
+        x = rng.integers(-3, 4, (3, n, 2)).astype(dtype)  # many ties
+        if np.dtype(dtype).kind == "f":
+            pick = rng.random(x.shape)
+            x[pick < 0.1] = np.nan
+            x[(pick > 0.1) & (pick < 0.15)] = np.inf
+            x[(pick > 0.15) & (pick < 0.2)] = -0.0
+        got = shape._top_k(x, k, 1, largest, True)
+        saved, _jit.USE = _jit.USE, False
+        try:
+            want = shape._top_k(x, k, 1, largest, True)
+        finally:
+            _jit.USE = saved
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from ..registry import kernel
+from . import _jit
 from ._util import normalize_axis, per_shape
 
 
@@ -395,12 +396,24 @@ def _descending_key(x: np.ndarray) -> np.ndarray:
     return -x.astype(np.float64) if x.dtype.itemsize < 4 or x.dtype.kind == "V" else -x
 
 
+#: TopK of at most this many values a row by the compiled loop (``_jit.top_k_rows``: O(N k))
+TOP_K_COMPILED_MAX = 16
+_TOP_K_COMPILED_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+
+
 def _top_k(x: np.ndarray, k: int, axis: int, largest: bool, sort: bool):
     a = normalize_axis(axis, x.ndim)
     n = x.shape[a]
     if k < 0 or k > n:
         raise ValueError(f"TopK: k={k} is outside [0, {n}] for axis {a} of shape {x.shape}")
     v = np.moveaxis(x, a, -1)
+    if 0 < k <= TOP_K_COMPILED_MAX and v.dtype in _TOP_K_COMPILED_DTYPES and v.size and (loop := _jit.top_k_rows()) is not None:
+        rows = np.ascontiguousarray(v).reshape(-1, n)
+        values = np.empty((rows.shape[0], k), v.dtype)
+        order = np.empty((rows.shape[0], k), np.int64)
+        loop(rows, k, largest, values, order)
+        shape = v.shape[:-1] + (k,)
+        return np.moveaxis(values.reshape(shape), -1, a), np.moveaxis(order.reshape(shape), -1, a)
     key = _descending_key(v) if largest else v
     # largest first counts NaN above +inf, as onnxruntime does (numpy sorts NaN last either way)
     nan_first = largest and v.dtype.kind == "f" and k > 0 and bool(np.isnan(v).any())
