@@ -663,6 +663,7 @@ def test_conv_transpose_matches_onnxruntime(runs, monkeypatch, x_shape, w_shape,
     from ort_ep_cpu.kernels import conv
 
     monkeypatch.setattr(conv, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(conv, "ONEDNN_MIN_OUTPUT_CHANNELS", 0)
     rng = np.random.default_rng(2)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[1] * attrs.get("group", 1)).astype(np.float32)
@@ -682,4 +683,7 @@ def test_conv_transpose_matches_onnxruntime(runs, monkeypatch, x_shape, w_shape,
     assert [kind for kind, _ in runs] == ["Deconvolution"]
     runs.clear()
     _check(model(False), x_shape, feeds={"w": w})
+    assert runs == []
+    monkeypatch.setattr(conv, "ONEDNN_MIN_OUTPUT_CHANNELS", w_shape[1] * attrs.get("group", 1) + 1)
+    _check(model(True), x_shape)  # too few output channels: numpy's path
     assert runs == []

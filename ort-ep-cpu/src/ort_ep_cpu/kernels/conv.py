@@ -46,6 +46,10 @@ def _fold(cols: np.ndarray, kernel_shape, strides, dilations, in_spatial, begin,
 
 #: transposed convolutions of fewer multiply-adds keep numpy's path (oneDNN's call costs more)
 ONEDNN_MIN_MACS = 1 << 14
+#: ... and those with fewer output channels: oneDNN's kernels vectorise over them (ocr-det's
+#: 24 -> 1 channel 2x2 upsample on 160 x 160: 496 us by oneDNN, 199 by the GEMM and one
+#: interleaving pass; its 24 -> 24 on 80 x 80: 410 against 598)
+ONEDNN_MIN_OUTPUT_CHANNELS = 8
 
 
 @kernel("ConvTranspose")
@@ -69,7 +73,8 @@ def _conv_transpose(node, request):
         y_shape = (x.shape[0], w.shape[1] * group, *out_spatial)
 
         def make(lib):
-            if w.size * math.prod(x.shape[2:]) * x.shape[0] < ONEDNN_MIN_MACS or min(out_spatial) <= 0:
+            if (w.size * math.prod(x.shape[2:]) * x.shape[0] < ONEDNN_MIN_MACS or min(out_spatial) <= 0
+                    or y_shape[1] < ONEDNN_MIN_OUTPUT_CHANNELS):
                 return None
             return _onednn.Deconvolution(lib, x.shape, np.ascontiguousarray(w), b, group, strides, dilations,
                                          list(begin) + end, y_shape, packed=packed)
