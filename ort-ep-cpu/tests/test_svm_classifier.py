@@ -182,10 +182,10 @@ def test_compiled_coupling_is_the_numpy_one(k):
 def test_polynomial_kernel_power(degree):
     """The POLY kernels' power by repeated products for whole degrees up to 8 (numpy's pow
     otherwise): the same values to float64 rounding, the input untouched."""
-    from ort_ep_cpu.kernels.ml import polynomial
+    from ort_ep_cpu.kernels.elementwise import whole_power
 
     base = np.random.default_rng(3).uniform(-3, 3, (8, 40))
     kept = base.copy()
     with np.errstate(invalid="ignore"):  # a negative base to the power 2.5: NaN both ways
-        np.testing.assert_allclose(polynomial(base, degree), np.power(base, degree), rtol=1e-14, equal_nan=True)
+        np.testing.assert_allclose(whole_power(base, degree), np.power(base, degree), rtol=1e-14, equal_nan=True)
     np.testing.assert_array_equal(base, kept)

@@ -134,11 +134,11 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     # a QDQ model's QuantizeLinear -> DequantizeLinear pairs outside those groups, one pass each
     grouped += quant.fake_quant_pairs(graph, [i for i in taken if i not in in_groups])
     in_groups = {i for group in grouped for i in group}
-    # shape arithmetic (Shape -> Gather -> Concat ...) as one step remembered per input shape
     # float16 models: the ops onnxruntime computes in float32 between casts, as float32 regions
-    # (first: a Cast to float16 of a shape-derived scale is one of them)
+    # (before the shape groups: a Cast to float16 of a shape-derived scale is one of them)
     grouped += half_region.groups(graph, [i for i in taken if i not in in_groups])
     in_groups = {i for group in grouped for i in group}
+    # shape arithmetic (Shape -> Gather -> Concat ...) as one step remembered per input shape
     grouped += shape_group.groups(graph, [i for i in taken if i not in in_groups])
     capability.claims.extend(Claim(group, fuse=True) for group in grouped)
     in_groups = {i for group in grouped for i in group}

@@ -18,6 +18,7 @@ from ..registry import kernel
 from . import _jit
 from ._delegate import DELEGATED, reference_kernel
 from ._ort_math import probit
+from .elementwise import whole_power
 
 ML = "ai.onnx.ml"
 
@@ -621,24 +622,12 @@ def _compiled_linear_finish():
 _SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
 
 
-def polynomial(base: np.ndarray, degree: float) -> np.ndarray:
-    """base ** degree, by repeated products where the degree is a whole number up to 8 (the
-    SVM kernels' usual 2 or 3): numpy's float power for a float exponent calls pow per element
-    (an SVR's (8, 400) kernel: about 150 us, the products a few)."""
-    if degree == int(degree) and 1 <= degree <= 8:
-        y = base.copy()
-        for _ in range(int(degree) - 1):
-            y *= base
-        return y
-    return base**degree
-
-
 def _svm_kernel(kind: str, gamma: float, coef0: float, degree: float):
     """K(X, SV) for all samples and support vectors at once: (N, F) x (S, F) -> (N, S)."""
     if kind == "LINEAR":
         return lambda x, sv: x @ sv.T
     if kind == "POLY":
-        return lambda x, sv: polynomial(gamma * (x @ sv.T) + coef0, degree)
+        return lambda x, sv: whole_power(gamma * (x @ sv.T) + coef0, degree)
     if kind == "SIGMOID":
         return lambda x, sv: np.tanh(gamma * (x @ sv.T) + coef0)
 

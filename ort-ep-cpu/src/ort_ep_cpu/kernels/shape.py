@@ -109,7 +109,7 @@ def _scatter_elements_builder(node, request):
             rows = _row_indices(indices, data, a)
             if rows is not None:
                 # one row assignment (the last of duplicate rows wins, as in the spec's loop)
-                # instead of one index per element: 23 -> 1 ms on a Faster R-CNN's 150 x 256 x 7 x 7
+                # instead of one index per element: 23 -> 2.3 ms on a Faster R-CNN's 150 x 256 x 7 x 7
                 np.moveaxis(out, a, 0)[_fix_indices(rows, data.shape[a])] = np.moveaxis(updates, a, 0)
                 return out
         index = _elements_index(indices, a, data.shape[a])

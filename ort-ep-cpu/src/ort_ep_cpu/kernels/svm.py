@@ -15,7 +15,7 @@ from ..registry import kernel
 from . import _jit
 from ._ort_math import logistic as _logistic
 from ._ort_math import probit as _probit
-from .ml import polynomial
+from .elementwise import whole_power
 
 ML = "ai.onnx.ml"
 _F = np.float32
@@ -104,7 +104,7 @@ def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.n
         return dot.astype(_F)
     dot = gamma * dot + coef0
     if kind == "POLY":
-        return polynomial(dot, degree).astype(_F)
+        return whole_power(dot, degree).astype(_F)
     return np.tanh(dot).astype(_F)  # SIGMOID
 
 
