@@ -58,11 +58,11 @@ class Net:
                            activation=activation, **attrs)
         return self.op("Conv", [x, w, b], kernel_shape=[k, k], group=group, **attrs)
 
-    def model(self, *outputs) -> bytes:
+    def model(self, *outputs, opset: int = 17) -> bytes:
         graph = helper.make_graph(
             self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.x_shape)],
             [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], self.inits)
-        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+        opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 
@@ -153,6 +153,34 @@ def test_activations_after_a_convolution_become_post_ops(op, attrs):
     _check(data, (1, 8, 9, 11))
     (program,) = [p for p in _programs() if id(p) not in before]
     assert len(program.absorbed) == 2
+
+
+GELU_FORMS = [
+    ("com.microsoft", "Gelu", {}), ("", "Gelu", {}), ("", "Gelu", {"approximate": "tanh"}),
+    ("com.microsoft", "FastGelu", {}), ("com.microsoft", "QuickGelu", {"alpha": 1.5}),
+]
+
+
+@pytest.mark.parametrize("domain, op, attrs", GELU_FORMS)
+def test_gelu_forms_join_the_group(reorders, domain, op, attrs):
+    """Between convolutions a Gelu is a post-op (its oneDNN eltwise algorithm); one whose input
+    has other readers runs its own kernel on the array in the group's layout. Either way the
+    chain stays one group (PP-OCRv6's detector was split in 14 by its Gelus)."""
+    n = Net((1, 8, 9, 11))
+    a = n.op(op, [n.conv("x", 8, 20)], domain=domain, **attrs)  # a post-op
+    b = n.conv(a, 20, 24, k=1, pads=[0, 0, 0, 0])
+    c = n.op(op, [b], domain=domain, **attrs)  # b has two readers: its own step
+    d = n.conv(n.op("Add", [c, n.op("Relu", [b])]), 24, 16)
+    data = n.model(d, opset=20)
+    session = _session(data)
+    assert len(_groups(session)) == 1
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 8, 9, 11), session)
+    assert len(reorders) == 1
+    (program,) = [p for p in _programs() if id(p) not in before]
+    assert program.primitives == 3
+    assert len(program.absorbed) == 1  # the first Gelu
 
 
 def test_scale_and_shift_by_constants_become_a_linear_post_op():

@@ -86,6 +86,7 @@ POST_OPS = {
 #: eltwise algorithms a group of ``onednn_group.py`` also applies as post-ops
 ELTWISE_LINEAR, ELTWISE_HARDSWISH = 0x26, 0x34  # alpha * x + beta; x * clip(alpha * x + beta, 0, 1)
 ELTWISE_SWISH = 0x2C  # x * sigmoid(alpha * x)
+ELTWISE_GELU_TANH, ELTWISE_GELU_ERF = 0x2B, 0x31
 #: round half to even (nearbyint in the default rounding mode), and clip(x, alpha, beta): with
 #: linear ones they make a QuantizeLinear -> DequantizeLinear pair (a "fake quantization")
 ELTWISE_ROUND, ELTWISE_CLIP = 0x32, 0x2E

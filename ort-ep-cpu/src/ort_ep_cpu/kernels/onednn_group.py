@@ -11,8 +11,8 @@ between its members in oneDNN's layout and reorders only where a value enters or
 What a group holds: Conv and FusedConv (2-D, float32, constant weights, an activation oneDNN
 has as a post-op), MaxPool, AveragePool and GlobalAveragePool (also as a ReduceMean over H and W;
 oneDNN's pooling), and the
-elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, and Add
-or Mul of two 4-D values with the same channel count or by a one-element constant), and a
+elementwise ops between them (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, the Gelu
+forms oneDNN has as eltwise algorithms, and Add or Mul of two 4-D values with the same channel count or by a one-element constant), and a
 feature pyramid's Resize (fixed spatial scales: its kernel resizes the layout's H and W axes)
 and Concat along channels (the last axis in nhwc; in the blocked layouts, which pad each
 input's channels, it runs on NCHW), and in nhwc Split along channels (each part a contiguous
@@ -67,7 +67,8 @@ from .quant import FakeQuant, fake_quant
 MS = "com.microsoft"
 
 #: elementwise ops a group runs on its arrays as they are (one input; f(x) per element);
-#: HardSwish also in ort-core's domain, where its fusion writes it below opset 14
+#: HardSwish also in ort-core's domain, where its fusion writes it below opset 14; the Gelu
+#: forms in ``_gelu_post_op``
 UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
 #: elementwise ops of two 4-D inputs with the same channel count, or of one and a constant of
 #: one element (a scale, a shift, a bound: the same for every element in any layout); Max and Min
@@ -185,9 +186,38 @@ def _pool_member(node: NodeView, values: _Values) -> bool:
     return not (node.op_type == "AveragePool" and node.attr("count_include_pad", 0) and node.attr("ceil_mode", 0))
 
 
+def _gelu_post_op(node: NodeView) -> tuple[int, float, float] | None:
+    """The oneDNN eltwise algorithm of a Gelu form of one input, else None: ONNX Gelu and
+    com.microsoft Gelu (the erf form; ort-core's fusion writes x * 0.5 * (1 + erf(x / sqrt 2))
+    as the latter), ONNX Gelu's tanh approximation and FastGelu without bias (gelu_tanh),
+    QuickGelu (x * sigmoid(alpha * x): swish). Between convolutions each one outside the group
+    split it, with reorders at both ends (PP-OCRv6's detector: 13)."""
+    if len(node.inputs) != 1:
+        return None
+    if node.domain == MS and node.op_type == "Gelu":
+        return (_onednn.ELTWISE_GELU_ERF, 0.0, 0.0)
+    if not node.domain and node.op_type == "Gelu" and node.opset >= 20:
+        approximate = _text(node.attr("approximate"), "none")
+        if approximate == "none":
+            return (_onednn.ELTWISE_GELU_ERF, 0.0, 0.0)
+        return (_onednn.ELTWISE_GELU_TANH, 0.0, 0.0) if approximate == "tanh" else None
+    if node.domain == MS and node.op_type == "FastGelu":
+        return (_onednn.ELTWISE_GELU_TANH, 0.0, 0.0)
+    if node.domain == MS and node.op_type == "QuickGelu":
+        return (_onednn.ELTWISE_SWISH, float(node.attr("alpha", 1.702)), 0.0)
+    return None
+
+
+def _unary(node: NodeView) -> bool:
+    """Whether ``node`` is an elementwise op of one input a group holds."""
+    if node.domain == CORE_DOMAIN and node.op_type == "HardSwish" or not node.domain and node.op_type in UNARY:
+        return True
+    return _gelu_post_op(node) is not None
+
+
 def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
     """The output channel count of an elementwise op a group can hold, else None."""
-    if node.op_type in UNARY:
+    if _unary(node):
         return values.channels(node.inputs[0]) if len(node.inputs) == 1 else None
     if len(node.inputs) != 2 or not all(node.inputs):
         return None
@@ -235,8 +265,7 @@ def _kind(node: NodeView, values: _Values) -> str | None:
     if node.domain == MS and node.op_type == "FusedConv" or not node.domain and node.op_type == "Conv":
         channels = _conv_channels(node, values)
         kind = "primitive"
-    elif node.domain == CORE_DOMAIN and node.op_type == "HardSwish" or not node.domain and (
-            node.op_type in UNARY or node.op_type in BINARY):
+    elif _unary(node) or not node.domain and node.op_type in BINARY:
         channels = _elementwise_channels(node, values)
         kind = "elementwise"
     elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool") or _is_spatial_mean(
@@ -469,7 +498,7 @@ class _Program:
             self._batch_norm(node)
             return
         names = [n for n in node.inputs if n]
-        if node.op_type in UNARY or node.op_type in BINARY:
+        if _unary(node) or node.op_type in BINARY:
             if any(n not in self.where for n in names):  # a one-element constant operand
                 kernel = _with_constants(node, kernel, self.graph)
                 names = [n for n in names if n in self.where]
@@ -776,6 +805,9 @@ class _SumInto:
 def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | None:
     """A member as a oneDNN eltwise post-op: an activation, a Mul / Add by a one-element
     constant (``alpha * x + beta``), or a Max / Min by one (a clip); None for others."""
+    gelu = _gelu_post_op(node)
+    if gelu is not None:
+        return gelu
     if node.domain not in ("", CORE_DOMAIN) or (node.domain and node.op_type != "HardSwish"):
         return None
     if node.op_type in UNARY:
