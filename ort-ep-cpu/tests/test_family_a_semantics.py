@@ -485,3 +485,38 @@ def test_softmax_of_large_logits_warns_nothing():
         warnings.simplefilter("error")
         ours, ref = run_both("Softmax", [x], [F], 13, reference="onnxruntime", axis=-1)
     assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
+    """Small float32 inputs take the compiled row loop (``_jit.softmax_rows``): onnxruntime's
+    values on logits of every range, rows masked with -inf (exactly 0 / -inf out), a fully
+    masked row; NaN and +inf rows give the numpy path's NaN."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit, reduce
+
+    calls = []
+    real = _jit.softmax_rows
+
+    def spy():
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(_jit, "softmax_rows", spy)
+    rng = np.random.default_rng(5)
+    for shape, spread in [((1, 10), 1.0), ((3, 1), 5.0), ((8, 33), 30.0), ((2, 4, 64), 200.0), ((16, 512), 1e4)]:
+        x = (rng.standard_normal(shape) * spread).astype(np.float32)
+        x.reshape(-1, shape[-1])[0, 1::3] = -np.inf  # a masked row
+        ours, ref = run_both(op, [x], [F], 13, reference="onnxruntime", axis=-1)
+        assert_same(ours, ref, rtol=2e-5, atol=1e-6 if op == "Softmax" else 2e-5)
+        masked = ours[0].reshape(-1, shape[-1])[0, 1::3]
+        assert np.all(masked == (0.0 if op == "Softmax" else -np.inf))
+    assert calls
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    x[0, 2], x[1, 0], x[2, 5], x[3] = np.nan, np.inf, -np.inf, -np.inf  # row 3 fully masked
+    fn = reduce.softmax if op == "Softmax" else reduce.log_softmax
+    got = fn(x, 1)
+    monkeypatch.setattr(reduce, "COMPILED_SOFTMAX_MAX", 0)
+    with np.errstate(invalid="ignore"):
+        want = fn(x, 1)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
