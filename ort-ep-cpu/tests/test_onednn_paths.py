@@ -36,6 +36,7 @@ def runs(monkeypatch):
     monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)
     monkeypatch.setattr(nn, "SMALL_CONV_MACS", 0)  # not the compiled small-input loop
     monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
+    monkeypatch.setattr(nn, "COMPILED_PRODUCT_WEIGHTS", 0)  # not the compiled few-row loops
     seen: list[tuple[str, str]] = []
     real = _onednn._Primitive.run
 
@@ -294,6 +295,32 @@ def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra
     attrs = {"activation": activation, "transB": 1, **extra}
     _check(_product_model("FusedGemm", (5, 16), (24, 16), attrs, (24,), domain="com.microsoft"), (5, 16))
     assert [kind for kind, _ in runs] == ["MatMul"]
+
+
+@pytest.mark.parametrize("op, a_shape, b_shape, attrs, c_shape, compiled", [
+    ("Gemm", (1, 16), (24, 16), {"transB": 1}, (24,), True),  # a torch Linear: (N, K) as stored
+    ("Gemm", (2, 16), (16, 24), {}, (1, 24), True),
+    ("Gemm", (1, 16), (16, 24), {"beta": 0.5}, (24,), True),
+    ("Gemm", (2, 16), (16, 24), {}, None, True),
+    ("Gemm", (1, 16), (16, 24), {"alpha": 2.0}, (24,), False),  # alpha: numpy's path
+    ("Gemm", (3, 16), (16, 24), {}, (24,), False),  # three rows: numpy's GEMM is the faster
+    ("Gemm", (1, 16), (16, 24), {}, (1, 24 * 1), True),
+    ("MatMul", (16,), (16, 24), {}, None, True),
+    ("MatMul", (1, 2, 16), (16, 24), {}, None, True),
+    ("MatMul", (1, 2, 16), (16, 3), {}, None, True),
+    ("FusedGemm", (1, 16), (24, 16), {"transB": 1, "activation": "Relu"}, (24,), True),
+])
+def test_products_of_few_rows_by_small_weights_run_compiled(monkeypatch, op, a_shape, b_shape, attrs, c_shape, compiled):
+    """One or two rows by constant weights under ONEDNN_MIN_GEMM_WEIGHTS: the compiled row
+    loops (``_jit.row_products``) with the bias (and a FusedGemm's activation after them),
+    onnxruntime's values."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    seen = []
+    real = _jit.row_products
+    monkeypatch.setattr(_jit, "row_products", lambda: seen.append(1) or real())
+    domain = "com.microsoft" if op == "FusedGemm" else ""
+    _check(_product_model(op, a_shape, b_shape, attrs, c_shape, domain=domain), a_shape)
+    assert bool(seen) == compiled
 
 
 def test_matmul_shape_mismatch_names_the_shapes(runs):

@@ -131,6 +131,47 @@ def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None
     return _ConstantProduct(b, **kwargs)
 
 
+#: products of up to this many rows by small constant float32 weights (fewer elements than
+#: ``ONEDNN_MIN_GEMM_WEIGHTS``: larger ones go to oneDNN) run in one compiled loop with their
+#: bias (``_jit.row_products``); numpy's GEMM is the faster from four rows
+COMPILED_PRODUCT_ROWS = 2
+COMPILED_PRODUCT_WEIGHTS = ONEDNN_MIN_GEMM_WEIGHTS
+
+
+class _RowProduct:
+    """``a @ W + bias`` for a float32 ``a`` (..., K) of at most ``COMPILED_PRODUCT_ROWS`` rows
+    and a small constant W (``w`` (K, N), or (N, K) where ``transposed``: a Gemm's transB
+    weights as stored), by the compiled row loops; ``__call__`` returns None where they are not
+    taken (more rows, another dtype, numba absent): the caller's paths run."""
+
+    def __init__(self, w: np.ndarray, transposed: bool, bias: np.ndarray | None):
+        self.w, self.transposed = w, transposed
+        self.n, self.k = w.shape if transposed else w.shape[::-1]
+        self.bias = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    def __call__(self, a: np.ndarray) -> np.ndarray | None:
+        if a.dtype != np.float32 or a.ndim < 1 or a.shape[-1] != self.k or not a.flags.c_contiguous:
+            return None
+        rows = a.size // self.k
+        if not 0 < rows <= COMPILED_PRODUCT_ROWS:
+            return None
+        loops = _jit.row_products()
+        if loops is None:
+            return None
+        y = np.empty(a.shape[:-1] + (self.n,), np.float32)
+        loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y.reshape(rows, self.n))
+        return y
+
+
+def _row_product(w: np.ndarray | None, transposed: bool = False, bias: np.ndarray | None = None) -> _RowProduct | None:
+    """A ``_RowProduct`` for constant float32 weights ``w`` held C-contiguous (as given:
+    no copy is made) with fewer elements than ``ONEDNN_MIN_GEMM_WEIGHTS``, else None."""
+    if (not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 2 or not w.size
+            or w.size >= COMPILED_PRODUCT_WEIGHTS or not w.flags.c_contiguous):
+        return None
+    return _RowProduct(w, transposed, bias)
+
+
 @kernel("MatMul")
 def _matmul(node, request):
     from .quant import qdq_integer_matmul  # noqa: PLC0415  (quant imports this module)
@@ -139,6 +180,7 @@ def _matmul(node, request):
     # constant float16 weights: multiplied in float32 (see ``matmul``), converted once
     b_float32 = as_float32(b_ready) if isinstance(b_ready, np.ndarray) and b_ready.dtype == np.float16 else None
     product = _constant_product(b_ready if b_float32 is None else b_float32)
+    row_product = _row_product(b_ready)
     integer_product = qdq_integer_matmul(node, request)  # a QDQ MatMul: 8-bit codes
 
     def matmul_kernel(a, b):
@@ -148,6 +190,10 @@ def _matmul(node, request):
             return as_dtype(matmul(a32, b_float32) if y is None else y, a.dtype)
         if b is b_given and integer_product is not None:
             y = integer_product(a)
+            if y is not None:
+                return y
+        if b is b_given and row_product is not None:
+            y = row_product(a)
             if y is not None:
                 return y
         if b is b_given and product is not None and a.ndim >= 1:
@@ -185,7 +231,7 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
 
     # oneDNN: alpha folded into B, beta * C as the bias where C is a constant row of N
     c_const = constant_weight(node, request, 2)[0] if len(node.inputs) > 2 and node.inputs[2] else None
-    product = None
+    product = row_product = None
     if b_view is not None and (c_const is None or (isinstance(c_const, np.ndarray) and c_const.dtype == np.float32
                                                    and c_const.shape in ((b_view.shape[-1],), (1, b_view.shape[-1])))):
         post_op = _onednn.post_op(activation_name, activation_params or [])
@@ -193,6 +239,8 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
         scaled = b_view if alpha == 1.0 or b_view.dtype != np.float32 else b_view * np.float32(alpha)
         if post_op is not None or not activation_name:  # else an activation only numpy applies
             product = _constant_product(scaled, bias=bias, post_op=post_op)
+        if alpha == 1.0 and not trans_a:  # a few rows: the compiled loop, the activation after it
+            row_product = _row_product(b_weights, trans_b, bias)
 
     def gemm(a, b, c=None):
         if a.dtype == np.float16 and b.dtype == np.float16:  # in float32, rounded once (see ``matmul``)
@@ -204,6 +252,12 @@ def build_gemm(node, request, activation_name: str = "", activation_params: list
                 b32 = as_float32(b)
             c32 = None if c is None else as_float32(c)
             return as_dtype(gemm_float32(as_float32(a), b32, c32), a.dtype)
+        if row_product is not None and b is b_const and c is c_const:
+            y = row_product(a)
+            if y is not None:
+                if activation is not None:
+                    activation(y)
+                return y
         if product is not None and b is b_const and c is c_const and not trans_a:
             y = product(a)
             if y is not None:
