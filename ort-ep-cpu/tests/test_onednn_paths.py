@@ -584,12 +584,29 @@ def _runtime_product_model(op: str, a_shape, b_shape, attrs: dict, transpose_a: 
     ("MatMul", (2, 3, 8), (2, 8, 4), {}, False, None),  # a stacked B: numpy's
 ])
 def test_products_of_run_time_operands_take_onednn_sgemm(monkeypatch, op, a_shape, b_shape, attrs, transpose_a, call):
-    # numpy's OpenBLAS took 24 us on 3x256 @ 256x256, oneDNN's sgemm 4.4
+    # every size of several rows (ONEDNN_MIN_SGEMM_* below): the operand forms
+    monkeypatch.setattr(nn, "ONEDNN_MIN_SGEMM_MACS", 0)
+    monkeypatch.setattr(nn, "ONEDNN_MIN_SGEMM_WEIGHTS", 0)
     calls = _sgemm_calls(monkeypatch)
     w = np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)
     x_shape = (a_shape[1], a_shape[0], *a_shape[2:]) if transpose_a else a_shape
     _check(_runtime_product_model(op, a_shape, b_shape, attrs, transpose_a), x_shape, feeds={"w": w})
     assert calls == ([call] if call else [])
+
+
+@pytest.mark.parametrize("a_shape, b_shape, taken", [
+    ((3, 256), (256, 160), False),  # 123K multiply-adds: OpenBLAS's call is the quicker
+    ((8, 256), (256, 256), False),
+    ((16, 256), (256, 256), True),  # 1M
+    ((2, 768), (768, 768), True),  # B of 590K elements
+])
+def test_small_products_of_several_rows_keep_numpy(monkeypatch, a_shape, b_shape, taken):
+    """Thresholds as shipped: oneDNN's sgemm from ONEDNN_MIN_SGEMM_MACS multiply-adds or
+    ONEDNN_MIN_SGEMM_WEIGHTS B elements; smaller products keep numpy's BLAS."""
+    calls = _sgemm_calls(monkeypatch)
+    w = np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)
+    _check(_runtime_product_model("MatMul", a_shape, b_shape, {}), a_shape, feeds={"w": w})
+    assert bool(calls) == taken
 
 
 def test_sgemm_overwrites_its_output_and_runs_on_one_thread():

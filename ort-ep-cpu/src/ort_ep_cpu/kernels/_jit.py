@@ -848,17 +848,15 @@ def _softmax_rows_py(x, y, log):  # pragma: no cover - compiled by numba
         m = x[r, 0]
         for j in range(1, n):
             m = max(m, x[r, j])
-        nan = False
-        for j in range(n):
-            nan |= x[r, j] != x[r, j]
-        if nan or not (m - m == 0):  # NaN or +-inf: numpy's row is NaN (x - max has a NaN or is -inf)
+        if not (m - m == 0):  # a NaN or +-inf max: numpy's row is NaN (x - max has a NaN or is -inf)
             for j in range(n):
                 y[r, j] = np.nan
             continue
         total = _F(0.0)
         for j in range(n):
             d = x[r, j] - m
-            e = _exp_value(d) if d > _F(-87.0) else _F(0.0)
+            # 0 at and below -87 (-inf: a masked value), NaN for NaN (the sum, then the row)
+            e = _exp_value(d) if d > _F(-87.0) else (_F(0.0) if d <= _F(-87.0) else d)
             y[r, j] = d if log else e
             total += e
         if log:

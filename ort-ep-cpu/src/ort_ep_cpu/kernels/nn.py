@@ -45,6 +45,12 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 #: one-row products (GEMVs) with fewer B elements than this keep numpy's call: OpenBLAS's GEMV
 #: is quicker than a oneDNN call for them (1x128 @ 128x128: 1.3 us, oneDNN's sgemm 2.0 us)
 ONEDNN_MIN_GEMV_WEIGHTS = 1 << 17
+#: products of several rows take oneDNN's sgemm from this many multiply-adds, or from this many
+#: B elements: below, its fixed cost (about 4 us) loses to OpenBLAS's call (both on one thread;
+#: us numpy / oneDNN: 3x256x160 4.3 / 6.3, 4x256x256 3.6 / 7.4, 8x256x256 6.4 / 8.8, 16x256x160
+#: 8.0 / 9.9; above: 16x256x256 18.1 / 12.8, 4x512x512 57 / 24, 2x768x768 107 / 36)
+ONEDNN_MIN_SGEMM_MACS = 3 << 18
+ONEDNN_MIN_SGEMM_WEIGHTS = 1 << 19
 
 
 def _sgemm_operand(x: np.ndarray) -> tuple[np.ndarray, bool, int]:
@@ -62,9 +68,11 @@ def _sgemm_operand(x: np.ndarray) -> tuple[np.ndarray, bool, int]:
 
 def onednn_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``a`` (..., K) @ ``b`` (K, N) for float32 by oneDNN's sgemm, or None where it is not
-    taken (no oneDNN, another dtype or rank, an empty operand, a one-row product with a small
-    B). Why: numpy's OpenBLAS takes 24 us for a 3x256 @ 256x256 product that oneDNN does in
-    4.4 (its GEMM kernels for a few rows are slow on this CPU), 56 / 20 us at 4x512 @ 512x512."""
+    taken (no oneDNN, another dtype or rank, an empty operand, a small product: one row by a
+    small B, or ``ONEDNN_MIN_SGEMM_*``). Why: OpenBLAS's GEMM kernels for a few rows are slow on
+    this CPU for larger products (4x512 @ 512x512: 57 / 24 us). (Measured with OpenBLAS's own
+    choice of kernels: OPENBLAS_CORETYPE=Haswell made its small products 3-4x slower and had
+    sent all of them here.)"""
     if a.dtype != np.float32 or b.dtype != np.float32 or b.ndim != 2 or a.ndim < 1 or not _onednn.USE:
         return None
     k, n = b.shape
@@ -72,6 +80,8 @@ def onednn_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None  # numpy's matmul names the mismatch; empty products are numpy's
     rows = a.size // k
     if rows == 1 and k * n < ONEDNN_MIN_GEMV_WEIGHTS:
+        return None
+    if rows > 1 and rows * k * n < ONEDNN_MIN_SGEMM_MACS and k * n < ONEDNN_MIN_SGEMM_WEIGHTS:
         return None
     lib = _onednn.library()
     if lib is None:
