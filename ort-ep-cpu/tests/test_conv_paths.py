@@ -179,7 +179,8 @@ GATHER_CASES = [c[:3] for c in CASES if c[0][0] == 1 and c[2].get("group", 1) ==
 def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, narrow, monkeypatch):
     """One image, one group, small column matrix: columns gathered by a precomputed index
     (padding reads an appended zero). Asserts that path ran: the index exists, no wide plan;
-    with 2-4 output pixels and numba, the compiled narrow product (its transposed index)."""
+    with 1-4 output pixels and numba, the compiled row products with the bias (the transposed
+    index)."""
     monkeypatch.setattr(nn, "SMALL_COLS", 1 << 20)
     if not narrow:
         monkeypatch.setattr(nn, "NARROW_MAX_PIXELS", 0)
@@ -197,7 +198,7 @@ def test_small_conv_gather_matches_onnxruntime(x_shape, w_shape, attrs, narrow, 
     nn.conv(x, w, None, 1, g, w_shape[2:])
     if not g.pointwise:
         assert g.gather is not None and g.wide is None
-        narrow_ran = narrow and _jit.enabled() and 2 <= g.gather.shape[1] <= nn.NARROW_MAX_PIXELS
+        narrow_ran = narrow and _jit.enabled() and g.gather.shape[1] <= nn.NARROW_MAX_PIXELS
         assert (g.gather_t is not None) == narrow_ran
 
 

@@ -49,7 +49,6 @@ _quantize: Callable | None = None
 _dequantize: Callable | None = None
 _fake_quantize: Callable | None = None
 _integer_product: Callable | None = None
-_narrow_product: Callable | None = None
 _small_conv: Callable | None = None
 _conv_combine: Callable | None = None
 _half_to_float: Callable | None = None
@@ -190,14 +189,6 @@ def conv_combine() -> Callable | None:
     input's codes), or None. One pass instead of numpy's five (192 x 800 outputs: 48 -> 14 us);
     int32 arithmetic wraps as numpy's does."""
     return _conv_combine if _load() else None
-
-
-def narrow_product() -> Callable | None:
-    """The compiled float32 loop ``(w, cols_t, y)``: y = w @ cols_t.T for C-contiguous w (M, K)
-    and cols_t (N, K) of few rows N, as N dot products per row of w, or None. OpenBLAS is slow
-    on such narrow products (silero-vad's STFT convolution, (258, 256) @ (256, 3): 18.5 us, the
-    loop 7.8; at N = 8 BLAS is faster again)."""
-    return _narrow_product if _load() else None
 
 
 def small_conv() -> Callable | None:
@@ -351,7 +342,7 @@ def _load() -> bool:
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
-    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product, _narrow_product
+    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
@@ -364,7 +355,7 @@ def _load_once() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = _narrow_product = None
+                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = None
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = None
@@ -408,7 +399,6 @@ def _load_once() -> None:
                 # pairwise sums by float32 rounding
                 reductions = {**elementwise, "fastmath": {"contract", "reassoc"}}
                 _layer_norm_rows = numba.njit(cache=cached, **reductions)(_layer_norm_rows_py)
-                _narrow_product = numba.njit(cache=cached, **reductions)(_narrow_product_py)
                 _small_conv = numba.njit(cache=cached, **elementwise)(_small_conv_py)
                 # the product and the scalar functions are globals of the scans: compiled first
                 _recurrent_product = numba.njit(inline="always", **elementwise)(_recurrent_product_py)
@@ -1244,20 +1234,6 @@ def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled b
                 hj = (_ONE - zj) * _tanh_value(cand) + zj * h[b, j]
                 h[b, j] = hj
                 ys[t, b, j] = hj
-
-
-def _narrow_product_py(w, cols_t, y):  # pragma: no cover - compiled by numba
-    """See ``narrow_product``: each dot product along K as vector partial sums (reassoc)."""
-    m, k = w.shape
-    n = cols_t.shape[0]
-    for i in range(m):
-        wi = w[i]
-        for j in range(n):
-            cj = cols_t[j]
-            acc = _ZERO
-            for p in range(k):
-                acc += wi[p] * cj[p]
-            y[i, j] = acc
 
 
 def _small_conv_py(x, wt, b, y, sh, sw, dh, dw, ph, pw, group, relu):  # pragma: no cover - compiled by numba

@@ -566,16 +566,20 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
         if any(g.pads):
             flat = np.concatenate((flat, np.zeros(1, x.dtype)))
         pixels = idx.shape[1]
-        narrow = _jit.narrow_product() if 2 <= pixels <= NARROW_MAX_PIXELS and x.dtype == np.float32 else None
-        if narrow is not None:  # a few output pixels: N dot products per filter
+        products = None
+        if pixels <= NARROW_MAX_PIXELS and x.dtype == np.float32 and (b is None or b.dtype == np.float32):
+            products = _jit.row_products()
+        if products is not None:  # a few output pixels: per filter one dot product a pixel, + bias
             if g.gather_t is None:  # row-major (pixels, C*K): what the loop reads
                 g.gather_t = np.ascontiguousarray(idx.T)
-            y2 = np.empty((m, pixels), np.float32)
-            narrow(np.ascontiguousarray(w.reshape(m, c * k)), flat[g.gather_t], y2)
+            yt = np.empty((pixels, m), np.float32)
+            products[1](flat[g.gather_t], np.ascontiguousarray(w.reshape(m, c * k)),
+                        _NO_BIAS if b is None else b, yt)
+            y2 = yt.T.copy() if pixels > 1 else yt.reshape(m, 1)
         else:
             y2 = np.matmul(w.reshape(m, c * k), flat[idx])
-        if b is not None:
-            y2 += b.reshape(m, 1)
+            if b is not None:
+                y2 += b.reshape(m, 1)
         y = y2.reshape((1, m) + out)
         if activation is not None:
             activation(y)
@@ -639,10 +643,11 @@ BIAS_FIRST_MIN = 4096
 #: convolutions (one image, one group) whose column matrix has at most this many elements take
 #: the gather path; its index (8 bytes an element) is kept per input shape
 SMALL_COLS = 8192
-#: ... and those of at most this many output pixels take the compiled narrow product
-#: (``_jit.narrow_product``: 2-3x faster than OpenBLAS on 2 to 4 columns, slower at 8; one
-#: column is a GEMV OpenBLAS does well)
+#: ... and those of at most this many output pixels take the compiled row products
+#: (``_jit.row_products``, the pixels as rows: 2-3x faster than OpenBLAS on 2 to 4 columns,
+#: slower at 8; on one column, a GEMV, 64 x 3 -> 128 channels 12.9 -> 8 us a run)
 NARROW_MAX_PIXELS = 4
+_NO_BIAS = np.empty(0, np.float32)
 
 #: target size of one column buffer (one band of output rows, one chunk of groups): small enough
 #: to stay in the core's L2 cache between its copy and its GEMM, large enough that the GEMM is
