@@ -512,6 +512,12 @@ def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
         masked = ours[0].reshape(-1, shape[-1])[0, 1::3]
         assert np.all(masked == (0.0 if op == "Softmax" else -np.inf))
     assert calls
+    # an axis followed by ones only (attention weights (1, S, 1)) is the last one
+    calls.clear()
+    x = (rng.standard_normal((2, 40, 1, 1)) * 4).astype(np.float32)
+    ours, ref = run_both(op, [x], [F], 13, reference="onnxruntime", axis=1)
+    assert_same(ours, ref, rtol=2e-5, atol=2e-5)
+    assert calls
     x = rng.standard_normal((5, 6)).astype(np.float32)
     x[0, 2], x[1, 0], x[2, 5], x[3] = np.nan, np.inf, -np.inf, -np.inf  # row 3 fully masked
     fn = reduce.softmax if op == "Softmax" else reduce.log_softmax

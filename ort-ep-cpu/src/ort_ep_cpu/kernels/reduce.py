@@ -226,8 +226,10 @@ COMPILED_SOFTMAX_MAX = 1 << 13
 def _compiled_small(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
     """Softmax (``log``: LogSoftmax) of a small float32 input over its last axis by the
     compiled row loop (``_jit.softmax_rows``), else None."""
-    if x.dtype != np.float32 or axis != x.ndim - 1 or not 0 < x.size <= COMPILED_SOFTMAX_MAX or not x.shape[-1]:
+    if x.dtype != np.float32 or not 0 < x.size <= COMPILED_SOFTMAX_MAX or not x.shape[axis]:
         return None
+    if axis != x.ndim - 1 and any(d != 1 for d in x.shape[axis + 1:]):
+        return None  # (an axis followed by ones only is the last one: attention weights (1, S, 1))
     rows = _jit.softmax_rows()
     if rows is None:
         return None
@@ -235,7 +237,7 @@ def _compiled_small(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
     # five passes over it took 30 us on a BERT's (1, 8, 32, 32), the copy and the loop 13
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
-    rows(x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1]), log)
+    rows(x.reshape(-1, x.shape[axis]), y.reshape(-1, x.shape[axis]), log)
     return y
 
 

@@ -314,9 +314,8 @@ def _range(node, request):
         s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
         if d == 0:  # as onnxruntime (it was "cannot convert float infinity to integer")
             raise ValueError(f"Range node {node.name!r}: delta must not be 0")
-        if dtype.kind in "iu":
-            n = max(-(-(int(lim) - int(s)) // int(d)), 0)  # exact integer ceil, no float rounding
-            return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)
+        if dtype.kind in "iu":  # Python integers: exact, no float rounding of the count
+            return np.arange(int(s), int(lim), int(d), dtype=dtype)
         work = np.float32 if dtype.itemsize < 4 and stash == 1 else dtype
         s, lim, d = (np.asarray(v, dtype=work) for v in (s, lim, d))
         n = max(int(np.ceil((lim - s) / d)), 0)  # the spec's element count; arange may round differently
