@@ -667,3 +667,43 @@ def test_a_loaded_model_holds_no_proto_tensors():
     np.testing.assert_array_equal(tensors["tb2"].numpy(), c)
     assert tensors["half"].numpy().dtype == np.float16 and tensors["half"].dtype == ir.DataType.FLOAT16
     np.testing.assert_array_equal(tensors["half"].numpy(), b16)
+
+
+# --------------------------------------------------------------------------------------------
+# long attribute lists read apart from onnx-ir's deserializer
+# --------------------------------------------------------------------------------------------
+
+
+def _long_list_model() -> onnx.ModelProto:
+    ints = list(range(-3, 5000))
+    floats = [float(np.float32(v)) for v in np.random.default_rng(0).standard_normal(3000)]
+    nodes = [helper.make_node("Constant", [], ["a"], value_ints=ints),
+             helper.make_node("Constant", [], ["b"], value_floats=floats),
+             helper.make_node("Constant", [], ["c"], value_ints=[1, 2, 3])]  # short: onnx-ir's way
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(n, t, None) for n, t in
+                                                (("a", TensorProto.INT64), ("b", TensorProto.FLOAT),
+                                                 ("c", TensorProto.INT64))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_long_attribute_lists_are_the_ir_values_onnx_ir_gives(monkeypatch):
+    """Lists over ``LONG_LIST`` values (tree ensembles' node and leaf arrays) are set on the IR
+    attribute apart from onnx-ir's per-value conversion: the same tuples of Python ints and
+    floats, and the caller's proto is left as it was."""
+    proto = _long_list_model()
+    before = proto.SerializeToString()
+    taken = load._take_long_lists(copy.deepcopy(proto).graph)
+    assert sorted(taken) == [(0, "value_ints"), (1, "value_floats")]
+    fast = load_model(proto)
+    assert proto.SerializeToString() == before
+    monkeypatch.setattr(load, "LONG_LIST", 1 << 30)
+    slow = load_model(proto)
+    for f, s in zip(fast.graph, slow.graph):
+        for name, attr in s.attributes.items():
+            got = f.attributes[name].value
+            assert type(got) is type(attr.value) and got == attr.value
+            assert all(type(a) is type(b) for a, b in zip(got, attr.value))
+    out = ort_core.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    np.testing.assert_array_equal(out[0], np.arange(-3, 5000))
+    np.testing.assert_array_equal(out[1], np.asarray(proto.graph.node[1].attribute[0].floats, np.float32))
+    assert proto.SerializeToString() == before

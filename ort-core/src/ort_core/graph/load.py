@@ -611,17 +611,65 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     light, large = _without_large_data(proto)
     inferred = infer_shapes(light, data if light is proto else None)
     _untype_maps(inferred.graph)
+    long_lists = _take_long_lists(inferred.graph)
     try:
         model = ir.serde.deserialize_model(inferred)
         _restore_initializers(model, large, {v.name for v in proto.graph.input})
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _give_back_long_lists(inferred.graph, long_lists)  # (it may be the caller's proto)
+    _set_long_lists(model.graph, long_lists)
     _check_outputs_produced(model.graph)
     _check_if_branches(model.graph)
     if inferred is not light and not _removal_may_inform(model.graph):
         model.meta[SHAPES_INFERRED] = True
     _detach_from_protos(model)
     return model
+
+
+#: INTS / FLOATS attributes longer than this are read into the IR apart from onnx-ir's
+#: deserializer (``_take_long_lists``), which converts them one element at a time
+LONG_LIST = 1024
+
+
+def _take_long_lists(graph: onnx.GraphProto) -> dict[tuple[int, str], tuple[int, tuple]]:
+    """The main graph's INTS / FLOATS attributes of over ``LONG_LIST`` values, by (node index,
+    name), as (type, tuple of the values), emptied in ``graph`` for onnx-ir's deserializer:
+    it converts such lists value by value (``int(v)`` for each), 2.6 ms for a forest's 29K
+    leaf ids, where ``tuple()`` of the protobuf container takes 0.6 (tree ensembles hold a
+    dozen lists of tens of thousands of values: a random forest's session creation spent half
+    its 41 ms there)."""
+    taken: dict[tuple[int, str], tuple[int, tuple]] = {}
+    for k, node in enumerate(graph.node):
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.INTS and len(attr.ints) > LONG_LIST:
+                taken[k, attr.name] = (attr.type, tuple(attr.ints))
+                del attr.ints[:]
+            elif attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > LONG_LIST:
+                taken[k, attr.name] = (attr.type, tuple(attr.floats))
+                del attr.floats[:]
+    return taken
+
+
+def _give_back_long_lists(graph: onnx.GraphProto, taken: Mapping[tuple[int, str], tuple[int, tuple]]) -> None:
+    """The lists ``_take_long_lists`` emptied, back in ``graph``."""
+    for (k, name), (kind, values) in taken.items():
+        attr = next(a for a in graph.node[k].attribute if a.name == name)
+        (attr.ints if kind == onnx.AttributeProto.INTS else attr.floats).extend(values)
+
+
+def _set_long_lists(graph: ir.Graph, taken: Mapping[tuple[int, str], tuple[int, tuple]]) -> None:
+    """The taken lists as the attributes' values in the IR graph (nodes in the proto's order).
+    The tuples are what onnx-ir's own conversion gives (Python ints and floats), set on the
+    attribute made from the emptied list: its constructor would convert them one by one
+    again."""
+    if not taken:
+        return
+    nodes = list(graph)
+    for (k, name), (kind, values) in taken.items():
+        attr = nodes[k].attributes[name]
+        attr._value = values  # noqa: SLF001  (see the docstring)
 
 
 #: data types whose onnx-ir proto tensors become numpy-backed tensors at load (numpy or
