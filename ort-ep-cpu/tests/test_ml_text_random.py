@@ -521,3 +521,36 @@ def test_bytes_objects_in_an_object_array_are_read_as_utf8():
                    [_vi("x", S, [None])], [_vi("y", S, [None])])
     x = np.array([b"ab ", "caf\u00e9", "d\u00e9j\u00e0".encode()], dtype=object)
     assert ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0].tolist() == ["AB ", "CAFÉ", "DÉJÀ"]
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_and_scaler_compiled_rows_are_the_numpy_ones(norm, monkeypatch):
+    """float32 rows take the compiled loops (``_jit.normalize_rows``, ``_jit.scale_rows``):
+    the numpy path's values on zero rows, NaN, negatives, a 1-D input, one-value offsets; the
+    numpy path itself is checked against onnxruntime by ``test_matches_onnxruntime``."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    x[1] = 0
+    x[2, 3] = np.nan
+    x[3] = -np.abs(x[3])
+    models = [_model(helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm),
+                     [_vi("x", F, [None, 5])], [_vi("y", F, [None, 5])]),
+              _model(helper.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[0.5], scale=[2.0, 1.0, 0.5, -1.0, 3.0]),
+                     [_vi("x", F, [None, 5])], [_vi("y", F, [None, 5])])]
+    for model in models:
+        data = model.SerializeToString()
+        for feed in (x, x[4:5]):
+            seen = []
+            for name in ("normalize_rows", "scale_rows"):
+                real = getattr(_jit, name)
+                monkeypatch.setattr(_jit, name, lambda real=real: seen.append(1) or real())
+            got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+            assert seen
+            monkeypatch.setattr(_jit, "USE", False)
+            with np.errstate(invalid="ignore"):
+                want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+            monkeypatch.undo()
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

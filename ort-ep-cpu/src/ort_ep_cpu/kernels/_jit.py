@@ -63,6 +63,8 @@ _top_k_rows: Callable | None = None
 _softmax_rows: Callable | None = None
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
+_normalize_rows: Callable | None = None
+_scale_rows: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -287,6 +289,20 @@ def row_products() -> tuple[Callable, Callable] | None:
     return (_rows_times_kn, _rows_times_nk) if _load() else None
 
 
+def normalize_rows() -> Callable | None:
+    """The compiled ai.onnx.ml Normalizer of float32 rows ``(x, norm, y)``, or None: x and y
+    (R, C) C-contiguous; ``norm`` 0 MAX (the row's max; NaN if the row has one), 1 L1, 2 L2;
+    a row whose norm is 0 is copied as it is. One call where numpy made seven (3.5 us on a
+    one-row pipeline)."""
+    return _normalize_rows if _load() else None
+
+
+def scale_rows() -> Callable | None:
+    """The compiled ai.onnx.ml Scaler ``(x, offset, scale, y)``, or None: y = (x - offset) *
+    scale for float32 x and y (R, C) C-contiguous, offset and scale of C values or one."""
+    return _scale_rows if _load() else None
+
+
 def lstm_scan() -> Callable | None:
     """The compiled float32 LSTM recurrence of one direction with the default activations
     (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
@@ -346,7 +362,7 @@ def _load_once() -> None:
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
-    global _rows_times_kn, _rows_times_nk
+    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows
     if _tried:
         return
     with _lock:
@@ -358,7 +374,7 @@ def _load_once() -> None:
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = None
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
-                _softmax_rows = _rows_times_kn = _rows_times_nk = None
+                _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -426,6 +442,9 @@ def _load_once() -> None:
                 _softmax_rows = numba.njit(cache=cached, **reductions)(_softmax_rows_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
+                # no "reassoc": the sums in order, as onnxruntime's loop adds them
+                _normalize_rows = numba.njit(cache=cached, **elementwise)(_normalize_rows_py)
+                _scale_rows = numba.njit(cache=cached, **elementwise)(_scale_rows_py)
             _tried = True
 
 
@@ -904,6 +923,42 @@ def _rows_times_nk_py(a, w, bias, y):  # pragma: no cover - compiled by numba
         for r in range(m):
             for j in range(n):
                 y[r, j] += bias[j]
+
+
+def _normalize_rows_py(x, norm, y):  # pragma: no cover - compiled by numba
+    """See ``normalize_rows``."""
+    rows, n = x.shape
+    for r in range(rows):
+        if norm == 0:
+            d = x[r, 0]
+            for j in range(1, n):
+                v = x[r, j]
+                if v > d or v != v:
+                    d = v
+                    if v != v:
+                        break
+        elif norm == 1:
+            d = _F(0.0)
+            for j in range(n):
+                d += abs(x[r, j])
+        else:
+            d = _F(0.0)
+            for j in range(n):
+                d += x[r, j] * x[r, j]
+            d = np.sqrt(d)
+        if d == 0:
+            d = _ONE
+        for j in range(n):
+            y[r, j] = x[r, j] / d
+
+
+def _scale_rows_py(x, offset, scale, y):  # pragma: no cover - compiled by numba
+    """See ``scale_rows``."""
+    rows, n = x.shape
+    one_offset, one_scale = offset.shape[0] == 1, scale.shape[0] == 1
+    for r in range(rows):
+        for j in range(n):
+            y[r, j] = (x[r, j] - offset[0 if one_offset else j]) * scale[0 if one_scale else j]
 
 
 def _top_k_rows_py(x, k, largest, values, indices):  # pragma: no cover - compiled by numba

@@ -240,8 +240,16 @@ def _normalizer(node, request):
     if norm not in ("MAX", "L1", "L2"):
         raise ValueError(f"Normalizer {node.name!r}: norm {norm!r} not one of MAX, L1, L2")
 
+    code = ("MAX", "L1", "L2").index(norm)
+
     def normalize(x):
         x = np.asarray(x)
+        if x.dtype == np.float32 and x.ndim in (1, 2) and x.size and x.flags.c_contiguous:
+            loop = _jit.normalize_rows()
+            if loop is not None:
+                y = np.empty_like(x)
+                loop(_rows(x), code, _rows(y))
+                return y
         r = _rows(x).astype(np.float32, copy=False)  # read only: the division makes the output
         if norm == "MAX":
             d = np.maximum.reduce(r, axis=1, keepdims=True)
@@ -263,6 +271,13 @@ def _scaler(node, request):
     scale = np.asarray(node.attr("scale", [1.0]), dtype=np.float32)
 
     def scale_rows(x):
+        if (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim in (1, 2) and x.size and x.flags.c_contiguous
+                and offset.size in (1, x.shape[-1]) and scale.size in (1, x.shape[-1])):
+            loop = _jit.scale_rows()
+            if loop is not None:
+                y = np.empty_like(x)
+                loop(_rows(x), offset, scale, _rows(y))
+                return y
         y = np.subtract(np.asarray(x, dtype=np.float32), offset)  # float32, a new array
         y *= scale
         return y
