@@ -543,10 +543,10 @@ def test_normalizer_and_scaler_compiled_rows_are_the_numpy_ones(norm, monkeypatc
     for model in models:
         data = model.SerializeToString()
         for feed in (x, x[4:5]):
-            seen = []
+            seen: list[int] = []
             for name in ("normalize_rows", "scale_rows"):
                 real = getattr(_jit, name)
-                monkeypatch.setattr(_jit, name, lambda real=real: seen.append(1) or real())
+                monkeypatch.setattr(_jit, name, lambda real=real, seen=seen: seen.append(1) or real())
             got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
             assert seen
             monkeypatch.setattr(_jit, "USE", False)

@@ -667,7 +667,7 @@ def _set_long_lists(graph: ir.Graph, taken: Mapping[tuple[int, str], tuple[int, 
     if not taken:
         return
     nodes = list(graph)
-    for (k, name), (kind, values) in taken.items():
+    for (k, name), (_, values) in taken.items():
         attr = nodes[k].attributes[name]
         attr._value = values  # noqa: SLF001  (see the docstring)
 
