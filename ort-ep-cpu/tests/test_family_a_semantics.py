@@ -526,3 +526,28 @@ def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
     with np.errstate(invalid="ignore"):
         want = fn(x, 1)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+def test_float32_sigmoid_by_the_compiled_pass(monkeypatch):
+    """float32 Sigmoid is one compiled pass (``_jit.sigmoid``): onnxruntime's values over
+    [-120, 120], exactly 0 at -inf and below numpy's overflow point, 1 at +inf, NaN kept, in place
+    too (``inplace.py``)."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit, elementwise
+
+    calls = []
+    real = _jit.sigmoid
+    monkeypatch.setattr(_jit, "sigmoid", lambda: calls.append(1) or real())
+    x = np.concatenate([np.linspace(-120, 120, 4001, dtype=np.float32),
+                        np.array([np.inf, -np.inf, -100.0, 0.0, -0.0], np.float32)]).reshape(1, -1)
+    ours, ref = run_both("Sigmoid", [x], [F], 13, reference="onnxruntime")
+    assert calls
+    # onnxruntime's MLAS gives 0 from about -17.6 (the exact value is 2.2e-8 there), ours
+    # follows the exact value down to float32's range
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-5, atol=1e-7)
+    assert ours[0][0, -5] == 1.0 and ours[0][0, -4] == 0.0 and ours[0][0, -3] == 0.0
+    nan = np.array([np.nan, 1.0], np.float32)
+    assert np.isnan(elementwise.sigmoid(nan)[0])
+    y = x.copy()
+    assert elementwise.sigmoid(y, out=y) is y
+    np.testing.assert_array_equal(y, ours[0])

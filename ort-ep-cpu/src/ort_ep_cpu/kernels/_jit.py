@@ -65,6 +65,7 @@ _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _normalize_rows: Callable | None = None
 _scale_rows: Callable | None = None
+_sigmoid: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -303,6 +304,13 @@ def scale_rows() -> Callable | None:
     return _scale_rows if _load() else None
 
 
+def sigmoid() -> Callable | None:
+    """The compiled float32 logistic ``(x, y)`` over flat arrays (``y`` may be ``x``), or None:
+    one pass by ``_exp_value`` where numpy makes four (negate, exp, add, reciprocal): (3, 256)
+    3.1 -> 0.9 us, (1, 64, 80, 80) 264 -> 194 us."""
+    return _sigmoid if _load() else None
+
+
 def lstm_scan() -> Callable | None:
     """The compiled float32 LSTM recurrence of one direction with the default activations
     (sigmoid, tanh, tanh) and no clip, ``(xw, rt, rb, p, lens, h, c, ys)``, or None: per time
@@ -362,7 +370,7 @@ def _load_once() -> None:
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
-    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows
+    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid
     if _tried:
         return
     with _lock:
@@ -374,7 +382,7 @@ def _load_once() -> None:
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = None
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
-                _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = None
+                _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -445,6 +453,9 @@ def _load_once() -> None:
                 # no "reassoc": the sums in order, as onnxruntime's loop adds them
                 _normalize_rows = numba.njit(cache=cached, **elementwise)(_normalize_rows_py)
                 _scale_rows = numba.njit(cache=cached, **elementwise)(_scale_rows_py)
+                # "arcp": the division as a reciprocal with a Newton step (vectorised; the
+                # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
+                _sigmoid = numba.njit(cache=cached, **{**elementwise, "fastmath": {"contract", "arcp"}})(_sigmoid_py)
             _tried = True
 
 
@@ -959,6 +970,14 @@ def _scale_rows_py(x, offset, scale, y):  # pragma: no cover - compiled by numba
     for r in range(rows):
         for j in range(n):
             y[r, j] = (x[r, j] - offset[0 if one_offset else j]) * scale[0 if one_scale else j]
+
+
+def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
+    """See ``sigmoid``: 0 below -88.72, where numpy's float32 exp(-x) overflows to inf (-inf
+    included); NaN stays NaN (``_exp_value``'s clamp would make it a number)."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        y[i] = _ONE / (_ONE + _exp_value(-v)) if v >= _F(-88.72) else (_ZERO if v < _F(-88.72) else v)
 
 
 def _top_k_rows_py(x, k, largest, values, indices):  # pragma: no cover - compiled by numba
