@@ -10,7 +10,7 @@ from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
 from ._util import PreparedFor
-from .nn import _constant_product
+from .nn import _constant_product, _row_product
 
 
 def _sigmoid(x, alpha, beta):
@@ -275,21 +275,20 @@ class _LSTM(_Recurrent):
             self._check_shapes(x, w, r, b, None, initial_h, initial_c, None)
             self._checked.add(signature)
 
-        def stack():  # [W, R] (4n, input + n): the gates' rows, and W's bias plus R's
+        def stack():  # [W; R] transposed, W's bias plus R's, and their compiled few-row product
             g = w.shape[1]
-            wr = np.ascontiguousarray(np.concatenate((w[0], r[0]), axis=1))
-            return wr, np.zeros(g, wr.dtype) if b is None else (b[0, :g] + b[0, g:]).astype(wr.dtype)
-        wr, bias = self._prepared.get("stacked", (w, r, b), stack)
+            wr = np.ascontiguousarray(np.concatenate((w[0], r[0]), axis=1).T)
+            bias = np.zeros(g, wr.dtype) if b is None else (b[0, :g] + b[0, g:]).astype(wr.dtype)
+            return wr, bias, _row_product(wr, bias=bias)
+        wr, bias, row_product = self._prepared.get("stacked", (w, r, b), stack)
         batch, n = x.shape[1], r.shape[-1]
         h = np.zeros((batch, n), x.dtype) if initial_h is None else initial_h[0]
         c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]
         xh = np.concatenate((x[0], h), axis=1)
-        products = _jit.row_products() if xh.dtype == wr.dtype == np.float32 and batch <= 2 and self._compiled else None
-        if products is not None:  # the product and the bias in one compiled call (gate order i, o, f, c)
-            z = np.empty((batch, wr.shape[0]), np.float32)
-            products[1](xh, wr, bias, z)
-        else:
-            z = xh @ wr.T
+        # gate order i, o, f, c; one or two rows: the product and the bias in one compiled call
+        z = None if row_product is None else row_product(xh)
+        if z is None:
+            z = xh @ wr
             z += bias
         cells = _jit.lstm_cells() if z.dtype == np.float32 and self._compiled else None
         if cells is not None:  # the gate arithmetic below in one compiled call
