@@ -618,7 +618,8 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     except Exception as exc:
         raise InvalidGraph(f"model could not be read into the IR: {type(exc).__name__}: {exc}") from exc
     finally:
-        _give_back_long_lists(inferred.graph, long_lists)  # (it may be the caller's proto)
+        if inferred is proto:  # (the caller's proto where inference gave it back: refilled)
+            _give_back_long_lists(inferred.graph, long_lists)
     _set_long_lists(model.graph, long_lists)
     _check_outputs_produced(model.graph)
     _check_if_branches(model.graph)
