@@ -13,6 +13,7 @@ import collections
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common  # (the test applies its RemoveUnusedNodesPass; not loaded by `import onnx_ir`)
 import pytest
 from onnx import TensorProto, helper
 
@@ -186,6 +187,61 @@ def test_layernorm_fusion_the_gate_declines_leaves_the_graph_unchanged():
     out = _apply(model, norm_fusion.LayerNormFusionPass(_nothing))
     assert _ops(out) == _ops(model)
     assert not [i.name for i in out.graph.initializer if i.name.startswith("layernorm_scale")]
+
+
+def _moments_ln(mean="gap", gamma=True, extra=()):
+    """Keras' LayerNormalization as tf2onnx writes it (tf.nn.moments, then
+    tf.nn.batch_normalization): x * s + (beta - mean * s), s = gamma / sqrt(var + eps), the means
+    a GlobalAveragePool of the 3-D activations or a ReduceMean over the last axis."""
+    def m(src, dst):
+        if mean == "gap":
+            return helper.make_node("GlobalAveragePool", [src], [dst])
+        return helper.make_node("ReduceMean", [src], [dst], axes=[-1])
+
+    nodes = [m("x", "mu"), helper.make_node("Sub", ["x", "mu"], ["d"]), helper.make_node("Mul", ["d", "d"], ["sq"]),
+             m("sq", "var"), helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"]),
+             helper.make_node("Reciprocal", ["std"], ["inv"])]
+    scale = "inv"
+    if gamma:
+        nodes.append(helper.make_node("Mul", ["inv", "gamma"], ["s"]))
+        scale = "s"
+    nodes += [helper.make_node("Mul", ["mu", scale], ["mu_s"]), helper.make_node("Sub", ["beta", "mu_s"], ["shift"]),
+              helper.make_node("Mul", ["x", scale], ["x_s"]), helper.make_node("Add", ["x_s", "shift"], ["y"]),
+              *extra]
+    return nodes
+
+
+@pytest.mark.parametrize("mean", ["gap", "reduce-mean"])
+@pytest.mark.parametrize("gamma", [True, False])
+def test_layernorm_fusion_of_the_moments_form(mean, gamma):
+    model = make_model(_moments_ln(mean, gamma), [_vi("x", [2, 5, H])], [_vi("y", [2, 5, H])], _ln_inits())
+    out = _apply(model, norm_fusion.LayerNormFusionPass(_everything))
+    assert _ops(out) == ["LayerNormalization"]
+    assert len(out.graph.node[0].input) == 3
+    # activations of a transformer: the mean large against the spread
+    _check(model, out, {"x": _f(2, 5, H, scale=3) + 4})
+
+
+@pytest.mark.parametrize("shared", ["s", "mu_s", "x_s", "var"])
+def test_layernorm_fusion_of_the_moments_form_with_an_intermediate_read_elsewhere_does_not_fire(shared):
+    model = make_model(_moments_ln(extra=[helper.make_node("Neg", [shared], ["other"])]), [_vi("x", [2, 5, H])],
+                       [_vi("y", [2, 5, H]), _vi("other", None)], _ln_inits())
+    out = _apply(model, norm_fusion.LayerNormFusionPass(_everything))
+    assert "LayerNormalization" not in _ops(out)
+    _check(model, out, {"x": _f(2, 5, H)})
+
+
+def test_global_average_pool_is_the_last_axis_mean_only_of_3d_values():
+    """On [N, C, H, W] it averages two axes: not a LayerNorm."""
+    model = make_model(_moments_ln(), [_vi("x", [2, 5, 3, H])], [_vi("y", [2, 5, 3, H])], _ln_inits())
+    assert "LayerNormalization" not in _ops(_apply(model, norm_fusion.LayerNormFusionPass(_everything)))
+    # the subtract-first form, its means GlobalAveragePools of 3-D x, is fused
+    nodes = [helper.make_node("GlobalAveragePool", n.input[:1], n.output) if n.op_type == "ReduceMean" else n
+             for n in _decomposed_ln(square="mul")]
+    model = make_model(nodes, [_vi("x", [2, 5, H])], [_vi("y", [2, 5, H])], _ln_inits())
+    out = _apply(model, norm_fusion.LayerNormFusionPass(_everything))
+    assert _ops(out) == ["LayerNormalization", "Identity"]
+    _check(model, out, {"x": _f(2, 5, H)})
 
 
 # --------------------------------------------------------------------------------- SkipLayerNorm

@@ -4,7 +4,9 @@ onnxruntime's ``LayerNormFusion``, ``SkipLayerNormFusion`` and ``BiasGeluFusion`
     LayerNormalization      ReduceMean -> Sub -> Pow(2) | Mul(d, d) -> ReduceMean -> Add(eps)
                             -> Sqrt -> Div | Reciprocal+Mul -> [Mul(gamma)] -> [Add(beta)],
                             all over the last axis (ONNX domain from opset 17; below it
-                            ort_core's, at ALL only)
+                            ort_core's, at ALL only); also the moments form Keras models
+                            export, x * s + (beta - mean * s) with s = gamma / sqrt(var + eps),
+                            and GlobalAveragePool of 3-D values for the means
     SkipLayerNormalization  Add(a, b) [with an Add of a 1-D constant bias on either side]
                             -> LayerNormalization (com.microsoft)
     BiasGelu                Add(x, 1-D constant bias) -> Gelu (com.microsoft)
@@ -104,7 +106,11 @@ def _reduce_axes(node: ir.Node) -> list[int] | None:
 
 
 def _mean_over_last_axis(node: ir.Node | None, x: ir.Value, rank: int | None) -> bool:
-    """``node`` is ReduceMean(x) over the last axis only (of ``rank``), keeping the reduced axis."""
+    """``node`` is ReduceMean(x) over the last axis only (of ``rank``), keeping the reduced axis,
+    or GlobalAveragePool(x) of a 3-D x, which is the same mean (tf2onnx writes Keras' moments of
+    [batch, sequence, hidden] activations so)."""
+    if is_op(node, "GlobalAveragePool"):
+        return node.inputs[0] is x and rank == 3
     if not is_op(node, "ReduceMean") or node.inputs[0] is not x or int(attr(node, "keepdims", 1)) != 1:
         return False
     axes = _reduce_axes(node)
@@ -144,9 +150,9 @@ class LayerNormFusionPass(_FusionPass):
         for graph in graphs(model.graph):
             namer = None
             for node in list(graph):
-                if node.graph is not graph or not is_op(node, "ReduceMean"):
+                if node.graph is not graph or not (is_op(node, "ReduceMean") or is_op(node, "GlobalAveragePool")):
                     continue  # (a node removed by an earlier match in this walk)
-                match = self._match(node)
+                match = self._match(node) or self._match_moments(node)
                 if match is None:
                     continue
                 x, gamma, beta, eps, nodes, out = match
@@ -235,6 +241,84 @@ class LayerNormFusionPass(_FusionPass):
         if gamma is None and hidden is None:  # the ones to make need the axis' length
             return None
         return x, gamma, beta, eps, nodes, out
+
+
+    @staticmethod
+    def _match_moments(mean1: ir.Node):
+        """Keras' LayerNormalization as tf2onnx writes it, tf.nn.moments then
+        tf.nn.batch_normalization: d = x - mean, var = mean(d * d), s = Reciprocal(Sqrt(var +
+        eps)) [* gamma], out = x * s + (beta - mean * s); the same function as the other form,
+        with the mean subtracted after the scaling."""
+        x = mean1.inputs[0]
+        if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x, _rank(x)):
+            return None
+        hidden = _last_dim(x)
+        mean = mean1.outputs[0]
+        if mean.is_graph_output():
+            return None
+        readers = list(dict.fromkeys(user for user, _ in mean.uses()))
+        if len(readers) != 2:  # x - mean, and mean * s
+            return None
+        centering = [r for r in readers if is_op(r, "Sub") and r.inputs[0] is x and r.inputs[1] is mean]
+        if len(centering) != 1:
+            return None
+        sub = centering[0]
+        mean_scaled = readers[0] if readers[1] is sub else readers[1]
+        square = _sole_reader(sub.outputs[0])
+        if square is None or not _is_square_of(square, sub.outputs[0]):
+            return None
+        mean2 = only_use(square.outputs[0])
+        if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0], _rank(x)):
+            return None
+        add_eps = only_use(mean2.outputs[0])
+        if not is_op(add_eps, "Add"):
+            return None
+        eps = scalar(_other(add_eps, mean2.outputs[0]))
+        if eps is None or eps < 0:
+            return None
+        sqrt = only_use(add_eps.outputs[0])
+        recip = None if not is_op(sqrt, "Sqrt") else only_use(sqrt.outputs[0])
+        if not is_op(recip, "Reciprocal"):
+            return None
+        nodes = [mean1, sub, square, mean2, add_eps, sqrt, recip]
+        scale = recip.outputs[0]
+        gamma = None
+        gamma_mul = only_use(scale)
+        if is_op(gamma_mul, "Mul") and _affine_operand(_other(gamma_mul, scale), x, hidden):
+            gamma = _other(gamma_mul, scale)
+            nodes.append(gamma_mul)
+            scale = gamma_mul.outputs[0]
+        if scale.is_graph_output():
+            return None
+        scaling = list(dict.fromkeys(user for user, _ in scale.uses()))
+        if len(scaling) != 2 or mean_scaled not in scaling:  # x * s, and mean * s
+            return None
+        x_scaled = scaling[0] if scaling[1] is mean_scaled else scaling[1]
+        if not (is_op(mean_scaled, "Mul") and _other(mean_scaled, scale) is mean
+                and is_op(x_scaled, "Mul") and _other(x_scaled, scale) is x):
+            return None
+        shift = only_use(mean_scaled.outputs[0])
+        if not is_op(shift, "Sub") or shift.inputs[1] is not mean_scaled.outputs[0]:
+            return None
+        beta = shift.inputs[0]
+        if not _affine_operand(beta, x, hidden):
+            return None
+        add = only_use(x_scaled.outputs[0])
+        if not is_op(add, "Add") or _other(add, x_scaled.outputs[0]) is not shift.outputs[0] or only_use(shift.outputs[0]) is not add:
+            return None
+        if gamma is None and hidden is None:  # the ones to make need the axis' length
+            return None
+        nodes += [mean_scaled, shift, x_scaled, add]
+        return x, gamma, beta, eps, nodes, add.outputs[0]
+
+
+def _sole_reader(value: ir.Value) -> ir.Node | None:
+    """The single node that reads ``value``, once or more (Mul(d, d)); None when several nodes
+    read it or it is a graph output."""
+    if value.is_graph_output():
+        return None
+    readers = list(dict.fromkeys(user for user, _ in value.uses()))
+    return readers[0] if len(readers) == 1 else None
 
 
 def _affine_operand(value: ir.Value | None, x: ir.Value, hidden: int | None) -> bool:
