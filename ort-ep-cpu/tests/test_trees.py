@@ -200,14 +200,17 @@ def test_many_class_finish_matches_onnxruntime_on_both_paths(base, labels, path)
     _compare(data, {"x": x[7:8]})
 
 
-@pytest.mark.parametrize("finish", ["many_class", "regression"])
+@pytest.mark.parametrize("finish", ["many_class", "regression", "two_class"])
 def test_the_finish_is_a_compiled_loop_without_a_post_transform(finish, monkeypatch):
     """The many-class classifier's and the regressions' compiled finishes run where there is no
-    post transform, and numpy's rules where there is one."""
+    post transform, and numpy's rules where there is one; the two-class finish has every post
+    transform but PROBIT compiled."""
     if trees._compiled(finish) is None:
         pytest.skip("numba is not installed")
     if finish == "many_class":
         plain, transformed = _many_class([], range(4)), _many_class([], range(4), post="SOFTMAX")
+    elif finish == "two_class":
+        plain, transformed = _two_class([1], [1.0], [], "LOGISTIC"), None
     else:
         plain = _regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "NONE")
         transformed = _regressor_stumps([0.5, -1.25, 3.0], "AVERAGE", "LOGISTIC")
@@ -216,11 +219,13 @@ def test_the_finish_is_a_compiled_loop_without_a_post_transform(finish, monkeypa
     monkeypatch.setattr(trees, "_compiled", lambda which="forest": calls.append(which) or real(which))
     x = np.random.default_rng(6).standard_normal((5, 3)).astype(np.float32)
     _compare(plain, {"x": x})
-    # a regression's walk and finish are one compiled call where the preorder layout holds
-    # the forest (``FlatForest.summed_regression``)
-    compiled = {"regression": "preorder_regression"}.get(finish, finish)
+    # the walk and the finish are one compiled call where the preorder layout holds the forest
+    # (``FlatForest.summed_regression``, ``summed_classification``)
+    compiled = f"preorder_{finish}"
     assert compiled in calls
     calls.clear()
+    if transformed is None:
+        return
     _compare(transformed, {"x": x})
     assert finish not in calls and compiled not in calls
 
