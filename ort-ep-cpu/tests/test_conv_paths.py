@@ -33,6 +33,7 @@ def numpy_paths(monkeypatch):
     # the compiled small-input loop has its own tests (test_small_conv.py)
     monkeypatch.setattr(nn, "SMALL_CONV_MACS", 0)
     monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_CONV_PIXEL_MACS", 0)
 
 
 def _model(x_shape, w_shape, attrs, bias: bool, const_w: bool = True, elem=TensorProto.FLOAT, seed=0):

@@ -36,6 +36,7 @@ def runs(monkeypatch):
     monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)
     monkeypatch.setattr(nn, "SMALL_CONV_MACS", 0)  # not the compiled small-input loop
     monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_CONV_PIXEL_MACS", 0)
     monkeypatch.setattr(nn, "COMPILED_PRODUCT_WEIGHTS", 0)  # not the compiled few-row loops
     seen: list[tuple[str, str]] = []
     real = _onednn._Primitive.run

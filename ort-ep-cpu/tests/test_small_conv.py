@@ -102,9 +102,22 @@ def test_float64(loop_calls):
     assert loop_calls
 
 
+def test_few_output_pixels_take_the_loop_up_to_a_larger_size(loop_calls):
+    """Over ``SMALL_CONV_MACS``, convolutions of at most ``SMALL_CONV_PIXELS`` output pixels
+    still take the loop (silero-vad's encoder: 129 -> 128 channels, k 3 on 3 samples, 149K
+    MACs), batched ones by their MACs an image. (Sums of a few hundred terms of unit
+    normals: float32 rounding, in another order than onnxruntime's, reaches 1e-5.)"""
+    _compare(_model((1, 129, 3), (128, 129, 3), {"pads": [1, 1]}), (1, 129, 3), tol=1e-4)
+    _compare(_model((1, 64, 2, 2), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}), (1, 64, 2, 2), tol=1e-4)
+    _compare(_model((4, 64, 4), (64, 64, 3), {"pads": [1, 1]}), (4, 64, 4), tol=1e-4)
+    assert set(loop_calls) == {(1, 128, 1, 3), (1, 64, 2, 2), (4, 64, 1, 4)}  # (their outputs, as 4-D)
+
+
 def test_larger_and_runtime_weights_take_the_other_paths(loop_calls):
-    # 258 -> 16 on 7 samples (29K MACs): BLAS is faster there (nn.SMALL_CONV_MACS)
-    _compare(_model((1, 258, 7), (16, 258, 1), {}), (1, 258, 7))
+    # 64 -> 64 on 16 samples (197K MACs): BLAS is faster there (nn.SMALL_CONV_PIXELS)
+    _compare(_model((1, 64, 16), (64, 64, 3), {"pads": [1, 1]}), (1, 64, 16))
+    # 128 -> 128 on 6 samples (295K MACs): oneDNN's (nn.SMALL_CONV_PIXEL_MACS)
+    _compare(_model((1, 128, 6), (128, 128, 3), {"pads": [1, 1]}), (1, 128, 6))
     # weights fed at run time: the loop's transposed weights are made once, for constants only
     w = np.random.default_rng(2).standard_normal((4, 3, 3)).astype(np.float32)
     _compare(_model((1, 3, 8), (4, 3, 3), {}, const_w=False), (1, 3, 8), feeds={"w": w})

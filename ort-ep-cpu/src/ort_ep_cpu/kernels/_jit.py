@@ -1344,12 +1344,26 @@ def _small_conv_py(x, wt, b, y, sh, sw, dh, dw, ph, pw, group, relu):  # pragma:
                                 acc[m] += wp[m] * xp[m]
                         else:
                             for g in range(group):
-                                base = g * mg
-                                for c in range(cg):
-                                    v = xp[g * cg + c]
-                                    wp = wt[c, kh, kw]
-                                    for mm in range(base, base + mg):
-                                        acc[mm] += wp[mm] * v
+                                # slices indexed from 0: an index from g * mg kept the loop
+                                # scalar (LLVM cannot rule out a negative, wrapped index)
+                                accg = acc[g * mg:(g + 1) * mg]
+                                xg = xp[g * cg:(g + 1) * cg]
+                                c = 0
+                                while c + 4 <= cg:  # four channels a pass over the sums
+                                    v0, v1, v2, v3 = xg[c], xg[c + 1], xg[c + 2], xg[c + 3]
+                                    w0 = wt[c, kh, kw, g * mg:(g + 1) * mg]
+                                    w1 = wt[c + 1, kh, kw, g * mg:(g + 1) * mg]
+                                    w2 = wt[c + 2, kh, kw, g * mg:(g + 1) * mg]
+                                    w3 = wt[c + 3, kh, kw, g * mg:(g + 1) * mg]
+                                    for j in range(mg):
+                                        accg[j] = accg[j] + v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+                                    c += 4
+                                while c < cg:
+                                    v = xg[c]
+                                    wc = wt[c, kh, kw, g * mg:(g + 1) * mg]
+                                    for j in range(mg):
+                                        accg[j] += v * wc[j]
+                                    c += 1
                 for m in range(m_):
                     v = acc[m] + b[m]
                     if relu and v < 0:

@@ -24,6 +24,7 @@ from ..registry import kernel
 from . import _blas, _jit, _onednn
 from ._util import SHAPE_CACHE_MAX, as_dtype, as_float32, constant_weight, data_address, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
+from .elementwise import sigmoid as elementwise_sigmoid
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -494,15 +495,12 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
         return lambda y: np.tanh(y, out=y)
     if name == "Sigmoid":
         def sigmoid(y):  # 1 / (1 + exp(-y)), in place
-            if y.size <= SMALL_SIGMOID and y.dtype.kind == "f" and y.dtype.itemsize >= 4:
+            if y.dtype != np.float32 and y.size <= SMALL_SIGMOID and y.dtype.kind == "f" and y.dtype.itemsize >= 4:
                 # one ufunc call: four numpy calls cost ~3 us on a few elements (scipy's expit is
-                # slower per element, so only small outputs take it)
+                # slower per element, so only small outputs take it); float32 is one compiled pass
                 special.expit(y, out=y)
                 return
-            np.negative(y, out=y)
-            np.exp(y, out=y)
-            y += 1
-            np.reciprocal(y, out=y)
+            elementwise_sigmoid(y, out=y)
         return sigmoid
     if name == "LeakyRelu":
         alpha = params[0] if params else 0.01
@@ -1018,10 +1016,19 @@ def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, thread
 #: paths' Python costs more than the sums. Measured (us a call, the loop / the paths before):
 #: depthwise 258 channels x 7 samples, k 5 (9K MACs) 3.0 / 16; 16 x 4 1.3 / 6.9; 64 x 8x8 3x3
 #: (37K) 8.3 / 10.5; 16 x 16x16 3x3 (37K) 11.1 / 11.1; 64 -> 64 on 1 pixel (4K) 1.8 / 5.9;
-#: 16 -> 16 on 7 (1K) 1.3 / 5.8; but 258 -> 16 on 7 (29K) 9.1 / 6.6, 8 -> 6 in 2 groups at
-#: 9x11 (17K) 19 / 16: the loop does not tile its sums, so larger products stay with BLAS
+#: 16 -> 16 on 7 (1K) 1.3 / 5.8
 SMALL_CONV_MACS = 12 << 10
 SMALL_DEPTHWISE_MACS = 40 << 10
+#: ... and, since the loop sums four input channels a pass into a vector of the output
+#: channels, also those of at most SMALL_CONV_PIXELS output pixels and SMALL_CONV_PIXEL_MACS
+#: multiply-adds an image: one-op sessions, us a run, the loop / the other paths: 129 -> 128,
+#: k 3 on 3 samples (149K MACs) 8.1 / 11.9, 64 -> 128 on 1 (25K) 4.5 / 7.4, 40 -> 40 k 5 on 10
+#: (80K) 8.4 / 10.5, 64 -> 64 k 3 on 12 (147K) 10.5 / 12.1, 3x3 on 2x2 (147K) 8.3 / 13.0,
+#: batch 2 (98K) 9.1 / 15.3; but 258 -> 16 k 5 on 7 (144K) 17.5 / 16.7, 64 -> 64 on 16 (197K)
+#: 14.9 / 12.2, 128 -> 128 on 6 (295K) 15.0 / 10.4 (oneDNN's), 2-D images of 64+ pixels 2-5x
+#: slower: many pixels are GEMM's, where tiles keep the weights in registers
+SMALL_CONV_PIXELS = 12
+SMALL_CONV_PIXEL_MACS = 160 << 10
 
 
 def _small_conv_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, g: _Geometry) -> tuple | None:
@@ -1030,7 +1037,12 @@ def _small_conv_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, g: _Ge
     if len(x_shape) not in (3, 4) or 0 in x_shape:
         return None
     depthwise = group == x_shape[1] == w.shape[0]
-    if w.size * math.prod(g.out) * x_shape[0] > (SMALL_DEPTHWISE_MACS if depthwise else SMALL_CONV_MACS):
+    pixels = math.prod(g.out)
+    macs = w.size * pixels  # an image's
+    if depthwise:
+        if macs * x_shape[0] > SMALL_DEPTHWISE_MACS:
+            return None
+    elif macs * x_shape[0] > SMALL_CONV_MACS and (pixels > SMALL_CONV_PIXELS or macs > SMALL_CONV_PIXEL_MACS):
         return None
     g2 = g.as_2d() if len(x_shape) == 3 else g
     return ((x_shape[0], w.shape[0]) + g.out, x_shape[:2] + g2.spatial, (x_shape[0], w.shape[0]) + g2.out,
@@ -1059,34 +1071,38 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     post_op = _onednn.post_op(activation_name, activation_params or [])
     onednn: dict[tuple, _onednn.Convolution | None] = {}  # input shape -> its primitives, None: numpy path
     packed = _onednn.PackedConstants()  # the weights in oneDNN's layouts, for every input shape
-    small_plans: dict[tuple, tuple | None] = {}  # input shape -> ``_small_conv_plan``'s answer
+    small_runs: dict[tuple, Callable | None] = {}  # input shape -> ``small_run``'s answer
     small_weights: list[np.ndarray] = []  # the constant weights as (C/group, KH, KW, M), made at first use
     relu = activation_name == "Relu"  # the one activation the small loop applies itself
 
-    def small_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
-        """The convolution by the compiled small-input loop, or None where it is not taken."""
+    def small_run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> Callable | None:
+        """The compiled small-input loop bound to inputs of ``x``'s shape and type (with the
+        constant weights and bias): a function of x giving y; or None where it is not taken.
+        Made once per input shape: the plan, geometry and bias lookups of each call were about
+        1 us of a one-pixel convolution's 3.5."""
         loop = _jit.small_conv()
         if loop is None:
             return None
-        plan = small_plans.get(x.shape, False)
-        if plan is False:
-            plan = _small_conv_plan(x.shape, w, group, g)
-            if len(small_plans) >= SHAPE_CACHE_MAX:
-                small_plans.clear()
-            small_plans[x.shape] = plan
+        plan = _small_conv_plan(x.shape, w, group, geometry.get(x.shape, attr_kernel or w.shape[2:]))
         if plan is None:
             return None
-        y_shape, x4_shape, y4_shape, (sh, sw, dh, dw, ph, pw) = plan
+        y_shape, x4_shape, y4_shape, params = plan
         if not small_weights:
             w4 = w.reshape(w.shape[:2] + (1,) * (4 - w.ndim) + w.shape[2:])
             small_weights.append(np.ascontiguousarray(w4.transpose(1, 2, 3, 0)))
+        weights = small_weights[0]
         bias = zeros_vector(w.shape[0], x.dtype) if b is None else b
-        y = np.empty(y_shape, x.dtype)
-        loop(np.ascontiguousarray(x).reshape(x4_shape), small_weights[0], bias, y.reshape(y4_shape),
-             sh, sw, dh, dw, ph, pw, group, relu)
-        if activation is not None and not relu:
-            activation(y)
-        return y
+        dtype = x.dtype
+        after = None if relu else activation
+
+        def run(x: np.ndarray) -> np.ndarray:
+            y = np.empty(y_shape, dtype)
+            loop(np.ascontiguousarray(x).reshape(x4_shape), weights, bias, y.reshape(y4_shape), *params, group, relu)
+            if after is not None:
+                after(y)
+            return y
+
+        return run
 
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
         """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
@@ -1135,12 +1151,17 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
                 if activation is not None:
                     activation(y)
                 return y
+        if fixed and x.dtype == w.dtype and x.dtype in JIT_FLOATS:
+            run = small_runs.get(x.shape, False)
+            if run is False:
+                run = small_run(x, w, b)
+                if len(small_runs) >= SHAPE_CACHE_MAX:
+                    small_runs.clear()
+                small_runs[x.shape] = run
+            if run is not None:
+                return run(x)
         kernel_shape = attr_kernel or w.shape[2:]
         g = geometry.get(x.shape, kernel_shape)
-        if fixed and x.dtype == w.dtype and x.dtype in JIT_FLOATS:
-            y = small_conv(x, w, b, g)
-            if y is not None:
-                return y
         if fixed and x.dtype == np.float32 and w.dtype == np.float32 and _onednn.USE:
             y = onednn_conv(x, w, b, g)
             if y is not None:
