@@ -118,3 +118,69 @@ def test_grid_sample_matches_onnxruntime(compiled, mode, padding, align, spatial
     monkeypatch.setattr(_jit, "USE", False)
     numpy_path = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(got, numpy_path)
+
+
+def _linear_resize(shape, elem, mode, target, roi=None, opset=13):
+    """Resize-``opset`` in linear mode to ``target`` (("scales" | "sizes", values))."""
+    kind, values = target
+    inputs = ["x", "roi" if roi is not None else "", "scales" if kind == "scales" else "", "sizes" if kind == "sizes" else ""]
+    inits = [onnx.numpy_helper.from_array(np.array(values, np.float32 if kind == "scales" else np.int64), kind)]
+    if roi is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(roi, np.float32), "roi"))
+    node = helper.make_node("Resize", inputs, ["y"], mode="linear", coordinate_transformation_mode=mode,
+                            extrapolation_value=-7.0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
+                              [helper.make_tensor_value_info("y", elem, [None] * len(shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("mode", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                  "tf_half_pixel_for_nn", "half_pixel_symmetric"])
+@pytest.mark.parametrize("shape,target", [
+    ((1, 3, 16, 16), ("sizes", [1, 3, 32, 32])),  # NCHW 2x (a U-Net decoder's)
+    ((2, 2, 7, 5), ("sizes", [2, 2, 12, 13])),  # up by odd factors
+    ((1, 2, 8, 12), ("scales", [1, 1, 0.5, 0.75])),  # down
+    ((1, 2, 6, 1), ("scales", [1, 1, 2.5, 1])),  # one axis
+    ((1, 5, 6, 3), ("sizes", [1, 11, 9, 3])),  # NHWC
+    ((6, 9), ("sizes", [11, 4])),  # 2-D
+    ((4, 5, 3), ("sizes", [7, 5, 6])),  # trilinear, 3-D
+    ((1, 2, 3, 4, 5), ("scales", [1, 1, 2, 1.5, 0.6])),  # trilinear, 5-D
+])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_linear_resize_is_onnxruntime_s_to_the_bit(shape, target, mode, elem, compiled, monkeypatch):
+    """onnxruntime's linear Resize is one formula over the interpolated axes, in float32 in its
+    order, integers truncated (8-bit NHWC: in 10-bit fixed point); the outputs are those bits (a
+    one-ulp difference turned into a different quantization code downstream, in a quantized
+    ISNet: 0.66 off on its mask). ``compiled``: the last two axes by ``_jit.bilinear``. (Scales
+    whose products are whole: elsewhere align_corners follows the spec, as
+    ``test_family_b.py``'s reference cases check.)"""
+    used = use_compiled(monkeypatch, compiled, "bilinear")
+    data = _linear_resize(shape, elem, mode, target, opset=19)
+    rng = np.random.default_rng(1)
+    if elem == TensorProto.FLOAT:
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    else:
+        dtype = np.uint8 if elem == TensorProto.UINT8 else np.int8
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    kind, values = target
+    nchw = len(shape) == 4 and values[1] == (1 if kind == "scales" else shape[1])
+    assert bool(used) == (len(shape) == 2 or nchw)  # the loop asked for where the last two axes are it
+
+
+def test_linear_resize_crop_and_extrapolate_is_onnxruntime_s_to_the_bit():
+    shape = (1, 2, 8, 9)
+    data = _linear_resize(shape, TensorProto.FLOAT, "tf_crop_and_resize", ("sizes", [1, 2, 7, 10]),
+                          roi=[0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3])
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert (want == -7).any()  # some outputs sample outside the crop
+    np.testing.assert_array_equal(got, want)

@@ -50,6 +50,7 @@ _dequantize: Callable | None = None
 _fake_quantize: Callable | None = None
 _integer_product: Callable | None = None
 _small_conv: Callable | None = None
+_bilinear: Callable | None = None
 _conv_combine: Callable | None = None
 _half_to_float: Callable | None = None
 _float_to_half: Callable | None = None
@@ -202,6 +203,16 @@ def small_conv() -> Callable | None:
     where the image is too small for the row loops: silero-vad's 1-D convolutions of 1-7
     samples took 4-17 us each through the numpy paths' Python, 1-3 here."""
     return _small_conv if _load() else None
+
+
+def bilinear() -> Callable | None:
+    """onnxruntime's bilinear Resize loop, ``(x, y1, y2, x1, x2, dy1, dy2, dx1, dx2, y)``, or
+    None: x (B, H, W) float32, y (B, OH, OW) float32 written; per output pixel (i, j) the four
+    corners' values times the products dx * dy of the axes' weights (index 1 takes weight 2),
+    summed left to right, each product rounded (compiled without "contract"), so that the
+    bits are onnxruntime's. numpy's form of the same arithmetic (``image._exact_linear``)
+    makes eight passes over the output: 2.5x slower on a 2x upsample of 64 x 80 x 80."""
+    return _bilinear if _load() else None
 
 
 def half_to_float() -> Callable | None:
@@ -370,7 +381,7 @@ def _load_once() -> None:
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
-    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid
+    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
     if _tried:
         return
     with _lock:
@@ -383,6 +394,7 @@ def _load_once() -> None:
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
+                _bilinear = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -441,6 +453,8 @@ def _load_once() -> None:
                                                 error_model="numpy")(_pairwise_coupling_py)
                 _roi_align = numba.njit(cache=cached, nogil=True, boundscheck=False,
                                         error_model="numpy")(_roi_align_py)
+                _bilinear = numba.njit(cache=cached, nogil=True, boundscheck=False,
+                                       error_model="numpy")(_bilinear_py)
                 # the axis and plane helpers are globals of the GridSample loops: compiled first
                 _grid_axis = numba.njit(inline="always", nogil=True, error_model="numpy")(_grid_axis_py)
                 _plane_taps = numba.njit(inline="always", nogil=True, boundscheck=False, error_model="numpy")(_plane_taps_py)
@@ -1308,6 +1322,22 @@ def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled b
                 hj = (_ONE - zj) * _tanh_value(cand) + zj * h[b, j]
                 h[b, j] = hj
                 ys[t, b, j] = hj
+
+
+def _bilinear_py(x, y1, y2, x1, x2, dy1, dy2, dx1, dx2, y):  # pragma: no cover - compiled by numba
+    """See ``bilinear``."""
+    for b in range(x.shape[0]):
+        for i in range(y.shape[1]):
+            top = x[b, y1[i]]
+            bottom = x[b, y2[i]]
+            upper = dy2[i]
+            lower = dy1[i]
+            row = y[b, i]
+            for j in range(y.shape[2]):
+                left = dx2[j]
+                right = dx1[j]
+                row[j] = (left * upper * top[x1[j]] + right * upper * top[x2[j]]
+                          + left * lower * bottom[x1[j]] + right * lower * bottom[x2[j]])
 
 
 def _small_conv_py(x, wt, b, y, sh, sw, dh, dw, ph, pw, group, relu):  # pragma: no cover - compiled by numba

@@ -64,6 +64,38 @@ def _source_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tupl
     return x + start * (in_len - 1)
 
 
+#: types whose linear Resize follows onnxruntime's arithmetic exactly (``_exact_linear``)
+_EXACT_LINEAR_TYPES = frozenset(np.dtype(t) for t in (np.float32, np.uint8, np.int8, np.int32))
+
+
+def _float32_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None) -> np.ndarray:
+    """``_source_coords`` as onnxruntime computes them: float32 arithmetic in its order (double
+    where it uses double), and the output index itself on an axis of scale 1."""
+    f = np.float32
+    x = np.arange(out_len, dtype=f)
+    s = f(scale)
+    if s == 1:
+        return x
+    if mode == "half_pixel":
+        return (x + f(0.5)) / s - f(0.5)
+    if mode == "asymmetric":
+        return x / s
+    if mode == "pytorch_half_pixel":
+        return (x + f(0.5)) / s - f(0.5) if out_len > 1 else np.zeros(out_len, f)
+    if mode == "tf_half_pixel_for_nn":
+        return (x + f(0.5)) / s
+    if mode == "align_corners":
+        return np.zeros(out_len, f) if out_len == 1 else x * f(in_len - 1) / f(out_len - 1)
+    if mode == "half_pixel_symmetric":
+        adjustment = f(out_len) / (s * f(in_len))
+        offset = (f(in_len) / f(2)) * (f(1) - adjustment)
+        return (np.float64(offset) + (x.astype(np.float64) + 0.5) / np.float64(s) - 0.5).astype(f)
+    start, end = (f(0), f(1)) if roi is None else (f(roi[0]), f(roi[1]))
+    if out_len > 1:
+        return start * f(in_len - 1) + (x * (end - start) * f(in_len - 1)) / f(out_len - 1)
+    return np.full(out_len, 0.5 * (float(start) + float(end)) * (in_len - 1), f)
+
+
 def _nearest_index(x: np.ndarray, nearest_mode: str, scale: float) -> np.ndarray:
     if nearest_mode == "round_prefer_floor":
         idx = np.ceil(x - 0.5)
@@ -286,6 +318,13 @@ class _ResizeSpec:
             for axis, idx, src, in_len, _ in gathers:
                 y = self._extrapolate(np.take(y, idx, axis=axis), axis, src, in_len)
             return y
+        spatial = self._exact_linear_axes(x, steps)
+        if spatial is not None:
+            if sizes is not None and np.size(sizes) > 0:
+                # onnxruntime's scales of given sizes: float32 quotients
+                steps = [(axis, out_len, float(np.float32(out_len) / np.float32(x.shape[axis])), pair)
+                         for axis, out_len, _, pair in steps]
+            return self._exact_linear(x, spatial, steps)
         work = np.float64 if x.dtype == np.float64 else np.float32
         y = x.astype(work, copy=False)
         for axis, out_len, scale, pair in steps:
@@ -305,6 +344,112 @@ class _ResizeSpec:
             info = np.iinfo(x.dtype)
             return np.clip(np.rint(y), info.min, info.max).astype(x.dtype)
         return y.astype(x.dtype, copy=False)
+
+    def _exact_linear_axes(self, x: np.ndarray, steps) -> tuple[int, ...] | None:
+        """The axes onnxruntime interpolates together where its linear Resize is one formula
+        over 2 or 3 axes (bilinear: 2-D x, or 4-D NCHW / NHWC with the batch and the channels
+        kept; trilinear: 3-D x, or 5-D with the first two axes kept), for the types it computes
+        so (float32, and the integers it truncates); None elsewhere (the separable passes)."""
+        if (self.mode != "linear" or self.antialias or x.dtype not in _EXACT_LINEAR_TYPES
+                or self.policy != "stretch"):
+            return None
+        # where onnxruntime departs from the spec beyond rounding, the spec's values stand (the
+        # separable passes): align_corners and tf_crop_and_resize divide by the rounded output
+        # length there, not by scale x input; pytorch_half_pixel maps a length-1 output to 0
+        for axis, out_len, scale, _ in steps:
+            unrounded = np.float32(scale) * np.float32(x.shape[axis]) != np.float32(out_len)
+            if (self.coord in ("align_corners", "tf_crop_and_resize") and unrounded
+                    or self.coord == "pytorch_half_pixel" and out_len == 1):
+                return None
+        resized = {axis for axis, _, _, _ in steps}
+        if x.ndim in (2, 3):
+            return tuple(range(x.ndim))
+        if x.ndim == 4 and not resized & {0, 1}:
+            return (2, 3)
+        if x.ndim == 4 and not resized & {0, 3}:
+            return (1, 2)
+        if x.ndim == 5 and not resized & {0, 1}:
+            return (2, 3, 4)
+        return None
+
+    def _exact_linear(self, x: np.ndarray, spatial: tuple[int, ...], steps) -> np.ndarray:
+        """Linear Resize as onnxruntime's CPU kernel computes it, to the bit: per output pixel the
+        sum over the 2 (or 2 x 2 x 2) corners, the innermost axis fastest, of the product of the
+        axes' float32 weights (innermost first) times the input value, left to right in float32;
+        integers truncated. (The separable passes round differently: one ulp on a fifth of a
+        float32 upsample, which a quantized model's next DynamicQuantizeLinear turns into a
+        different code, and one unit on 40% of a uint8 one.)"""
+        by_axis = {axis: (out_len, scale, pair) for axis, out_len, scale, pair in steps}
+        geometry = []  # per spatial axis, outermost first: (indices 1 and 2, weights for 1 and 2, outside)
+        out_shape = list(x.shape)
+        for axis in spatial:
+            out_len, scale, pair = by_axis.get(axis, (x.shape[axis], 1.0, None))
+            out_shape[axis] = out_len
+            geometry.append(self._exact_axis(out_len, x.shape[axis], scale, pair))
+        shape_at = [[1] * x.ndim for _ in spatial]
+        for k, axis in enumerate(spatial):
+            shape_at[k][axis] = out_shape[axis]
+        # 8-bit NHWC: onnxruntime's fixed-point kernel, weights of 10 bits an axis, the sum
+        # divided by 2^20 with truncation
+        fixed = spatial == (1, 2) and x.ndim == 4 and x.dtype.itemsize == 1
+        loop = _jit.bilinear() if spatial[-2:] == (x.ndim - 2, x.ndim - 1) and len(spatial) == 2 else None
+        if loop is not None and not fixed:  # the last two axes: the compiled loop
+            (y1, y2, dy1, dy2, y_out), (x1, x2, dx1, dx2, x_out) = (g[:5] for g in geometry)
+            planes = x.reshape((-1,) + x.shape[-2:]).astype(np.float32, copy=False)
+            y = np.empty(out_shape, np.float32)
+            loop(np.ascontiguousarray(planes), y1, y2, x1, x2, dy1, dy2, dx1, dx2, y.reshape((-1,) + y.shape[-2:]))
+            if self.coord == "tf_crop_and_resize":
+                y[..., y_out[:, None] | x_out[None, :]] = np.float32(self.extrapolation)
+            return y if x.dtype == np.float32 else y.astype(x.dtype)
+        values = x.astype(np.int64 if fixed else np.float32, copy=False)
+        first_weight = 6 if fixed else 3  # index 1 takes the weight of index 2, and so on
+        y = None
+        for corner in itertools.product((0, 1), repeat=len(spatial)):  # the innermost axis fastest
+            gathered = values
+            for k, axis in enumerate(spatial):
+                gathered = np.take(gathered, geometry[k][corner[k]], axis=axis)
+            weight = None
+            for k in reversed(range(len(spatial))):  # the innermost axis' weight first
+                w = geometry[k][first_weight - corner[k]].reshape(shape_at[k])
+                weight = w if weight is None else weight * w
+            term = weight * gathered
+            y = term if y is None else np.add(y, term, out=y)
+        if fixed:
+            y = np.sign(y) * (np.abs(y) >> 20)  # C's division: toward zero
+        if self.coord == "tf_crop_and_resize":
+            outside = np.zeros(out_shape, dtype=bool)
+            for k in range(len(spatial)):
+                outside |= geometry[k][4].reshape(shape_at[k])
+            y[outside] = np.float32(self.extrapolation) if not fixed else int(self.extrapolation)
+        return y if y.dtype == x.dtype else y.astype(x.dtype)  # (float to integer: C's truncation)
+
+    def _exact_axis(self, out_len: int, in_len: int, scale: float, pair):
+        """onnxruntime's linear geometry of one axis, in float32: (first index, second index,
+        first weight, second weight, outside the input); kept per arguments."""
+        key = ("exact", out_len, in_len, scale, None if pair is None else (float(pair[0]), float(pair[1])))
+        cached = self._geometry.get(key)
+        if cached is not None:
+            return cached
+        original = _float32_coords(self.coord, out_len, in_len, scale, pair)
+        f32 = np.float32
+        clamped = np.maximum(f32(0), np.minimum(original, f32(in_len - 1)))
+        first = np.minimum(clamped.astype(np.int64), in_len - 1)
+        second = np.minimum(first + 1, in_len - 1)
+        d1 = np.abs(clamped - first.astype(f32))
+        d2 = np.abs(clamped - second.astype(f32))
+        same = first == second
+        d1[same] = f32(0.5)
+        d2[same] = f32(0.5)
+        outside = (original < 0) | (original > f32(in_len - 1))
+        # the same weights in 10-bit fixed point (the 8-bit NHWC kernel's)
+        scaled = (clamped * f32(1 << 10)).astype(np.int64)
+        d1_fixed, d2_fixed = np.abs(scaled - first * (1 << 10)), np.abs(scaled - second * (1 << 10))
+        d1_fixed[same] = d2_fixed[same] = 1 << 9
+        result = (first, second, d1, d2, outside, d1_fixed, d2_fixed)
+        if len(self._geometry) > 64:
+            self._geometry.clear()
+        self._geometry[key] = result
+        return result
 
     def _axis_geometry(self, out_len: int, in_len: int, scale: float, pair):
         """Indices/weights of one resized axis; they depend only on these arguments, so they are
