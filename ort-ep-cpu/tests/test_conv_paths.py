@@ -515,3 +515,26 @@ def test_large_conv_takes_the_tap_gemms_by_default(elem, monkeypatch):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
         assert bool(taps_runs) == use
         taps_runs.clear()
+
+
+@pytest.mark.parametrize("x_shape,w_shape,group,says", [
+    ((1, 64, 4, 4), (32, 16, 3, 3), 2, "input X has 64 channels (shape [1, 64, 4, 4]), W [32, 16, 3, 3] with group 2 "
+                                       "expects W's dimension 1 x group = 32"),
+    ((1, 64, 4, 4), (32, 32, 3, 3), 1, "expects W's dimension 1 x group = 32"),
+    ((1, 64, 4), (32, 64, 3, 3), 1, "input X has shape [1, 64, 4] and W [32, 64, 3, 3]: both need the same rank"),
+    ((1, 6, 5, 5), (5, 3, 3, 3), 2, "W has 5 output channels (shape [5, 3, 3, 3]), not a multiple of group 2"),
+])
+def test_conv_input_mismatched_with_its_weights_is_a_clear_error(x_shape, w_shape, group, says):
+    """onnxruntime refuses these at run time by name; the numpy paths had failed with numpy's
+    'cannot reshape' or an IndexError."""
+    w = np.ones(w_shape, np.float32)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=group, name="the_conv")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model.ir_version = 8
+    with pytest.raises(ort.Fail) as error:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": np.ones(x_shape, np.float32)})
+    assert says in str(error.value) and "the_conv" in str(error.value)

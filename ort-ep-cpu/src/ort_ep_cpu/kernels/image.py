@@ -1,5 +1,6 @@
-"""Image ops: Resize/Upsample (separable, one vectorised 1-D pass per resized axis), GridSample,
-AffineGrid, RoiAlign, MaxRoiPool, NonMaxSuppression."""
+"""Image ops: Resize/Upsample (linear over 2 or 3 axes as onnxruntime computes it, to the bit;
+otherwise separable, one vectorised 1-D pass per resized axis), GridSample, AffineGrid,
+RoiAlign, MaxRoiPool, NonMaxSuppression."""
 
 from __future__ import annotations
 

@@ -1049,6 +1049,21 @@ def _small_conv_plan(x_shape: tuple[int, ...], w: np.ndarray, group: int, g: _Ge
             g2.strides + g2.dilations + g2.pads[:2])
 
 
+def _check_conv_shapes(node, x_shape: tuple, w_shape: tuple, group: int) -> None:
+    """X and W fit each other, as onnxruntime checks (the numpy paths failed on a mismatch with
+    a bare reshape or index error)."""
+    where = f"{node.op_type} {node.name!r}"
+    if len(x_shape) < 3 or len(x_shape) != len(w_shape):
+        raise ValueError(f"{where}: input X has shape {list(x_shape)} and W {list(w_shape)}: both need the same "
+                         "rank, 3 or more (N, C, spatial... and M, C/group, kernel...)")
+    if x_shape[1] != w_shape[1] * group:
+        raise ValueError(f"{where}: input X has {x_shape[1]} channels (shape {list(x_shape)}), W {list(w_shape)} "
+                         f"with group {group} expects W's dimension 1 x group = {w_shape[1] * group}")
+    if w_shape[0] % group:
+        raise ValueError(f"{where}: W has {w_shape[0]} output channels (shape {list(w_shape)}), not a multiple of "
+                         f"group {group}")
+
+
 def build_conv(node, request, activation_name: str = "", activation_params: list[float] | None = None):
     """The Conv kernel (also used by FusedConv with an activation, onnxruntime's spelling)."""
     group = int(node.attr("group", 1))
@@ -1142,9 +1157,16 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
             return as_dtype(float32_conv(as_float32(x), w32, b32, fixed), x.dtype)
         return float32_conv(x, w_ready if w is w_given else w, b, fixed)
 
+    checked: set[tuple] = set()  # (x shape, w shape) pairs ``_check_conv_shapes`` passed
+
     def float32_conv(x, w, b, fixed: bool):
         """The convolution of float32 (float64, integer) x; ``fixed``: w and b are the
         node's constants (as the plans cached here assume)."""
+        if (x.shape, w.shape) not in checked:
+            _check_conv_shapes(node, x.shape, w.shape, group)
+            if len(checked) >= SHAPE_CACHE_MAX:
+                checked.clear()
+            checked.add((x.shape, w.shape))
         if integer_conv is not None:
             y = integer_conv(x, b)
             if y is not None:
