@@ -115,7 +115,8 @@ class _Sleepy:
 
 def test_a_run_that_waited_on_a_late_thread_hands_over_to_a_one_thread_twin(monkeypatch):
     """``_onednn.Stallable``: a threaded run seen idle (waiting, not computing) makes a twin at
-    one thread, which runs instead for ``ONE_THREAD_SECONDS``; then the threaded one again."""
+    one thread, which runs instead for ``ONE_THREAD_SECONDS`` (and ``ONE_THREAD_RUNS``); then
+    the threaded one again."""
     from ort_ep_cpu.kernels import _onednn
 
     lib = _onednn.library()
@@ -145,6 +146,43 @@ def test_a_run_that_waited_on_a_late_thread_hands_over_to_a_one_thread_twin(monk
         plan.run(k)
     assert made[1].calls == [4, 5, 6] and threaded.calls == [0, 1, 2, 3]
     monkeypatch.setattr(plan, "single_until", 1e-9)  # the twin's time is over
+    monkeypatch.setattr(plan, "single_runs", 0)  # ... and its runs
     plan.run(7)
     assert threaded.calls[-1] == 7
     assert not lib.local.one_thread  # the twin was made under the flag, which is off again
+
+
+def test_the_one_thread_twin_runs_a_number_of_runs_and_longer_when_stalls_persist(monkeypatch):
+    """A primitive run once a model run, in a model slowed past ``ONE_THREAD_SECONDS`` a run by
+    a busy core, never reached its twin (a quantized T5 encoder: 440 ms a run at two threads,
+    8 with this rule, 8 at one thread): the twin takes ``ONE_THREAD_RUNS`` runs whatever the
+    time, and twice as many each time the threaded one stalls again at once on its return."""
+    from ort_ep_cpu.kernels import _onednn
+
+    lib = _onednn.library()
+    if lib is None:
+        pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
+    monkeypatch.setattr(_onednn, "STALL_SECONDS", 0.02)
+    monkeypatch.setattr(_onednn, "ONE_THREAD_SECONDS", 0.0)  # the time alone ends a spell at once
+    monkeypatch.setattr(_onednn, "ONE_THREAD_RUNS", 3)
+    made: list = []
+    plan = _onednn.Stallable(lib, _Sleepy(lib, made, 0.0), lambda lib: _Sleepy(lib, made, 0.0))
+    threaded = made[0]
+    plan.run(0)
+    threaded.seconds = 0.05  # stalls from now on
+    plan.run(1)
+    plan.run(2)  # two in a row: the twin
+    assert len(made) == 2
+    twin = made[1]
+    for k in range(3, 6):
+        plan.run(k)
+    assert twin.calls == [3, 4, 5]  # three runs, though its time was over at once
+    plan.run(6)
+    plan.run(7)  # back on the threaded one, which stalls twice at once
+    assert threaded.calls[-2:] == [6, 7]
+    for k in range(8, 14):
+        plan.run(k)
+    assert twin.calls[3:] == list(range(8, 14))  # twice as long: six runs
+    threaded.seconds = 0.0
+    plan.run(14)
+    assert threaded.calls[-1] == 14

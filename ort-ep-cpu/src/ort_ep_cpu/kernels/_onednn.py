@@ -401,15 +401,22 @@ IDLE_WATCH = 3
 #: ... when this many runs in a row stalled (one alone is a run after a pause: the workers
 #: asleep, the caches cold; in the bench's blocks, taking one for a stall kept a CNN on one thread)
 STALLS_IN_A_ROW = 2
-#: ... for this long, then the threaded one is tried again
+#: ... for this long and at least this many of its runs, then the threaded one is tried again
+#: (a primitive run once a model run: a model slowed by a busy core to 0.4 s a run had its
+#: twins' time over before their next run, and no run ever took them: a quantized T5 encoder
+#: at 440 ms a run, against 10 on one thread)
 ONE_THREAD_SECONDS = 0.1
+ONE_THREAD_RUNS = 16
+#: ... doubled, up to this many, each time the threaded one stalls again at once on its return
+#: (a core busy for minutes would otherwise cost two stalled runs in every 18)
+ONE_THREAD_RUNS_MOST = 1024
 
 
 class Stallable:
     """What ``plan_for`` keeps for a primitive or program made at two or more threads: it runs
     that one, and where ``STALLS_IN_A_ROW`` runs in a row are seen to have waited on a late
     thread (``STALL_FACTOR``, ``STALL_SECONDS``) it makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
-    instead for ``ONE_THREAD_SECONDS``. One thread waits for no one; onnxruntime's caller runs
+    instead for ``ONE_THREAD_SECONDS`` and ``ONE_THREAD_RUNS`` runs. One thread waits for no one; onnxruntime's caller runs
     the work its late workers have not started, and GNU OpenMP offers no such thing."""
 
     def __init__(self, lib: _Library, threaded: Any, make: Callable[[_Library], Any]):
@@ -418,6 +425,9 @@ class Stallable:
         self.fastest = float("inf")
         self.runs = 0  # the first (first-touch costs) is not taken as the fastest
         self.single_until = 0.0
+        self.single_runs = 0  # runs the twin still takes, whatever the time
+        self.span = ONE_THREAD_RUNS  # the twin's next spell, in runs
+        self.since_return: int | None = None  # threaded runs since the last spell ended
         self.watch = IDLE_WATCH  # runs whose idle time is read whatever the sample (the first ones)
         self.stalls = 0  # stalled runs in a row
 
@@ -426,10 +436,13 @@ class Stallable:
 
     def run(self, *args: Any) -> Any:
         start = time.perf_counter()
-        if start < self.single_until:
+        if start < self.single_until or self.single_runs > 0:
+            self.single_runs -= 1
             return self.single.run(*args)
         if self.single_until:  # back from the twin: the next runs are watched
-            self.single_until, self.watch = 0.0, IDLE_WATCH
+            self.single_until, self.watch, self.since_return = 0.0, IDLE_WATCH, 0
+        if self.since_return is not None:
+            self.since_return += 1
         self.runs += 1
         sampled = self.runs > 1 and (self.watch > 0 or self.stalls or self.runs % IDLE_SAMPLE == 0)
         self.watch -= self.runs > 1
@@ -458,7 +471,11 @@ class Stallable:
                     except OneDNNError:
                         self.single = False
         if self.single:
+            again = self.since_return is not None and self.since_return <= STALLS_IN_A_ROW + 1
+            self.span = min(2 * self.span, ONE_THREAD_RUNS_MOST) if again else ONE_THREAD_RUNS
+            self.since_return = None
             self.single_until = now + ONE_THREAD_SECONDS
+            self.single_runs = self.span
             logger.debug("oneDNN: a run waited on a late thread; one thread for %.1f s", ONE_THREAD_SECONDS)
 
 
