@@ -193,6 +193,99 @@ def test_conv_mul_then_add_fold(factor_shape):
     _check(model, out, {"x": _f32(1, 3, 5, 5)})
 
 
+@pytest.mark.parametrize("conv_first", [True, False])
+def test_conv_sub_fold(conv_first):
+    """conv - k joins the bias as -k; k - conv is no bias and stays."""
+    inputs = ["c", "k"] if conv_first else ["k", "c"]
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w", "cb"], ["c"], name="conv"), helper.make_node("Sub", inputs, ["y"])],
+        [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("cb", _f32(4)), _init("k", _f32(1, 4, 1, 1))],
+    )
+    out = _apply(model, basic.ConvAddFoldPass())
+    assert _ops(out) == (["Conv"] if conv_first else ["Conv", "Sub"])
+    _check(model, out, {"x": _f32(1, 3, 5, 5)})
+
+
+def test_a_batch_norm_spelled_out_after_the_bias_folds_whole_at_basic():
+    """Conv -> Add(bias) -> Sub(mean) -> Mul(scale) -> Add(shift): each fold brings the next op
+    to the Conv, and BASIC repeats the folds until none is left."""
+    model = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Add", ["c", "bias"], ["b"]),
+         helper.make_node("Sub", ["b", "mean"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["m"]),
+         helper.make_node("Add", ["m", "shift"], ["y"])],
+        [_vi("x", [1, 3, 5, 5])], [_vi("y", [1, 4, 3, 3])],
+        [_init("w", _f32(4, 3, 3, 3)), _init("bias", _f32(4, 1, 1)), _init("mean", _f32(4, 1, 1)),
+         _init("scale", _f32(4, 1, 1)), _init("shift", _f32(4, 1, 1))],
+    )
+    out = _apply(model, *optimizer.passes_for_level(1))
+    assert _ops(out) == ["Conv"]
+    _check(model, out, {"x": _f32(1, 3, 5, 5)})
+
+
+def test_cast_to_the_type_it_has_is_removed():
+    model = make_model(
+        [helper.make_node("Cast", ["x"], ["a"], to=TensorProto.FLOAT), helper.make_node("Relu", ["a"], ["r"]),
+         helper.make_node("Cast", ["r"], ["h"], to=TensorProto.FLOAT16), helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)],
+        [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+    )
+    out = _apply(onnx.shape_inference.infer_shapes(model), basic.CastEliminationPass())
+    assert _ops(out) == ["Relu", "Cast", "Cast"]  # float16 and back rounds: kept
+    _check(model, out, {"x": _f32(2, 3)})
+
+
+def _nhwc_block(extra=(), residual=False):
+    """A converted TensorFlow block: NHWC in, a Transpose to NCHW around the Conv, its bias,
+    batch norm and Relu applied in NHWC (constants of shape [C]), a Transpose back to NCHW for
+    the next Conv; ``residual``: the block's input added back."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["xt", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 3, 1]),
+             helper.make_node("Add", ["ct", "bias"], ["b"]), helper.make_node("Sub", ["b", "mean"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["m"]), helper.make_node("Add", ["m", "shift"], ["a"])]
+    last = "a"
+    if residual:
+        nodes.append(helper.make_node("Add", ["a", "x"], ["r"]))
+        last = "r"
+    nodes += [helper.make_node("Relu", [last], ["act"]), *extra]
+    inits = [_init("w", _f32(4, 4, 3, 3)), _init("bias", _f32(4)), _init("mean", _f32(4)), _init("scale", _f32(4)),
+             _init("shift", _f32(1, 1, 1, 4))]
+    return nodes, inits
+
+
+def test_transposes_move_past_elementwise_ops_and_cancel():
+    """After the push, the Conv meets its bias and batch norm (folded) and the Relu; the
+    Transpose back to NCHW for the next Conv meets the one to NHWC and both go."""
+    nodes, inits = _nhwc_block([helper.make_node("Transpose", ["act"], ["nchw"], perm=[0, 3, 1, 2]),
+                                helper.make_node("Conv", ["nchw", "w"], ["y"])])
+    model = make_model(nodes, [_vi("x", [1, 6, 6, 4])], [_vi("y", [1, 4, 4, 4])], inits)
+    out = _apply(model, *optimizer.passes_for_level(1))
+    assert _ops(out) == ["Transpose", "Conv", "Relu", "Conv"]
+    _check(model, out, {"x": _f32(1, 6, 6, 4)})
+
+
+def test_transposes_move_past_an_add_of_two_values_transposed_alike():
+    """The residual Add of a ResNet block in NHWC: both operands the same Transpose of NCHW
+    values: the Add moves before one Transpose."""
+    nodes = [helper.make_node("Relu", ["a"], ["ra"]), helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node("Transpose", ["ra"], ["ta"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["rb"], ["tb"], perm=[0, 2, 3, 1]),
+             helper.make_node("Add", ["ta", "tb"], ["s"]), helper.make_node("Sigmoid", ["s"], ["y"])]
+    model = make_model(nodes, [_vi("a", [1, 3, 4, 5]), _vi("b", [1, 3, 4, 5])], [_vi("y", [1, 4, 5, 3])])
+    out = _apply(onnx.shape_inference.infer_shapes(model), basic.TransposePushPass())  # (as at load)
+    assert _ops(out) == ["Relu", "Relu", "Add", "Sigmoid", "Transpose"]
+    _check(model, out, {"a": _f32(1, 3, 4, 5), "b": _f32(1, 3, 4, 5)})
+
+
+def test_transposes_stay_before_an_op_of_another_kind_or_a_value_read_elsewhere():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("Add", ["t", "z"], ["s"]),
+             helper.make_node("Transpose", ["x"], ["t2"], perm=[1, 0]), helper.make_node("Relu", ["t2"], ["r"]),
+             helper.make_node("Neg", ["t2"], ["n"])]
+    model = make_model(nodes, [_vi("x", [2, 3]), _vi("z", [3, 2])], [_vi("s", [3, 2]), _vi("r", [3, 2]), _vi("n", [3, 2])])
+    out = _apply(onnx.shape_inference.infer_shapes(model), basic.TransposePushPass())  # z is no constant; t2 has two readers
+    assert _ops(out) == _ops(model)
+
+
 def test_conv_add_fold_leaves_full_tensor_add():
     model = make_model(
         [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "k"], ["y"])],
@@ -397,7 +490,7 @@ def test_hard_swish_fusion_not_applied_when_unsupported():
 def test_levels():
     assert optimizer.passes_for_level(0) == []
     basic_names = [type(p).__name__ for p in optimizer.passes_for_level(1, _everything)]
-    assert "ConvBatchNormFoldPass" in basic_names and "GeluFusionPass" not in basic_names
+    assert "ConvFoldsPass" in basic_names and "GeluFusionPass" not in basic_names
     extended = [type(p).__name__ for p in optimizer.passes_for_level(2, _everything)]
     assert "GeluFusionPass" in extended
     assert [type(p).__name__ for p in optimizer.passes_for_level(99, _everything)] == [*extended, "HardSwishFusionPass"]

@@ -3,13 +3,15 @@
 ``ORT_DISABLE_ALL`` (0) runs nothing.
 
 ``ORT_ENABLE_BASIC`` (1): rewrites within the ONNX standard that any provider can run:
-Constant nodes lifted to initializers, Identity and inference-Dropout removed, Loop-carried
+Constant nodes lifted to initializers, Identity, inference-Dropout and Casts to the type their
+input has removed, Loop-carried
 values the body passes on unchanged (or through no-op steps) read as their initial value, a
 Loop body's loop-invariant nodes hoisted before the Loop, unused nodes removed, shape inference then ``Shape``/``Shape->Gather`` folded where shapes are known,
 constant folding of nodes whose inputs are all constants (shape-arithmetic ops with the
 numpy calls of ``_fold.py``, the rest through ``onnx.reference``),
-Conv+BatchNormalization, Conv+Mul and Conv+Add (scalar or per-channel constants) folded into
-the Conv's weights and bias, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
+Transposes moved down past elementwise ops and cancelled in pairs (``TransposePushPass``),
+Conv+BatchNormalization, Conv+Mul and Conv+Add or Sub (scalar or per-channel constants) folded
+into the Conv's weights and bias, as long as a fold brings another to the Conv, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
@@ -38,10 +40,9 @@ import onnx_ir as ir
 from .attention_fusion import AttentionFusionPass
 from .basic import (
     MAX_FOLD_BYTES,
+    CastEliminationPass,
     ConstantFoldingPass,
-    ConvAddFoldPass,
-    ConvBatchNormFoldPass,
-    ConvMulFoldPass,
+    ConvFoldsPass,
     DropoutEliminationPass,
     IdentityEliminationPass,
     LiftConstantsPass,
@@ -51,6 +52,7 @@ from .basic import (
     RemoveUnusedNodesPass,
     ShapeFoldingPass,
     ShapeInferenceQuietPass,
+    TransposePushPass,
 )
 from .fusion import (
     CORE_DOMAIN,
@@ -72,6 +74,7 @@ def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
         LiftConstantsPass(),
         DropoutEliminationPass(),
         IdentityEliminationPass(),
+        CastEliminationPass(),
         LoopInvariantCarriedPass(),
         LoopInvariantHoistPass(),
         RemoveUnusedNodesPass(),
@@ -79,9 +82,8 @@ def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
         ShapeFoldingPass(),
         ConstantFoldingPass(max_fold_bytes),
         RemoveUnusedNodesPass(),
-        ConvBatchNormFoldPass(),
-        ConvMulFoldPass(),
-        ConvAddFoldPass(),
+        TransposePushPass(),
+        ConvFoldsPass(),
         MatMulAddToGemmPass(),
         RemoveUnusedNodesPass(),
     ]

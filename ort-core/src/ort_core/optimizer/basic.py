@@ -171,6 +171,134 @@ class IdentityEliminationPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class CastEliminationPass(ir.passes.InPlacePass):
+    """A Cast to the type its input already has is removed, its readers read the input directly
+    (onnxruntime's CastElimination, at BASIC). Exporters write them: a converted TensorFlow
+    ResNet-50 casts float32 to float32 around every bias and batch norm, 309 Casts. A Cast whose
+    output is a graph output stays, as an Identity would."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                if not is_op(node, "Cast") or node.outputs[0].is_graph_output():
+                    continue
+                source = node.inputs[0]
+                to = attr(node, "to")
+                if source is None or source.dtype is None or not isinstance(to, int) or to != source.dtype.value:
+                    continue
+                ir.convenience.replace_all_uses_with(node.outputs[0], source)
+                graph.remove(node, safe=True)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+#: elementwise ops a Transpose is moved past: unary ones, and binary ones whose other operand is
+#: a constant (transposed to match) or the same Transpose of another value
+_PUSH_UNARY = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Neg", "Abs", "Sqrt", "Exp", "Log",
+                         "Erf", "Elu", "Selu", "Softplus", "HardSigmoid", "HardSwish", "Reciprocal"})
+_PUSH_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
+
+
+def _perm(node: ir.Node, rank: int | None) -> list[int] | None:
+    perm = attr(node, "perm")
+    if perm is not None:
+        return [int(v) for v in perm]
+    return None if rank is None else list(range(rank))[::-1]
+
+
+class TransposePushPass(ir.passes.InPlacePass):
+    """Transposes moved down past elementwise ops, then cancelled (after onnxruntime's transpose
+    optimizer): op(Transpose(x, p), c) is Transpose(op(x, c'), p) for a unary elementwise op, a
+    binary one with a constant c (c' is c transposed back: the same values in the same
+    operations, so the same bits) or with the same Transpose of another value on its other
+    side; two Transposes in a row become one, or none where they undo each other. Converted
+    TensorFlow models wrap every NCHW Conv in Transposes to and from NHWC with the bias, batch
+    norm and activation in between; moved, those meet the Conv, where the folds and fusions
+    take them, and the Transposes meet and cancel."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            changed = True
+            while changed:
+                changed = False
+                for node in list(graph):
+                    if node.graph is not graph or not is_op(node, "Transpose"):
+                        continue
+                    if self._cancel(graph, node) or self._push(graph, node):
+                        changed = modified = True
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _cancel(graph: ir.Graph, outer: ir.Node) -> bool:
+        """Transpose(Transpose(x, p), q) -> Transpose(x, p[q]), or x where that is no change."""
+        inner = outer.inputs[0].producer() if outer.inputs[0] is not None else None
+        if not is_op(inner, "Transpose") or only_use(inner.outputs[0]) is not outer:
+            return False
+        x = inner.inputs[0]
+        rank = None if x.shape is None else x.shape.rank()
+        p, q = _perm(inner, rank), _perm(outer, rank)
+        if p is None or q is None or len(p) != len(q):
+            return False
+        combined = [p[i] for i in q]
+        out = outer.outputs[0]
+        if combined == list(range(len(combined))):
+            if out.is_graph_output():
+                return False
+            ir.convenience.replace_all_uses_with(out, x)
+            graph.remove([outer, inner], safe=True)
+            return True
+        merged = ir.Node("", "Transpose", [x], [ir.AttrInt64s("perm", combined)], num_outputs=1, name=outer.name)
+        replace(graph, [inner, outer], [merged], [out], [merged.outputs[0]])
+        return True
+
+    @staticmethod
+    def _push(graph: ir.Graph, transpose: ir.Node) -> bool:
+        t_out = transpose.outputs[0]
+        op = only_use(t_out)
+        x = transpose.inputs[0]
+        if op is None or x is None or op.domain not in ("", "ai.onnx") or x.shape is None:
+            return False
+        rank = x.shape.rank()
+        p = _perm(transpose, rank)
+        if p is None or sorted(p) != list(range(rank)):
+            return False
+        inverse = [p.index(i) for i in range(rank)]
+        if op.op_type in _PUSH_UNARY and len(op.inputs) == 1:
+            inputs = [x]
+        elif op.op_type in _PUSH_BINARY and len(op.inputs) == 2:
+            inputs = []
+            for value in op.inputs:
+                if value is t_out:
+                    inputs.append(x)
+                    continue
+                producer = value.producer() if value is not None else None
+                if (is_op(producer, "Transpose") and only_use(value) is op and producer.inputs[0] is not None
+                        and producer.inputs[0].shape is not None and producer.inputs[0].shape.rank() == rank
+                        and _perm(producer, rank) == p):
+                    inputs.append(producer.inputs[0])  # the same Transpose on both sides
+                    continue
+                c = const(value)
+                if c is None or c.ndim > rank:
+                    return False
+                c_back = np.ascontiguousarray(c.reshape((1,) * (rank - c.ndim) + c.shape).transpose(inverse))
+                inputs.append(initializer(graph, Namer(graph), f"{value.name or 'constant'}_transposed", c_back))
+        else:
+            return False
+        out = op.outputs[0]
+        moved = ir.Node("", op.op_type, inputs, op.attributes.values(), num_outputs=1, name=op.name)
+        moved.outputs[0].type = out.type
+        if out.shape is not None and out.shape.rank() == rank:
+            moved.outputs[0].shape = ir.Shape([out.shape[inverse[i]] for i in range(rank)])
+        after = ir.Node("", "Transpose", [moved.outputs[0]], [ir.AttrInt64s("perm", p)], num_outputs=1,
+                        name=transpose.name)
+        olds = [transpose, op] + [v.producer() for v in op.inputs
+                                  if v is not t_out and v is not None and is_op(v.producer(), "Transpose")]
+        replace(graph, olds, [moved, after], [out], [after.outputs[0]])
+        return True
+
+
 class LoopInvariantCarriedPass(ir.passes.InPlacePass):
     """A Loop-carried value that the body passes on unchanged is its initial value in every
     iteration: the body's nodes read the initial value itself. Exporters carry weights and the
@@ -539,17 +667,25 @@ def _conv_then(graph: ir.Graph, op_type: str):
 
 
 class ConvAddFoldPass(ir.passes.InPlacePass):
-    """Conv followed by Add of a constant per-output-channel vector: the vector joins the bias."""
+    """Conv followed by Add of a constant per-output-channel vector, or by Sub of one (the Conv's
+    output first): the vector joins the bias (subtracted)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in graphs(model.graph):
             namer = None
-            for conv, add, other, w in _conv_then(graph, "Add"):
+            followers = [*_conv_then(graph, "Add"), *_conv_then(graph, "Sub")]
+            for conv, add, other, w in followers:
+                if conv.graph is not graph or add.graph is not graph:
+                    continue  # (folded already in this walk)
                 m = w.shape[0]
                 c = _per_channel(other, _conv_output_rank(conv), m)
                 if c is None or c.dtype != w.dtype:
                     continue
+                if add.op_type == "Sub":
+                    if add.inputs[0] is not conv.outputs[0]:
+                        continue  # c - conv: not a bias
+                    c = -c
                 has_b = len(conv.inputs) > 2 and conv.inputs[2] is not None
                 b = const(conv.inputs[2]) if has_b else np.zeros(m, w.dtype)
                 if b is None:
@@ -600,6 +736,25 @@ class ConvMulFoldPass(ir.passes.InPlacePass):
                 fused = ir.Node("", "Conv", inputs, conv.attributes.values(), num_outputs=1, name=conv.name)
                 replace(graph, [conv, mul], [fused], [mul.outputs[0]], [fused.outputs[0]])
                 modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+class ConvFoldsPass(ir.passes.InPlacePass):
+    """The Conv folds (BatchNormalization, Mul, Add or Sub of constants) run again while one of
+    them folded something: a fold can bring the next op to the Conv (a batch norm spelled out as
+    Sub, Mul and Add after the bias Add takes four)."""
+
+    #: rounds at most (a chain of folds longer than this keeps its last ops)
+    MOST_ROUNDS = 8
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        folds = (ConvBatchNormFoldPass(), ConvMulFoldPass(), ConvAddFoldPass())
+        modified = False
+        for _ in range(self.MOST_ROUNDS):
+            folded = [fold(model).modified for fold in folds]
+            if not any(folded):
+                break
+            modified = True
         return ir.passes.PassResult(model, modified)
 
 

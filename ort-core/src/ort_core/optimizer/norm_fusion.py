@@ -176,14 +176,10 @@ class LayerNormFusionPass(_FusionPass):
 
     @staticmethod
     def _match(mean1: ir.Node):
-        x = mean1.inputs[0]
-        if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x, _rank(x)):
+        start = _mean_and_readers(mean1)
+        if start is None:
             return None
-        hidden = _last_dim(x)
-        mean = mean1.outputs[0]
-        if mean.is_graph_output():
-            return None
-        subs = list(dict.fromkeys(user for user, _ in mean.uses()))
+        x, hidden, mean, subs = start
         if not 1 <= len(subs) <= 2 or not all(
             is_op(s, "Sub") and s.inputs[0] is x and s.inputs[1] is mean for s in subs
         ):
@@ -199,18 +195,10 @@ class LayerNormFusionPass(_FusionPass):
             return None
         square = squares[0]
         normalize = readers[0] if readers[1] is square else readers[1]
-        mean2 = only_use(square.outputs[0])
-        if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0], _rank(x)):
+        found = _root_of_variance(square, x)
+        if found is None:
             return None
-        add_eps = only_use(mean2.outputs[0])
-        if not is_op(add_eps, "Add"):
-            return None
-        eps = scalar(_other(add_eps, mean2.outputs[0]))
-        if eps is None or eps < 0:
-            return None
-        sqrt = only_use(add_eps.outputs[0])
-        if not is_op(sqrt, "Sqrt"):
-            return None
+        mean2, add_eps, sqrt, eps = found
         nodes = [mean1, *subs, square, mean2, add_eps, sqrt]
         std = sqrt.outputs[0]
         if is_op(normalize, "Div"):  # d / std
@@ -249,14 +237,10 @@ class LayerNormFusionPass(_FusionPass):
         tf.nn.batch_normalization: d = x - mean, var = mean(d * d), s = Reciprocal(Sqrt(var +
         eps)) [* gamma], out = x * s + (beta - mean * s); the same function as the other form,
         with the mean subtracted after the scaling."""
-        x = mean1.inputs[0]
-        if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x, _rank(x)):
+        start = _mean_and_readers(mean1)
+        if start is None:
             return None
-        hidden = _last_dim(x)
-        mean = mean1.outputs[0]
-        if mean.is_graph_output():
-            return None
-        readers = list(dict.fromkeys(user for user, _ in mean.uses()))
+        x, hidden, mean, readers = start
         if len(readers) != 2:  # x - mean, and mean * s
             return None
         centering = [r for r in readers if is_op(r, "Sub") and r.inputs[0] is x and r.inputs[1] is mean]
@@ -267,17 +251,11 @@ class LayerNormFusionPass(_FusionPass):
         square = _sole_reader(sub.outputs[0])
         if square is None or not _is_square_of(square, sub.outputs[0]):
             return None
-        mean2 = only_use(square.outputs[0])
-        if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0], _rank(x)):
+        found = _root_of_variance(square, x)
+        if found is None:
             return None
-        add_eps = only_use(mean2.outputs[0])
-        if not is_op(add_eps, "Add"):
-            return None
-        eps = scalar(_other(add_eps, mean2.outputs[0]))
-        if eps is None or eps < 0:
-            return None
-        sqrt = only_use(add_eps.outputs[0])
-        recip = None if not is_op(sqrt, "Sqrt") else only_use(sqrt.outputs[0])
+        mean2, add_eps, sqrt, eps = found
+        recip = only_use(sqrt.outputs[0])
         if not is_op(recip, "Reciprocal"):
             return None
         nodes = [mean1, sub, square, mean2, add_eps, sqrt, recip]
@@ -310,6 +288,37 @@ class LayerNormFusionPass(_FusionPass):
             return None
         nodes += [mean_scaled, shift, x_scaled, add]
         return x, gamma, beta, eps, nodes, add.outputs[0]
+
+
+def _mean_and_readers(mean1: ir.Node) -> tuple[ir.Value, int | None, ir.Value, list[ir.Node]] | None:
+    """Where ``mean1`` is the last-axis mean of a float x a LayerNorm can start from: (x, its
+    last dimension, the mean, the mean's readers), else None."""
+    x = mean1.inputs[0]
+    if x is None or _dtype(x) not in _LN_TYPES or not _mean_over_last_axis(mean1, x, _rank(x)):
+        return None
+    mean = mean1.outputs[0]
+    if mean.is_graph_output():
+        return None
+    return x, _last_dim(x), mean, list(dict.fromkeys(user for user, _ in mean.uses()))
+
+
+def _root_of_variance(square: ir.Node, x: ir.Value) -> tuple[ir.Node, ir.Node, ir.Node, float] | None:
+    """The chain after the centred square, in both LayerNorm forms: its mean over the last axis,
+    Add of a constant epsilon (>= 0), Sqrt, each the only reader of the one before: (the mean,
+    the Add, the Sqrt, epsilon), or None."""
+    mean2 = only_use(square.outputs[0])
+    if mean2 is None or not _mean_over_last_axis(mean2, square.outputs[0], _rank(x)):
+        return None
+    add_eps = only_use(mean2.outputs[0])
+    if not is_op(add_eps, "Add"):
+        return None
+    eps = scalar(_other(add_eps, mean2.outputs[0]))
+    if eps is None or eps < 0:
+        return None
+    sqrt = only_use(add_eps.outputs[0])
+    if not is_op(sqrt, "Sqrt"):
+        return None
+    return mean2, add_eps, sqrt, eps
 
 
 def _sole_reader(value: ir.Value) -> ir.Node | None:

@@ -612,14 +612,22 @@ def _many_class_py(scores, voted, base, out, wins):  # pragma: no cover - compil
             out[r, j] = scores[r, j]
 
 
+def _summed_votes_py(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
+                     shape):  # pragma: no cover - compiled by numba
+    """``_preorder_py``'s walk into new (scores, voted) of ``shape``: the fused loops' first half."""
+    scores = np.zeros(shape)
+    voted = np.zeros(shape, np.bool_)
+    _preorder(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
+              scores, voted)
+    return scores, voted
+
+
 def _preorder_regression_py(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id,
                             vote_weight, divisor, base, out):  # pragma: no cover - compiled by numba
     """``_preorder_py``'s walk, then ``_regression_py``'s finish, in one call (see
     ``FlatForest.summed_regression``)."""
-    scores = np.zeros(out.shape)
-    voted = np.zeros(out.shape, np.bool_)
-    _preorder(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
-              scores, voted)
+    scores, voted = _summed_votes(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id,
+                                  vote_weight, out.shape)
     _regression(scores, voted, divisor, base, out)
 
 
@@ -628,10 +636,8 @@ def _preorder_two_class_py(x, compare, roots, feature, split, true_next, missing
                            wins):  # pragma: no cover - compiled by numba
     """``_preorder_py``'s walk, then ``_two_class_py``'s finish, in one call (see
     ``FlatForest.summed_classification``)."""
-    scores = np.zeros(out.shape)
-    voted = np.zeros(out.shape, np.bool_)
-    _preorder(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
-              scores, voted)
+    scores, voted = _summed_votes(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id,
+                                  vote_weight, out.shape)
     _two_class(scores, voted, n_base, base0, base1, threshold, one_minus, post, out, wins)
 
 
@@ -639,10 +645,8 @@ def _preorder_many_class_py(x, compare, roots, feature, split, true_next, missin
                             vote_weight, base, out, wins):  # pragma: no cover - compiled by numba
     """``_preorder_py``'s walk, then ``_many_class_py``'s finish, in one call (see
     ``FlatForest.summed_classification``)."""
-    scores = np.zeros(out.shape)
-    voted = np.zeros(out.shape, np.bool_)
-    _preorder(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id, vote_weight,
-              scores, voted)
+    scores, voted = _summed_votes(x, compare, roots, feature, split, true_next, missing_true, vote_start, vote_id,
+                                  vote_weight, out.shape)
     _many_class(scores, voted, base, out, wins)
 
 
@@ -666,6 +670,7 @@ _preorder: Callable | None = None
 _regression: Callable | None = None
 _two_class: Callable | None = None
 _many_class: Callable | None = None
+_summed_votes: Callable | None = None
 _tried = False
 
 
@@ -684,7 +689,7 @@ def _compiled(which: str = "forest") -> Callable | None:
 
 
 def _load() -> None:
-    global _goes_true, _vote, _preorder, _regression, _two_class, _many_class, _tried
+    global _goes_true, _vote, _preorder, _regression, _two_class, _many_class, _summed_votes, _tried
     with _lock:
         if _tried:
             return
@@ -707,6 +712,7 @@ def _load() -> None:
                 _loops[name] = numba.njit(cache=cached, **options)(loop)
             _preorder, _regression = _loops["preorder"], _loops["regression"]
             _two_class, _many_class = _loops["two_class"], _loops["many_class"]
+            _summed_votes = numba.njit(inline="always", **options)(_summed_votes_py)
             for name, loop in (("preorder_regression", _preorder_regression_py),
                                ("preorder_two_class", _preorder_two_class_py),
                                ("preorder_many_class", _preorder_many_class_py)):
