@@ -217,17 +217,29 @@ class TransposePushPass(ir.passes.InPlacePass):
     norm and activation in between; moved, those meet the Conv, where the folds and fusions
     take them, and the Transposes meet and cancel."""
 
+    #: sweeps over a graph at most (a Transpose moves one op a sweep; a longer chain keeps the rest)
+    MOST_SWEEPS = 16
+    #: constant operands of at most this many elements are transposed (per-channel vectors and
+    #: scalars; a large one would be copied)
+    MOST_CONSTANT_ELEMENTS = 1 << 16
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in graphs(model.graph):
-            changed = True
-            while changed:
+            namer = None
+            for _ in range(self.MOST_SWEEPS):
                 changed = False
                 for node in list(graph):
                     if node.graph is not graph or not is_op(node, "Transpose"):
                         continue
-                    if self._cancel(graph, node) or self._push(graph, node):
-                        changed = modified = True
+                    if self._cancel(graph, node):
+                        changed = True
+                        continue
+                    namer = namer or Namer(graph)  # (made once a graph: it reads every name)
+                    changed |= self._push(graph, node, namer)
+                if not changed:
+                    break
+                modified = True
         return ir.passes.PassResult(model, modified)
 
     @staticmethod
@@ -253,8 +265,7 @@ class TransposePushPass(ir.passes.InPlacePass):
         replace(graph, [inner, outer], [merged], [out], [merged.outputs[0]])
         return True
 
-    @staticmethod
-    def _push(graph: ir.Graph, transpose: ir.Node) -> bool:
+    def _push(self, graph: ir.Graph, transpose: ir.Node, namer: Namer) -> bool:
         t_out = transpose.outputs[0]
         op = only_use(t_out)
         x = transpose.inputs[0]
@@ -280,10 +291,10 @@ class TransposePushPass(ir.passes.InPlacePass):
                     inputs.append(producer.inputs[0])  # the same Transpose on both sides
                     continue
                 c = const(value)
-                if c is None or c.ndim > rank:
+                if c is None or c.ndim > rank or c.size > self.MOST_CONSTANT_ELEMENTS:
                     return False
                 c_back = np.ascontiguousarray(c.reshape((1,) * (rank - c.ndim) + c.shape).transpose(inverse))
-                inputs.append(initializer(graph, Namer(graph), f"{value.name or 'constant'}_transposed", c_back))
+                inputs.append(initializer(graph, namer, f"{value.name or 'constant'}_transposed", c_back))
         else:
             return False
         out = op.outputs[0]
