@@ -91,9 +91,9 @@ def test_linear_classifier_compiled_finish_equals_the_numpy_path(post, labels, m
     labels and float32 scores exactly, NaN rows and ties included."""
     from onnx import TensorProto, helper
 
-    from ort_ep_cpu.kernels import _jit, ml
+    from ort_ep_cpu.kernels import _jit
 
-    if ml._compiled_linear_finish() is None:
+    if _jit.linear_finish() is None:
         pytest.skip("numba is not installed")
     rng = np.random.default_rng(4)
     node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",

@@ -65,6 +65,8 @@ _softmax_rows: Callable | None = None
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _normalize_rows: Callable | None = None
+_nan_max: Callable | None = None
+_linear_finish: Callable | None = None
 _scale_rows: Callable | None = None
 _sigmoid: Callable | None = None
 _tried = False
@@ -309,6 +311,15 @@ def normalize_rows() -> Callable | None:
     return _normalize_rows if _load() else None
 
 
+def linear_finish() -> Callable | None:
+    """The compiled ai.onnx.ml LinearClassifier finish ``(scores, intercepts, softmax, best,
+    out)``, or None: per row of the float64 ``scores`` (changed in place) the intercepts added,
+    the first maximum's index into ``best`` (the first NaN, as numpy's argmax), then into the
+    float32 ``out`` the softmax over the row (``softmax`` 1) or the scores themselves (0). One
+    call where numpy made eight (most of a one-row run)."""
+    return _linear_finish if _load() else None
+
+
 def scale_rows() -> Callable | None:
     """The compiled ai.onnx.ml Scaler ``(x, offset, scale, y)``, or None: y = (x - offset) *
     scale for float32 x and y (R, C) C-contiguous, offset and scale of C values or one."""
@@ -382,6 +393,7 @@ def _load_once() -> None:
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
+    global _nan_max, _linear_finish
     if _tried:
         return
     with _lock:
@@ -394,7 +406,7 @@ def _load_once() -> None:
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
-                _bilinear = None
+                _bilinear = _nan_max = _linear_finish = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -464,8 +476,12 @@ def _load_once() -> None:
                 _softmax_rows = numba.njit(cache=cached, **reductions)(_softmax_rows_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
+                # the row maximum is a global of the Normalizer's and LinearClassifier's loops
+                _nan_max = numba.njit(inline="always", nogil=True)(_nan_max_py)
                 # no "reassoc": the sums in order, as onnxruntime's loop adds them
                 _normalize_rows = numba.njit(cache=cached, **elementwise)(_normalize_rows_py)
+                # no fastmath (its exp is LLVM's; the float32 outputs equal the numpy path's)
+                _linear_finish = numba.njit(cache=cached, nogil=True, boundscheck=False)(_linear_finish_py)
                 _scale_rows = numba.njit(cache=cached, **elementwise)(_scale_rows_py)
                 # "arcp": the division as a reciprocal with a Newton step (vectorised; the
                 # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
@@ -950,18 +966,56 @@ def _rows_times_nk_py(a, w, bias, y):  # pragma: no cover - compiled by numba
                 y[r, j] += bias[j]
 
 
+def _nan_max_py(row):  # pragma: no cover - compiled by numba
+    """The maximum of a 1-D row, NaN where the row holds one (as numpy's maximum.reduce)."""
+    m = row[0]
+    for j in range(1, row.shape[0]):
+        v = row[j]
+        if v > m or v != v:
+            m = v
+            if v != v:
+                break
+    return m
+
+
+def _linear_finish_py(scores, intercepts, softmax, best, out):  # pragma: no cover - compiled by numba
+    """See ``linear_finish``."""
+    k = scores.shape[1]
+    for r in range(scores.shape[0]):
+        for j in range(k):
+            scores[r, j] += intercepts[j]
+        at = 0
+        top = scores[r, 0]
+        if top == top:
+            for j in range(1, k):
+                v = scores[r, j]
+                if v != v:
+                    at = j
+                    break
+                if v > top:
+                    top = v
+                    at = j
+        best[r] = at
+        if softmax == 1:
+            m = _nan_max(scores[r])
+            total = 0.0
+            for j in range(k):
+                e = np.exp(scores[r, j] - m)
+                scores[r, j] = e
+                total += e
+            for j in range(k):
+                out[r, j] = scores[r, j] / total
+        else:
+            for j in range(k):
+                out[r, j] = scores[r, j]
+
+
 def _normalize_rows_py(x, norm, y):  # pragma: no cover - compiled by numba
     """See ``normalize_rows``."""
     rows, n = x.shape
     for r in range(rows):
         if norm == 0:
-            d = x[r, 0]
-            for j in range(1, n):
-                v = x[r, j]
-                if v > d or v != v:
-                    d = v
-                    if v != v:
-                        break
+            d = _nan_max(x[r])
         elif norm == 1:
             d = _F(0.0)
             for j in range(n):

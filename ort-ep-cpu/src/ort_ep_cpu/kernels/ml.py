@@ -557,7 +557,7 @@ def _linear_classifier(node, request):
 
     def classify(x):
         scores = np.dot(_rows(np.asarray(x)).astype(np.float64), coef_t)  # np.dot: matmul's BLAS call, less overhead
-        finish = _compiled_linear_finish() if finish_softmax is not None else None
+        finish = _jit.linear_finish() if finish_softmax is not None else None
         if finish is not None:
             # the intercepts, the argmax and the post transform in one compiled pass (eight
             # numpy calls were most of a one-row run; its exp is LLVM's, numpy's is SIMD:
@@ -572,66 +572,6 @@ def _linear_classifier(node, request):
         return [best if plain_labels else labels[best], post(scores).astype(np.float32)]
 
     return Kernel(run=classify)
-
-
-def _linear_finish_py(scores, intercepts, softmax, best, out):  # pragma: no cover - compiled by numba
-    # per row: scores + intercepts; the first maximum (the first NaN, as numpy's argmax); the
-    # softmax over the row (softmax 1) or the scores themselves (0), cast to float32
-    k = scores.shape[1]
-    for r in range(scores.shape[0]):
-        for j in range(k):
-            scores[r, j] += intercepts[j]
-        at = 0
-        top = scores[r, 0]
-        if top == top:
-            for j in range(1, k):
-                v = scores[r, j]
-                if v != v:
-                    at = j
-                    break
-                if v > top:
-                    top = v
-                    at = j
-        best[r] = at
-        if softmax == 1:
-            m = scores[r, 0]
-            for j in range(1, k):
-                v = scores[r, j]
-                if v > m or v != v:
-                    m = v
-                if m != m:
-                    break
-            total = 0.0
-            for j in range(k):
-                e = np.exp(scores[r, j] - m)
-                scores[r, j] = e
-                total += e
-            for j in range(k):
-                out[r, j] = scores[r, j] / total
-        else:
-            for j in range(k):
-                out[r, j] = scores[r, j]
-
-
-_linear_finish: list = []  # [the compiled _linear_finish_py or None], made at first use
-
-
-def _compiled_linear_finish():
-    """The compiled LinearClassifier finish, or None without numba (or with it switched off)."""
-    if not _jit.USE:
-        return None
-    if not _linear_finish:
-        try:
-            import numba
-        except ImportError:  # the numpy path runs
-            _linear_finish.append(None)
-        else:
-            try:
-                fn = numba.njit(cache=True, nogil=True, boundscheck=False)(_linear_finish_py)
-            except RuntimeError:  # no writable cache location
-                fn = numba.njit(nogil=True, boundscheck=False)(_linear_finish_py)
-            _linear_finish.append(fn)
-    return _linear_finish[0]
 
 
 _SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
