@@ -686,9 +686,7 @@ class ConvAddFoldPass(ir.passes.InPlacePass):
         for graph in graphs(model.graph):
             namer = None
             followers = [*_conv_then(graph, "Add"), *_conv_then(graph, "Sub")]
-            for conv, add, other, w in followers:
-                if conv.graph is not graph or add.graph is not graph:
-                    continue  # (folded already in this walk)
+            for conv, add, other, w in followers:  # (a Conv has one reader: in one list at most)
                 m = w.shape[0]
                 c = _per_channel(other, _conv_output_rank(conv), m)
                 if c is None or c.dtype != w.dtype:
