@@ -408,6 +408,24 @@ def test_linear_classifier_matches_onnxruntime(post, strings):
     _compare(model, {"x": rng.standard_normal((30, n_features)).astype(np.float32)})
 
 
+def test_linear_classifier_reads_its_coefficients_by_the_input_feature_count():
+    # onnxruntime's own example (logreg_iris.onnx, in its wheel) declares 2 features and holds
+    # 12 coefficients for 3 classes: onnxruntime uses the first 6 as a 3 x 2 matrix, where the
+    # whole list read as 3 x 4 failed in numpy ("shapes not aligned"); too few coefficients for
+    # the input's features are a clear error
+    rng = np.random.default_rng(6)
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain=ML, post_transform="LOGISTIC",
+                            coefficients=rng.standard_normal(12).tolist(), intercepts=rng.standard_normal(3).tolist(),
+                            classlabels_ints=[0, 1, 2])
+    model = _model(node, [_vi("x", F, [None, None])], [_vi("label", I64, [None]), _vi("scores", F, [None, 3])],
+                   ml_opset=1)
+    for features in (2, 4):
+        _compare(model, {"x": rng.standard_normal((5, features)).astype(np.float32)})
+    with pytest.raises(ort.Fail, match=r"LinearClassifier.*input has 5 features, 3 classes need 15 coefficients, "
+                                       r"the node has 12"):
+        ort.InferenceSession(model.SerializeToString()).run(None, {"x": np.ones((1, 5), np.float32)})
+
+
 def test_array_feature_extractor_refuses_a_negative_index_as_onnxruntime_does():
     # skl2onnx's radius-neighbours models pad with -1; numpy's take counted it from the end
     model = _model(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML),

@@ -541,22 +541,31 @@ def _linear_classifier(node, request):
         return reference_kernel(node, request)
     n_classes = len(labels)
     coefficients = np.asarray(node.attr("coefficients"), dtype=np.float64)
-    if coefficients.size % n_classes:
-        raise ValueError(
-            f"LinearClassifier {node.name!r}: {coefficients.size} coefficients for {n_classes} classes"
-        )
-    coef = coefficients.reshape(n_classes, -1)
     intercepts = np.asarray(node.attr("intercepts") or [0.0] * n_classes, dtype=np.float64)
     post = _post_transform(node.attr("post_transform", "NONE"), node)
+    # onnxruntime reads the coefficients as a classes x features matrix, the features counted in
+    # the input, and uses its first classes * features values (the iris example shipped in its
+    # wheel has 12 coefficients, 3 classes and an input of 2 features: the first 6 are used)
+    coef_t_by_features: dict[int, np.ndarray] = {}
 
-    coef_t = coef.T
+    def coefficients_for(features: int) -> np.ndarray:
+        coef_t = coef_t_by_features.get(features)
+        if coef_t is None:
+            if coefficients.size < n_classes * features:
+                raise ValueError(
+                    f"LinearClassifier {node.name!r}: the input has {features} features, {n_classes} classes "
+                    f"need {n_classes * features} coefficients, the node has {coefficients.size}"
+                )
+            coef_t = coef_t_by_features[features] = coefficients[:n_classes * features].reshape(n_classes, features).T
+        return coef_t
     plain_labels = labels.dtype == np.int64 and labels.tolist() == list(range(n_classes))  # label = index
     post_name = node.attr("post_transform", "NONE")
     post_name = _POST_CODES[int(post_name)] if isinstance(post_name, (int, np.integer)) else post_name
     finish_softmax = {"NONE": 0, "SOFTMAX": 1}.get(post_name)
 
     def classify(x):
-        scores = np.dot(_rows(np.asarray(x)).astype(np.float64), coef_t)  # np.dot: matmul's BLAS call, less overhead
+        rows = _rows(np.asarray(x)).astype(np.float64)
+        scores = np.dot(rows, coefficients_for(rows.shape[1]))  # np.dot: matmul's BLAS call, less overhead
         finish = _jit.linear_finish() if finish_softmax is not None else None
         if finish is not None:
             # the intercepts, the argmax and the post transform in one compiled pass (eight
