@@ -704,3 +704,26 @@ def test_long_attribute_lists_are_the_ir_values_onnx_ir_gives(monkeypatch):
             assert type(got) is type(attr.value) and got == attr.value
             assert all(type(a) is type(b) for a, b in zip(got, attr.value))
     assert list(fast.graph)[0].attributes["value_ints"].value == tuple(range(-3, 5000))
+
+
+def test_load_marks_a_graph_without_subgraphs_and_the_walk_then_stops_at_it():
+    """``graphs`` skips its walk of the nodes' attributes where load found no subgraph (each
+    pass walks, a 0.3 ms walk on a 1,300-node model); a model with an If keeps the walk, and
+    its branches are found."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    plain = load_model(make_model([helper.make_node("Relu", ["x"], ["y"])], [x],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]))
+    assert plain.graph.meta.get(load.NO_SUBGRAPHS) is True
+    assert list(load.graphs(plain.graph)) == [plain.graph]
+
+    def branch(op):
+        return helper.make_graph([helper.make_node(op, ["x"], ["b"])], op, [],
+                                 [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    nested = load_model(make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu"), else_branch=branch("Neg"))], [x, cond],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]))
+    assert load.NO_SUBGRAPHS not in nested.graph.meta
+    found = [g.name for g in load.graphs(nested.graph)]
+    assert found[0] == nested.graph.name and sorted(found[1:]) == ["Neg", "Relu"]

@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-
-def graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
-    """``graph`` and every subgraph nested in its nodes' attributes, outermost first."""
-    yield graph
-    for node in graph:
-        # the attributes' plain dict (a UserDict's ``data``): the Mapping views over the
-        # UserDict cost more than the rest of this walk, which every pass makes
-        attrs = node.attributes.data
-        if not attrs:
-            continue
-        for attr in attrs.values():
-            if attr.type == _GRAPH:
-                yield from graphs(attr.value)
-            elif attr.type == _GRAPHS:
-                for g in attr.value:
-                    yield from graphs(g)
-
-
-_GRAPH, _GRAPHS = ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS
+from ..graph.load import graphs
 
 
 def const(value: ir.Value | None) -> np.ndarray | None:
