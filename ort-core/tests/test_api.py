@@ -111,6 +111,29 @@ def test_overridable_initializers(host):
     np.testing.assert_array_equal(sess.run(None, {"x": x, "w": np.zeros(2, np.float32)})[0], [1, 1])
 
 
+def test_initializers_listed_as_inputs_below_ir_4_are_constants(host):
+    # IR 3 lists every initializer among the graph inputs; onnxruntime holds them constant
+    # (not overridable, and feeding one is an invalid input name), so they fold: the Mul of two
+    # initializers here leaves one Add
+    w = numpy_helper.from_array(np.full(2, 10, np.float32), "w")
+    two = numpy_helper.from_array(np.full(2, 2, np.float32), "two")
+    model = make_model(
+        [helper.make_node("Mul", ["w", "two"], ["w2"]), helper.make_node("Add", ["x", "w2"], ["y"])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]) for name in ("x", "w", "two")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [w, two],
+    )
+    model.ir_version = 3
+    sess = ort.InferenceSession(model)
+    assert [a.name for a in sess.get_inputs()] == ["x"]
+    assert sess.get_overridable_initializers() == []
+    assert [n.op_type for n in sess.get_placement().nodes] == ["Add"]
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [21, 21])
+    with pytest.raises(ort.InvalidArgument, match="unknown input name.*'w'"):
+        sess.run(None, {"x": x, "w": np.zeros(2, np.float32)})
+
+
 def _no_opt() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
