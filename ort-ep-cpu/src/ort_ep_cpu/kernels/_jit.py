@@ -58,6 +58,7 @@ _pairwise_coupling: Callable | None = None
 _roi_align: Callable | None = None
 _grid_taps: Callable | None = None
 _grid_linear: Callable | None = None
+_scatter_rows: Callable | None = None
 _grid_axis: Callable | None = None  # the compiled _grid_axis_py and _plane_taps_py (set by _load)
 _plane_taps: Callable | None = None
 _top_k_rows: Callable | None = None
@@ -326,6 +327,15 @@ def scale_rows() -> Callable | None:
     return _scale_rows if _load() else None
 
 
+def scatter_rows() -> Callable | None:
+    """The compiled row scatter with a reduction ``(out, rows, updates, multiply)``, or None:
+    out[rows[i]] += updates[i] (or *=) for i in order, over (R, C) C-contiguous ``out`` and
+    (len(rows), C) ``updates`` of one dtype, ``rows`` in range. The same operations in the same
+    order as the spec's loop (and onnxruntime's): a graph network's scatter-add of 120 x 384
+    floats 758 us by numpy's ufunc.at over an index grid, 417 over rows, here 6.5."""
+    return _scatter_rows if _load() else None
+
+
 def sigmoid() -> Callable | None:
     """The compiled float32 logistic ``(x, y)`` over flat arrays (``y`` may be ``x``), or None:
     one pass by ``_exp_value`` where numpy makes four (negate, exp, add, reciprocal): (3, 256)
@@ -393,7 +403,7 @@ def _load_once() -> None:
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
-    global _nan_max, _linear_finish
+    global _nan_max, _linear_finish, _scatter_rows
     if _tried:
         return
     with _lock:
@@ -406,7 +416,7 @@ def _load_once() -> None:
                 _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
-                _bilinear = _nan_max = _linear_finish = None
+                _bilinear = _nan_max = _linear_finish = _scatter_rows = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -483,6 +493,8 @@ def _load_once() -> None:
                 # no fastmath (its exp is LLVM's; the float32 outputs equal the numpy path's)
                 _linear_finish = numba.njit(cache=cached, nogil=True, boundscheck=False)(_linear_finish_py)
                 _scale_rows = numba.njit(cache=cached, **elementwise)(_scale_rows_py)
+                # no fastmath: each update applied in order, rounded as the spec's loop rounds it
+                _scatter_rows = numba.njit(cache=cached, nogil=True, boundscheck=False)(_scatter_rows_py)
                 # "arcp": the division as a reciprocal with a Newton step (vectorised; the
                 # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
                 _sigmoid = numba.njit(cache=cached, **{**elementwise, "fastmath": {"contract", "arcp"}})(_sigmoid_py)
@@ -1038,6 +1050,18 @@ def _scale_rows_py(x, offset, scale, y):  # pragma: no cover - compiled by numba
     for r in range(rows):
         for j in range(n):
             y[r, j] = (x[r, j] - offset[0 if one_offset else j]) * scale[0 if one_scale else j]
+
+
+def _scatter_rows_py(out, rows, updates, multiply):  # pragma: no cover - compiled by numba
+    """See ``scatter_rows``."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if multiply:
+            for j in range(updates.shape[1]):
+                out[r, j] *= updates[i, j]
+        else:
+            for j in range(updates.shape[1]):
+                out[r, j] += updates[i, j]
 
 
 def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
