@@ -452,6 +452,49 @@ def test_matmul_scale_fusion_with_transpose():
     _check(model, out, {"q": _f32(2, 3, 5, 8), "k": _f32(2, 3, 7, 8)})
 
 
+@pytest.mark.parametrize("form", ["bias", "no bias", "scales swapped", "one weight scale"])
+def test_matmul_integer_to_float_fusion(form):
+    """quantize_dynamic's matmul (DynamicQuantizeLinear codes x int8 weights, Cast, Mul by the
+    product of the scales, Add of the bias) -> MatMulIntegerToFloat, the scalar scale as
+    a_scale; onnxruntime runs both to the same values."""
+    from ort_core.testing.kit.probes import dynamic_matmul
+
+    model = dynamic_matmul(np.random.default_rng(3), bias=form != "no bias")
+    scales = next(n for n in model.graph.node if n.output[0] == "scales")
+    if form == "scales swapped":
+        scales.input[:] = ["w_scale", "x_scale"]
+    if form == "one weight scale":
+        w_scale = next(t for t in model.graph.initializer if t.name == "w_scale")
+        w_scale.CopyFrom(onnx.numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"))
+    model = onnx.shape_inference.infer_shapes(model)
+    out = _apply(model, fusion.MatMulIntegerToFloatFusionPass(_everything))
+    assert _ops(out) == ["DynamicQuantizeLinear", "MatMulIntegerToFloat"]
+    fused = out.graph.node[1]
+    assert list(fused.input[2:4]) == ["x_scale", "w_scale"]
+    assert (len(fused.input) == 7) == (form != "no bias")
+    _check(model, out, {"x": _f32(2, 4, 16, scale=3)})
+
+
+@pytest.mark.parametrize("change", ["cast to double", "product read elsewhere", "no scalar scale"])
+def test_matmul_integer_to_float_fusion_needs_its_pattern(change):
+    from ort_core.testing.kit.probes import dynamic_matmul
+
+    model = dynamic_matmul(np.random.default_rng(3), bias=False)
+    nodes = {n.output[0]: n for n in model.graph.node}
+    if change == "cast to double":
+        nodes["accf"].attribute[0].i = TensorProto.DOUBLE
+        nodes["y"].input[:] = ["accf", "scales_d"]
+        model.graph.node.append(helper.make_node("Cast", ["scales"], ["scales_d"], to=TensorProto.DOUBLE))
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    if change == "product read elsewhere":
+        model.graph.output.append(_vi("acc", [2, 4, 8]))
+        model.graph.output[-1].type.tensor_type.elem_type = TensorProto.INT32
+    if change == "no scalar scale":  # both scales per column
+        nodes["scales"].input[:] = ["w_scale", "w_scale"]
+    model = onnx.shape_inference.infer_shapes(model)
+    assert "MatMulIntegerToFloat" not in _ops(_apply(model, fusion.MatMulIntegerToFloatFusionPass(_everything)))
+
+
 def _hard_swish_model(opset: int, alpha: float = 1 / 6, times: str = "x"):
     return make_model(
         [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=0.5), helper.make_node("Mul", [times, "h"], ["y"])],

@@ -15,7 +15,8 @@ into the Conv's weights and bias, as long as a fold brings another to the Conv, 
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
-MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``) and the decomposed
+MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``, MatMulIntegerToFloat
+for dynamically quantized matmuls) and the decomposed
 LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider declares the fused node in
 ``ProviderSpec.fused_ops`` and claims it (``gate.provider_gate``), since core knows no
@@ -60,6 +61,7 @@ from .fusion import (
     GeluFusionPass,
     GemmActivationFusionPass,
     HardSwishFusionPass,
+    MatMulIntegerToFloatFusionPass,
     MatMulScaleFusionPass,
     Supports,
 )
@@ -99,6 +101,7 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
         LayerNormFusionPass(supports, CORE_DOMAIN if core_domain else None),
         AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale
         MatMulScaleFusionPass(supports),
+        MatMulIntegerToFloatFusionPass(supports),
         BiasGeluFusionPass(supports),  # reads the Gelu GeluFusionPass makes
         # last, as in onnxruntime: patterns that start at a LayerNormalization (attention) go before
         SkipLayerNormFusionPass(supports),

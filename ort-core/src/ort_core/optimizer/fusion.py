@@ -11,6 +11,8 @@ claim is not applied.
     FusedGemm   Gemm + the same activations but Clip (onnxruntime's FusedGemm has none)
     Gelu        x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it
     FusedMatMul MatMul(a, Transpose(b) swapping the last two axes) scaled by a constant
+    MatMulIntegerToFloat  MatMulInteger + Cast to float + Mul by the product of the scales (+ Add
+                of a bias): ``onnxruntime.quantization.quantize_dynamic``'s matmuls
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 import onnx_ir as ir
 
-from ._ir import attr, detach, graphs, is_op, only_use, replace, scalar
+from ._ir import attr, const, detach, graphs, is_op, only_use, replace, scalar
 
 MS_DOMAIN = "com.microsoft"
 #: ort-core's own domain, for fused ops that neither the ONNX standard (at the model's opset) nor
@@ -347,3 +349,71 @@ class HardSwishFusionPass(_FusionPass):
         if modified and not standard:
             model.opset_imports.setdefault(CORE_DOMAIN, 1)
         return ir.passes.PassResult(model, modified)
+
+
+def _scalar_shaped(value: ir.Value | None) -> bool:
+    return value is not None and value.shape is not None and all(isinstance(d, int) and d == 1 for d in value.shape)
+
+
+def _float32(value: ir.Value | None) -> bool:
+    return value is not None and value.type is not None and value.dtype == ir.DataType.FLOAT
+
+
+class MatMulIntegerToFloatFusionPass(_FusionPass):
+    """MatMulInteger(a, b, a_zero_point, b_zero_point) -> Cast(to float) -> Mul(., Mul(a_scale,
+    b_scale)) [-> Add(., constant bias)] -> com.microsoft MatMulIntegerToFloat(a, b, a_scale,
+    b_scale, a_zero_point, b_zero_point[, bias]), as onnxruntime fuses the matmuls of
+    ``quantize_dynamic``'s models (a DynamicQuantizeLinear's codes, scale and zero point times
+    constant 8-bit weights): one kernel instead of four, and no int32 and float copies of the
+    product between them. The same arithmetic: float32(acc) * float32(a_scale * b_scale), then +
+    bias. ``a_scale`` is the scalar one of the two scales (a per-column ``b_scale`` stays one)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for mm in list(graph):
+                if not is_op(mm, "MatMulInteger"):
+                    continue
+                match = self._match(mm)
+                if match is None:
+                    continue
+                nodes, a_scale, b_scale, bias, out = match
+                zero_points = [mm.inputs[k] if len(mm.inputs) > k else None for k in (2, 3)]
+                inputs = [mm.inputs[0], mm.inputs[1], a_scale, b_scale, *zero_points, bias]
+                while inputs[-1] is None:
+                    inputs.pop()
+                fused = ir.Node(MS_DOMAIN, "MatMulIntegerToFloat", inputs, num_outputs=1, name=mm.name, version=1)
+                modified |= self.fuse(graph, nodes, fused, out)
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _match(mm: ir.Node):
+        cast = only_use(mm.outputs[0])
+        if not is_op(cast, "Cast") or attr(cast, "to") != ir.DataType.FLOAT:
+            return None
+        mul = only_use(cast.outputs[0])
+        if not is_op(mul, "Mul"):
+            return None
+        scales = _other(mul, cast.outputs[0])
+        product = scales.producer() if scales is not None else None
+        if not is_op(product, "Mul") or not all(_float32(v) for v in product.inputs):
+            return None
+        p, q = product.inputs
+        if _scalar_shaped(p):
+            a_scale, b_scale = p, q
+        elif _scalar_shaped(q):
+            a_scale, b_scale = q, p
+        else:
+            return None
+        if b_scale.shape is None or len(b_scale.shape) > 1:
+            return None
+        nodes, out, bias = [mm, cast, mul], mul.outputs[0], None
+        add = only_use(mul.outputs[0])
+        if is_op(add, "Add"):
+            candidate = _other(add, mul.outputs[0])
+            data = const(candidate)
+            if data is not None and data.ndim == 1 and data.dtype.kind == "f" and _float32(candidate):
+                nodes, out, bias = [*nodes, add], add.outputs[0], candidate
+        return nodes, a_scale, b_scale, bias, out

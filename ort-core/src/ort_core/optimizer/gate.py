@@ -102,6 +102,7 @@ FUSED_OPS: tuple[FusedOp, ...] = (
     FusedOp("FusedConv", attributes={"activation": ACTIVATIONS}),
     FusedOp("FusedGemm", attributes={"activation": GEMM_ACTIVATIONS}),
     FusedOp("FusedMatMul"),
+    FusedOp("MatMulIntegerToFloat"),
     FusedOp("Gelu"),
     FusedOp("BiasGelu"),
     FusedOp("SkipLayerNormalization"),

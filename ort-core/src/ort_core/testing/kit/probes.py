@@ -122,6 +122,24 @@ class FusionCase:
     without: tuple[str, ...] = ()
 
 
+def dynamic_matmul(rng: np.random.Generator, bias: bool = True) -> onnx.ModelProto:
+    """A matmul as ``onnxruntime.quantization.quantize_dynamic`` writes it: the float input's
+    DynamicQuantizeLinear codes times constant int8 weights (MatMulInteger), Cast to float, Mul
+    by the product of the two scales (per-column weight scales), Add of the bias."""
+    weights = numpy_helper.from_array(rng.integers(-127, 128, (16, 8)).astype(np.int8), "w")
+    w_zero = numpy_helper.from_array(np.zeros(8, np.int8), "w_zero")
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "x_zero", "w_zero"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x_scale", "w_scale"], ["scales"]),
+             helper.make_node("Mul", ["accf", "scales"], ["m" if bias else "y"])]
+    inits = [weights, w_zero, _c("w_scale", rng.uniform(0.005, 0.02, 8))]
+    if bias:
+        nodes.append(helper.make_node("Add", ["m", "b"], ["y"]))
+        inits.append(_c("b", rng.standard_normal(8) * 0.1))
+    return _small(nodes, [_f("x", [2, 4, 16])], [_f("y", [2, 4, 8])], inits)
+
+
 def fusion_cases() -> list[FusionCase]:
     """One case per fused op and attribute value of ``ort_core.optimizer.FUSED_OPS``. Inputs
     are float32 with fixed shapes (the transformer's: int64 ids and mask)."""
@@ -149,6 +167,7 @@ def fusion_cases() -> list[FusionCase]:
         [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["m"]),
          helper.make_node("Mul", ["m", "s"], ["y"])],
         [_f("x", [2, 4, 16])], [_f("y", [2, 4, 8])], [_c("w", rng.standard_normal((8, 16))), _c("s", 0.25)])))
+    cases.append(FusionCase("MatMulIntegerToFloat", MS_DOMAIN, "MatMulIntegerToFloat", {}, dynamic_matmul(rng)))
     gelu = [helper.make_node("Div", ["h", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["m"]),
             helper.make_node("Mul", ["m", "half"], ["y"])]
