@@ -159,18 +159,27 @@ def test_dynamic_quantize_matmul(b_dtype, per_column, bias):
 
 @pytest.mark.parametrize("a_dtype,b_dtype", [(U8, I8), (U8, U8), (I8, I8)])
 @pytest.mark.parametrize("zero_points", [False, True])
-def test_matmul_integer_to_float(a_dtype, b_dtype, zero_points):
+@pytest.mark.parametrize("size", ["small", "oneDNN's"])
+def test_matmul_integer_to_float(a_dtype, b_dtype, zero_points, size):
+    """Also at a quantized T5 encoder's size (48 x 512 x 384), where oneDNN computes the
+    product and one compiled pass the zero-point terms and the scale: the bits of
+    float32((A - za) @ (B - zb)) * float32(sa * sb) + bias, as onnxruntime's."""
     rng = np.random.default_rng(6)
-    a, b = _q(rng, (2, 4, 16), a_dtype), _q(rng, (16, 12), b_dtype)
-    consts = {"b": b, "sa": np.array(0.03, F), "sb": rng.uniform(0.01, 0.05, 12).astype(F)}
+    (m, k, n) = (4, 16, 12) if size == "small" else (48, 512, 384)
+    a, b = _q(rng, (2, m, k), a_dtype), _q(rng, (k, n), b_dtype)
+    consts = {"b": b, "sa": np.array(0.03, F), "sb": rng.uniform(0.01, 0.05, n).astype(F)}
     inputs = ["a", "b", "sa", "sb"]
+    za, zb, bias = np.array(0, a_dtype), np.zeros(n, b_dtype), np.zeros(n, F)
     if zero_points:
-        consts.update(za=np.array(5, a_dtype), zb=(np.arange(12) % 5).astype(b_dtype),
-                      bias=rng.standard_normal(12).astype(F))
+        za, zb, bias = np.array(5, a_dtype), (np.arange(n) % 5).astype(b_dtype), rng.standard_normal(n).astype(F)
+        consts.update(za=za, zb=zb, bias=bias)
         inputs += ["za", "zb", "bias"]
     model = _model("MatMulIntegerToFloat", inputs, consts, {"a": a}, F)
     got, want = _run_both(model, {"a": a})
     _assert_float(got[0], want[0])
+    acc = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - zb.astype(np.int64))
+    exact = acc.astype(F) * (consts["sa"] * consts["sb"]).astype(F)
+    np.testing.assert_array_equal(got[0], exact + bias if zero_points else exact)
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0)])

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..registry import kernel, lookup
 from . import _jit
-from ._integer import ConstantIntegerMatrix, exact_product, product
+from ._integer import ConstantIntegerMatrix, exact_product, prepared_matrix, product
 from ._util import PreparedFor, const_input, has_input
 
 MS = "com.microsoft"
@@ -82,6 +82,19 @@ def _matmul_integer_to_float(node, request):
     b_constant, prepared = const_input(node, request, 1), PreparedFor()
 
     def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        matrix = prepared_matrix(prepared, b, b_zero_point, b_constant)
+        if (matrix is not None and a.dtype in (np.uint8, np.int8) and a.ndim >= 1 and a.shape[-1] == matrix.k
+                and np.size(a_scale) == 1 and np.asarray(a_scale).dtype == _F and np.ndim(b_scale) <= 1
+                and (a_zero_point is None or np.size(a_zero_point) == 1)):
+            # quantize_dynamic's form (one scale and zero point for A, constant B): oneDNN's
+            # product with the zero-point terms and the scale in one compiled pass, the same
+            # operations as below
+            scale = (np.asarray(a_scale, _F).reshape(()) * np.asarray(b_scale, _F)).astype(_F)
+            zero = None if a_zero_point is None else np.asarray(a_zero_point).reshape(())
+            y = matrix.scaled_times(a.reshape(-1, matrix.k), zero, scale)
+            if bias is not None:
+                y += bias.astype(_F)
+            return y.reshape(a.shape[:-1] + (matrix.n,))
         acc = exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant)
         scale = (np.asarray(a_scale, _F).reshape(_row_shape(a_scale, a)) * np.asarray(b_scale, _F)).astype(_F)
         y = (acc.astype(_F) * scale).astype(_F)
