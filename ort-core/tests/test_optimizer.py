@@ -495,6 +495,40 @@ def test_matmul_integer_to_float_fusion_needs_its_pattern(change):
     assert "MatMulIntegerToFloat" not in _ops(_apply(model, fusion.MatMulIntegerToFloatFusionPass(_everything)))
 
 
+@pytest.mark.parametrize("form", ["reciprocal", "divide"])
+def test_rms_norm_fusion(form):
+    """T5's and LLaMA's RMSNorm -> onnxruntime's SimplifiedLayerNormalization over the last axis
+    (onnxruntime runs both to the same values)."""
+    from ort_core.optimizer.norm_fusion import SimplifiedLayerNormFusionPass
+    from ort_core.testing.kit.probes import rms_norm
+
+    model = onnx.shape_inference.infer_shapes(rms_norm(np.random.default_rng(4), form))
+    out = _apply(model, SimplifiedLayerNormFusionPass(_everything))
+    assert _ops(out) == ["SimplifiedLayerNormalization"]
+    fused = out.graph.node[0]
+    assert {a.name: onnx.helper.get_attribute_value(a) for a in fused.attribute} == pytest.approx(
+        {"axis": -1, "epsilon": 1e-6, "stash_type": 1})
+    _check(model, out, {"x": _f32(2, 4, 16, scale=3)})
+
+
+@pytest.mark.parametrize("change", ["mean read elsewhere", "gamma of another length", "not the last axis"])
+def test_rms_norm_fusion_needs_its_pattern(change):
+    from ort_core.optimizer.norm_fusion import SimplifiedLayerNormFusionPass
+    from ort_core.testing.kit.probes import rms_norm
+
+    model = rms_norm(np.random.default_rng(4))
+    if change == "mean read elsewhere":
+        model.graph.output.append(_vi("ms", [2, 4, 1]))
+    if change == "gamma of another length":
+        gamma = next(t for t in model.graph.initializer if t.name == "gamma")
+        gamma.CopyFrom(onnx.numpy_helper.from_array(np.ones(1, np.float32), "gamma"))
+    if change == "not the last axis":
+        mean = next(n for n in model.graph.node if n.op_type == "ReduceMean")
+        mean.attribute[0].ints[:] = [1]
+    model = onnx.shape_inference.infer_shapes(model)
+    assert "SimplifiedLayerNormalization" not in _ops(_apply(model, SimplifiedLayerNormFusionPass(_everything)))
+
+
 def _hard_swish_model(opset: int, alpha: float = 1 / 6, times: str = "x"):
     return make_model(
         [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=0.5), helper.make_node("Mul", [times, "h"], ["y"])],

@@ -16,7 +16,8 @@ into the Conv's weights and bias, as long as a fold brings another to the Conv, 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
 (``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
 MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``, MatMulIntegerToFloat
-for dynamically quantized matmuls) and the decomposed
+for dynamically quantized matmuls), RMSNorm into onnxruntime's SimplifiedLayerNormalization
+(ONNX domain, as onnxruntime registers it) and the decomposed
 LayerNorm into ``LayerNormalization`` (opset >= 17 models only). Each fusion
 is applied only where the session's first provider declares the fused node in
 ``ProviderSpec.fused_ops`` and claims it (``gate.provider_gate``), since core knows no
@@ -66,7 +67,7 @@ from .fusion import (
     Supports,
 )
 from .gate import FUSED_OPS, provider_gate
-from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SkipLayerNormFusionPass
+from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SimplifiedLayerNormFusionPass, SkipLayerNormFusionPass
 
 __all__ = ["FUSED_OPS", "MAX_FOLD_BYTES", "optimize", "passes_for_level", "provider_gate", "Supports"]
 
@@ -99,6 +100,7 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
         LayerNormFusionPass(supports, CORE_DOMAIN if core_domain else None),
+        SimplifiedLayerNormFusionPass(supports),
         AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale
         MatMulScaleFusionPass(supports),
         MatMulIntegerToFloatFusionPass(supports),

@@ -109,6 +109,7 @@ FUSED_OPS: tuple[FusedOp, ...] = (
     FusedOp("Attention"),
     FusedOp("MultiHeadAttention"),
     FusedOp("LayerNormalization", ""),
+    FusedOp("SimplifiedLayerNormalization", ""),
     FusedOp("LayerNormalization", CORE_DOMAIN),
     FusedOp("HardSwish", ""),
     FusedOp("HardSwish", CORE_DOMAIN),

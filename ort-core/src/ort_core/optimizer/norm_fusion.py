@@ -7,6 +7,10 @@ onnxruntime's ``LayerNormFusion``, ``SkipLayerNormFusion`` and ``BiasGeluFusion`
                             ort_core's, at ALL only); also the moments form Keras models
                             export, x * s + (beta - mean * s) with s = gamma / sqrt(var + eps),
                             and GlobalAveragePool of 3-D values for the means
+    SimplifiedLayerNormalization  Pow(x, 2) | Mul(x, x) -> ReduceMean -> Add(eps) -> Sqrt
+                            -> Div(x, rms) | Div(1, rms) or Reciprocal, then Mul(x) ->
+                            Mul(gamma), all over the last axis: RMSNorm (T5, LLaMA), the
+                            op onnxruntime registers in the ONNX domain
     SkipLayerNormalization  Add(a, b) [with an Add of a 1-D constant bias on either side]
                             -> LayerNormalization (com.microsoft)
     BiasGelu                Add(x, 1-D constant bias) -> Gelu (com.microsoft)
@@ -34,7 +38,8 @@ import onnx_ir as ir
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
 from .fusion import CORE_DOMAIN, MS_DOMAIN, Supports, _FusionPass, _other, _typed_like
 
-__all__ = ["BiasGeluFusionPass", "LayerNormFusionPass", "SkipLayerNormFusionPass", "Supports"]
+__all__ = ["BiasGeluFusionPass", "LayerNormFusionPass", "SimplifiedLayerNormFusionPass", "SkipLayerNormFusionPass",
+           "Supports"]
 
 _LN_TYPES = (ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.BFLOAT16)
 _SLN_TYPES = (ir.DataType.FLOAT16, ir.DataType.FLOAT)  # onnxruntime's SkipLayerNormalization schema
@@ -338,6 +343,74 @@ def _affine_operand(value: ir.Value | None, x: ir.Value, hidden: int | None) -> 
     if hidden is None:  # a length-1 vector would broadcast in the Mul/Add, not in LayerNormalization
         return length is not None and length > 1
     return length == hidden
+
+
+# --------------------------------------------------------------------------------------------
+# SimplifiedLayerNormalization (RMSNorm)
+# --------------------------------------------------------------------------------------------
+
+
+class SimplifiedLayerNormFusionPass(_FusionPass):
+    """RMSNorm over the last axis -> ``SimplifiedLayerNormalization(x, gamma, axis=-1)``, after
+    onnxruntime's SimplifiedLayerNormFusion: gamma * (x * (1 / sqrt(mean(x^2) + eps))) as T5 and
+    LLaMA exporters write it (also x / sqrt(..), and Reciprocal for 1 / ..). The epsilon must be
+    a constant scalar, gamma 1-D of the last axis' length in x's type, and every intermediate
+    value read only inside the pattern. The CPU kernel computes x * (1 / rms) * gamma, the
+    1 / x form's own operations."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                if node.graph is not graph or not (is_op(node, "Pow") or is_op(node, "Mul")):
+                    continue  # (a node removed by an earlier match in this walk)
+                match = self._match(node)
+                if match is None:
+                    continue
+                x, gamma, eps, nodes, out = match
+                fused = ir.Node("", "SimplifiedLayerNormalization", [x, gamma],
+                                [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps), ir.AttrInt64("stash_type", 1)],
+                                num_outputs=1, name=f"{node.name}_rmsnorm")
+                modified |= self.fuse(graph, nodes, fused, out)
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _match(square: ir.Node):
+        x = square.inputs[0]
+        if x is None or _dtype(x) not in _LN_TYPES or not _is_square_of(square, x):
+            return None
+        found = _root_of_variance(square, x)
+        if found is None:
+            return None
+        mean, add_eps, sqrt, eps = found
+        nodes = [square, mean, add_eps, sqrt]
+        rms = sqrt.outputs[0]
+        first = only_use(rms)
+        if is_op(first, "Div") and first.inputs[0] is x and first.inputs[1] is rms:  # x / rms
+            nodes.append(first)
+            normalized = first.outputs[0]
+        else:  # x * (1 / rms)
+            if is_op(first, "Div") and first.inputs[1] is rms and _near_one(first.inputs[0]):
+                pass
+            elif not is_op(first, "Reciprocal"):
+                return None
+            times_x = only_use(first.outputs[0])
+            if not is_op(times_x, "Mul") or _other(times_x, first.outputs[0]) is not x:
+                return None
+            nodes += [first, times_x]
+            normalized = times_x.outputs[0]
+        scale = only_use(normalized)
+        if not is_op(scale, "Mul"):
+            return None
+        gamma = _other(scale, normalized)
+        if not _affine_operand(gamma, x, _last_dim(x)) or const(gamma) is None:
+            return None
+        nodes.append(scale)
+        return x, gamma, eps, nodes, scale.outputs[0]
+
+
+def _near_one(value: ir.Value | None) -> bool:
+    return scalar(value) == 1.0
 
 
 # --------------------------------------------------------------------------------------------

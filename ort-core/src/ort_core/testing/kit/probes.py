@@ -140,6 +140,20 @@ def dynamic_matmul(rng: np.random.Generator, bias: bool = True) -> onnx.ModelPro
     return _small(nodes, [_f("x", [2, 4, 16])], [_f("y", [2, 4, 8])], inits)
 
 
+def rms_norm(rng: np.random.Generator, form: str = "reciprocal") -> onnx.ModelProto:
+    """RMSNorm as T5's exporter writes it: gamma * (x * (1 / sqrt(mean(x^2) + eps))) over the
+    last axis (``form`` "divide": x / sqrt(..))."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["x2"]), helper.make_node("ReduceMean", ["x2"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"])]
+    if form == "divide":
+        nodes.append(helper.make_node("Div", ["x", "rms"], ["n"]))
+    else:
+        nodes += [helper.make_node("Div", ["one", "rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["n"])]
+    nodes.append(helper.make_node("Mul", ["gamma", "n"], ["y"]))
+    return _small(nodes, [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])],
+                  [_c("two", 2.0), _c("eps", 1e-6), _c("one", 1.0), _c("gamma", 1 + 0.1 * rng.standard_normal(16))])
+
+
 def fusion_cases() -> list[FusionCase]:
     """One case per fused op and attribute value of ``ort_core.optimizer.FUSED_OPS``. Inputs
     are float32 with fixed shapes (the transformer's: int64 ids and mask)."""
@@ -193,6 +207,7 @@ def fusion_cases() -> list[FusionCase]:
             [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], [_c("two", 2.0), _c("eps", 1e-5), *ln_consts], opset)
 
     cases.append(FusionCase("LayerNormalization", "", "LayerNormalization", {}, decomposed_ln(17)))
+    cases.append(FusionCase("SimplifiedLayerNormalization", "", "SimplifiedLayerNormalization", {}, rms_norm(rng)))
     cases.append(FusionCase(f"{CORE_DOMAIN}::LayerNormalization", CORE_DOMAIN, "LayerNormalization", {}, decomposed_ln(13)))
 
     def hard_swish(opset):
