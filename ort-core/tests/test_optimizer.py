@@ -431,6 +431,32 @@ def test_gelu_fusion(order):
     _check(model, out, {"x": _f32(2, 16, scale=3)})
 
 
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+def test_fast_gelu_fusion(cube):
+    from ort_core.testing.kit.probes import tanh_gelu
+
+    model = tanh_gelu(cube)
+    out = _apply(model, fusion.FastGeluFusionPass(_everything))
+    assert _ops(out) == ["FastGelu"]
+    _check(model, out, {"x": _f32(2, 4, 16, scale=3)})
+
+
+@pytest.mark.parametrize("change", ["other coefficient", "tanh read elsewhere", "square of another value"])
+def test_fast_gelu_fusion_needs_its_pattern(change):
+    from ort_core.testing.kit.probes import tanh_gelu
+
+    model = tanh_gelu("mul")
+    if change == "other coefficient":
+        k = next(t for t in model.graph.initializer if t.name == "k")
+        k.CopyFrom(onnx.numpy_helper.from_array(np.array(0.05, np.float32), "k"))
+    if change == "tanh read elsewhere":
+        model.graph.output.append(_vi("t", [2, 4, 16]))
+    if change == "square of another value":
+        model.graph.input.append(_vi("z", [2, 4, 16]))
+        next(n for n in model.graph.node if n.output[0] == "xx").input[:] = ["z", "z"]
+    assert "FastGelu" not in _ops(_apply(model, fusion.FastGeluFusionPass(_everything)))
+
+
 def test_gelu_with_wrong_constant_is_not_fused():
     model = make_model(
         _gelu_nodes("x_first"), [_vi("x", [2, 16])], [_vi("y", [2, 16])],

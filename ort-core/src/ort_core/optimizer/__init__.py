@@ -14,7 +14,7 @@ Conv+BatchNormalization, Conv+Mul and Conv+Add or Sub (scalar or per-channel con
 into the Conv's weights and bias, as long as a fold brings another to the Conv, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
-(``com.microsoft``: FusedConv, FusedGemm, Gelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
+(``com.microsoft``: FusedConv, FusedGemm, Gelu, FastGelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
 MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``, MatMulIntegerToFloat
 for dynamically quantized matmuls), RMSNorm into onnxruntime's SimplifiedLayerNormalization
 (ONNX domain, as onnxruntime registers it) and the decomposed
@@ -59,6 +59,7 @@ from .basic import (
 from .fusion import (
     CORE_DOMAIN,
     ConvActivationFusionPass,
+    FastGeluFusionPass,
     GeluFusionPass,
     GemmActivationFusionPass,
     HardSwishFusionPass,
@@ -99,6 +100,7 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
         ConvActivationFusionPass(supports),
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
+        FastGeluFusionPass(supports),
         LayerNormFusionPass(supports, CORE_DOMAIN if core_domain else None),
         SimplifiedLayerNormFusionPass(supports),
         AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale

@@ -10,6 +10,7 @@ claim is not applied.
     FusedConv   Conv + Relu/Tanh/Sigmoid/LeakyRelu/Clip/HardSigmoid (attribute ``activation``)
     FusedGemm   Gemm + the same activations but Clip (onnxruntime's FusedGemm has none)
     Gelu        x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it
+    FastGelu    x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), the same orders
     FusedMatMul MatMul(a, Transpose(b) swapping the last two axes) scaled by a constant
     MatMulIntegerToFloat  MatMulInteger + Cast to float + Mul by the product of the scales (+ Add
                 of a bias): ``onnxruntime.quantization.quantize_dynamic``'s matmuls
@@ -204,28 +205,117 @@ class GeluFusionPass(_FusionPass):
             x = scale.inputs[1]
         else:
             return None
-        add = only_use(erf.outputs[0])
-        if not is_op(add, "Add") or not _near(_other(add, erf.outputs[0]), 1.0):
+        tail = _half_x_times_one_plus(erf, x)
+        if tail is None:
             return None
-        mul1 = only_use(add.outputs[0])
-        if not is_op(mul1, "Mul"):
-            return None
-        partner = _other(mul1, add.outputs[0])
-        if partner is x:  # (x * (1 + erf)) * 0.5
-            mul2 = only_use(mul1.outputs[0])
-            if is_op(mul2, "Mul") and _near(_other(mul2, mul1.outputs[0]), 0.5):
-                return x, [scale, erf, add, mul1, mul2], mul2.outputs[0]
-            return None
-        if _near(partner, 0.5):  # x * ((1 + erf) * 0.5)
-            mul2 = only_use(mul1.outputs[0])
-            if is_op(mul2, "Mul") and _other(mul2, mul1.outputs[0]) is x:
-                return x, [scale, erf, add, mul1, mul2], mul2.outputs[0]
-            return None
-        half = partner.producer() if partner is not None else None  # (x * 0.5) * (1 + erf)
-        if (is_op(half, "Mul") and only_use(partner) is mul1 and _other(half, x) is not None
-                and _near(_other(half, x), 0.5)):
-            return x, [scale, erf, half, add, mul1], mul1.outputs[0]
+        nodes, out = tail
+        return x, [scale, erf, *nodes], out
+
+
+def _half_x_times_one_plus(f: ir.Node, x: ir.Value) -> tuple[list[ir.Node], ir.Value] | None:
+    """The end both Gelu forms share, 0.5 * x * (1 + f(..)), after ``f`` (Erf or Tanh), in the
+    orders exporters write: (x * (1 + f)) * 0.5, x * ((1 + f) * 0.5), (x * 0.5) * (1 + f). The
+    nodes after ``f`` (the Mul of x by 0.5 among them) and the value they give, or None."""
+    add = only_use(f.outputs[0])
+    if not is_op(add, "Add") or not _near(_other(add, f.outputs[0]), 1.0):
         return None
+    mul1 = only_use(add.outputs[0])
+    if not is_op(mul1, "Mul"):
+        return None
+    partner = _other(mul1, add.outputs[0])
+    if partner is x:  # (x * (1 + f)) * 0.5
+        mul2 = only_use(mul1.outputs[0])
+        if is_op(mul2, "Mul") and _near(_other(mul2, mul1.outputs[0]), 0.5):
+            return [add, mul1, mul2], mul2.outputs[0]
+        return None
+    if _near(partner, 0.5):  # x * ((1 + f) * 0.5)
+        mul2 = only_use(mul1.outputs[0])
+        if is_op(mul2, "Mul") and _other(mul2, mul1.outputs[0]) is x:
+            return [add, mul1, mul2], mul2.outputs[0]
+        return None
+    half = partner.producer() if partner is not None else None  # (x * 0.5) * (1 + f)
+    if (is_op(half, "Mul") and only_use(partner) is mul1 and _other(half, x) is not None
+            and _near(_other(half, x), 0.5)):
+        return [half, add, mul1], mul1.outputs[0]
+    return None
+
+
+def _times_constant(node: ir.Node | None, target: float) -> ir.Value | None:
+    """Where ``node`` is a Mul of a value by a constant scalar near ``target``, that value."""
+    if not is_op(node, "Mul"):
+        return None
+    a, b = node.inputs
+    if _near(b, target, 1e-5):
+        return a
+    if _near(a, target, 1e-5):
+        return b
+    return None
+
+
+class FastGeluFusionPass(_FusionPass):
+    """The tanh approximation of Gelu, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))),
+    -> com.microsoft FastGelu(x), after onnxruntime's FastGeluFusion (GPT-2's and T5 v1.1's
+    gelu_new, PyTorch's gelu(approximate="tanh")): x^3 as Pow(x, 3) or x * x * x, the constant
+    products in either order, and the three orders of the outer products."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for tanh in list(graph):
+                if not is_op(tanh, "Tanh") or tanh.graph is not graph:
+                    continue
+                match = self._match(tanh)
+                if match is None:
+                    continue
+                x, nodes, out = match
+                if x.type is not None and x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
+                    continue
+                fused = ir.Node(MS_DOMAIN, "FastGelu", [x], num_outputs=1, name=f"{tanh.name}_fastgelu", version=1)
+                modified |= self.fuse(graph, nodes, fused, out)
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _match(tanh: ir.Node):
+        scaled = tanh.inputs[0]
+        outer = scaled.producer() if scaled is not None else None
+        if outer is None or only_use(scaled) is not tanh:
+            return None
+        inner = _times_constant(outer, math.sqrt(2 / math.pi))
+        add = inner.producer() if inner is not None else None
+        if not is_op(add, "Add") or only_use(inner) is not outer:
+            return None
+        for x, cubic in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            cube_times = cubic.producer() if cubic is not None else None
+            cube = _times_constant(cube_times, 0.044715)
+            if cube is None or only_use(cubic) is not add:
+                continue
+            cube_nodes = _cube_of(cube, x)
+            if cube_nodes is None or only_use(cube) is not cube_times:
+                continue
+            tail = _half_x_times_one_plus(tanh, x)
+            if tail is None:
+                return None
+            nodes, out = tail
+            return x, [*cube_nodes, cube_times, add, outer, tanh, *nodes], out
+        return None
+
+
+def _cube_of(cube: ir.Value, x: ir.Value) -> list[ir.Node] | None:
+    """The nodes making ``cube`` = x^3: Pow(x, 3), or Mul(x, Mul(x, x)) either way round."""
+    node = cube.producer()
+    if is_op(node, "Pow"):
+        return [node] if node.inputs[0] is x and _near(node.inputs[1], 3.0, 1e-6) else None
+    if not is_op(node, "Mul"):
+        return None
+    a, b = node.inputs
+    square_value = b if a is x else a if b is x else None
+    square = square_value.producer() if square_value is not None else None
+    if (is_op(square, "Mul") and square.inputs[0] is x and square.inputs[1] is x
+            and only_use(square_value) is node):
+        return [square, node]
+    return None
 
 
 class MatMulScaleFusionPass(_FusionPass):

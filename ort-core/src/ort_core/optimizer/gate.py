@@ -104,6 +104,7 @@ FUSED_OPS: tuple[FusedOp, ...] = (
     FusedOp("FusedMatMul"),
     FusedOp("MatMulIntegerToFloat"),
     FusedOp("Gelu"),
+    FusedOp("FastGelu"),
     FusedOp("BiasGelu"),
     FusedOp("SkipLayerNormalization"),
     FusedOp("Attention"),

@@ -154,6 +154,23 @@ def rms_norm(rng: np.random.Generator, form: str = "reciprocal") -> onnx.ModelPr
                   [_c("two", 2.0), _c("eps", 1e-6), _c("one", 1.0), _c("gamma", 1 + 0.1 * rng.standard_normal(16))])
 
 
+def tanh_gelu(cube: str = "pow") -> onnx.ModelProto:
+    """Gelu's tanh approximation as PyTorch exports gelu(approximate="tanh") and GPT-2's
+    gelu_new: (x * 0.5) * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), x^3 as Pow(x, 3) or
+    (``cube`` "mul") x * (x * x)."""
+    if cube == "pow":
+        cubing = [helper.make_node("Pow", ["x", "three"], ["x3"])]
+    else:
+        cubing = [helper.make_node("Mul", ["x", "x"], ["xx"]), helper.make_node("Mul", ["x", "xx"], ["x3"])]
+    nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), *cubing,
+             helper.make_node("Mul", ["x3", "k"], ["kx3"]), helper.make_node("Add", ["x", "kx3"], ["inner"]),
+             helper.make_node("Mul", ["inner", "c"], ["scaled"]), helper.make_node("Tanh", ["scaled"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Mul", ["h", "t1"], ["y"])]
+    consts = [_c("half", 0.5), _c("k", 0.044715), _c("c", np.sqrt(2 / np.pi)), _c("one", 1.0)]
+    return _small(nodes, [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])],
+                  consts + ([_c("three", 3.0)] if cube == "pow" else []))
+
+
 def fusion_cases() -> list[FusionCase]:
     """One case per fused op and attribute value of ``ort_core.optimizer.FUSED_OPS``. Inputs
     are float32 with fixed shapes (the transformer's: int64 ids and mask)."""
@@ -188,6 +205,7 @@ def fusion_cases() -> list[FusionCase]:
     gelu_consts = [_c("sqrt2", np.sqrt(2.0)), _c("one", 1.0), _c("half", 0.5)]
     cases.append(FusionCase("Gelu", MS_DOMAIN, "Gelu", {}, _small(
         [helper.make_node("Identity", ["x"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], gelu_consts)))
+    cases.append(FusionCase("FastGelu", MS_DOMAIN, "FastGelu", {}, tanh_gelu()))
     cases.append(FusionCase("BiasGelu", MS_DOMAIN, "BiasGelu", {}, _small(
         [helper.make_node("Add", ["x", "bias"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])],
         [*gelu_consts, _c("bias", rng.standard_normal(16) * 0.1)])))
