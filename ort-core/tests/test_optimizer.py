@@ -87,6 +87,34 @@ def test_constant_folding():
     _check(model, out, {"x": _f32(2, 3)})
 
 
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Expand", "Tile", "Conv"])
+def test_constant_folding_of_big_outputs(op):
+    """onnxruntime folds a ConstantOfShape, Expand or Tile of 2M elements (caffe2-era models
+    build their weights so): whole-array ops fold up to max_fold_bytes; a Conv, which
+    onnx.reference computes in Python loops, stays computed above FOLD_LIMIT elements."""
+    n = 2048
+    if op == "ConstantOfShape":
+        nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"],
+                                  value=onnx.numpy_helper.from_array(np.array([1.5], np.float32)))]
+        inits = [_init("s", np.array([n, 1024], np.int64))]
+    elif op == "Expand":
+        nodes = [helper.make_node("Expand", ["v", "s"], ["c"])]
+        inits = [_init("v", _f32(1, 1024)), _init("s", np.array([n, 1024], np.int64))]
+    elif op == "Tile":
+        nodes = [helper.make_node("Tile", ["v", "r"], ["c"])]
+        inits = [_init("v", _f32(1, 1024)), _init("r", np.array([n, 1], np.int64))]
+    else:  # 1 x 2 x 1024 x 1024 outputs
+        nodes = [helper.make_node("Conv", ["v", "w"], ["c4"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Reshape", ["c4", "s"], ["c"])]
+        inits = [_init("v", _f32(1, 1, 1024, 1024)), _init("w", _f32(2, 1, 3, 3)), _init("s", np.array([n, 1024], np.int64))]
+    model = make_model([*nodes, helper.make_node("Add", ["x", "c"], ["y"])], [_vi("x", [n, 1024])], [_vi("y", [n, 1024])],
+                       inits)
+    out = _apply(onnx.shape_inference.infer_shapes(model), basic.ConstantFoldingPass())
+    assert _ops(out) == (["Conv", "Reshape", "Add"] if op == "Conv" else ["Add"])
+    if op != "Conv":
+        _check(model, out, {"x": _f32(n, 1024)})
+
+
 def test_constant_folding_leaves_random_and_runtime_inputs():
     model = make_model(
         [

@@ -29,8 +29,20 @@ _NOT_FOLDABLE = {
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
     "Bernoulli", "Dropout", "If", "Loop", "Scan", "SequenceMap", "DequantizeLinear",
 }
-#: folded outputs bigger than this many elements stay computed (ORT keeps big Expand/Tile too)
+#: folded outputs bigger than this many elements stay computed, except for the ops of
+#: ``BULK_FOLDABLE``: onnx.reference runs the others' loops in Python (a Conv, a Resize, a pool
+#: of millions of outputs would take minutes to fold)
 FOLD_LIMIT = 1 << 20
+#: ops evaluated by a few whole-array numpy calls (``_fold``'s, or onnx.reference's), folded up
+#: to ``max_bytes`` whatever their size, as onnxruntime folds them (its ConstantOfShape, Expand
+#: and Tile of 2M elements are folded; caffe2-era models build their weights with
+#: ConstantOfShape: an AlexNet's 151 MB of them ran at every call, 11 ms of 38)
+BULK_FOLDABLE = frozenset({
+    "ConstantOfShape", "Expand", "Tile", "Cast", "Reshape", "Transpose", "Concat", "Slice", "Gather",
+    "Squeeze", "Unsqueeze", "Flatten", "Identity", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sqrt",
+    "Reciprocal", "Exp", "Log", "Pow", "Where", "Equal", "Less", "Greater", "Not", "And", "Or",
+    "MatMul", "Gemm",
+})
 #: default of ``session.max_fold_bytes``: no node is folded whose outputs would take more bytes
 #: (onnxruntime's default limit on a constant-folded node's output, 1 GiB, since 1.27)
 MAX_FOLD_BYTES = 1 << 30
@@ -507,7 +519,8 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
     """Nodes of the standard domain whose inputs are all constants become initializers
     (evaluated once with ``onnx.reference``, or for the common shape-arithmetic ops with the
     same numpy calls directly, see ``_fold``). Random ops, control flow and outputs bigger than
-    ``FOLD_LIMIT`` elements or ``max_bytes`` bytes are left alone, the size estimated before
+    ``max_bytes`` bytes, or ``FOLD_LIMIT`` elements but for ``BULK_FOLDABLE``'s ops, are left
+    alone, the size estimated before
     the node is evaluated (``_fold_estimate``; a node whose size is unknown is folded only if
     it is not one of the ops that grow); a node the evaluator cannot run is left alone."""
 
@@ -520,7 +533,7 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
         if estimate is None:
             return node.op_type in _GROWING
         elements, nbytes = estimate
-        return elements > FOLD_LIMIT or nbytes > self.max_bytes
+        return (elements > FOLD_LIMIT and node.op_type not in BULK_FOLDABLE) or nbytes > self.max_bytes
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opsets = dict(model.opset_imports)
@@ -547,7 +560,9 @@ class ConstantFoldingPass(ir.passes.InPlacePass):
                         continue
                 if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
                     continue  # a sequence (list) or an optional (None) is no tensor initializer
-                if any(np.asarray(r).size > FOLD_LIMIT or np.asarray(r).nbytes > self.max_bytes for r in results):
+                limit = None if node.op_type in BULK_FOLDABLE else FOLD_LIMIT
+                if any((limit is not None and np.asarray(r).size > limit) or np.asarray(r).nbytes > self.max_bytes
+                       for r in results):
                     continue
                 namer = namer or Namer(graph)
                 new_values = []
