@@ -134,6 +134,72 @@ def test_initializers_listed_as_inputs_below_ir_4_are_constants(host):
         sess.run(None, {"x": x, "w": np.zeros(2, np.float32)})
 
 
+def test_disabled_optimizers_take_onnxruntimes_names(host):
+    # Mul of two initializers: folded unless ConstantFolding is disabled (onnxruntime's name);
+    # a name no optimization here has is a warning, as onnxruntime ignores it
+    w = numpy_helper.from_array(np.full(2, 10, np.float32), "w")
+    two = numpy_helper.from_array(np.full(2, 2, np.float32), "two")
+    model = make_model(
+        [helper.make_node("Mul", ["w", "two"], ["w2"]), helper.make_node("Add", ["x", "w2"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w, two])
+    assert [n.op_type for n in ort.InferenceSession(model).get_placement().nodes] == ["Add"]
+    kept = ort.InferenceSession(model, disabled_optimizers=["ConstantFolding"])
+    assert [n.op_type for n in kept.get_placement().nodes] == ["Mul", "Add"]
+    kept.set_providers(kept.get_providers())
+    assert [n.op_type for n in kept.get_placement().nodes] == ["Mul", "Add"]
+    with pytest.warns(UserWarning, match="no optimization here is named NoSuchFusion"):
+        ort.InferenceSession(model, disabled_optimizers=["NoSuchFusion"])
+
+
+def test_session_options_refuse_unknown_names_and_wrong_types():
+    so = ort.SessionOptions()
+    with pytest.raises(AttributeError, match="no attribute 'intra_op_thread'.*intra_op_num_threads"):
+        so.intra_op_thread = 2
+    with pytest.raises(TypeError, match="intra_op_num_threads takes an int"):
+        so.intra_op_num_threads = "2"
+    with pytest.raises(TypeError, match="graph_optimization_level takes a GraphOptimizationLevel"):
+        so.graph_optimization_level = 5
+    with pytest.raises(ort.InvalidArgument, match="log_severity_level is 9"):
+        so.log_severity_level = 9
+    so.graph_optimization_level = 1  # a member's number is taken, as the enum
+    assert so.graph_optimization_level is ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+
+
+def test_node_args_as_onnxruntime_reports_them(host):
+    # an unknown shape is [], a dimension nothing names None (onnx's inference says unk__0)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["z"], ["w"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", None, 4]),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                        helper.make_tensor_value_info("w", TensorProto.FLOAT, None)])
+    session = ort.InferenceSession(model)
+    assert [(a.name, a.type, a.shape) for a in session.get_inputs() + session.get_outputs()] == [
+        ("x", "tensor(float)", ["batch", None, 4]), ("z", "tensor(float)", []),
+        ("y", "tensor(float)", ["batch", None, 4]), ("w", "tensor(float)", [])]
+
+
+def test_onnx_element_type_numbers_make_ortvalues():
+    value = ort.OrtValue.ortvalue_from_shape_and_type([2], TensorProto.FLOAT16)
+    assert value.data_type() == "tensor(float16)" and value.shape() == [2]
+    assert ort.OrtValue(np.zeros(1, np.int64)).data_type() == "tensor(int64)"
+    assert ort.OrtValue([np.zeros(2, np.float32)]).data_type() == "seq(tensor(float))"
+    assert ort.OrtValue([{1: np.float32(0.5)}]).data_type() == "seq(map(int64,tensor(float)))"
+
+
+def test_a_session_leaves_the_default_logger_severity_alone(host):
+    import logging
+
+    ort.set_default_logger_severity(3)  # the usual way to silence onnxruntime
+    try:
+        ort.InferenceSession(chain_model())  # log_severity_level -1: the default logger's
+        assert logging.getLogger("ort_core").level == logging.ERROR
+        with pytest.raises(ort.InvalidArgument, match="7 is not a severity"):
+            ort.set_default_logger_severity(7)
+    finally:
+        ort.set_default_logger_severity(2)
+
+
 def _no_opt() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -346,8 +346,10 @@ def test_providers_argument_forms(host):
         ort.InferenceSession(chain_model(), providers=CPU)
     with pytest.raises(ort.InvalidArgument, match="provider_options has 2"):
         ort.InferenceSession(chain_model(), providers=[CPU], provider_options=[{}, {}])
-    with pytest.raises(ort.InvalidArgument, match="listed twice"):
-        ort.InferenceSession(chain_model(), providers=[CPU, CPU])
+    # onnxruntime warns and keeps the first: [choice, "CPUExecutionProvider"] with choice the CPU
+    with pytest.warns(UserWarning, match=f"Duplicate provider '{CPU}' encountered, ignoring"):
+        session = ort.InferenceSession(chain_model(), providers=[CPU, (CPU, {"flavour": "spicy"})])
+    assert session.get_providers() == [CPU] and session.get_provider_options()[CPU] != {"flavour": "spicy"}
 
 
 def test_core_alone_says_to_install_a_provider():

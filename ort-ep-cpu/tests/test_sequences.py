@@ -138,3 +138,39 @@ def test_constant_sequences_are_not_folded_into_tensors():
     (out,) = ort.InferenceSession(model.SerializeToString()).run(None, {})
     assert isinstance(out, list) and len(out) == 2
     np.testing.assert_array_equal(out[1], [1.0, 2.0])
+
+
+def test_non_tensor_outputs_through_ort_values_io_binding_and_node_args():
+    """A sequence output through run_with_ort_values and an I/O binding, and a ZipMap's
+    seq(map) output's NodeArg and OrtValue, as onnxruntime gives them (both crashed: an
+    OrtValue's data_type read the list's dtype, copy_outputs_to_cpu made one array of it)."""
+    seq = _model([helper.make_node("SequenceConstruct", ["a", "b"], ["s"])],
+                 [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]),
+                  helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+                 [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+    feeds = {"a": np.zeros(2, np.float32), "b": np.ones(3, np.float32)}
+    for module in (onnxruntime, ort):
+        session = module.InferenceSession(seq.SerializeToString(), providers=["CPUExecutionProvider"])
+        (value,) = session.run_with_ort_values(None, {k: module.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()})
+        assert (value.is_tensor(), value.is_tensor_sequence(), value.data_type()) == (False, True, "seq(tensor(float))")
+        assert (session.get_outputs()[0].type, session.get_outputs()[0].shape) == ("seq(tensor(float))", [])
+        binding = session.io_binding()
+        for k, v in feeds.items():
+            binding.bind_cpu_input(k, v)
+        binding.bind_output("s")
+        session.run_with_iobinding(binding)
+        (copied,) = binding.copy_outputs_to_cpu()
+        assert [c.tolist() for c in copied] == [[0, 0], [1, 1, 1]]
+    zipmap = helper.make_model(helper.make_graph(
+        [helper.make_node("ZipMap", ["p"], ["z"], domain="ai.onnx.ml", classlabels_int64s=[3, 7])], "g",
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 2])],
+        [helper.make_value_info("z", helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))))]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    zipmap.ir_version = 8
+    p = {"p": np.array([[0.25, 0.75]], np.float32)}
+    for module in (onnxruntime, ort):
+        session = module.InferenceSession(zipmap.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert (session.get_outputs()[0].type, session.get_outputs()[0].shape) == ("seq(map(int64,tensor(float)))", [])
+        (value,) = session.run_with_ort_values(None, {"p": module.OrtValue.ortvalue_from_numpy(p["p"])})
+        assert value.data_type() == "seq(map(int64,tensor(float)))" and not value.is_tensor_sequence()

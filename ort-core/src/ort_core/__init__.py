@@ -349,9 +349,12 @@ def get_device() -> str:
 
 
 def set_default_logger_severity(severity: int) -> None:
-    """0 verbose, 1 info, 2 warning, 3 error, 4 fatal (onnxruntime's levels)."""
+    """0 verbose, 1 info, 2 warning, 3 error, 4 fatal (onnxruntime's levels; another is an
+    error, as there)."""
     levels = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
-    logging.getLogger("ort_core").setLevel(levels.get(int(severity), logging.WARNING))
+    if int(severity) not in levels:
+        raise InvalidArgument(f"set_default_logger_severity: {severity} is not a severity: 0 (verbose) to 4 (fatal)")
+    logging.getLogger("ort_core").setLevel(levels[int(severity)])
 
 
 __all__ = [

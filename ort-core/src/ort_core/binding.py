@@ -18,6 +18,7 @@ them).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .memory import OrtValue, OrtValueVector
+from .memory import OrtValue, OrtValueVector, element_dtype
 
 if TYPE_CHECKING:
     from .session import InferenceSession, RunOptions
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 def array_at(buffer_ptr: int, element_type: Any, shape: Sequence[int]) -> np.ndarray:
     """A numpy array on the caller's host memory at ``buffer_ptr`` (no copy; the caller keeps
     the memory alive and large enough, as with onnxruntime's pointer bindings)."""
-    dtype = np.dtype(element_type)
+    dtype = element_dtype(element_type)
     count = int(np.prod(shape, dtype=np.int64))
     raw = (ctypes.c_byte * (count * dtype.itemsize)).from_address(int(buffer_ptr))
     return np.frombuffer(raw, dtype=dtype, count=count).reshape(tuple(shape))
@@ -123,8 +124,10 @@ class IOBinding:
         """The last run's outputs as an ``OrtValueVector``."""
         return OrtValueVector(self._results)
 
-    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        return [v.numpy().copy() for v in self._results]
+    def copy_outputs_to_cpu(self) -> list[Any]:
+        """The last run's outputs on the host: arrays, and the lists (sequences) and dicts
+        (maps) of non-tensor outputs, copied."""
+        return [v.numpy().copy() if v.is_tensor() else copy.deepcopy(v._data) for v in self._results]  # noqa: SLF001
 
     def copies(self) -> list:
         """The copy steps (``CopyPlacement``: value, source and target memory) the last run's

@@ -83,6 +83,19 @@ class _Capsule:
         return (1, 0)
 
 
+def element_dtype(element_type: Any) -> np.dtype:
+    """The numpy dtype of an element type given as onnxruntime takes it: a numpy type or dtype,
+    or an ONNX element type number (``onnx.TensorProto.FLOAT`` = 1, ...)."""
+    if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
+        import onnx_ir as ir
+
+        try:
+            return np.dtype(ir.DataType(int(element_type)).numpy())
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"element type {int(element_type)} is not an ONNX tensor element type: {exc}") from None
+    return np.dtype(element_type)
+
+
 class OrtValue:
     """A tensor and the device it lives on, as onnxruntime's ``OrtValue``.
 
@@ -118,14 +131,15 @@ class OrtValue:
     @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
                                      device_id: int = 0) -> OrtValue:
-        """A new tensor of ``shape`` and ``element_type`` (a numpy type); on a device it is
-        zero-filled (made by one host-to-device copy, at this call only)."""
+        """A new tensor of ``shape`` and ``element_type`` (a numpy type, or an ONNX element type
+        number); on a device it is zero-filled (made by one host-to-device copy, at this call
+        only)."""
         dims = tuple(int(d) for d in shape)
+        dtype = element_dtype(element_type)
         if str(device_type).lower() == "cpu":
-            return OrtValue(np.empty(dims, dtype=np.dtype(element_type)), "cpu", device_id)
+            return OrtValue(np.empty(dims, dtype=dtype), "cpu", device_id)
         dm = OrtValue._device(device_type, device_id)
-        return OrtValue(dm.transfer.to_device(np.zeros(dims, np.dtype(element_type))), device_type, device_id,
-                        dm.memory, dm.transfer)
+        return OrtValue(dm.transfer.to_device(np.zeros(dims, dtype)), device_type, device_id, dm.memory, dm.transfer)
 
     @property
     def on_host(self) -> bool:
@@ -141,11 +155,8 @@ class OrtValue:
         return list(self._data.shape)
 
     def data_type(self) -> str:
-        import onnx_ir as ir
-
-        from .graph.view import onnx_type_string  # local: avoid import cycle at module load
-
-        return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(np.dtype(self._data.dtype))))
+        """onnxruntime's type string: tensor(float), seq(tensor(int64)), seq(map(int64,tensor(float)))."""
+        return _type_string(self._data)
 
     def element_type(self) -> int:
         """The ONNX element type (``onnx.TensorProto.FLOAT`` = 1, ...), as onnxruntime gives it."""
@@ -160,8 +171,8 @@ class OrtValue:
         return hasattr(self._data, "shape")
 
     def is_tensor_sequence(self) -> bool:
-        """True for a sequence of tensors (a list), as a ``seq(tensor)`` output is."""
-        return isinstance(self._data, list)
+        """True for a sequence of tensors (a list of arrays), as a ``seq(tensor)`` output is."""
+        return isinstance(self._data, list) and all(hasattr(v, "shape") for v in self._data)
 
     def is_sparse_tensor(self) -> bool:
         """Always False: ort-core has no sparse tensors (see ``SparseTensor``)."""
@@ -257,6 +268,24 @@ class OrtValue:
             raise InvalidArgument(f"from_dlpack: {type(data).__name__} on {device_type} is not a tensor object "
                                   f"{dm.provider} can take (it needs shape, dtype and nbytes)")
         return OrtValue(data, device_type, int(device_id), dm.memory, dm.transfer)
+
+
+def _type_string(data: Any) -> str:
+    """onnxruntime's type string of a value as a run gives it: an array, a list (sequence) of
+    arrays or of dicts (ZipMap's seq(map)), a dict (map: str or int keys, float values)."""
+    import onnx_ir as ir
+
+    from .graph.view import onnx_type_string  # local: avoid import cycle at module load
+
+    if isinstance(data, list):
+        return f"seq({_type_string(data[0]) if data else 'tensor(float)'})"
+    if isinstance(data, dict):
+        key = "string" if any(isinstance(k, str) for k in data) else "int64"
+        first = next(iter(data.values()), np.float32(0))
+        # a Python float is ZipMap's float (the runs give its values as Python numbers)
+        value = np.dtype(np.float32) if isinstance(first, float) else np.asarray(first).dtype
+        return f"map({key},{onnx_type_string(ir.TensorType(ir.DataType.from_numpy(value)))})"
+    return onnx_type_string(ir.TensorType(ir.DataType.from_numpy(np.dtype(data.dtype))))
 
 
 class OrtValueVector(list):

@@ -9,6 +9,7 @@ import gc
 import json
 import logging
 import os
+import re
 import threading
 import time
 import warnings
@@ -25,7 +26,7 @@ from . import epcontext, optimizer
 from . import policy as policy_
 from .binding import IOBinding
 from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
-from .graph.load import ModelSource, load_model
+from .graph.load import MAP_TYPES, ModelSource, load_model
 from .graph.view import GraphView
 from .memory import OrtValue
 from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
@@ -75,8 +76,69 @@ class ExecutionOrder(_OrtEnum):
 _UNSET_VERSION = 2**63 - 1
 
 
+def _enum_option(kind: type[_OrtEnum]) -> Any:
+    def convert(name: str, value: Any) -> _OrtEnum:
+        if isinstance(value, kind):
+            return value
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) in kind._value2member_map_:
+            return kind(int(value))
+        raise TypeError(f"SessionOptions.{name} takes a {kind.__name__} ({', '.join(m.name for m in kind)}), "
+                        f"got {value!r}")
+    return convert
+
+
+def _int_option(name: str, value: Any) -> int:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"SessionOptions.{name} takes an int, got {type(value).__name__} {value!r}")
+
+
+def _severity_option(name: str, value: Any) -> int:
+    level = _int_option(name, value)
+    if not -1 <= level <= 4:
+        raise InvalidArgument(f"SessionOptions.{name} is {level}: the severities are 0 (verbose) to 4 (fatal), "
+                              "-1 for the default logger's")
+    return level
+
+
+def _bool_option(name: str, value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and int(value) in (0, 1)):
+        return bool(value)
+    raise TypeError(f"SessionOptions.{name} takes a bool, got {type(value).__name__} {value!r}")
+
+
+def _str_option(name: str, value: Any) -> str:
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    raise TypeError(f"SessionOptions.{name} takes a str, got {type(value).__name__} {value!r}")
+
+
+#: SessionOptions' public attributes and the conversion each value goes through: a name that is
+#: not one is an AttributeError and a value of another type a TypeError, as onnxruntime's
+#: (pybind11) options refuse them (a typo such as ``intra_op_thread`` was silently kept)
+_SESSION_OPTIONS: dict[str, Any] = {
+    "graph_optimization_level": _enum_option(GraphOptimizationLevel),
+    "execution_mode": _enum_option(ExecutionMode),
+    "execution_order": _enum_option(ExecutionOrder),
+    "intra_op_num_threads": _int_option, "inter_op_num_threads": _int_option,
+    "log_severity_level": _severity_option, "log_verbosity_level": _int_option,
+    "logid": _str_option, "optimized_model_filepath": _str_option, "profile_file_prefix": _str_option,
+    "enable_profiling": _bool_option, "enable_mem_pattern": _bool_option, "enable_cpu_mem_arena": _bool_option,
+    "use_deterministic_compute": _bool_option, "enable_mem_reuse": _bool_option, "use_per_session_threads": _bool_option,
+}
+
+
 class SessionOptions:
     """Options of a session, as onnxruntime's ``SessionOptions``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            convert = _SESSION_OPTIONS.get(name)
+            if convert is None:
+                raise AttributeError(f"'SessionOptions' object has no attribute {name!r}; its options are: "
+                                     f"{', '.join(sorted(_SESSION_OPTIONS))}")
+            value = convert(name, value)
+        object.__setattr__(self, name, value)
 
     def __init__(self) -> None:
         self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -273,13 +335,18 @@ class RunOptions:
         return self._config[key]
 
 
+#: the names onnx's shape inference gives dimensions nothing names (onnxruntime reports None)
+_UNNAMED_DIM = re.compile(r"unk__\d+")
+
+
 @dataclass(frozen=True)
 class NodeArg:
-    """A graph input or output: name, type string and shape (ints, dim names or None)."""
+    """A graph input or output: name, type string and shape (ints, dim names or None; [] where
+    the shape is unknown or the value is not a tensor, as onnxruntime reports them)."""
 
     name: str
     type: str
-    shape: list[int | str | None] | None
+    shape: list[int | str | None]
 
     def __repr__(self) -> str:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
@@ -327,8 +394,9 @@ def _normalise_providers(
             if options:
                 raise InvalidArgument(f"{name}: options given both in providers and provider_options")
             options = dict(provider_options[k] or {})
-        if any(name == n for n, _ in result):
-            raise InvalidArgument(f"provider {name!r} is listed twice")
+        if any(name == n for n, _ in result):  # onnxruntime keeps the first ([choice, CPU] with choice CPU)
+            warnings.warn(f"Duplicate provider '{name}' encountered, ignoring.", UserWarning, stacklevel=4)
+            continue
         result.append((name, options))
     return result
 
@@ -550,6 +618,14 @@ class InferenceSession:
 
         self._source = path_or_bytes  # set_providers makes the session again from it
         self._check_canceled()
+        disabled = kwargs.pop("disabled_optimizers", None) or ()
+        if isinstance(disabled, str):
+            disabled = [disabled]
+        unknown = sorted(set(disabled) - set(optimizer.ORT_OPTIMIZER_NAMES))
+        if unknown:  # onnxruntime ignores names it has no transformer for; said here
+            warnings.warn(f"disabled_optimizers: no optimization here is named {', '.join(unknown)}; the names "
+                          f"known: {', '.join(sorted(optimizer.ORT_OPTIMIZER_NAMES))}", UserWarning, stacklevel=4)
+        self._disabled_optimizers = frozenset(disabled)
         if kwargs:
             raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
         if providers is None and provider_options is None and self._options._providers:
@@ -570,7 +646,8 @@ class InferenceSession:
         try:  # after binding: fusions ask the first provider whether it claims the fused op
             supports = optimizer.provider_gate(self._providers, dict(self._model.opset_imports), self._model.ir_version)
             optimizer.optimize(self._model, self._options.graph_optimization_level, supports,
-                               _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES))
+                               _byte_count(self._config, MAX_FOLD_BYTES, optimizer.MAX_FOLD_BYTES),
+                               self._disabled_optimizers)
             if self._options.optimized_model_filepath:
                 ir.save(self._model, self._options.optimized_model_filepath)
         except OrtError:
@@ -648,8 +725,11 @@ class InferenceSession:
 
     @staticmethod
     def _set_log_level(severity: int) -> None:
+        """A session's own severity (0-4) sets the ``ort_core`` logger's level; the default, -1,
+        leaves it as it is (set_default_logger_severity's: a session reset it to warning)."""
         level = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
-        logger.setLevel(level.get(int(severity), logging.WARNING))
+        if int(severity) in level:
+            logger.setLevel(level[int(severity)])
 
     def _bind_providers(self, requested: list[tuple[str, dict[str, Any]]]) -> list[BoundProvider]:
         reg = registry()
@@ -756,10 +836,19 @@ class InferenceSession:
 
     # ------------------------------------------------------------------ io metadata
     def _node_args(self, names: Sequence[str]) -> list[NodeArg]:
+        """onnxruntime's NodeArgs: a map value's type as the model declares it (the IR holds
+        none), the shape [] where unknown or not a tensor's, and None for a dimension nothing
+        names (onnx's inference calls such dimensions unk__N)."""
+        map_types = self._model.graph.meta.get(MAP_TYPES, {})
         args = []
         for name in names:
             v = self._graph.value(name)
-            args.append(NodeArg(name, v.type, None if v.shape is None else list(v.shape)))
+            type_string = map_types.get(name, v.type)
+            if v.shape is None or not type_string.startswith("tensor("):
+                shape: list[int | str | None] = []
+            else:
+                shape = [None if isinstance(d, str) and _UNNAMED_DIM.fullmatch(d) else d for d in v.shape]
+            args.append(NodeArg(name, type_string, shape))
         return args
 
     def _input_check(self, name: str) -> tuple[str, np.dtype | None, tuple | None, str]:
@@ -774,7 +863,8 @@ class InferenceSession:
         if providers is None:
             providers = [CPU_PROVIDER]
         self._finalizer()  # ort_session_end for the old providers
-        self._create(self._source, self._options, providers, provider_options)
+        self._create(self._source, self._options, providers, provider_options,
+                     disabled_optimizers=self._disabled_optimizers)
 
     def disable_fallback(self) -> None:
         """Make a provider failure while making the session (``set_providers``) an error."""
@@ -986,8 +1076,6 @@ class InferenceSession:
                                             device_id: int = 0, vendor_id: int = -1) -> OrtValue:
         """A new OrtValue of ``shape`` and ``element_type`` (a numpy type, or an ONNX element
         type number) on ``device_type``/``device_id``, made by that memory's provider."""
-        if isinstance(element_type, int) and not isinstance(element_type, bool):
-            element_type = ir.DataType(element_type).numpy()
         return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id)
 
     def _io_providers(self, names: Sequence[str], consumer: bool) -> list[BoundProvider | None]:

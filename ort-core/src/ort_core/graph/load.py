@@ -642,6 +642,7 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     _check_tensor_sizes(proto)
     light, large = _without_large_data(proto)
     inferred = infer_shapes(light, data if light is proto else None)
+    map_types = _map_type_strings(inferred.graph)
     _untype_maps(inferred.graph)
     long_lists = _take_long_lists(inferred.graph)
     try:
@@ -653,6 +654,8 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
         if inferred is proto:  # (the caller's proto where inference gave it back: refilled)
             _give_back_long_lists(inferred.graph, long_lists)
     _set_long_lists(model.graph, long_lists)
+    if map_types:
+        model.graph.meta[MAP_TYPES] = map_types
     if model.ir_version < 4:
         _initializers_as_constants(model)
     if next(itertools.islice(graphs(model.graph), 1, None), None) is None:
@@ -1013,6 +1016,32 @@ def _has_map(t: onnx.TypeProto) -> bool:
     if kind == "optional_type":
         return _has_map(t.optional_type.elem_type)
     return False
+
+
+#: Set in the main graph's ``meta`` at load: the type strings (onnxruntime's spelling, e.g.
+#: ``seq(map(int64,tensor(float)))``) of its inputs and outputs of map types, by name, which
+#: the IR keeps untyped (``_untype_maps``): what the session's NodeArgs report for them.
+MAP_TYPES = "ort_core.map_types"
+
+
+def _map_type_strings(graph: onnx.GraphProto) -> dict[str, str]:
+    """``MAP_TYPES``' entries of ``graph``: its inputs and outputs whose types hold a map."""
+    return {info.name: _type_string(info.type) for info in (*graph.input, *graph.output) if _has_map(info.type)}
+
+
+def _type_string(t: onnx.TypeProto) -> str:
+    """onnxruntime's spelling of a type proto: tensor(float), seq(...), map(int64,tensor(float))."""
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({onnx.TensorProto.DataType.Name(t.tensor_type.elem_type).lower()})"
+    if kind == "sequence_type":
+        return f"seq({_type_string(t.sequence_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(t.map_type.key_type).lower()
+        return f"map({key},{_type_string(t.map_type.value_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_string(t.optional_type.elem_type)})"
+    return "unknown"
 
 
 def _untype_maps(graph: onnx.GraphProto) -> None:

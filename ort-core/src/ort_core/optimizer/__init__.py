@@ -35,7 +35,7 @@ Each level includes the ones below it. Passes mutate the onnx-ir model in place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
@@ -70,7 +70,8 @@ from .fusion import (
 from .gate import FUSED_OPS, provider_gate
 from .norm_fusion import BiasGeluFusionPass, LayerNormFusionPass, SimplifiedLayerNormFusionPass, SkipLayerNormFusionPass
 
-__all__ = ["FUSED_OPS", "MAX_FOLD_BYTES", "optimize", "passes_for_level", "provider_gate", "Supports"]
+__all__ = ["FUSED_OPS", "MAX_FOLD_BYTES", "ORT_OPTIMIZER_NAMES", "optimize", "passes_for_level", "provider_gate",
+           "Supports"]
 
 
 def _basic(max_fold_bytes: int) -> list[ir.passes.PassBase]:
@@ -113,12 +114,42 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
     ]
 
 
+#: onnxruntime's names of its graph transformers (``InferenceSession(...,
+#: disabled_optimizers=[...])``) -> the passes here that do that work
+ORT_OPTIMIZER_NAMES: dict[str, tuple[type, ...]] = {
+    "ConstantFolding": (ConstantFoldingPass,),
+    "ConstantSharing": (),
+    "EliminateIdentity": (IdentityEliminationPass,),
+    "EliminateDropout": (DropoutEliminationPass,),
+    "CastElimination": (CastEliminationPass,),
+    "TransposeOptimizer": (TransposePushPass,),
+    "ConvBNFusion": (ConvFoldsPass,),
+    "ConvAddFusion": (ConvFoldsPass,),
+    "ConvMulFusion": (ConvFoldsPass,),
+    "MatMulAddFusion": (MatMulAddToGemmPass,),
+    "ConvActivationFusion": (ConvActivationFusionPass,),
+    "GemmActivationFusion": (GemmActivationFusionPass,),
+    "GeluFusion": (GeluFusionPass,),
+    "FastGeluFusion": (FastGeluFusionPass,),
+    "BiasGeluFusion": (BiasGeluFusionPass,),
+    "LayerNormFusion": (LayerNormFusionPass,),
+    "SimplifiedLayerNormFusion": (SimplifiedLayerNormFusionPass,),
+    "SkipLayerNormFusion": (SkipLayerNormFusionPass,),
+    "AttentionFusion": (AttentionFusionPass,),
+    "MatMulScaleFusion": (MatMulScaleFusionPass,),
+    "MatMulIntegerToFloatFusion": (MatMulIntegerToFloatFusionPass,),
+    "HardSwishFusion": (HardSwishFusionPass,),
+}
+
+
 def passes_for_level(
-    level: int, supports: Supports | None = None, max_fold_bytes: int = MAX_FOLD_BYTES
+    level: int, supports: Supports | None = None, max_fold_bytes: int = MAX_FOLD_BYTES,
+    disabled: Collection[str] = (),
 ) -> list[ir.passes.PassBase]:
     """The passes a level runs, in order. Without ``supports`` no fusion into non-standard ops
     is run (nothing is known to claim them). ``max_fold_bytes``: constant folding leaves nodes
-    whose outputs would take more (``session.max_fold_bytes``)."""
+    whose outputs would take more (``session.max_fold_bytes``). ``disabled``: onnxruntime's
+    names of transformers not to run (``ORT_OPTIMIZER_NAMES``)."""
     level = int(level)
     if level <= 0:
         return []
@@ -127,7 +158,8 @@ def passes_for_level(
         passes += _extended(supports, core_domain=level >= 99)
     if level >= 99 and supports is not None:
         passes.append(HardSwishFusionPass(supports))
-    return passes
+    skipped = tuple(kind for name in disabled for kind in ORT_OPTIMIZER_NAMES.get(name, ()))
+    return [p for p in passes if not isinstance(p, skipped)] if skipped else passes
 
 
 def optimize(
@@ -135,14 +167,16 @@ def optimize(
     level: int,
     supports: Callable[[ir.Node], bool] | None = None,
     max_fold_bytes: int = MAX_FOLD_BYTES,
+    disabled: Collection[str] = (),
 ) -> ir.Model:
     """Run the passes of ``level`` over ``model`` (in place) and return it.
 
     ``supports(node)`` says whether the session's provider claims a fused node (see
     ``provider_gate``); fusions ask it before rewriting. ``max_fold_bytes`` bounds constant
-    folding (see ``ConstantFoldingPass``).
+    folding (see ``ConstantFoldingPass``). ``disabled``: onnxruntime's names of transformers
+    not to run (``ORT_OPTIMIZER_NAMES``).
     """
-    passes = passes_for_level(level, supports, max_fold_bytes)
+    passes = passes_for_level(level, supports, max_fold_bytes, disabled)
     if passes:
         ir.passes.Sequential(*passes)(model)
     return model
