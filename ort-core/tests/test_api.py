@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 
 import numpy as np
@@ -258,8 +260,11 @@ def test_profiling_writes_a_chrome_trace(host, tmp_path):
     with open(path) as f:
         events = json.load(f)
     nodes = [e for e in events if e["cat"] == "Node"]
-    assert [e["name"] for e in nodes] == ["add", "relu1", "mul", "relu2", "sub"]
+    assert [e["name"] for e in nodes] == [f"{n}_kernel_time" for n in ("add", "relu1", "mul", "relu2", "sub")]
     assert all(e["args"]["provider"] == CPU for e in nodes)
+    # onnxruntime's file name (prefix, _, date, time, milliseconds); profiling then stops
+    assert re.fullmatch(r"prof__\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d{3}\.json", os.path.basename(path))
+    assert sess.end_profiling() == ""
 
 
 def test_optimized_model_filepath_writes_the_optimized_model(host, tmp_path):

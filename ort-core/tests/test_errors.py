@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -265,6 +266,18 @@ def test_external_data_inside_the_folder_loads(host, tmp_path):
     sess = ort.InferenceSession(_external_model(tmp_path, "weights.bin"))
     (y,) = sess.run(None, {"x": np.ones(4, np.float32)})
     np.testing.assert_array_equal(y, np.arange(4) + 1)
+
+
+def test_external_data_of_a_model_given_as_bytes_is_read_from_the_working_directory(host, tmp_path, monkeypatch):
+    # as onnxruntime resolves it (it was refused here); the folder's bounds still hold
+    path = _external_model(tmp_path, "weights.bin")
+    data = open(path, "rb").read()
+    monkeypatch.chdir(os.path.dirname(path))
+    (y,) = ort.InferenceSession(data).run(None, {"x": np.ones(4, np.float32)})
+    np.testing.assert_array_equal(y, np.arange(4) + 1)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ort.NoSuchFile, match="external data file not found"):
+        ort.InferenceSession(data)
 
 
 def test_external_data_escaping_the_folder_is_refused(host, tmp_path):

@@ -175,3 +175,15 @@ def test_concurrent_runs_share_the_account_and_give_it_back():
     assert errors == []
     budget = session._providers[0].ctx.state["budget"]
     assert budget.peak > 0 and budget.live == 0
+
+
+def test_onnxruntimes_use_arena_option_is_accepted():
+    # onnxruntime's CPU provider takes use_arena (tutorials pass it); numpy manages memory here
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort_core.InferenceSession(model.SerializeToString(), providers=[("CPUExecutionProvider", {"use_arena": "0"})])
+    assert session.run(None, {"x": np.array([-1, 2], np.float32)})[0].tolist() == [0, 2]

@@ -21,12 +21,12 @@ def test_the_profile_has_the_nodes_of_if_and_loop_bodies(tmp_path):
     events = [e for e in json.load(open(session.end_profiling())) if e["cat"] == "Node"]
     top = [e for e in events if "graph" not in e["args"]]
     nested = [e for e in events if "graph" in e["args"]]
-    assert {"loop", "branches"} <= {e["name"] for e in top}
+    assert {"loop_kernel_time", "branches_kernel_time"} <= {e["name"] for e in top}
     # each If runs one branch; the Loop body's Tanh runs once per iteration, inside the Loop's event
     assert {e["args"]["graph"].split("/")[-1] for e in nested} >= {"then_branch", "else_branch", "body"}
     tanh = [e for e in nested if e["args"]["op_name"] == "Tanh"]
     assert len(tanh) == steps and all(e["args"]["graph"].endswith("body") for e in tanh)
-    loop = next(e for e in top if e["name"] == "loop")
+    loop = next(e for e in top if e["name"] == "loop_kernel_time")
     assert all(loop["ts"] <= e["ts"] and e["ts"] + e["dur"] <= loop["ts"] + loop["dur"] + 1 for e in tanh)
     assert all(e["args"]["provider"] == "CPUExecutionProvider" for e in nested)
 

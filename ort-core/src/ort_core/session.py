@@ -1225,14 +1225,16 @@ class InferenceSession:
         return result
 
     def end_profiling(self) -> str:
-        """Write the profile (Chrome trace JSON) and return its file name, as onnxruntime does."""
+        """Write the profile (Chrome trace JSON) and return its file name, as onnxruntime does:
+        ``<prefix>_<date>_<time>_<milliseconds>.json``, node events named ``<node>_kernel_time``;
+        profiling then stops (a second call returns "")."""
         if self._profile is None:
             return ""
-        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        path = f"{self._options.profile_file_prefix}{stamp}.json"
+        now = datetime.datetime.now()
+        path = f"{self._options.profile_file_prefix}_{now:%Y-%m-%d_%H-%M-%S}_{now.microsecond // 1000:03d}.json"
         events = []
         with self._lock:
-            runs, self._profile = self._profile, []
+            runs, self._profile = self._profile, None
         for run_index, (start, end, records) in enumerate(runs):
             events.append({
                 "cat": "Session", "name": "model_run", "ph": "X", "pid": os.getpid(), "tid": 0,
@@ -1244,7 +1246,7 @@ class InferenceSession:
                 if graph_path:
                     args["graph"] = graph_path
                 events.append({
-                    "cat": "Node", "name": info.label, "ph": "X", "pid": os.getpid(), "tid": 0,
+                    "cat": "Node", "name": f"{info.label}_kernel_time", "ph": "X", "pid": os.getpid(), "tid": 0,
                     "ts": (s - self._profile_start) / 1000, "dur": (e - s) / 1000, "args": args,
                 })
         with open(path, "w") as f:
@@ -1252,7 +1254,8 @@ class InferenceSession:
         return path
 
     def get_profiling_start_time_ns(self) -> int:
-        return self._profile_start
+        """When profiling started (the session's creation), 0 where it is off, as onnxruntime."""
+        return self._profile_start if self._options.enable_profiling else 0
 
 
 def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:

@@ -39,6 +39,13 @@ SPEC = ProviderSpec(
             ("kNextPowerOfTwo", "kSameAsRequested"),
         ),
         OptionSpec(
+            "use_arena",
+            True,
+            "accepted for onnxruntime compatibility (its CPU provider's arena switch); numpy manages host memory",
+            lambda v: _parse_bool("use_arena", v),
+            (True, False),
+        ),
+        OptionSpec(
             memlimit.OPTION,
             0,
             "bytes the session's live tensors may take (OrtArenaCfg's max_mem; 0: no limit): a node "

@@ -67,12 +67,9 @@ def _read(source: ModelSource, external: Mapping[str, np.ndarray] | None = None,
         _fill_external_data(model, external or {}, files or {})
         data = None
     if _uses_external_data(model):
-        if base_dir is None:
-            raise InvalidGraph(
-                "the model refers to external data but was given as bytes or a ModelProto: "
-                "load it from its file path so the data files can be found"
-            )
-        _load_external_data(model, base_dir)
+        # a model given as bytes or a ModelProto finds its data files in the working directory,
+        # as onnxruntime resolves them
+        _load_external_data(model, base_dir if base_dir is not None else Path.cwd().resolve())
         data = None
     return model, data
 
