@@ -43,9 +43,15 @@ def test_exceptions_import_from_onnxruntimes_module_path(tmp_path):
 
     from ort_core.capi import onnxruntime_pybind11_state as state
 
+    from ort_core.capi import _pybind_state
+    from ort_core.errors import EngineError, ModelLoaded
+
     for name in state.__all__:
-        assert getattr(state, name) is getattr(ort, name)
+        assert getattr(state, name) is getattr(ort, name, None) or name in ("EngineError", "ModelLoaded")
+        assert getattr(_pybind_state, name) is getattr(state, name)  # (onnxruntime's capi._pybind_state)
         assert hasattr(onnxruntime_state, name), name  # (a name onnxruntime has)
+    assert (state.EngineError, state.ModelLoaded) == (EngineError, ModelLoaded)
+    assert {"OrtValue", "SessionOptions", "get_available_providers", "EngineError"} <= set(state.__all__)
     with pytest.raises(state.NoSuchFile):
         ort.InferenceSession(str(tmp_path / "missing.onnx"))
 
@@ -200,6 +206,17 @@ def test_a_session_leaves_the_default_logger_severity_alone(host):
             ort.set_default_logger_severity(7)
     finally:
         ort.set_default_logger_severity(2)
+
+
+def test_optimization_levels_are_onnxruntimes(host):
+    import onnxruntime
+
+    assert {m.name: int(m) for m in ort.GraphOptimizationLevel} == {
+        name: int(v) for name, v in onnxruntime.GraphOptimizationLevel.__members__.items()}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT  # the extended passes
+    np.testing.assert_array_equal(ort.InferenceSession(chain_model(), so).run(None, {"x": np.ones((1, 4), np.float32)})[0],
+                                  chain_expected(np.ones((1, 4), np.float32)))
 
 
 def _no_opt() -> ort.SessionOptions:

@@ -53,3 +53,13 @@ class NoSuchProvider(InvalidArgument):
 
 class ModelLoadCanceled(OrtError):
     """Session creation was canceled (``SessionOptions.set_load_cancellation_flag(True)``)."""
+
+
+class EngineError(OrtError):
+    """onnxruntime's ENGINE_ERROR status; ort-core raises none of its own (kept for handlers
+    that catch it by name)."""
+
+
+class ModelLoaded(OrtError):
+    """onnxruntime's MODEL_LOADED status (a model loaded twice into one session); ort-core
+    raises none (kept for handlers that catch it by name)."""

@@ -53,9 +53,14 @@ class _OrtEnum(enum.IntEnum):
 
 
 class GraphOptimizationLevel(_OrtEnum):
+    """onnxruntime's levels. ``ORT_ENABLE_LAYOUT`` (onnxruntime's layout transformations, such
+    as NCHWc) runs the extended passes here: this runtime's providers choose their layouts
+    inside their kernels and groups."""
+
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
     ORT_ENABLE_ALL = 99
 
 
