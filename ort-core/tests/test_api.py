@@ -41,9 +41,8 @@ def test_exceptions_import_from_onnxruntimes_module_path(tmp_path):
     names, the classes ort-core raises."""
     import onnxruntime.capi.onnxruntime_pybind11_state as onnxruntime_state
 
-    from ort_core.capi import onnxruntime_pybind11_state as state
-
     from ort_core.capi import _pybind_state
+    from ort_core.capi import onnxruntime_pybind11_state as state
     from ort_core.errors import EngineError, ModelLoaded
 
     for name in state.__all__:
@@ -185,6 +184,10 @@ def test_node_args_as_onnxruntime_reports_them(host):
     assert [(a.name, a.type, a.shape) for a in session.get_inputs() + session.get_outputs()] == [
         ("x", "tensor(float)", ["batch", None, 4]), ("z", "tensor(float)", []),
         ("y", "tensor(float)", ["batch", None, 4]), ("w", "tensor(float)", [])]
+    session.get_inputs()[0].shape[0] = 1  # each call's own list, as onnxruntime's
+    assert session.get_inputs()[0].shape == ["batch", None, 4]
+    assert ort.OrtSparseFormat.ORT_SPARSE_COO.name == "ORT_SPARSE_COO"
+    assert [m.name for m in ort.OrtCompileApiFlags][:1] == ["ERROR_IF_NO_NODES_COMPILED"]
 
 
 def test_onnx_element_type_numbers_make_ortvalues():

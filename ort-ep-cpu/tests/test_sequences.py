@@ -174,3 +174,15 @@ def test_non_tensor_outputs_through_ort_values_io_binding_and_node_args():
         assert (session.get_outputs()[0].type, session.get_outputs()[0].shape) == ("seq(map(int64,tensor(float)))", [])
         (value,) = session.run_with_ort_values(None, {"p": module.OrtValue.ortvalue_from_numpy(p["p"])})
         assert value.data_type() == "seq(map(int64,tensor(float)))" and not value.is_tensor_sequence()
+
+
+def test_an_optional_input_may_be_left_out():
+    # onnxruntime runs it with no value (OptionalHasElement gives False)
+    model = _model([helper.make_node("OptionalHasElement", ["x"], ["y"])],
+                   [helper.make_value_info("x", helper.make_optional_type_proto(
+                       helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))],
+                   [helper.make_tensor_value_info("y", TensorProto.BOOL, [])])
+    for module in (onnxruntime, ort):
+        session = module.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert bool(session.run(None, {})[0]) is False
+        assert bool(session.run(None, {"x": np.ones(2, np.float32)})[0]) is True

@@ -25,6 +25,7 @@ providers of a ``SessionOptions`` and writes the context model to a file or retu
 from __future__ import annotations
 
 import contextvars
+import enum
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -329,7 +330,7 @@ def save_context_model(
 # --------------------------------------------------------------------------------------------
 
 
-class OrtCompileApiFlags:
+class OrtCompileApiFlags(enum.IntFlag):
     """onnxruntime's flags for ``ModelCompiler`` (bitwise OR)."""
 
     NONE = 0

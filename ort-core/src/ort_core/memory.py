@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -314,7 +315,7 @@ class OrtValueVector(list):
         return [v.__dlpack__() for v in self]
 
 
-class OrtSparseFormat:
+class OrtSparseFormat(enum.IntEnum):
     """onnxruntime's sparse formats (names only: ort-core has no sparse tensors)."""
 
     ORT_SPARSE_UNDEFINED = 0

@@ -357,6 +357,11 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+def _fresh(arg: NodeArg) -> NodeArg:
+    """A copy of ``arg`` with its own shape list: a caller changing one changed the session's."""
+    return NodeArg(arg.name, arg.type, list(arg.shape))
+
+
 @dataclass(frozen=True)
 class ModelMetadata:
     producer_name: str
@@ -702,6 +707,9 @@ class InferenceSession:
         self._outputs = self._node_args(self._graph.outputs)
         self._input_checks = [self._input_check(name) for name in self._graph.inputs]
         self._input_names = frozenset(self._graph.inputs)
+        # inputs of optional type may be left out of a feed (they then hold no value), as in onnxruntime
+        self._optional_inputs = frozenset(name for name, _, _, type_str in self._input_checks
+                                          if type_str.startswith("optional("))
         initializers = set(self._graph.initializers)
         self._overridable = [a for a in self._inputs if a.name in initializers]
         self._required = [a.name for a in self._inputs if a.name not in initializers]
@@ -891,13 +899,13 @@ class InferenceSession:
         return assignment_info(self._placement)
 
     def get_inputs(self) -> list[NodeArg]:
-        return [a for a in self._inputs if a.name in self._required]
+        return [_fresh(a) for a in self._inputs if a.name in self._required]
 
     def get_outputs(self) -> list[NodeArg]:
-        return list(self._outputs)
+        return [_fresh(a) for a in self._outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
-        return list(self._overridable)
+        return [_fresh(a) for a in self._overridable]
 
     def get_providers(self) -> list[str]:
         return [bp.name for bp in self._providers]
@@ -1196,7 +1204,7 @@ class InferenceSession:
                 f"unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are: "
                 + ", ".join(repr(n) for n in self._required)
             )
-        missing = [n for n in self._required if n not in input_feed]
+        missing = [n for n in self._required if n not in input_feed and n not in self._optional_inputs]
         if missing:
             raise InvalidArgument(f"missing input(s): {', '.join(map(repr, missing))}")
 
