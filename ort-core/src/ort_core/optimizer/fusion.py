@@ -102,6 +102,36 @@ class _FusionPass(ir.passes.InPlacePass):
         return True
 
 
+#: what an anchored fusion finds: the nodes it replaces, the fused node, the value they give
+_Found = tuple[list[ir.Node], ir.Node, ir.Value]
+
+
+class _AnchoredFusionPass(_FusionPass):
+    """A fusion found from one node of the ``anchors`` op types: ``found(node)`` gives what
+    replaces what, or None; the rewrite is gated as every fusion's (``fuse``), and a fused op
+    of ``domain`` adds that domain to the model's opsets."""
+
+    anchors: tuple[str, ...]
+    domain: str = MS_DOMAIN
+
+    def found(self, node: ir.Node) -> _Found | None:
+        raise NotImplementedError
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in graphs(model.graph):
+            for node in list(graph):
+                if node.graph is not graph or not any(is_op(node, op) for op in self.anchors):
+                    continue  # (or a node removed by an earlier match in this walk)
+                found = self.found(node)
+                if found is not None:
+                    nodes, fused, out = found
+                    modified |= self.fuse(graph, nodes, fused, out)
+        if modified and self.domain:
+            model.opset_imports.setdefault(self.domain, 1)
+        return ir.passes.PassResult(model, modified)
+
+
 class _ActivationFusionPass(_FusionPass):
     """``op_type`` + activation -> com.microsoft ``fused_op`` (same inputs and attributes, plus
     the activation's name and parameters in the fused op's spelling)."""
@@ -171,26 +201,19 @@ def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
     return b if a is value else a if b is value else None
 
 
-class GeluFusionPass(_FusionPass):
+class GeluFusionPass(_AnchoredFusionPass):
     """0.5 * x * (1 + Erf(x / sqrt(2))) -> com.microsoft Gelu. Accepts x/sqrt(2) or
     x*(1/sqrt(2)), and the products in any order: (x * (1+erf)) * 0.5, x * ((1+erf) * 0.5),
     (x * 0.5) * (1+erf)."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for erf in list(graph):
-                if not is_op(erf, "Erf"):
-                    continue
-                match = self._match(erf)
-                if match is None:
-                    continue
-                x, nodes, out = match
-                fused = ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1)
-                modified |= self.fuse(graph, nodes, fused, out)
-        if modified:
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return ir.passes.PassResult(model, modified)
+    anchors = ("Erf",)
+
+    def found(self, erf: ir.Node) -> _Found | None:
+        match = self._match(erf)
+        if match is None:
+            return None
+        x, nodes, out = match
+        return nodes, ir.Node(MS_DOMAIN, "Gelu", [x], num_outputs=1, name=f"{erf.name}_gelu", version=1), out
 
     @staticmethod
     def _match(erf: ir.Node):
@@ -252,29 +275,22 @@ def _times_constant(node: ir.Node | None, target: float) -> ir.Value | None:
     return None
 
 
-class FastGeluFusionPass(_FusionPass):
+class FastGeluFusionPass(_AnchoredFusionPass):
     """The tanh approximation of Gelu, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))),
     -> com.microsoft FastGelu(x), after onnxruntime's FastGeluFusion (GPT-2's and T5 v1.1's
     gelu_new, PyTorch's gelu(approximate="tanh")): x^3 as Pow(x, 3) or x * x * x, the constant
     products in either order, and the three orders of the outer products."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for tanh in list(graph):
-                if not is_op(tanh, "Tanh") or tanh.graph is not graph:
-                    continue
-                match = self._match(tanh)
-                if match is None:
-                    continue
-                x, nodes, out = match
-                if x.type is not None and x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
-                    continue
-                fused = ir.Node(MS_DOMAIN, "FastGelu", [x], num_outputs=1, name=f"{tanh.name}_fastgelu", version=1)
-                modified |= self.fuse(graph, nodes, fused, out)
-        if modified:
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return ir.passes.PassResult(model, modified)
+    anchors = ("Tanh",)
+
+    def found(self, tanh: ir.Node) -> _Found | None:
+        match = self._match(tanh)
+        if match is None:
+            return None
+        x, nodes, out = match
+        if x.type is not None and x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
+            return None
+        return nodes, ir.Node(MS_DOMAIN, "FastGelu", [x], num_outputs=1, name=f"{tanh.name}_fastgelu", version=1), out
 
     @staticmethod
     def _match(tanh: ir.Node):
@@ -449,7 +465,7 @@ def _float32(value: ir.Value | None) -> bool:
     return value is not None and value.type is not None and value.dtype == ir.DataType.FLOAT
 
 
-class MatMulIntegerToFloatFusionPass(_FusionPass):
+class MatMulIntegerToFloatFusionPass(_AnchoredFusionPass):
     """MatMulInteger(a, b, a_zero_point, b_zero_point) -> Cast(to float) -> Mul(., Mul(a_scale,
     b_scale)) [-> Add(., constant bias)] -> com.microsoft MatMulIntegerToFloat(a, b, a_scale,
     b_scale, a_zero_point, b_zero_point[, bias]), as onnxruntime fuses the matmuls of
@@ -458,25 +474,18 @@ class MatMulIntegerToFloatFusionPass(_FusionPass):
     product between them. The same arithmetic: float32(acc) * float32(a_scale * b_scale), then +
     bias. ``a_scale`` is the scalar one of the two scales (a per-column ``b_scale`` stays one)."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for mm in list(graph):
-                if not is_op(mm, "MatMulInteger"):
-                    continue
-                match = self._match(mm)
-                if match is None:
-                    continue
-                nodes, a_scale, b_scale, bias, out = match
-                zero_points = [mm.inputs[k] if len(mm.inputs) > k else None for k in (2, 3)]
-                inputs = [mm.inputs[0], mm.inputs[1], a_scale, b_scale, *zero_points, bias]
-                while inputs[-1] is None:
-                    inputs.pop()
-                fused = ir.Node(MS_DOMAIN, "MatMulIntegerToFloat", inputs, num_outputs=1, name=mm.name, version=1)
-                modified |= self.fuse(graph, nodes, fused, out)
-        if modified:
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-        return ir.passes.PassResult(model, modified)
+    anchors = ("MatMulInteger",)
+
+    def found(self, mm: ir.Node) -> _Found | None:
+        match = self._match(mm)
+        if match is None:
+            return None
+        nodes, a_scale, b_scale, bias, out = match
+        zero_points = [mm.inputs[k] if len(mm.inputs) > k else None for k in (2, 3)]
+        inputs = [mm.inputs[0], mm.inputs[1], a_scale, b_scale, *zero_points, bias]
+        while inputs[-1] is None:
+            inputs.pop()
+        return nodes, ir.Node(MS_DOMAIN, "MatMulIntegerToFloat", inputs, num_outputs=1, name=mm.name, version=1), out
 
     @staticmethod
     def _match(mm: ir.Node):

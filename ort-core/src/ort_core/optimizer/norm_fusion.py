@@ -36,7 +36,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ._ir import Namer, attr, const, graphs, initializer, is_op, only_use, replace, scalar
-from .fusion import CORE_DOMAIN, MS_DOMAIN, Supports, _FusionPass, _other, _typed_like
+from .fusion import CORE_DOMAIN, MS_DOMAIN, Supports, _AnchoredFusionPass, _Found, _FusionPass, _other, _typed_like
 
 __all__ = ["BiasGeluFusionPass", "LayerNormFusionPass", "SimplifiedLayerNormFusionPass", "SkipLayerNormFusionPass",
            "Supports"]
@@ -350,7 +350,7 @@ def _affine_operand(value: ir.Value | None, x: ir.Value, hidden: int | None) -> 
 # --------------------------------------------------------------------------------------------
 
 
-class SimplifiedLayerNormFusionPass(_FusionPass):
+class SimplifiedLayerNormFusionPass(_AnchoredFusionPass):
     """RMSNorm over the last axis -> ``SimplifiedLayerNormalization(x, gamma, axis=-1)``, after
     onnxruntime's SimplifiedLayerNormFusion: gamma * (x * (1 / sqrt(mean(x^2) + eps))) as T5 and
     LLaMA exporters write it (also x / sqrt(..), and Reciprocal for 1 / ..). The epsilon must be
@@ -358,21 +358,17 @@ class SimplifiedLayerNormFusionPass(_FusionPass):
     value read only inside the pattern. The CPU kernel computes x * (1 / rms) * gamma, the
     1 / x form's own operations."""
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in graphs(model.graph):
-            for node in list(graph):
-                if node.graph is not graph or not (is_op(node, "Pow") or is_op(node, "Mul")):
-                    continue  # (a node removed by an earlier match in this walk)
-                match = self._match(node)
-                if match is None:
-                    continue
-                x, gamma, eps, nodes, out = match
-                fused = ir.Node("", "SimplifiedLayerNormalization", [x, gamma],
-                                [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps), ir.AttrInt64("stash_type", 1)],
-                                num_outputs=1, name=f"{node.name}_rmsnorm")
-                modified |= self.fuse(graph, nodes, fused, out)
-        return ir.passes.PassResult(model, modified)
+    anchors, domain = ("Pow", "Mul"), ""  # (the squares)
+
+    def found(self, square: ir.Node) -> _Found | None:
+        match = self._match(square)
+        if match is None:
+            return None
+        x, gamma, eps, nodes, out = match
+        fused = ir.Node("", "SimplifiedLayerNormalization", [x, gamma],
+                        [ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps), ir.AttrInt64("stash_type", 1)],
+                        num_outputs=1, name=f"{square.name}_rmsnorm")
+        return nodes, fused, out
 
     @staticmethod
     def _match(square: ir.Node):
