@@ -16,15 +16,8 @@ TOLERANCE = {
     # log of the constant-Q power of near-silent bins, then min-max normalized by the smallest:
     # onnxruntime's ORT_ENABLE_ALL and ORT_DISABLE_ALL differ by 1.4e-4 of the range (measured)
     "basic-pitch": 5e-4,
-    # dynamic quantization of the hidden state at every step of its three 768-wide LSTMs:
-    # onnxruntime's gates use MLAS's approximate logistic and tanh, a few ulps from numpy's, and
-    # after some steps an element of h lands on the other side of a rounding tie. The model
-    # amplifies that: inputs moved by 1 ulp move onnxruntime's own d-vector by up to 2 (of 5;
-    # cosine 0.92) on a steady tone, by 1% on this noisy chirp (measured), so a loose bound
-    # here, and the d-vector's direction, what the filter uses, checked by its cosine
-    "speaker-dvector": 0.1,
-    # the same in VoiceFilter-Lite's three mask LSTMs: 7e-4 of the mask after 57 frames (measured)
-    "voicefilter-lite": 5e-3,
+    # (speaker-dvector and voicefilter-lite, dynamically quantized LSTMs, needed 0.1 and 5e-3
+    # until their gates took MLAS's logistic and tanh as onnxruntime's do: now the default)
     # Smart Turn's QDQ Whisper encoder (a QuantizeLinear after every op): float32 rounding
     # decides which way a tie rounds, and four layers amplify each step. onnxruntime's own
     # ORT_ENABLE_ALL (integer QLinearConv / QLinearMatMul) and ORT_DISABLE_ALL (float) differ

@@ -237,21 +237,26 @@ def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
                       p=(0.1 * rng.standard_normal((dirs, 3 * hidden))).astype(F))
         inputs[4:8] = ["lens", "h0", "c0", "p"]
     model = _model("DynamicQuantizeLSTM", inputs, consts, feeds, [F, F, F], hidden_size=hidden, direction=direction)
-    got, want = _run_both(model, feeds)
+    # onnxruntime at one thread: at more it quantizes H per chunk of batch rows, one chunk per
+    # thread, so its answer for a batch depends on its thread count
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, w in zip(got, want):
-        # both quantize X once and H at every step the same way (step 0 agrees to 1e-7); from
-        # step 1 on, MLAS's approximate sigmoid/tanh (1e-7 apart from numpy's) flip the odd
-        # rounding of H's quantization, one step of H's scale (range/255 = 3.9e-3 x range)
-        # into the gates: seen up to 4e-3 x range. The float LSTM on the dequantized weights
-        # is 4e-3 x range away from onnxruntime here.
-        _assert_float(g, w, rel=6e-3)
+        if not extras:
+            # onnxruntime's bits: its gates' logistic and tanh are MLAS's rational approximations
+            # (``_jit.mlas_logistic``), which both step paths take; with numpy's exact ones H's
+            # requantization at each step flipped codes (4e-3 x range seen here, 0.106 of a
+            # BiLSTM tagger's logits)
+            np.testing.assert_array_equal(g, w)
+        else:
+            # not to the bit: the peepholes' sums in another order (3e-8), and rows past their
+            # length change H's range where onnxruntime's requantization does not (a step of
+            # H's scale, range/255, into the gates: up to 4e-3 x range seen)
+            _assert_float(g, w, rel=6e-3)
     if steps != "numpy":  # asked for the compiled loop (which ran) only with one R scale
         assert bool(used) == (steps == "compiled")
-    if steps == "compiled":  # the compiled steps do the numpy steps' arithmetic (2e-7 x range apart)
-        use_compiled(monkeypatch, False, "quantized_lstm_step")
-        numpy_steps = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
-        for g, n in zip(got, numpy_steps):
-            _assert_float(g, n, rel=2e-6)
 
 
 @pytest.mark.parametrize("mask", ["none", "lengths", "2d"])

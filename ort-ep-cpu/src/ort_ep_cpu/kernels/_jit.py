@@ -36,6 +36,7 @@ _interleave: Callable | None = None
 _lstm_scan: Callable | None = None
 _quantized_lstm_step: Callable | None = None
 _lstm_cell_row: Callable | None = None
+_lstm_cell_row_mlas: Callable | None = None  # (and the MLAS activations and their helpers, set by _load)
 _lstm_cells: Callable | None = None
 _gru_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
@@ -400,6 +401,7 @@ def _load_once() -> None:
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product
     global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
+    global _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
@@ -466,7 +468,15 @@ def _load_once() -> None:
                 _lstm_cell_row = numba.njit(inline="always", **elementwise)(_lstm_cell_row_py)
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
                 _lstm_cells = numba.njit(cache=cached, **elementwise)(_lstm_cells_py)
-                _quantized_lstm_step = numba.njit(cache=cached, **elementwise)(_quantized_lstm_step_py)
+                # onnxruntime's DynamicQuantizeLSTM: MLAS's activations, and no "contract" (its
+                # gates and cell are separate multiplies and adds); globals of the step, first
+                exact = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
+                _fma = numba.njit(inline="always", **exact)(_fma_py)
+                _rational = numba.njit(inline="always", **exact)(_rational_py)
+                _mlas_logistic_value = numba.njit(inline="always", **exact)(_mlas_logistic_value_py)
+                _mlas_tanh_value = numba.njit(inline="always", **exact)(_mlas_tanh_value_py)
+                _lstm_cell_row_mlas = numba.njit(inline="always", **exact)(_lstm_cell_row_mlas_py)
+                _quantized_lstm_step = numba.njit(cache=cached, **exact)(_quantized_lstm_step_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
                 _half_to_float = numba.njit(cache=cached, **elementwise)(_half_to_float_py)
                 _float_to_half = numba.njit(cache=cached, **elementwise)(_float_to_half_py)
@@ -1299,6 +1309,93 @@ def _lstm_cell_row_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
         y[j] = hj
 
 
+def _lstm_cell_row_mlas_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
+    """``_lstm_cell_row`` with MLAS's logistic and tanh (``_mlas_logistic_value``), the products
+    and sums in onnxruntime's order: DynamicQuantizeLSTM's cell."""
+    n = c.shape[0]
+    for j in range(n):
+        cj = c[j]
+        zi = z[j]
+        zf = z[2 * n + j]
+        if p.size != 0:
+            zi += p[j] * cj
+            zf += p[2 * n + j] * cj
+        cj = _mlas_logistic_value(zf) * cj + _mlas_logistic_value(zi) * _mlas_tanh_value(z[3 * n + j])
+        zo = z[n + j]
+        if p.size != 0:
+            zo += p[n + j] * cj
+        c[j] = cj
+        hj = _mlas_logistic_value(zo) * _mlas_tanh_value(cj)
+        h[j] = hj
+        y[j] = hj
+
+
+#: MLAS's rational approximations (onnxruntime's Sigmoid, Tanh and recurrent cells use them):
+#: logistic(x) = x * P(x^2) / Q(x^2) + 1/2 on [-18, 18], tanh(x) = x * P(x^2) / Q(x^2) on [-9, 9],
+#: the polynomials' coefficients highest power first, evaluated by fused multiply-adds
+MLAS_LOGISTIC_P = np.array([4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+                            8.51377133304701e-03, 2.48287947061529e-01], np.float32)
+MLAS_LOGISTIC_Q = np.array([6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+                            1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01], np.float32)
+MLAS_TANH_P = np.array([-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                        5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                        4.89352455891786e-03], np.float32)
+MLAS_TANH_Q = np.array([1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                        4.89352518554385e-03], np.float32)
+
+
+def _fma_py(a, b, c):  # pragma: no cover - compiled by numba (inlined)
+    """float32 a * b + c rounded once: the float32 product is exact in float64."""
+    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def _rational_py(x, p, q):  # pragma: no cover - compiled by numba (inlined)
+    """x * P(x^2) / Q(x^2) in float32, each polynomial by fused multiply-adds (Horner)."""
+    x2 = x * x
+    num = _fma(x2, p[0], p[1])
+    for k in range(2, p.shape[0]):
+        num = _fma(num, x2, p[k])
+    den = _fma(x2, q[0], q[1])
+    for k in range(2, q.shape[0]):
+        den = _fma(den, x2, q[k])
+    return (num * x) / den
+
+
+def _mlas_logistic_value_py(v):  # pragma: no cover - compiled by numba
+    x = min(max(v, _F(-18.0)), _F(18.0))
+    return min(max(_rational(x, MLAS_LOGISTIC_P, MLAS_LOGISTIC_Q) + _HALF, _ZERO), _ONE)
+
+
+def _mlas_tanh_value_py(v):  # pragma: no cover - compiled by numba
+    x = min(max(v, _F(-9.0)), _F(9.0))
+    return _rational(x, MLAS_TANH_P, MLAS_TANH_Q)
+
+
+def mlas_logistic(x: np.ndarray) -> np.ndarray:
+    """MLAS's logistic over an array (numpy, the same operations as ``_mlas_logistic_value``)."""
+    return np.clip(_rational_array(np.clip(np.asarray(x, np.float32), -18, 18), MLAS_LOGISTIC_P, MLAS_LOGISTIC_Q)
+                   + _HALF, _ZERO, _ONE)
+
+
+def mlas_tanh(x: np.ndarray) -> np.ndarray:
+    """MLAS's tanh over an array (numpy, the same operations as ``_mlas_tanh_value``)."""
+    return _rational_array(np.clip(np.asarray(x, np.float32), -9, 9), MLAS_TANH_P, MLAS_TANH_Q)
+
+
+def _rational_array(x: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    def fma(a, b, c):
+        return (a.astype(np.float64) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+    x2 = x * x
+    num = fma(x2, p[0], p[1])
+    for k in range(2, len(p)):
+        num = (num.astype(np.float64) * x2 + np.float64(p[k])).astype(np.float32)
+    den = fma(x2, q[0], q[1])
+    for k in range(2, len(q)):
+        den = (den.astype(np.float64) * x2 + np.float64(q[k])).astype(np.float32)
+    return ((num * x) / den).astype(np.float32)
+
+
 def _lstm_cells_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
     """See ``lstm_cells``."""
     for b in range(z.shape[0]):
@@ -1345,7 +1442,7 @@ def _quantized_lstm_step_py(acc, zq, column_sums, offset, scale, xt, rb, p, lens
         else:
             for j in range(g):
                 z[j] = xt[b, j] + np.float32(acc[b, j]) * scale + rb[j]
-        _lstm_cell_row(z, p, c[b], h[b], y[b])
+        _lstm_cell_row_mlas(z, p, c[b], h[b], y[b])
     # onnxruntime's dynamic quantization of h: the range widened to hold 0, 255 steps
     hi = _ZERO
     lo = _ZERO

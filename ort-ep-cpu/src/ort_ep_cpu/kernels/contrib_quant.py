@@ -311,11 +311,14 @@ def _qlinear_average_pool(node, request):
 
 
 def _activation(name: str, alpha: float | None, beta: float | None):
+    """An LSTM activation as onnxruntime computes it: logistic and tanh by MLAS's rational
+    approximations (``_jit.mlas_logistic``); each step requantizes h from its range, so an ulp
+    of difference became another uint8 code (a BiLSTM tagger's logits 0.106 off)."""
     n = name.lower()
     if n == "sigmoid":
-        return lambda v: (_F(1) / (_F(1) + np.exp(-v))).astype(_F)
+        return _jit.mlas_logistic
     if n == "tanh":
-        return np.tanh
+        return _jit.mlas_tanh
     if n == "relu":
         return lambda v: np.maximum(v, 0)
     if n == "hardsigmoid":
