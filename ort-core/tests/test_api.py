@@ -205,6 +205,10 @@ def test_a_session_leaves_the_default_logger_severity_alone(host):
     try:
         ort.InferenceSession(chain_model())  # log_severity_level -1: the default logger's
         assert logging.getLogger("ort_core").level == logging.ERROR
+        verbose = ort.SessionOptions()
+        verbose.log_severity_level = 1  # a session's own severity sets the level (for the process)
+        ort.InferenceSession(chain_model(), verbose)
+        assert logging.getLogger("ort_core").level == logging.INFO
         with pytest.raises(ort.InvalidArgument, match="7 is not a severity"):
             ort.set_default_logger_severity(7)
     finally:

@@ -157,3 +157,18 @@ def test_shape_computations_are_left_to_the_cpu():
     for op in ("Slice", "Concat"):
         provider, reasons = placement[op]
         assert provider == CPU and "shape computation, left to the CPU" in reasons[QNN]
+
+
+def test_the_refusal_cause_is_the_line_before_the_first_error_at_any_log_level():
+    # at QNN's error level the cause comes first; at a verbose level setup and <V>/<I> lines
+    # come first (a session left at verbose made the reason "validate OpConfig with ...")
+    from ort_ep_qnn.runtime import _cause
+
+    cause = "Out[0] has incorrect dimension at index 0. Expected 2 but got 5."
+    failed = "<E> validateNativeOps master op validator add:qti.aisw:ElementWiseAdd failed 3110"
+    assert _cause([cause, cause, "Op specific validation failed.", failed, cause]) == cause
+    verbose = ["validate OpConfig with QnnGraphTransformerAdapter", "<V> RouterX86 tryLoadPrepare",
+               "c_interface.cc:156:Creating environment", "<I> QnnBackend_validateOpConfig started",
+               cause, "Op specific validation failed.", failed]
+    assert _cause(verbose) == cause
+    assert _cause([failed]) == failed and _cause([]) == ""

@@ -566,6 +566,19 @@ def _collector_paused() -> Iterator[None]:
                     gc.enable()
 
 
+_SEVERITY_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+
+
+def _set_log_level(severity: int) -> None:
+    """A session's own severity (0-4) sets the ``ort_core`` loggers' level, for the process (the
+    loggers are the process's: a later session at another severity sets it again); the default,
+    -1, leaves it as it is, ``set_default_logger_severity``'s (each session had reset it to
+    warning)."""
+    level = _SEVERITY_LEVELS.get(int(severity))
+    if level is not None:
+        logger.setLevel(level)
+
+
 class InferenceSession:
     """Runs one model with nodes spread over the providers in priority order.
 
@@ -597,6 +610,8 @@ class InferenceSession:
         """Make the session; with fallback enabled (onnxruntime's default) a provider failure
         (``EPFail``, not strict mode's) is warned about and the session made on the CPU
         provider alone, as onnxruntime does."""
+        if sess_options is not None:
+            _set_log_level(sess_options.log_severity_level)
         with _collector_paused():
             try:
                 self._build(path_or_bytes, sess_options, providers, provider_options, **kwargs)
@@ -624,7 +639,6 @@ class InferenceSession:
         self._profile: list | None = [] if self._options.enable_profiling else None
         self._profile_start = time.perf_counter_ns()
         self._lock = threading.Lock()
-        self._set_log_level(self._options.log_severity_level)
 
         self._source = path_or_bytes  # set_providers makes the session again from it
         self._check_canceled()
@@ -735,14 +749,6 @@ class InferenceSession:
 
         if self._options._cancel:
             raise ModelLoadCanceled("session creation canceled: SessionOptions.set_load_cancellation_flag(True) is set")
-
-    @staticmethod
-    def _set_log_level(severity: int) -> None:
-        """A session's own severity (0-4) sets the ``ort_core`` logger's level; the default, -1,
-        leaves it as it is (set_default_logger_severity's: a session reset it to warning)."""
-        level = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
-        if int(severity) in level:
-            logger.setLevel(level[int(severity)])
 
     def _bind_providers(self, requested: list[tuple[str, dict[str, Any]]]) -> list[BoundProvider]:
         reg = registry()

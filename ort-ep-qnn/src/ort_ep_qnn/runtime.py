@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes as C
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,23 @@ def _log(fmt: bytes, level: int, timestamp: int, args: int) -> None:
 
 
 _LOG_CALLBACK = Q.LOG_CALLBACK(_log)  # kept alive for the process: QNN may log at any time
+
+#: a QNN log line's level tag: <E>, <W>, <I>, <V>, <D>
+_TAG = re.compile(r"<[EWIVD]> ")
+
+
+def _cause(lines: list[str]) -> str:
+    """The line of QNN's log about a refused op that names the cause: the first of the untagged
+    lines just before its first <E> line ("Out[0] has incorrect dimension ...", then "<E>
+    validateNativeOps ... failed"); at a verbose log level QNN's tagged <V>/<I> lines and untagged
+    setup lines come first and say nothing of it. Else the first untagged line, or the first."""
+    first_error = next((k for k, line in enumerate(lines) if line.startswith("<E>")), None)
+    if first_error is not None:
+        k = first_error
+        while k > 0 and not _TAG.match(lines[k - 1]):
+            k -= 1
+        return lines[k]
+    return next((line for line in lines if not _TAG.match(line)), lines[0] if lines else "")
 
 
 def qnn_log_level() -> int:
@@ -369,8 +387,7 @@ class Backend:
             lines, _capture.lines = _capture.lines, None
         if code == 0:
             return 0, "", ""
-        detail = next((ln for ln in lines if "<E>" not in ln and "<W>" not in ln), lines[0] if lines else "")
-        return code, self.lib.message(code), detail
+        return code, self.lib.message(code), _cause(lines)
 
     def close(self) -> None:
         """Free every context, then device, backend and log (idempotent)."""
