@@ -2,7 +2,8 @@
 
 The plugin module must import without openvino (core then lists the provider as not usable
 with the reason), so nothing imports openvino at module level. One Core is shared by every
-session: it is thread-safe, and sharing it loads each device plugin once per process.
+session (sharing it loads each device plugin once per process); its model calls are made one at
+a time (``CALL_LOCK``), inference is not.
 Session-specific settings travel in the ``compile_model`` config, never as Core properties.
 """
 
@@ -12,6 +13,11 @@ import threading
 from typing import Any
 
 _lock = threading.Lock()
+#: held around the Core's model calls (``read_model``, ``query_model``, ``compile_model``): eight
+#: sessions made at once from eight threads in a fresh process deadlocked inside openvino (every
+#: thread idle in those three calls, the GIL's holder waiting on one of openvino's own locks),
+#: once in three runs of the concurrency test; made one at a time they cannot
+CALL_LOCK = threading.RLock()
 _module: Any = None
 _error: str | None = None
 _core: Any = None

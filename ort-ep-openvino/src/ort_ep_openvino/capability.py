@@ -376,7 +376,8 @@ def _ask_openvino_many(graph: GraphView, items: list[tuple[Any, int]], device: s
     for key, i in items:
         node = graph.nodes[i]
         try:
-            model = core.read_model(node_model(graph, [i], hints).SerializeToString())
+            with _ov.CALL_LOCK:
+                model = core.read_model(node_model(graph, [i], hints).SerializeToString())
         except Exception as exc:
             answers[key] = f"OpenVINO's ONNX frontend cannot convert {node.op_type} (opset {node.opset}): {_first_line(exc)}"
             continue
@@ -417,9 +418,10 @@ def query(model, device: str) -> dict[str, str]:
     """``Core.query_model``; bare AUTO (which the AUTO plugin cannot query without a device
     list) is asked as AUTO over every device present."""
     core = _ov.core()
-    if device == "AUTO":
-        device = "AUTO:" + ",".join(core.available_devices)
-    return core.query_model(model, device)
+    with _ov.CALL_LOCK:
+        if device == "AUTO":
+            device = "AUTO:" + ",".join(core.available_devices)
+        return core.query_model(model, device)
 
 
 def _first_line(exc: Exception) -> str:

@@ -137,7 +137,8 @@ class GroupKernel:
         self.label = label
         self.settings = settings
         core = _ov.core()
-        self.model = core.read_model(model_bytes)
+        with _ov.CALL_LOCK:
+            self.model = core.read_model(model_bytes)
         # OpenVINO's parameters and results are matched to ours by tensor name, not position:
         # the frontend may drop inputs it does not read (or that were embedded as constants)
         self._feed = _match_inputs(self.model.inputs, inputs, label)
@@ -158,7 +159,8 @@ class GroupKernel:
         self._per_shape = not self._static_model
 
     def _compile(self, model: Any) -> _Compiled:
-        compiled = _ov.core().compile_model(model, self.settings.device_type, self.settings.config)
+        with _ov.CALL_LOCK:
+            compiled = _ov.core().compile_model(model, self.settings.device_type, self.settings.config)
         self.compilations += 1
         self.precisions = reported_precisions(compiled)
         if self.settings.precision == "FP32":
@@ -232,7 +234,8 @@ class ImportedKernel(GroupKernel):
                  output_names: Sequence[str], output_dtypes: Sequence[np.dtype | None], label: str):
         self.label = label
         self.settings = settings
-        compiled = _ov.core().import_model(io.BytesIO(blob), settings.device_type, settings.config)
+        with _ov.CALL_LOCK:
+            compiled = _ov.core().import_model(io.BytesIO(blob), settings.device_type, settings.config)
         self._feed = _match_inputs(compiled.inputs, inputs, label)
         results = {name: k for k, r in enumerate(compiled.outputs) for name in r.get_names()}
         missing = [n for n in output_names if n not in results]
