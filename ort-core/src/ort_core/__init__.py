@@ -348,13 +348,17 @@ def get_device() -> str:
     return "CPU"
 
 
+#: onnxruntime's severities (0 verbose .. 4 fatal) as logging levels; here, not in session.py,
+#: so that setting the severity right after ``import ort_core`` loads no onnx (session.py reads it)
+_SEVERITY_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
+
+
 def set_default_logger_severity(severity: int) -> None:
     """0 verbose, 1 info, 2 warning, 3 error, 4 fatal (onnxruntime's levels; another is an
     error, as there)."""
-    levels = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
-    if int(severity) not in levels:
+    if int(severity) not in _SEVERITY_LEVELS:
         raise InvalidArgument(f"set_default_logger_severity: {severity} is not a severity: 0 (verbose) to 4 (fatal)")
-    logging.getLogger("ort_core").setLevel(levels[int(severity)])
+    logging.getLogger("ort_core").setLevel(_SEVERITY_LEVELS[int(severity)])
 
 
 __all__ = [

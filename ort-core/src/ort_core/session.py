@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from . import _SEVERITY_LEVELS, epcontext, optimizer
 from . import devices as devices_
-from . import epcontext, optimizer
 from . import policy as policy_
 from .binding import IOBinding
 from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
@@ -564,9 +564,6 @@ def _collector_paused() -> Iterator[None]:
                 _collector_pauses -= 1
                 if _collector_pauses == 0:
                     gc.enable()
-
-
-_SEVERITY_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL}
 
 
 def _set_log_level(severity: int) -> None:

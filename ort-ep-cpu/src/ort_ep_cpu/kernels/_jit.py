@@ -465,7 +465,7 @@ def _load_once() -> None:
                 _exp_value = numba.njit(inline="always", **elementwise)(_exp_value_py)
                 _sigmoid_value = numba.njit(inline="always", **elementwise)(_sigmoid_value_py)
                 _tanh_value = numba.njit(inline="always", **elementwise)(_tanh_value_py)
-                _lstm_cell_row = numba.njit(inline="always", **elementwise)(_lstm_cell_row_py)
+                _lstm_cell_row = numba.njit(inline="always", **elementwise)(_lstm_cell_row_py(_sigmoid_value, _tanh_value))
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
                 _lstm_cells = numba.njit(cache=cached, **elementwise)(_lstm_cells_py)
                 # onnxruntime's DynamicQuantizeLSTM: MLAS's activations, and no "contract" (its
@@ -475,7 +475,7 @@ def _load_once() -> None:
                 _rational = numba.njit(inline="always", **exact)(_rational_py)
                 _mlas_logistic_value = numba.njit(inline="always", **exact)(_mlas_logistic_value_py)
                 _mlas_tanh_value = numba.njit(inline="always", **exact)(_mlas_tanh_value_py)
-                _lstm_cell_row_mlas = numba.njit(inline="always", **exact)(_lstm_cell_row_mlas_py)
+                _lstm_cell_row_mlas = numba.njit(inline="always", **exact)(_lstm_cell_row_py(_mlas_logistic_value, _mlas_tanh_value))
                 _quantized_lstm_step = numba.njit(cache=cached, **exact)(_quantized_lstm_step_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
                 _half_to_float = numba.njit(cache=cached, **elementwise)(_half_to_float_py)
@@ -1288,46 +1288,32 @@ def _tanh_value_py(v):  # pragma: no cover - compiled by numba
     return _ONE - _F(2.0) / (_exp_value(v + v) + _ONE)
 
 
-def _lstm_cell_row_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
-    """One batch row of an LSTM cell (default activations): gates z (4n,) in order i, o, f, c,
-    peepholes p (3n,) or empty; c and h (n,) updated in place, y = h."""
-    n = c.shape[0]
-    for j in range(n):
-        cj = c[j]
-        zi = z[j]
-        zf = z[2 * n + j]
-        if p.size != 0:
-            zi += p[j] * cj
-            zf += p[2 * n + j] * cj
-        cj = _sigmoid_value(zf) * cj + _sigmoid_value(zi) * _tanh_value(z[3 * n + j])
-        zo = z[n + j]
-        if p.size != 0:
-            zo += p[n + j] * cj
-        c[j] = cj
-        hj = _sigmoid_value(zo) * _tanh_value(cj)
-        h[j] = hj
-        y[j] = hj
+def _lstm_cell_row_py(sigmoid, tanh):
+    """One batch row of an LSTM cell (default activations ``sigmoid`` and ``tanh``, compiled
+    scalar functions, frozen into the compiled row): ``row(z, p, c, h, y)``, gates z (4n,) in
+    order i, o, f, c, peepholes p (3n,) or empty; c and h (n,) updated in place, y = h. The
+    float LSTM's row takes ``_sigmoid_value``/``_tanh_value``, DynamicQuantizeLSTM's MLAS's
+    (``_mlas_logistic_value``), the products and sums in onnxruntime's order."""
 
+    def row(z, p, c, h, y):  # pragma: no cover - compiled by numba
+        n = c.shape[0]
+        for j in range(n):
+            cj = c[j]
+            zi = z[j]
+            zf = z[2 * n + j]
+            if p.size != 0:
+                zi += p[j] * cj
+                zf += p[2 * n + j] * cj
+            cj = sigmoid(zf) * cj + sigmoid(zi) * tanh(z[3 * n + j])
+            zo = z[n + j]
+            if p.size != 0:
+                zo += p[n + j] * cj
+            c[j] = cj
+            hj = sigmoid(zo) * tanh(cj)
+            h[j] = hj
+            y[j] = hj
 
-def _lstm_cell_row_mlas_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
-    """``_lstm_cell_row`` with MLAS's logistic and tanh (``_mlas_logistic_value``), the products
-    and sums in onnxruntime's order: DynamicQuantizeLSTM's cell."""
-    n = c.shape[0]
-    for j in range(n):
-        cj = c[j]
-        zi = z[j]
-        zf = z[2 * n + j]
-        if p.size != 0:
-            zi += p[j] * cj
-            zf += p[2 * n + j] * cj
-        cj = _mlas_logistic_value(zf) * cj + _mlas_logistic_value(zi) * _mlas_tanh_value(z[3 * n + j])
-        zo = z[n + j]
-        if p.size != 0:
-            zo += p[n + j] * cj
-        c[j] = cj
-        hj = _mlas_logistic_value(zo) * _mlas_tanh_value(cj)
-        h[j] = hj
-        y[j] = hj
+    return row
 
 
 #: MLAS's rational approximations (onnxruntime's Sigmoid, Tanh and recurrent cells use them):
@@ -1383,16 +1369,18 @@ def mlas_tanh(x: np.ndarray) -> np.ndarray:
 
 
 def _rational_array(x: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``_rational`` over an array: the same fused multiply-adds (float32 products exact in
+    float64, one rounding)."""
     def fma(a, b, c):
-        return (a.astype(np.float64) * np.float64(b) + np.float64(c)).astype(np.float32)
+        return (np.asarray(a, np.float64) * b + np.float64(c)).astype(np.float32)
 
     x2 = x * x
     num = fma(x2, p[0], p[1])
     for k in range(2, len(p)):
-        num = (num.astype(np.float64) * x2 + np.float64(p[k])).astype(np.float32)
+        num = fma(num, x2, p[k])
     den = fma(x2, q[0], q[1])
     for k in range(2, len(q)):
-        den = (den.astype(np.float64) * x2 + np.float64(q[k])).astype(np.float32)
+        den = fma(den, x2, q[k])
     return ((num * x) / den).astype(np.float32)
 
 
