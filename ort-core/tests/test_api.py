@@ -291,6 +291,28 @@ def test_profiling_writes_a_chrome_trace(host, tmp_path):
     assert sess.end_profiling() == ""
 
 
+def test_end_profiling_during_a_run_ends_it_cleanly(host, tmp_path):
+    # end_profiling from another thread while a run is in flight: the run's record is dropped
+    # (profiling ended), the run still returns (it appended to an ended profile: AttributeError)
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "prof")
+    sess = ort.InferenceSession(chain_model(), options)
+    plan_run = sess._plan.run
+    ended = []
+
+    def run_ending_the_profile(*args, **kwargs):
+        ended.append(sess.end_profiling())
+        return plan_run(*args, **kwargs)
+
+    sess._plan.run = run_ending_the_profile
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], chain_expected(x))
+    assert ended[0].endswith(".json") and sess.end_profiling() == ""
+    assert sess.get_profiling_start_time_ns() > 0
+    assert ort.InferenceSession(chain_model()).get_profiling_start_time_ns() == 0
+
+
 def test_optimized_model_filepath_writes_the_optimized_model(host, tmp_path):
     model = make_model(
         [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Neg", ["i"], ["y"]),

@@ -634,7 +634,8 @@ class InferenceSession:
         self._config = self._options.config_entries
         self._strict = self._config.get(DISABLE_CPU_FALLBACK, "0") == "1"
         self._profile: list | None = [] if self._options.enable_profiling else None
-        self._profile_start = time.perf_counter_ns()
+        # (0 where profiling is off, as onnxruntime's get_profiling_start_time_ns)
+        self._profile_start = time.perf_counter_ns() if self._options.enable_profiling else 0
         self._lock = threading.Lock()
 
         self._source = path_or_bytes  # set_providers makes the session again from it
@@ -993,7 +994,8 @@ class InferenceSession:
                 start = time.perf_counter_ns()
                 outputs = plan.run(feeds, track_memory=True, profile=records)
                 with self._lock:
-                    self._profile.append((start, time.perf_counter_ns(), records))
+                    if self._profile is not None:  # (end_profiling may have ended it during the run)
+                        self._profile.append((start, time.perf_counter_ns(), records))
             else:
                 outputs = plan.run(feeds)  # memory tracked on each new input-shape signature
         except BaseException:
@@ -1271,7 +1273,7 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         """When profiling started (the session's creation), 0 where it is off, as onnxruntime."""
-        return self._profile_start if self._options.enable_profiling else 0
+        return self._profile_start
 
 
 def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
