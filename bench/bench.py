@@ -387,12 +387,15 @@ def parity_reference(data: bytes, feeds: dict[str, np.ndarray]) -> list[Any]:
     """onnxruntime's outputs with its optimizations off: a QDQ model's own semantics. Optimized,
     onnxruntime runs QDQ groups with integer kernels that are not those semantics (a QDQ
     BERT-style encoder's output 0.03 off its unoptimized run; ort-core's CPU provider equals
-    the unoptimized run, OpenVINO's integer kernels the optimized one)."""
+    the unoptimized run, OpenVINO's integer kernels the optimized one). ``exact_reference``:
+    exact where this CPU's onnxruntime saturates uint8 x int8 products (AVX2 without VNNI)."""
     import onnxruntime
+
+    from ort_core.testing import exact_reference
 
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return exact_reference.session(data, so).run(None, feeds)
 
 
 def check_parity(name: str, got: list[Any], want: list[Any], steps: list[float | None] | None = None) -> str | None:

@@ -11,6 +11,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ort_core as ort
+from ort_core.testing import exact_reference
 
 MS = "com.microsoft"
 U8, I8, F = np.uint8, np.int8, np.float32
@@ -31,7 +32,7 @@ def _model(op, inputs, consts, feeds, out, **attrs):
 
 
 def _run_both(model, feeds):
-    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = exact_reference.session(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     return got, want
 
@@ -241,7 +242,7 @@ def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
     # thread, so its answer for a batch depends on its thread count
     so = onnxruntime.SessionOptions()
     so.intra_op_num_threads = 1
-    want = onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = exact_reference.session(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, w in zip(got, want):
         if not extras:

@@ -25,6 +25,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from ort_core.testing import exact_reference
 from ort_ep_cpu.kernels import _onednn, onednn_group
 
 pytest.importorskip("onnxruntime.quantization")
@@ -130,7 +131,7 @@ def _check(data: bytes, batch: int, image: int = 16, channels: int = 3, levels=L
     for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
-        wants.append(onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+        wants.append(exact_reference.session(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
     session = None
     for level in levels:
         session = _session(data, level)
@@ -253,7 +254,7 @@ def test_a_quantize_read_twice_stays_out_of_the_pair():
     model.graph.output.append(helper.make_tensor_value_info(q.output[0], TensorProto.UINT8, None))
     data = model.SerializeToString()
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
-    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = exact_reference.session(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = _session(data).run(None, {"x": x})
     assert got[1].dtype == np.uint8
     assert np.abs(got[1].astype(int) - want[1].astype(int)).max() <= 1
@@ -286,7 +287,7 @@ def test_float_models_group_as_before(monkeypatch):
     proto = _cnn()
     data = proto.SerializeToString()
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
-    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = exact_reference.session(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     session = _session(data)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
     placement = session.get_placement().nodes

@@ -9,12 +9,11 @@ import collections
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from real_model_cases import fetch_or_skip
 
 import ort_core as ort
-from ort_core.testing import tool_models
+from ort_core.testing import exact_reference, tool_models
 
 # the contrib ops each tool put in (the test fails should a tool stop emitting them)
 EXPECTED = {
@@ -31,7 +30,7 @@ def test_tool_model_matches_onnxruntime(name):
     data, feeds = tool_models.TOOL_MODELS[name]()
     ops = collections.Counter(n.op_type for n in onnx.load_from_string(data).graph.node)
     assert EXPECTED[name] <= set(ops), sorted(ops)
-    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = exact_reference.session(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -47,7 +46,7 @@ def test_dynamically_quantized_ocr_model_from_a_wheel():
     logits agree to 3% of their range (measured 1.1%) and the decoded classes exactly."""
     path = str(fetch_or_skip("ocr-ddddocr-quant"))
     x = np.random.default_rng(0).uniform(0, 1, (1, 1, 64, 160)).astype(np.float32)
-    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input1": x})[0]
+    want = exact_reference.session(path, providers=["CPUExecutionProvider"]).run(None, {"input1": x})[0]
     got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input1": x})[0]
     assert got.shape == want.shape
     np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
