@@ -19,7 +19,7 @@ import onnx
 import pytest
 
 from conftest import QNN, needs_qnn, onnxruntime_qnn_session, reference, session
-from ort_core.testing import models
+from ort_core.testing import exact_reference, models
 
 pytestmark = needs_qnn
 
@@ -165,7 +165,7 @@ def _exact(model: onnx.ModelProto, feeds: dict) -> list:
 
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return exact_reference.session(model, so).run(None, feeds)
 
 
 def _quantize(model: onnx.ModelProto, folder, activations: str, per_channel: bool, weights: str) -> onnx.ModelProto:
