@@ -89,3 +89,23 @@ def test_divergent_ms_ops_table_names_real_ops():
 
     known = {s.name for s in C.get_all_operator_schema() if s.domain == MS}
     assert set(DIVERGENT_MS_OPS) <= known
+
+
+@pytest.mark.parametrize("dot_products", [True, False])
+def test_qdq_pairs_stay_off_openvino_on_cpus_without_int8_dot_products(monkeypatch, dot_products):
+    """Without VNNI or AMX, OpenVINO's multi-threaded 8-bit kernels gave a QDQ CNN 8 output
+    steps off on some runs (1 on others): its Q/DQ nodes are declined there, with the reason."""
+    from ort_core.testing import parity
+
+    from ort_ep_openvino import capability
+
+    monkeypatch.setattr(capability, "cpu_has_int8_dot_products", lambda: dot_products)
+    monkeypatch.setattr(capability, "_cache", {})  # answers kept from other tests' CPUs
+    model = parity.ZOO["qdq_uint8"]()
+    placement = str(session(model.SerializeToString()).get_placement())
+    declined = [line for line in placement.splitlines() if "QuantizeLinear" in line and f"-> {OV}" not in line]
+    if dot_products:
+        assert f"DequantizeLinear -> {OV}" in placement, placement
+    else:
+        assert declined and f"QuantizeLinear -> {OV}" not in placement, placement
+        assert "not repeatable on a CPU without VNNI or AMX" in placement, placement

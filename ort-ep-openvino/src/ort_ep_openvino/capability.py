@@ -12,8 +12,10 @@ cycle (a path leaving the group and coming back through a declined node), see ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import platform
 import threading
 import weakref
 from collections.abc import Iterable
@@ -161,6 +163,38 @@ def divergence_reason(graph: GraphView, node: NodeView) -> str | None:
     if op == "Resize":
         return _resize_reason(graph, node)
     return None
+
+
+#: ops OpenVINO's CPU plugin runs with 8-bit integer kernels (a QDQ model's Q/DQ pairs become
+#: its FakeQuantize, and the convolutions and matmuls between them integer ones)
+INT8_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+                      "MatMulInteger", "DynamicQuantizeLinear"})
+
+
+def int8_reason(node: NodeView, device: str) -> str | None:
+    """Why an 8-bit op must not go to OpenVINO's CPU plugin on this CPU: on an x86 CPU without
+    8-bit dot-product instructions (VNNI, AMX), OpenVINO 2026.4's multi-threaded 8-bit kernels
+    gave different answers run to run (a QDQ CNN 8 output steps off on some runs, 1 on the
+    others; every run 1 with one thread: measured on an AVX2 AMD EPYC)."""
+    if node.op_type in INT8_OPS and node.domain in ("", "com.microsoft") and "CPU" in device.upper() \
+            and not cpu_has_int8_dot_products():
+        return ("OpenVINO's 8-bit CPU kernels are not repeatable on a CPU without VNNI or AMX "
+                "(answers differed run to run)")
+    return None
+
+
+@functools.cache
+def cpu_has_int8_dot_products() -> bool:
+    """Whether this CPU has 8-bit dot-product instructions, or is not an x86 one (True where
+    /proc/cpuinfo cannot be read)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return True
+    return flags is None or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
 
 
 #: control flow nested deeper than this is declined: OpenVINO 2026.4's query_model and
@@ -335,9 +369,16 @@ def fragile_reason(graph: GraphView, node: NodeView) -> str | None:
     return None
 
 
+def rule_reason(graph: GraphView, node: NodeView, device: str) -> str | None:
+    """Why ``node`` is declined before OpenVINO is asked: its types, a fragile form, a known
+    divergence, or 8-bit kernels this CPU does not run repeatably; None if none applies."""
+    return (type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
+            or int8_reason(node, device))
+
+
 def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
                     hints: ShapeHints | None = None) -> dict[int, str | None]:
-    """``decline_reason`` of each node: the type and divergence checks, then the answers kept
+    """``decline_reason`` of each node: ``rule_reason``, then the answers kept
     per (device, node signature), then OpenVINO asked, with the nodes converted one by one but
     queried on the device together: ``Core.query_model`` costs
     10-30 ms a call whatever the model's size (40 one-node models: 540 ms alone, 32 ms as one
@@ -347,7 +388,7 @@ def decline_reasons(graph: GraphView, indices: Iterable[int], device: str,
     pending: dict[tuple[str, str], list[int]] = {}
     for i in indices:
         node = graph.nodes[i]
-        reason = type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
+        reason = rule_reason(graph, node, device)
         if reason is not None:
             reasons[i] = reason
             continue

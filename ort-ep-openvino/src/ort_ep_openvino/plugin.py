@@ -29,14 +29,7 @@ from ort_core.epcontext import is_context_node, read_context
 from ort_core.grouping import fusable_groups
 
 from . import PROVIDER_NAME, _ov
-from .capability import (
-    decline_reasons,
-    divergence_reason,
-    fragile_reason,
-    node_model,
-    survey,
-    type_reason,
-)
+from .capability import decline_reasons, node_model, rule_reason, survey
 from .kernel import GroupKernel, ImportedKernel
 from .options import META, OPTIONS, CompileSettings, physical_devices, resolve
 from .version import __version__
@@ -171,8 +164,7 @@ def ort_get_capability(ep: ProviderContext, graph: GraphView, candidates: frozen
     asked = None if found.all_supported else decline_reasons(graph, candidates, settings.device_type, found.hints)
     for i in sorted(candidates):
         if asked is None:
-            node = graph.nodes[i]
-            reason = type_reason(graph, node) or fragile_reason(graph, node) or divergence_reason(graph, node)
+            reason = rule_reason(graph, graph.nodes[i], settings.device_type)
         else:
             reason = asked[i]  # those checks first, then OpenVINO's answer
         if reason is None:
