@@ -96,7 +96,6 @@ def test_qdq_pairs_stay_off_openvino_on_cpus_without_int8_dot_products(monkeypat
     """Without VNNI or AMX, OpenVINO's multi-threaded 8-bit kernels gave a QDQ CNN 8 output
     steps off on some runs (1 on others): its Q/DQ nodes are declined there, with the reason."""
     from ort_core.testing import parity
-
     from ort_ep_openvino import capability
 
     monkeypatch.setattr(capability, "cpu_has_int8_dot_products", lambda: dot_products)
