@@ -111,15 +111,40 @@ def test_uint8_codes_reach_onednn_without_int16_copies():
     assert kept < 0.5 * b.nbytes, f"{kept / 2**20:.1f} MB kept for a {b.nbytes / 2**20:.1f} MB B"
 
 
-def test_exact_float32_product_equals_the_float64_one():
-    # float32 chunks of 256 rows: exact for 8-bit codes minus zero points, even at the
-    # extremes (255 * 255 * 256 < 2^24)
+@pytest.mark.parametrize("extremes", [True, False])
+def test_exact_float32_product_equals_the_float64_one(extremes):
+    # at the extremes the sums pass 2^24 (one GEMM would round them): float32 chunks of 256
+    # rows, exact (255 * 255 * 256 < 2^24); small values bound every partial sum below 2^24:
+    # one GEMM
     rng = np.random.default_rng(9)
-    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 768)).astype(np.int32)
-    b = rng.choice([-255, 255, -254, 3], (768, 64)).astype(np.int32)
-    chunks = [np.ascontiguousarray(b[i:i + 256].astype(np.float32)) for i in range(0, 768, 256)]
-    np.testing.assert_array_equal(_integer.exact_product_f32(a, chunks), _integer.product(a, b))
+    if extremes:
+        a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 768)).astype(np.int32)
+        b = rng.choice([-255, 255, -254, 3], (768, 64)).astype(np.int32)
+    else:
+        a = rng.integers(-40, 41, (3, 768)).astype(np.int32)
+        b = rng.integers(-60, 61, (768, 64)).astype(np.int32)
+    column_abs = float(np.abs(b).sum(axis=0).max())
+    assert (float(np.abs(a).max()) * column_abs >= _integer.F32_EXACT) == extremes
+    got = _integer.exact_product_f32(a, np.ascontiguousarray(b.astype(np.float32)), column_abs)
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
     np.testing.assert_array_equal(_integer.product(a, b), a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_the_fallback_without_onednn_is_exact_for_many_rows_and_few(monkeypatch):
+    """Where oneDNN does not take the product (no VNNI, or not installed): the compiled loop's
+    int16 B for a first product of few rows, one float32 B for many (with the bound's check)."""
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    rng = np.random.default_rng(4)
+    b = _codes(rng, (700, 96), U8)
+    for first_rows in (1, 40):
+        matrix = _integer.ConstantIntegerMatrix(b, np.asarray(3, U8))
+        for rows in (first_rows, 41 - first_rows):
+            a = _codes(rng, (rows, 700), U8)
+            a[0] = 255  # max|A - za| 252 with B's column sums past 2^24 / 252: the chunks
+            np.testing.assert_array_equal(matrix.times(a, np.asarray(3, U8)), _want(a, 3, b, 3))
+            small = (a // 16).astype(U8)  # a bound below 2^24: one GEMM
+            np.testing.assert_array_equal(matrix.times(small, np.asarray(3, U8)), _want(small, 3, b, 3))
+        assert matrix._fallback.dtype == (np.int16 if first_rows == 1 else np.float32)
 
 
 def _one_node(op: str, domain: str, inputs: list[str], consts: dict, feeds: dict, out_type: int, **attrs) -> bytes:
@@ -428,3 +453,28 @@ def test_qdq_conv_takes_the_exact_integer_convolution(form, monkeypatch):
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = exact_reference.session(model, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("extremes", [True, False])
+def test_conv_integer_without_onednn_is_exact(monkeypatch, extremes):
+    """ConvInteger where oneDNN's 8-bit convolution is not taken (no VNNI): float32 where the
+    codes bound every sum below 2^24, float64 past it (where one
+    float32 convolution rounds: 255 * 127 * 1152 > 2^25)."""
+    from onnx.reference import ReferenceEvaluator
+
+    monkeypatch.setattr(_integer.ConstantIntegerConvolution, "__call__", lambda self, x, zx, geometry: None)
+    rng = np.random.default_rng(12)
+    high = 256 if extremes else 8
+    x = rng.integers(0, high, (1, 128, 6, 6)).astype(U8)
+    w = (rng.choice([-128, 127], (8, 128, 3, 3)) if extremes else rng.integers(-8, 8, (8, 128, 3, 3))).astype(I8)
+    w[0] = 127 if extremes else -8  # one channel of the largest sum of |W| (odd products: sums float32 rounds)
+    x[0, :, 2:5, 2:5] = high - 1
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert 255 * 127 * 1152 > 2**25
+    np.testing.assert_array_equal(got, want)

@@ -32,10 +32,17 @@ MAX_K = 33025
 #: however small, and its zero-point terms as much again (measured, us loop / oneDNN with
 #: the terms: 1 x 256 x 512 7.8 / 17; 1 x 256 x 1024 14.6 / 18.4; 1 x 768 x 3072 167 / 31)
 ONEDNN_MIN_MACS = 1 << 18
-#: rows of K per float32 product in ``exact_product_f32``: operands of 8-bit codes minus their
-#: zero points are at most 255 in magnitude, so a sum of 256 products stays below 2^24 and every
-#: partial sum is an integer float32 holds exactly
+#: rows of K per float32 product in ``exact_product_f32`` where the operands' bound does not
+#: allow one: operands of 8-bit codes minus their zero points are at most 255 in magnitude, so a
+#: sum of 256 products stays below 2^24 and every partial sum is an integer float32 holds exactly
 EXACT_F32_ROWS = 256
+#: float32 holds every integer of smaller magnitude exactly
+F32_EXACT = 1 << 24
+#: rows of A from which one float32 BLAS product of the whole matrix beats the compiled int16
+#: loop (measured on an AVX2 EPYC, ms loop / float32: 1 x 768 x 3072 0.14 / 0.17; 4 x 768 x
+#: 3072 0.42 / 0.70; 8 x 512 x 1024 0.22 / 0.18; 48 x 512 x 1024 1.05 / 0.44; 26 x 1024 x 8210
+#: 10.7 / 6.8). Its B is twice the int16 one's size.
+F32_MIN_ROWS = 8
 
 
 def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -43,16 +50,20 @@ def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
-def exact_product_f32(a: np.ndarray, b_chunks: list[np.ndarray]) -> np.ndarray:
-    """The exact integer product of ``a`` (M, K) and B given as float32 row chunks of
-    ``EXACT_F32_ROWS`` (``a`` and B hold integers of magnitude <= 255): one float32 GEMM per
-    chunk, their sums in float64. Twice the speed of ``product``'s float64 GEMM."""
+def exact_product_f32(a: np.ndarray, b32: np.ndarray, b_column_abs: float) -> np.ndarray:
+    """The exact integer product of int32 ``a`` (M, K) and ``b32`` (K, N), integers of magnitude
+    <= 255 held as float32, as int32; ``b_column_abs``: the largest sum of |B| over a column.
+    Every partial sum of a column is at most max|A| * that: below 2^24, in any order the BLAS
+    adds, one float32 GEMM is exact; else one GEMM per ``EXACT_F32_ROWS`` rows of B, their sums
+    in float64. Twice the speed of ``product``'s float64 GEMM or better."""
     a32 = a.astype(np.float32)
+    if a.size == 0 or float(np.abs(a).max()) * b_column_abs < F32_EXACT:
+        return np.matmul(a32, b32).astype(np.int32)
     total = None
-    for c, chunk in enumerate(b_chunks):
-        part = np.matmul(a32[:, c * EXACT_F32_ROWS:(c + 1) * EXACT_F32_ROWS], chunk)
+    for start in range(0, b32.shape[0], EXACT_F32_ROWS):
+        part = np.matmul(a32[:, start:start + EXACT_F32_ROWS], b32[start:start + EXACT_F32_ROWS])
         total = part.astype(np.float64) if total is None else total + part
-    return total
+    return total.astype(np.int32)
 
 
 def _as_int32(zero_point) -> np.ndarray:
@@ -84,7 +95,8 @@ class ConstantIntegerMatrix:
             self.one_offset = np.int32(offsets[0]) if offsets.size == 1 else None
             self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
             self.packed = _onednn.PackedConstants()  # the codes in oneDNN's layout, for every row count
-        self._fallback: np.ndarray | list | None = None
+        self._fallback: np.ndarray | None = None  # B - zb for ``_exact``, made at its first use
+        self._column_abs = 0.0
 
     def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None,
               onednn_only: bool = False) -> np.ndarray | None:
@@ -173,18 +185,19 @@ class ConstantIntegerMatrix:
             z += row_sums * self.offset
 
     def _exact(self, a_int: np.ndarray) -> np.ndarray:
-        """(A - za) @ (B - zb) without oneDNN: the compiled int16 loop, else float32 chunks."""
-        loop = _jit.integer_product() if self.k < MAX_K else None
-        if loop is not None:
-            if not isinstance(self._fallback, np.ndarray):
-                self._fallback = np.ascontiguousarray((self.b.astype(np.int32) - self.zb).astype(np.int16))
+        """(A - za) @ (B - zb) without oneDNN: B - zb kept once, as int16 for the compiled loop
+        where the first product has few rows (``F32_MIN_ROWS``), else as float32 for
+        ``exact_product_f32``'s BLAS products."""
+        if self._fallback is None:
+            b = self.b.astype(np.int32) - self.zb
+            few_rows = a_int.shape[0] < F32_MIN_ROWS and self.k < MAX_K and _jit.integer_product() is not None
+            self._fallback = np.ascontiguousarray(b.astype(np.int16 if few_rows else np.float32))
+            self._column_abs = float(np.abs(b).sum(axis=0).max()) if b.size else 0.0
+        if self._fallback.dtype == np.int16:
             z = np.zeros((a_int.shape[0], self.n), np.int32)
-            loop(a_int, self._fallback, z)
+            _jit.integer_product()(a_int, self._fallback, z)
             return z
-        if not isinstance(self._fallback, list):
-            b32 = (self.b.astype(np.int32) - self.zb).astype(np.float32)
-            self._fallback = [np.ascontiguousarray(b32[i:i + EXACT_F32_ROWS]) for i in range(0, self.k, EXACT_F32_ROWS)]
-        return exact_product_f32(a_int, self._fallback).astype(np.int32)
+        return exact_product_f32(a_int, self._fallback, self._column_abs)
 
 
 def prepared_matrix(prepared: PreparedFor, b: np.ndarray, b_zero_point, b_constant: np.ndarray | None

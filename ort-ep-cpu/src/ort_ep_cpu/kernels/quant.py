@@ -252,7 +252,8 @@ def _integer_conv(node, request, w_index: int):
     """``run(x, x_zero_point, w, w_zero_point)``: the exact int32 convolution of the codes minus
     their zero points (ConvInteger's, QLinearConv's accumulator): by oneDNN's 8-bit convolution
     where the weights are the constant initializer (``_integer.ConstantIntegerConvolution``),
-    else as the float Conv kernel in float64 (exact: sums far below 2^53)."""
+    else as the float Conv kernel in float32 where the operands bound every sum below 2^24, or
+    float64 (exact either way)."""
     conv = _conv_of(node, request)
     w_constant, prepared = const_input(node, request, w_index), PreparedFor()
     group = int(node.attr("group", 1))
@@ -266,11 +267,17 @@ def _integer_conv(node, request, w_index: int):
             y = integer_conv(x, x_zero_point, geometry.get(x.shape, attr_kernel or w.shape[2:]))
             if y is not None:
                 return y
-        xs = (x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))).astype(np.float64)
+        xs = x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))
         ws = w.astype(np.int32)
         if w_zero_point is not None:
             ws = ws - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)
-        return np.rint(conv(xs, ws.astype(np.float64))).astype(np.int32)
+        # every partial sum of an output is at most max|X - zx| times its channel's sum of |W -
+        # zw|: below 2^24 the float32 convolution (oneDNN's) is exact in any order; else float64
+        # (exact: sums far below 2^53)
+        peak = int(np.abs(xs).max()) if xs.size else 0
+        channel_abs = int(np.abs(ws).reshape(ws.shape[0], -1).sum(axis=1).max()) if ws.size else 0
+        dtype = np.float32 if peak * channel_abs < _integer.F32_EXACT else np.float64
+        return np.rint(conv(xs.astype(dtype), ws.astype(dtype))).astype(np.int32)
 
     return run
 
