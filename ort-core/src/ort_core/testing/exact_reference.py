@@ -117,10 +117,10 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], int8: s
             graph.initializer.append(numpy_helper.from_array(values.astype(np.uint8), added[name]))
         return added[name]
 
-    int8_constants = {name for name, t in inits.items() if t.data_type == onnx.TensorProto.INT8}
+    int8_operands = int8 | {name for name, t in inits.items() if t.data_type == onnx.TensorProto.INT8}
     for node in graph.node:
         activation, weights = WEIGHT_INPUTS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type), (None, ()))
-        if activation is not None and node.input[activation] in int8 | int8_constants:
+        if activation is not None and node.input[activation] in int8_operands:
             continue  # onnxruntime has no int8 x uint8 for most of these ops
         for weight, zero_point in weights:
             if not _is_int8_constant(node, weight, inits):
