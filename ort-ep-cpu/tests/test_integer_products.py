@@ -478,3 +478,28 @@ def test_conv_integer_without_onednn_is_exact(monkeypatch, extremes):
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     assert 255 * 127 * 1152 > 2**25
     np.testing.assert_array_equal(got, want)
+
+
+def test_qdq_matmul_without_onednn_takes_the_exact_float32_product(monkeypatch):
+    """Where oneDNN's 8-bit matmul is declined (no VNNI), a QDQ MatMul of several rows
+    (``_integer.F32_MIN_ROWS``) takes the exact product by float32 BLAS: onnxruntime's
+    MatMulIntegerToFloat arithmetic bit for bit, not the float product of the dequantized
+    values; fewer rows keep the float product."""
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "codes_plan", lambda self, rows, dtype: None)
+    monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
+    rng = np.random.default_rng(8)
+    k, n = 96, 40
+    codes = _codes(rng, (k, n), I8)
+    w_scale, w_zero = np.asarray(0.004, np.float32), np.asarray(-5, I8)
+    a_scale, a_zero = np.asarray(0.03, np.float32), np.asarray(120, U8)
+    for rows in (_integer.F32_MIN_ROWS + 4, _integer.F32_MIN_ROWS - 2):
+        x = (rng.standard_normal((1, rows, k)) * 2).astype(np.float32)
+        model = _qdq_matmul_model(x.shape, codes, w_scale, w_zero, a_scale, a_zero, False)
+        got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        q = np.clip(np.rint(x / a_scale) + 120, 0, 255).astype(np.int64)
+        acc = (q - 120) @ (codes.astype(np.int64) + 5)
+        exact = acc.astype(np.float32) * (a_scale * w_scale).astype(np.float32)
+        if rows >= _integer.F32_MIN_ROWS:
+            np.testing.assert_array_equal(got, exact)
+        else:  # the float product: within float32 rounding of it, not bit-equal
+            np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5 * float(np.abs(exact).max()))
