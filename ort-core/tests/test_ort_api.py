@@ -234,3 +234,19 @@ def test_random_op_model_runs(ort):
     sess = ort.InferenceSession(_bytes(model), providers=[CPU])
     (y,) = sess.run(None, {})
     assert y.shape == (3,) and np.all((y >= 0) & (y < 1))
+
+
+def test_host_cpu_reads_the_flags_proc_cpuinfo_lists():
+    """Providers decide by CPU features (OpenVINO's 8-bit decline without VNNI) from
+    ``host_cpu().flags``, read in the same pass as the name and vendor."""
+    import os
+
+    from ort_core.devices import host_cpu
+
+    if not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no /proc/cpuinfo here: the flags are empty")
+    with open("/proc/cpuinfo") as f:
+        line = next((line for line in f if line.startswith("flags")), None)
+    if line is None:
+        pytest.skip("/proc/cpuinfo lists no flags on this CPU")
+    assert host_cpu().flags == frozenset(line.split(":", 1)[1].split())

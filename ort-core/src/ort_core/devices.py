@@ -45,10 +45,13 @@ _CPUINFO_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuin
 
 @dataclass(frozen=True)
 class HostCpu:
-    """The processor this process runs on: its model name and its vendor ("Intel", "AMD", ...)."""
+    """The processor this process runs on: its model name, its vendor ("Intel", "AMD", ...) and
+    the feature flags /proc/cpuinfo lists for it ("avx2", "avx512_vnni", ...; empty where there is
+    none: providers then cannot tell)."""
 
     name: str
     vendor: str
+    flags: frozenset[str] = frozenset()
 
 
 def host_cpu() -> HostCpu:
@@ -57,6 +60,7 @@ def host_cpu() -> HostCpu:
     import platform
 
     name = vendor = ""
+    flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -66,11 +70,13 @@ def host_cpu() -> HostCpu:
                     name = value
                 elif key in ("vendor_id", "CPU implementer") and not vendor:
                     vendor = _CPUINFO_VENDORS.get(value, value)
+                elif key == "flags" and not flags:
+                    flags = frozenset(value.split())
     except OSError:
         pass
     if not vendor and platform.system() == "Darwin" and platform.machine() == "arm64":
         vendor = "Apple"
-    return HostCpu(name or platform.processor() or platform.machine(), vendor or platform.machine())
+    return HostCpu(name or platform.processor() or platform.machine(), vendor or platform.machine(), flags)
 
 
 class OrtHardwareDeviceType(enum.IntEnum):

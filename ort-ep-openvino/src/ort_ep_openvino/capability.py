@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from ort_core import GraphView, NodeView
+from ort_core.devices import host_cpu
 
 from . import _ov
 
@@ -185,16 +186,12 @@ def int8_reason(node: NodeView, device: str) -> str | None:
 
 @functools.cache
 def cpu_has_int8_dot_products() -> bool:
-    """Whether this CPU has 8-bit dot-product instructions, or is not an x86 one (True where
-    /proc/cpuinfo cannot be read)."""
+    """Whether this CPU has 8-bit dot-product instructions, or is not an x86 one (True where its
+    flags cannot be read)."""
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
         return True
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
-        return True
-    return flags is None or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
+    flags = host_cpu().flags
+    return not flags or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
 
 
 #: control flow nested deeper than this is declined: OpenVINO 2026.4's query_model and
