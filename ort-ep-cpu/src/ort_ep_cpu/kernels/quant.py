@@ -268,18 +268,24 @@ def _integer_conv(node, request, w_index: int):
             if y is not None:
                 return y
         xs = x.astype(np.int32) - (0 if x_zero_point is None else x_zero_point.astype(np.int32))
-        ws = w.astype(np.int32)
-        if w_zero_point is not None:
-            ws = ws - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)
+        ws, channel_abs = prepared.get("W - zw", (w, w_zero_point), lambda: _minus_zero_point(w, w_zero_point))
         # every partial sum of an output is at most max|X - zx| times its channel's sum of |W -
         # zw|: below 2^24 the float32 convolution (oneDNN's) is exact in any order; else float64
         # (exact: sums far below 2^53)
         peak = int(np.abs(xs).max()) if xs.size else 0
-        channel_abs = int(np.abs(ws).reshape(ws.shape[0], -1).sum(axis=1).max()) if ws.size else 0
         dtype = np.float32 if peak * channel_abs < _integer.F32_EXACT else np.float64
         return np.rint(conv(xs.astype(dtype), ws.astype(dtype))).astype(np.int32)
 
     return run
+
+
+def _minus_zero_point(w: np.ndarray, w_zero_point) -> tuple[np.ndarray, int]:
+    """(W - zw as int32, the largest sum of |W - zw| over an output channel's weights): made
+    once for constant weights (``PreparedFor``)."""
+    ws = w.astype(np.int32)
+    if w_zero_point is not None:
+        ws = ws - _channel_param(w_zero_point.astype(np.int32), w.ndim, 0)
+    return ws, int(np.abs(ws).reshape(ws.shape[0], -1).sum(axis=1).max()) if ws.size else 0
 
 
 @kernel("ConvInteger", since=10)
