@@ -98,3 +98,18 @@ def test_dynamic_quantize_lstm_gets_a_zero_point_per_direction():
         np.testing.assert_array_equal(exact_reference.session(rewritten).run(None, {"x": x})[0], want[0])
     else:
         assert exact_reference.session(model).run(None, {"x": x})[0].shape == (2, 2, 1, 3)
+
+
+def test_weights_inside_a_branch_are_written_too():
+    """A MatMulInteger inside an If branch, its int8 weight an outer initializer."""
+    a, b = _saturating_operands()
+    branch = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y_branch"])], "branch", [],
+                               [helper.make_tensor_value_info("y_branch", TensorProto.INT32, None)])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)
+    model = _model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape),
+                            helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                   [numpy_helper.from_array(b, "b")], [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
+    inner = exact_reference.with_uint8_weights(model).graph.node[0].attribute[0].g.node[0]
+    assert inner.input[1] != "b" and inner.input[3]  # the uint8 twin and its zero point 128
+    got = exact_reference.session(model).run(None, {"a": a, "cond": np.array(True)})[0]
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))

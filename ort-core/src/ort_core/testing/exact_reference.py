@@ -98,12 +98,15 @@ def _int8_values(model: onnx.ModelProto) -> set[str]:
     return int8
 
 
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for attr in node.attribute for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs)]
+
+
 def _graphs(graph: onnx.GraphProto):
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                yield from _graphs(sub)
+        for sub in _subgraphs(node):
+            yield from _graphs(sub)
 
 
 def _rewrite(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], int8: set[str]) -> None:
@@ -138,9 +141,8 @@ def _rewrite(graph: onnx.GraphProto, outer: dict[str, onnx.TensorProto], int8: s
                 graph.initializer.append(numpy_helper.from_array(np.full(shape, 128, np.uint8), name))
                 node.input[zero_point] = name
             node.input[weight] = as_uint8(node.input[weight])
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _rewrite(sub, inits, int8)
+        for sub in _subgraphs(node):
+            _rewrite(sub, inits, int8)
     # the int8 originals no node reads any more (onnxruntime warns of unused initializers)
     used = _names_read(graph)
     kept = [t for t in graph.initializer if t.name not in added or t.name in used]
@@ -153,9 +155,8 @@ def _names_read(graph: onnx.GraphProto) -> set[str]:
     names = {o.name for o in graph.output} | {i.name for i in graph.input}
     for node in graph.node:
         names.update(node.input)
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                names |= _names_read(sub)
+        for sub in _subgraphs(node):
+            names |= _names_read(sub)
     return names
 
 
