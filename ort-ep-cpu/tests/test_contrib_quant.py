@@ -213,12 +213,19 @@ def test_qgemm(trans_a, trans_b, output, bias):
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("w_dtype", [I8, U8])
 @pytest.mark.parametrize("extras", [False, True])
-@pytest.mark.parametrize("steps", ["compiled", "numpy", "per_column_scale"])
+@pytest.mark.parametrize("steps", ["compiled", "scan", "numpy", "per_column_scale"])
 def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
-    """``steps``: the compiled step loop (one R scale per direction), the numpy steps, and the
-    numpy steps that a per-column R scale takes even where the compiled loop is on."""
+    """``steps``: the compiled step loop (one R scale per direction) on this machine's product
+    (oneDNN's where the CPU has VNNI), the compiled scan with the packed product (oneDNN off),
+    the numpy steps, and the numpy steps that a per-column R scale takes even where the
+    compiled loop is on."""
     from compiled_loops import use_compiled
 
+    from ort_ep_cpu.kernels import _onednn
+
+    if steps == "scan":
+        monkeypatch.setattr(_onednn, "USE", False)
+    scans = use_compiled(monkeypatch, steps != "numpy", "quantized_lstm_scan")
     used = use_compiled(monkeypatch, steps != "numpy", "quantized_lstm_step")
     rng = np.random.default_rng(8)
     seq, batch, inp, hidden = 5, 3, 10, 8
@@ -257,7 +264,9 @@ def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
             # H's scale, range/255, into the gates: up to 4e-3 x range seen)
             _assert_float(g, w, rel=6e-3)
     if steps != "numpy":  # asked for the compiled loop (which ran) only with one R scale
-        assert bool(used) == (steps == "compiled")
+        assert bool(used) == (steps in ("compiled", "scan"))
+    if steps == "scan":
+        assert scans
 
 
 @pytest.mark.parametrize("mask", ["none", "lengths", "2d"])

@@ -1,6 +1,6 @@
 """The exact integer products of 8-bit codes (``kernels/_integer.py``) on each of their paths:
-oneDNN's 8-bit kernels with the zero points' terms added in int32, the compiled int16 loop, and
-float32 row chunks. Each must give the integers (A - za) @ (B - zb) exactly (compared with int64
+oneDNN's 8-bit kernels with the zero points' terms added in int32, the compiled VPMADDWD
+product of packed panels, and float32 row chunks (numpy only). Each must give the integers (A - za) @ (B - zb) exactly (compared with int64
 numpy), at the extremes of the codes, for every pairing of uint8/int8 operands and zero points
 that are absent, scalar, per row of A or per column of B. Then the quantized ops that use them
 against onnxruntime at sizes that take oneDNN."""
@@ -41,7 +41,7 @@ def _want(a, za, b, zb):
     return a64 @ b64
 
 
-@pytest.fixture(params=["onednn", "integer_loop", "float32_chunks"])
+@pytest.fixture(params=["onednn", "packed_product", "float32_chunks"])
 def path(request, monkeypatch):
     """Each path of ``ConstantIntegerMatrix``; returns a list of the oneDNN implementations run."""
     seen: list[str] = []
@@ -53,7 +53,7 @@ def path(request, monkeypatch):
         monkeypatch.setattr(_onednn.IntegerMatMul, "run", lambda self, x, y: seen.append(self.implementation) or real(self, x, y))
     else:
         monkeypatch.setattr(_onednn, "USE", False)
-        use_compiled(monkeypatch, request.param == "integer_loop", "integer_product")
+        use_compiled(monkeypatch, request.param == "packed_product", "packed_product")
     return request.param, seen
 
 
@@ -78,12 +78,12 @@ def test_constant_integer_matrix_is_exact(path, a_dtype, b_dtype, za_kind, zb_ki
             pytest.skip("this CPU has no AMX or VNNI kernel for the product: the compiled loop ran")
 
 
-def test_constant_integer_matrix_takes_int32_values(path):
-    """A given as int32 values (codes minus their zero point already) takes the exact loop."""
-    rng = np.random.default_rng(6)
-    a = rng.choice([-255, 255, 254, -1, 0, 7], (3, 300)).astype(np.int32)
-    b = _codes(rng, (300, 40), U8)
-    np.testing.assert_array_equal(_integer.ConstantIntegerMatrix(b, np.uint8(255)).times(a), _want(a, None, b, np.uint8(255)))
+def test_constant_integer_matrix_takes_only_8_bit_codes(path):
+    """A of another dtype is refused with its dtype and shape named (the packed product holds
+    A - za in int16, which only codes minus their zero point are sure to fit)."""
+    b = _codes(np.random.default_rng(6), (300, 40), U8)
+    with pytest.raises(ValueError, match=r"8-bit codes \(M, 300\), got int32 \(3, 300\)"):
+        _integer.ConstantIntegerMatrix(b, np.uint8(255)).times(np.zeros((3, 300), np.int32))
 
 
 def test_uint8_codes_reach_onednn_without_int16_copies():
@@ -130,9 +130,11 @@ def test_exact_float32_product_equals_the_float64_one(extremes):
     np.testing.assert_array_equal(_integer.product(a, b), a.astype(np.int64) @ b.astype(np.int64))
 
 
-def test_the_fallback_without_onednn_is_exact_for_many_rows_and_few(monkeypatch):
-    """Where oneDNN does not take the product (no VNNI, or not installed): the compiled loop's
-    int16 B for a first product of few rows, one float32 B for many (with the bound's check)."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_fallback_without_onednn_is_exact_for_many_rows_and_few(compiled, monkeypatch):
+    """Where oneDNN does not take the product (no VNNI, or not installed): B - zb packed once
+    for the compiled product, or (numpy only) one float32 B, with the bound's check."""
+    use_compiled(monkeypatch, compiled, "packed_product")
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
     rng = np.random.default_rng(4)
     b = _codes(rng, (700, 96), U8)
@@ -144,7 +146,72 @@ def test_the_fallback_without_onednn_is_exact_for_many_rows_and_few(monkeypatch)
             np.testing.assert_array_equal(matrix.times(a, np.asarray(3, U8)), _want(a, 3, b, 3))
             small = (a // 16).astype(U8)  # a bound below 2^24: one GEMM
             np.testing.assert_array_equal(matrix.times(small, np.asarray(3, U8)), _want(small, 3, b, 3))
-        assert matrix._fallback.dtype == (np.int16 if first_rows == 1 else np.float32)
+        assert (matrix._packed is not None, matrix._float is not None) == (compiled, not compiled)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 8, 70])  # the 1-3 row blocks, and past a row block
+@pytest.mark.parametrize("k,n", [(1, 1), (37, 19), (512, 48), (96, 130)])
+@pytest.mark.parametrize("b_range", ["int8", "int16"])
+def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_range, monkeypatch):
+    """``_jit.packed_product`` through ``ConstantIntegerMatrix``: every count of rows left by
+    the four-row register block, K odd (a zero-padded pair), N not a whole panel, B - zb
+    packed as int8 (zero point 0 of int8 codes) or int16 (it does not fit int8), on one
+    thread and split over the pool's (``threads.split``)."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", True)
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    rng = np.random.default_rng(m * 1000 + k)
+    a = _codes(rng, (m, k), U8)
+    b = _codes(rng, (k, n), I8)
+    b[0, 0] = 127  # with zero point -128: 255, past int8
+    zb = None if b_range == "int8" else np.asarray(-128, I8)
+    want = _want(a, 255, b, zb)
+    for split in (False, True):
+        monkeypatch.setattr(_integer, "SPLIT_MIN_MACS", 0 if split else 1 << 62)
+        matrix = _integer.ConstantIntegerMatrix(b, zb)
+        np.testing.assert_array_equal(matrix.times(a, np.asarray(255, U8)), want)
+        assert matrix._packed.dtype == (np.int8 if b_range == "int8" else np.int16)
+
+
+def test_packed_product_sums_reach_int32s_limit_exactly(monkeypatch):
+    """At the largest K the packed product takes (``MAX_K`` - 1) every product -255 * -255
+    sums to 2,147,385,600: just inside int32, exact, on the VPMADDWD path (which would
+    saturate only at four -32768 operands)."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", True)
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    k = _integer.MAX_K - 1
+    b = np.zeros((k, 20), U8)  # B - zb = 0 - 255 = -255
+    a = np.zeros((2, k), U8)  # A - za = 0 - 255 = -255
+    got = _integer.ConstantIntegerMatrix(b, np.asarray(255, U8)).times(a, np.asarray(255, U8))
+    assert int(got.max()) == int(got.min()) == k * 255 * 255 == 2_147_385_600
+
+
+def test_packed_product_is_vpmaddwd_on_avx2():
+    """The register block compiles to VPMADDWD where the CPU has AVX2 (``_vector_ir``): the
+    reason the product is written in LLVM vector code, checked in the machine code."""
+    import platform
+
+    from ort_core.devices import host_cpu
+
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    if platform.machine() not in ("x86_64", "AMD64") or "avx2" not in host_cpu().flags:
+        pytest.skip("VPMADDWD on 256-bit vectors needs an x86 CPU with AVX2")
+    import numba
+
+    from ort_ep_cpu.kernels import _vector_ir
+
+    block = _vector_ir.madd_block(4)
+
+    @numba.njit
+    def run(a, bp, z):
+        block(a, 0, bp, 0, z)
+
+    a, bp, z = np.ones((4, 8), np.int16), np.ones((1, 4, 32), np.int8), np.zeros((4, 16), np.int32)
+    run(a, bp, z)
+    assert (z == 8).all()
+    assembly = run.inspect_asm(run.signatures[0])
+    assert any("vpmaddwd" in line and "ymm" in line for line in assembly.splitlines()), "no VPMADDWD on ymm registers"
 
 
 def _one_node(op: str, domain: str, inputs: list[str], consts: dict, feeds: dict, out_type: int, **attrs) -> bytes:
@@ -480,11 +547,13 @@ def test_conv_integer_without_onednn_is_exact(monkeypatch, extremes):
     np.testing.assert_array_equal(got, want)
 
 
-def test_qdq_matmul_without_onednn_takes_the_exact_float32_product(monkeypatch):
-    """Where oneDNN's 8-bit matmul is declined (no VNNI), a QDQ MatMul of several rows
-    (``_integer.F32_MIN_ROWS``) takes the exact product by float32 BLAS: onnxruntime's
-    MatMulIntegerToFloat arithmetic bit for bit, not the float product of the dequantized
-    values; fewer rows keep the float product."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_qdq_matmul_without_onednn_takes_the_exact_product(compiled, monkeypatch):
+    """Where oneDNN's 8-bit matmul is declined (no VNNI), a QDQ MatMul takes the exact product:
+    onnxruntime's MatMulIntegerToFloat arithmetic bit for bit, not the float product of the
+    dequantized values. The compiled product takes any rows; without it, float32 BLAS from
+    ``_integer.F32_MIN_ROWS`` rows, and fewer rows keep the float product."""
+    use_compiled(monkeypatch, compiled, "packed_product")
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "codes_plan", lambda self, rows, dtype: None)
     monkeypatch.setattr(_integer, "ONEDNN_MIN_MACS", 0)
     rng = np.random.default_rng(8)
@@ -499,7 +568,7 @@ def test_qdq_matmul_without_onednn_takes_the_exact_float32_product(monkeypatch):
         q = np.clip(np.rint(x / a_scale) + 120, 0, 255).astype(np.int64)
         acc = (q - 120) @ (codes.astype(np.int64) + 5)
         exact = acc.astype(np.float32) * (a_scale * w_scale).astype(np.float32)
-        if rows >= _integer.F32_MIN_ROWS:
+        if compiled or rows >= _integer.F32_MIN_ROWS:
             np.testing.assert_array_equal(got, exact)
         else:  # the float product: within float32 rounding of it, not bit-equal
             np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5 * float(np.abs(exact).max()))

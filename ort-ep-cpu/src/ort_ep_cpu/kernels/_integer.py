@@ -13,15 +13,16 @@ terms of
     (A - za) @ (B - zb) = A @ Bs - za * colsum(Bs) + rowsum(A - za) * (s - zb),   Bs = B - s,
 
 all in int32: the true result is below 2^31 in magnitude for K < 33025, and int32's wrapping
-arithmetic gives it exactly whatever its intermediate terms do. Elsewhere B - zb is kept as
-int16 for the compiled loop (``_jit.integer_product``) or as float32 row chunks
-(``exact_product_f32``).
+arithmetic gives it exactly whatever its intermediate terms do. Elsewhere B - zb is packed for
+the compiled VPMADDWD product (``pack_panels``, ``_jit.packed_product``), or kept as float32
+for BLAS products where numba is absent (``exact_product_f32``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import threads
 from . import _jit, _onednn
 from ._util import PreparedFor
 from .nn import _as_2d
@@ -38,10 +39,12 @@ ONEDNN_MIN_MACS = 1 << 18
 EXACT_F32_ROWS = 256
 #: float32 holds every integer of smaller magnitude exactly
 F32_EXACT = 1 << 24
-#: rows of A from which one float32 BLAS product of the whole matrix beats the compiled int16
-#: loop (measured on an AVX2 EPYC, ms loop / float32: 1 x 768 x 3072 0.14 / 0.17; 4 x 768 x
-#: 3072 0.42 / 0.70; 8 x 512 x 1024 0.22 / 0.18; 48 x 512 x 1024 1.05 / 0.44; 26 x 1024 x 8210
-#: 10.7 / 6.8). Its B is twice the int16 one's size.
+#: products with fewer multiply-adds take one thread in ``ConstantIntegerMatrix`` (us one /
+#: two threads on an AVX2 EPYC: 1 x 256 x 1024 5.7 / 5.4; 1 x 512 x 2048 21.5 / 14.1)
+SPLIT_MIN_MACS = 1 << 19
+#: without the compiled product, rows of A from which the exact float32 product replaces a QDQ
+#: MatMul's float one where oneDNN declines (a QDQ transformer 3.8 -> 2.2 ms at batch 1 on an
+#: AVX2 EPYC; below it the int16 loop this replaced was slower than float32 BLAS)
 F32_MIN_ROWS = 8
 
 
@@ -70,6 +73,21 @@ def _as_int32(zero_point) -> np.ndarray:
     return np.zeros((), np.int32) if zero_point is None else np.asarray(zero_point).astype(np.int32)
 
 
+def pack_panels(b: np.ndarray) -> np.ndarray:
+    """B (K, N) of integers of magnitude <= 255 (8-bit codes minus their zero point) in
+    ``_jit.packed_product``'s layout: (N/16 panels, K/2 pairs, 32), pair p of a panel holding
+    B[2p, c], B[2p + 1, c] for its 16 columns c in turn (K and N zero-padded to a pair and a
+    panel); int8 where every value fits (weights of zero point 0, or uint8 ones of zero point
+    128: half the memory each product reads), else int16."""
+    k, n = b.shape
+    pairs, panels = (k + 1) // 2, -(-n // _jit.PRODUCT_PANEL) if n else 0
+    fits_int8 = b.size == 0 or (int(b.min()) >= -128 and int(b.max()) <= 127)
+    padded = np.zeros((2 * pairs, panels * _jit.PRODUCT_PANEL), np.int8 if fits_int8 else np.int16)
+    padded[:k, :n] = b
+    grouped = padded.reshape(pairs, 2, panels, _jit.PRODUCT_PANEL)  # [p, t, q, c] = B[2p + t, 16q + c]
+    return np.ascontiguousarray(grouped.transpose(2, 0, 3, 1)).reshape(panels, pairs, 2 * _jit.PRODUCT_PANEL)
+
+
 class ConstantIntegerMatrix:
     """A constant B (K, N) of 8-bit codes (int8 or uint8) with its zero point (None, a scalar or
     one per column), made once; ``times(a, a_zero_point)`` is the exact int32 (M, N) product
@@ -95,7 +113,10 @@ class ConstantIntegerMatrix:
             self.one_offset = np.int32(offsets[0]) if offsets.size == 1 else None
             self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
             self.packed = _onednn.PackedConstants()  # the codes in oneDNN's layout, for every row count
-        self._fallback: np.ndarray | None = None  # B - zb for ``_exact``, made at its first use
+        # B - zb for ``_exact``, made at its first use: packed for the compiled product, else
+        # as float32 with the largest column sum of its magnitudes
+        self._packed: np.ndarray | None = None
+        self._float: np.ndarray | None = None
         self._column_abs = 0.0
 
     def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None,
@@ -103,8 +124,8 @@ class ConstantIntegerMatrix:
         """The product; ``out``: a C-contiguous int32 (M, N) to write it into (a loop's steps
         reuse one: oneDNN then keeps the address it was given). ``onednn_only``: None where
         oneDNN does not take it (for a caller whose own float path is faster than the loop)."""
-        if a.ndim != 2 or a.shape[1] != self.k:
-            raise ValueError(f"ConstantIntegerMatrix: A must be (M, {self.k}), got shape {a.shape}")
+        if a.ndim != 2 or a.shape[1] != self.k or a.dtype not in (np.int8, np.uint8):
+            raise ValueError(f"ConstantIntegerMatrix: A must be 8-bit codes (M, {self.k}), got {a.dtype} {a.shape}")
         m = a.shape[0]
         if self.takes_onednn(m, a.dtype):
             plan = self.codes_plan(m, a.dtype)
@@ -115,12 +136,7 @@ class ConstantIntegerMatrix:
                 return z
         if onednn_only:
             return None
-        za = _as_int32(a_zero_point)
-        a_int = a.astype(np.int32) - (za.reshape(-1, 1) if za.ndim == 1 else za)
-        z = self._exact(np.ascontiguousarray(a_int))
-        if out is not None:
-            out[...] = z
-        return z
+        return self._exact(a, _as_int32(a_zero_point), out)
 
     def codes_plan(self, rows: int, a_dtype: np.dtype) -> _onednn.IntegerMatMul | None:
         """oneDNN's product A @ Bs of ``rows`` rows of ``a_dtype`` codes into int32, without the
@@ -184,20 +200,40 @@ class ConstantIntegerMatrix:
             row_sums = a.sum(axis=1, dtype=np.int32).reshape(-1, 1) - self.k * za  # rowsum(A - za)
             z += row_sums * self.offset
 
-    def _exact(self, a_int: np.ndarray) -> np.ndarray:
-        """(A - za) @ (B - zb) without oneDNN: B - zb kept once, as int16 for the compiled loop
-        where the first product has few rows (``F32_MIN_ROWS``), else as float32 for
-        ``exact_product_f32``'s BLAS products."""
-        if self._fallback is None:
-            b = self.b.astype(np.int32) - self.zb
-            few_rows = a_int.shape[0] < F32_MIN_ROWS and self.k < MAX_K and _jit.integer_product() is not None
-            self._fallback = np.ascontiguousarray(b.astype(np.int16 if few_rows else np.float32))
-            self._column_abs = float(np.abs(b).sum(axis=0).max()) if b.size else 0.0
-        if self._fallback.dtype == np.int16:
-            z = np.zeros((a_int.shape[0], self.n), np.int32)
-            _jit.integer_product()(a_int, self._fallback, z)
+    def packed_panels(self) -> np.ndarray | None:
+        """B - zb packed for ``_jit.packed_product`` (``pack_panels``, made once), or None where
+        that product is not there (numba absent, or K too large for int32 sums): for a caller
+        that runs the product in its own compiled loop (DynamicQuantizeLSTM's steps)."""
+        if self.k >= MAX_K or _jit.packed_product() is None:
+            return None
+        if self._packed is None:
+            self._packed = pack_panels(self.b.astype(np.int32) - self.zb)
+        return self._packed
+
+    def product_threads(self, rows: int) -> int:
+        """The threads ``_jit.packed_product`` takes for ``rows`` rows of A (``SPLIT_MIN_MACS``)."""
+        return threads.usable() if rows * self.k * self.n >= SPLIT_MIN_MACS else 1
+
+    def _exact(self, a: np.ndarray, za: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """(A - za) @ (B - zb) without oneDNN, into ``out`` where given, B - zb made once:
+        packed for the compiled product (``_jit.packed_product``), on the session's threads
+        where it is large; else (numpy only) as float32 for ``exact_product_f32``'s BLAS
+        products."""
+        if self.packed_panels() is None:
+            za = za.reshape(-1, 1) if za.ndim == 1 else za
+            if self._float is None:
+                b = self.b.astype(np.int32) - self.zb
+                self._float = np.ascontiguousarray(b, dtype=np.float32)
+                self._column_abs = float(np.abs(b).sum(axis=0).max()) if b.size else 0.0
+            z = exact_product_f32(np.ascontiguousarray(a.astype(np.int32) - za), self._float, self._column_abs)
+            if out is not None:
+                out[...] = z
             return z
-        return exact_product_f32(a_int, self._fallback, self._column_abs)
+        m = a.shape[0]
+        zero_points = np.broadcast_to(za.reshape(-1), (m,)).astype(np.int32)  # one per row
+        z = np.empty((m, self.n), np.int32) if out is None else out
+        _jit.packed_product()(np.ascontiguousarray(a), zero_points, self.packed_panels(), z, self.product_threads(m))
+        return z
 
 
 def prepared_matrix(prepared: PreparedFor, b: np.ndarray, b_zero_point, b_constant: np.ndarray | None

@@ -35,6 +35,7 @@ _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
 _interleave: Callable | None = None
 _lstm_scan: Callable | None = None
 _quantized_lstm_step: Callable | None = None
+_quantized_lstm_scan: Callable | None = None
 _lstm_cell_row: Callable | None = None
 _lstm_cell_row_mlas: Callable | None = None  # (and the MLAS activations and their helpers, set by _load)
 _lstm_cells: Callable | None = None
@@ -49,7 +50,10 @@ _erf_in_place: Callable | None = None
 _quantize: Callable | None = None
 _dequantize: Callable | None = None
 _fake_quantize: Callable | None = None
-_integer_product: Callable | None = None
+_packed_product: Callable | None = None
+_prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
+# the register blocks of _packed_product_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
+_madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
 _small_conv: Callable | None = None
 _bilinear: Callable | None = None
 _conv_combine: Callable | None = None
@@ -171,12 +175,16 @@ def fake_quantize() -> Callable | None:
     return _fake_quantize if _load() else None
 
 
-def integer_product() -> Callable | None:
-    """The compiled loop ``(a, b, z)``: z += a @ b for C-contiguous int32 a (M, K), int16 b
-    (K, N) and int32 z (M, N), exact (the caller bounds the sums below 2^31: 8-bit codes minus
-    their zero points), or None. For the products of dynamically quantized LSTMs: b at two bytes
-    an element is half the float32 copy's traffic, and the sums need no chunking."""
-    return _integer_product if _load() else None
+def packed_product() -> Callable | None:
+    """The compiled exact product ``(a, za, bp, z, parts)``: z = (a - za) @ B for 8-bit codes
+    ``a`` (M, K), C-contiguous, with int32 zero points ``za`` (M,), one per row, ``bp`` B - zb
+    packed by ``_integer.pack_panels`` (int8 where it fits, else int16), int32 ``z`` (M, N)
+    written; B's panels in ``parts`` shares on as many threads (numba's OpenMP or TBB pool: a
+    few us to start, where Python threads took 25), or None. Sixteen multiply-adds per
+    VPMADDWD (``_vector_ir``), the sums exact in int32 below K = 33025. On an AVX2 EPYC, us one
+    / two shares: 1 x 768 x 3072 57 / 35; 48 x 512 x 1024 326 / 167 (float32 BLAS, one
+    thread: 646), where the CPU has no VNNI for oneDNN's 8-bit kernels."""
+    return _packed_product if _load() else None
 
 
 def integer_to_float() -> Callable | None:
@@ -363,6 +371,19 @@ def lstm_cells() -> Callable | None:
     return _lstm_cells if _load() else None
 
 
+def quantized_lstm_scan() -> Callable | None:
+    """DynamicQuantizeLSTM's whole recurrence of one direction where its products are
+    ``packed_product``'s, ``(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q, h_scale,
+    h_zero_point, parts)``, or None: per step, the exact product of the quantized h ``q`` (its
+    scale and zero point given for the first step) and R packed as ``bp`` on ``parts``
+    threads, then ``quantized_lstm_step`` (``r_scale`` R's scale) with xw[t] (seq, batch, 4n)
+    and y[t] (seq, batch, n) at t = step, or walking each row's own length backwards where
+    ``reverse``; h and c in place. One call for the sequence: the Python between the steps
+    (two calls and the product's arrays, about 20 us a step) was a third of a step at hidden
+    512 on an AVX2 EPYC."""
+    return _quantized_lstm_scan if _load() else None
+
+
 def quantized_lstm_step() -> Callable | None:
     """One time step of DynamicQuantizeLSTM's recurrence (one direction, the default
     activations, no clip), ``(acc, zq, column_sums, offset, scale, xt, rb, p, lens, step, h, c,
@@ -396,11 +417,27 @@ def _load() -> bool:
     return _depthwise is not None
 
 
+def _parallel_loop(numba, loop: Callable, cached: bool, options: dict) -> Callable:
+    """``loop`` compiled with its ``_prange`` shares on numba's thread pool where that pool may
+    be entered from several threads at once (OpenMP's or TBB's, the pools numba prefers: the
+    OpenMP one is the process's libgomp pool, which oneDNN uses too), else compiled serial:
+    numba's own "workqueue" pool ends the process when two threads enter it (sessions run from
+    several threads would). Which pool numba loads is known only after a parallel loop has
+    run: a one-element product runs first."""
+    parallel = numba.njit(cache=cached, parallel=True, **options)(loop)
+    parallel(np.zeros((1, 2), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int8),
+             np.zeros((1, PRODUCT_PANEL), np.int32), 2)
+    if numba.threading_layer() != "workqueue":
+        return parallel
+    return numba.njit(cache=cached, **options)(loop)
+
+
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
-    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _integer_product
-    global _quantized_lstm_step, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
+    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
+    global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange
+    global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
@@ -414,8 +451,8 @@ def _load_once() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _integer_product = None
-                _quantized_lstm_step = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
+                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _packed_product = None
+                _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
@@ -450,7 +487,11 @@ def _load_once() -> None:
                 _quantize = numba.njit(cache=cached, **elementwise)(_quantize_py)
                 _dequantize = numba.njit(cache=cached, **elementwise)(_dequantize_py)
                 _fake_quantize = numba.njit(cache=cached, **elementwise)(_fake_quantize_py)
-                _integer_product = numba.njit(cache=cached, **elementwise)(_integer_product_py)
+                # the register blocks are globals of the product's loop: made first
+                from . import _vector_ir
+                _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4 = (_vector_ir.madd_block(rows) for rows in (1, 2, 3, 4))
+                _prange = numba.prange
+                _packed_product = _parallel_loop(numba, _packed_product_py, cached, elementwise)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
@@ -471,12 +512,16 @@ def _load_once() -> None:
                 # onnxruntime's DynamicQuantizeLSTM: MLAS's activations, and no "contract" (its
                 # gates and cell are separate multiplies and adds); globals of the step, first
                 exact = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
-                _fma = numba.njit(inline="always", **exact)(_fma_py)
+                # float32 a * b + c rounded once (LLVM's fma: the FMA instruction, which
+                # vectorises; the float64 emulation it replaced kept the cell scalar, 2x slower)
+                _fma = _vector_ir.fused_multiply_add
                 _rational = numba.njit(inline="always", **exact)(_rational_py)
                 _mlas_logistic_value = numba.njit(inline="always", **exact)(_mlas_logistic_value_py)
                 _mlas_tanh_value = numba.njit(inline="always", **exact)(_mlas_tanh_value_py)
                 _lstm_cell_row_mlas = numba.njit(inline="always", **exact)(_lstm_cell_row_py(_mlas_logistic_value, _mlas_tanh_value))
                 _quantized_lstm_step = numba.njit(cache=cached, **exact)(_quantized_lstm_step_py)
+                # the step and the product are globals of the scan: compiled first
+                _quantized_lstm_scan = numba.njit(cache=cached, **exact)(_quantized_lstm_scan_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
                 _half_to_float = numba.njit(cache=cached, **elementwise)(_half_to_float_py)
                 _float_to_half = numba.njit(cache=cached, **elementwise)(_float_to_half_py)
@@ -1113,28 +1158,40 @@ def _top_k_rows_py(x, k, largest, values, indices):  # pragma: no cover - compil
                 kept += 1
 
 
-def _integer_product_py(a, b, z):  # pragma: no cover - compiled by numba
-    """See ``integer_product``: rows of b four at a time, read once for all rows of a; each
-    z[r, j] is updated once per four terms (int32 lanes: 29 us for 1 x 512 @ 512 x 2048)."""
+#: columns of B per panel of ``_integer.pack_panels`` (two AVX2 vectors of int32 sums)
+PRODUCT_PANEL = 16
+#: rows of A per pass over B's panels in ``_packed_product_py``: 64 int16 rows of K = 1024 are
+#: 128 KB, held in L2 while each panel of B meets them
+_PRODUCT_ROW_BLOCK = 64
+
+
+def _packed_product_py(a, za, bp, z, parts):  # pragma: no cover - compiled by numba
+    """See ``packed_product``: the codes minus their zero points as int16 first (a zero past an
+    odd K), then B's panels in ``parts`` shares at once (``prange``); in a share, blocks of
+    rows, each met by the share's panels in turn, four rows at a time by the register block."""
     m, k = a.shape
-    n = b.shape[1]
-    kk = 0
-    while kk + 4 <= k:
-        b0, b1, b2, b3 = b[kk], b[kk + 1], b[kk + 2], b[kk + 3]
-        for r in range(m):
-            a0, a1, a2, a3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
-            zr = z[r]
-            for j in range(n):
-                zr[j] += a0 * np.int32(b0[j]) + a1 * np.int32(b1[j]) + a2 * np.int32(b2[j]) + a3 * np.int32(b3[j])
-        kk += 4
-    while kk < k:
-        bk = b[kk]
-        for r in range(m):
-            ak = a[r, kk]
-            zr = z[r]
-            for j in range(n):
-                zr[j] += ak * np.int32(bk[j])
-        kk += 1
+    panels, pairs = bp.shape[0], bp.shape[1]
+    a16 = np.zeros((m, 2 * pairs), np.int16)
+    for r in range(m):
+        zr = za[r]
+        for t in range(k):
+            a16[r, t] = np.int16(np.int32(a[r, t]) - zr)
+    for part in _prange(parts):
+        first, end = panels * part // parts, panels * (part + 1) // parts
+        for top in range(0, m, _PRODUCT_ROW_BLOCK):
+            bottom = min(top + _PRODUCT_ROW_BLOCK, m)
+            for q in range(first, end):
+                r = top
+                while r + 4 <= bottom:
+                    _madd_rows4(a16, r, bp, q, z)
+                    r += 4
+                left = bottom - r
+                if left == 3:
+                    _madd_rows3(a16, r, bp, q, z)
+                elif left == 2:
+                    _madd_rows2(a16, r, bp, q, z)
+                elif left == 1:
+                    _madd_rows1(a16, r, bp, q, z)
 
 
 def _integer_to_float_py(acc, a, za, column_sums, offset, scale, y):  # pragma: no cover - compiled by numba
@@ -1291,25 +1348,38 @@ def _tanh_value_py(v):  # pragma: no cover - compiled by numba
 def _lstm_cell_row_py(sigmoid, tanh):
     """One batch row of an LSTM cell (default activations ``sigmoid`` and ``tanh``, compiled
     scalar functions, frozen into the compiled row): ``row(z, p, c, h, y)``, gates z (4n,) in
-    order i, o, f, c, peepholes p (3n,) or empty; c and h (n,) updated in place, y = h. The
-    float LSTM's row takes ``_sigmoid_value``/``_tanh_value``, DynamicQuantizeLSTM's MLAS's
+    order i, o, f, c, overwritten (with the activations), peepholes p (3n,) or empty; c and h
+    (n,) updated in place, y = h. The float LSTM's row takes ``_sigmoid_value``/``_tanh_value``, DynamicQuantizeLSTM's MLAS's
     (``_mlas_logistic_value``), the products and sums in onnxruntime's order."""
 
     def row(z, p, c, h, y):  # pragma: no cover - compiled by numba
+        # one pass per activation, in place over z (the caller's scratch): loops of one input
+        # and one output vectorise, where the whole cell in one loop stayed scalar (hidden 768:
+        # 21 -> 9 us a DynamicQuantizeLSTM step on an AVX2 EPYC); the arithmetic per element is
+        # unchanged
         n = c.shape[0]
+        peepholes = p.size != 0
+        if peepholes:
+            for j in range(n):
+                z[j] += p[j] * c[j]
+                z[2 * n + j] += p[2 * n + j] * c[j]
         for j in range(n):
-            cj = c[j]
-            zi = z[j]
-            zf = z[2 * n + j]
-            if p.size != 0:
-                zi += p[j] * cj
-                zf += p[2 * n + j] * cj
-            cj = sigmoid(zf) * cj + sigmoid(zi) * tanh(z[3 * n + j])
-            zo = z[n + j]
-            if p.size != 0:
-                zo += p[n + j] * cj
-            c[j] = cj
-            hj = sigmoid(zo) * tanh(cj)
+            z[j] = sigmoid(z[j])
+        for j in range(2 * n, 3 * n):
+            z[j] = sigmoid(z[j])
+        for j in range(3 * n, 4 * n):
+            z[j] = tanh(z[j])
+        for j in range(n):
+            c[j] = z[2 * n + j] * c[j] + z[j] * z[3 * n + j]
+        if peepholes:
+            for j in range(n):
+                z[n + j] += p[n + j] * c[j]
+        for j in range(n, 2 * n):
+            z[j] = sigmoid(z[j])
+        for j in range(n):
+            h[j] = tanh(c[j])
+        for j in range(n):
+            hj = z[n + j] * h[j]
             h[j] = hj
             y[j] = hj
 
@@ -1328,11 +1398,6 @@ MLAS_TANH_P = np.array([-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152
                         4.89352455891786e-03], np.float32)
 MLAS_TANH_Q = np.array([1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
                         4.89352518554385e-03], np.float32)
-
-
-def _fma_py(a, b, c):  # pragma: no cover - compiled by numba (inlined)
-    """float32 a * b + c rounded once: the float32 product is exact in float64."""
-    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
 
 
 def _rational_py(x, p, q):  # pragma: no cover - compiled by numba (inlined)
@@ -1445,6 +1510,40 @@ def _quantized_lstm_step_py(acc, zq, column_sums, offset, scale, xt, rb, p, lens
             v = np.rint(h[b, j] / h_scale) + zp
             q[b, j] = np.uint8(min(max(v, _ZERO), np.float32(255.0)))
     return h_scale, np.uint8(zp)
+
+
+def _quantized_lstm_scan_py(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q, h_scale, h_zero_point, parts):  # pragma: no cover - compiled by numba
+    """See ``quantized_lstm_scan``: ``contrib_quant._compiled_steps``'s loop, compiled."""
+    seq, batch, g = xw.shape
+    n = g // 4
+    acc = np.empty((batch, g), np.int32)
+    zero_points = np.empty(batch, np.int32)
+    no_terms = np.empty(0, np.int32)
+    full = True  # every row as long as the sequence: reversed, row by step
+    for b in range(batch):
+        if lens[b] != seq:
+            full = False
+    x_rows = np.empty((batch, g), np.float32)  # a reverse walk of unequal lengths: row by row
+    out_rows = np.empty((batch, n), np.float32)
+    t_rows = np.zeros(batch, np.int64)
+    scale = h_scale
+    zero = h_zero_point
+    for step in range(seq):
+        zero_points[:] = np.int32(zero)
+        _packed_product(q, zero_points, bp, acc, parts)
+        if reverse and not full:
+            for b in range(batch):
+                t_rows[b] = lens[b] - 1 - step if step < lens[b] else 0
+                x_rows[b] = xw[t_rows[b], b]
+            scale, zero = _quantized_lstm_step(acc, np.int32(zero), no_terms, np.int32(0), np.float32(scale * r_scale),
+                                               x_rows, bias, p, lens, step, h, c, out_rows, q)
+            for b in range(batch):
+                if step < lens[b]:
+                    y[t_rows[b], b] = out_rows[b]
+        else:
+            t = seq - 1 - step if reverse else step
+            scale, zero = _quantized_lstm_step(acc, np.int32(zero), no_terms, np.int32(0), np.float32(scale * r_scale),
+                                               xw[t], bias, p, lens, step, h, c, y[t], q)
 
 
 def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled by numba

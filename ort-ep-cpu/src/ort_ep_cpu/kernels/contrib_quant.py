@@ -407,6 +407,11 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
     # oneDNN's bare product of the codes, its zero-point terms added by the step loop; else
     # the exact product by ``r.times`` (the terms empty)
     plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) and r.one_offset is not None else None
+    packed = r.packed_panels() if plan is None else None
+    scan = _jit.quantized_lstm_scan() if packed is not None else None
+    if scan is not None:  # the whole loop below, compiled, with the packed product
+        scan(xw, packed, r_scale, bias, peepholes, lens, reverse, h, c, y, qh, sh, zh, r.product_threads(batch))
+        return
     column_sums = r.column_sums if plan is not None else np.empty(0, np.int32)
     offset = r.one_offset if plan is not None else np.int32(0)
     full = bool((lens == seq).all())  # every row as long as the sequence: reversed, row by step

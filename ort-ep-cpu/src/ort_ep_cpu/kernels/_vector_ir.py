@@ -1,0 +1,121 @@
+"""LLVM code for compiled loops where numba has no way to ask for the instruction: the exact
+integer product's register block (``madd_block``) and the fused multiply-add
+(``fused_multiply_add``), numba intrinsics.
+
+x86's VPMADDWD multiplies sixteen int16 pairs and adds neighbouring products into eight int32
+lanes: sixteen exact multiply-adds per instruction, twice float32's FMA. LLVM emits it for a
+dot product's reduction but not for a register-blocked GEMM written in numba (numba widens
+int16 arithmetic to int64, and the loop vectoriser keeps one reduction per loop), so the block
+is written here as LLVM vector operations: sign-extend, multiply, add the even lanes to the odd
+ones, which the x86 backend selects as VPMADDWD on AVX2 (checked in the tests' assembly) and
+any other target computes exactly with its own instructions.
+
+Imported by ``_jit`` when it compiles its loops (numba and llvmlite are needed here only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._jit import PRODUCT_PANEL
+
+#: int32 lanes per accumulator vector: a block covers a panel's columns with two
+LANES = PRODUCT_PANEL // 2
+
+_I16, _I32, _I64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+_PAIRS = ir.VectorType(_I16, 2 * LANES)  # 8 columns x the two rows of B of one pair
+_WIDE = ir.VectorType(_I32, 2 * LANES)
+_ACC = ir.VectorType(_I32, LANES)
+_EVEN = ir.Constant(ir.VectorType(_I32, LANES), [2 * i for i in range(LANES)])
+_ODD = ir.Constant(ir.VectorType(_I32, LANES), [2 * i + 1 for i in range(LANES)])
+_BROADCAST = ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
+
+
+def _madd(builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Lane i: x[2i] * y[2i] + x[2i + 1] * y[2i + 1] in int32 (VPMADDWD's arithmetic; it
+    saturates only for four -32768 operands, which codes minus zero points never are)."""
+    p = builder.mul(builder.sext(x, _WIDE), builder.sext(y, _WIDE))
+    return builder.add(builder.shuffle_vector(p, p, _EVEN), builder.shuffle_vector(p, p, _ODD))
+
+
+def madd_block(rows: int) -> Callable:
+    """The intrinsic ``block(a, row, bp, panel, z)``: z[row:row + rows, 16 panel:16 panel + 16]
+    = a[row:row + rows] @ the panel's columns of B, exactly in int32. ``a`` int16 (M, 2P), the
+    codes minus their zero points (a zero past an odd K); ``bp`` B packed
+    (``_integer.pack_panels``): int8 or int16 (panels, P, 32), pair p of a panel holding B[2p,
+    c], B[2p + 1, c] for its 16 columns c in turn (zeros past K and N); ``z`` int32 (M, N), of
+    which the last panel writes only the columns below N. The accumulators stay in registers
+    over the pairs (rows x 2 vectors: 4 rows use 8 of AVX2's 16), each row's pair of values
+    broadcast (one 32-bit load) to meet two vectors of B."""
+
+    @intrinsic
+    def block(typingctx, a, row, bp, panel, z):
+        sig = types.void(a, types.intp, bp, types.intp, z)
+
+        def codegen(context, builder, signature, args):
+            a_value, row_index, bp_value, panel_index, z_value = args
+            a_arr = context.make_array(signature.args[0])(context, builder, a_value)
+            bp_arr = context.make_array(signature.args[2])(context, builder, bp_value)
+            z_arr = context.make_array(signature.args[4])(context, builder, z_value)
+            a_width = cgutils.unpack_tuple(builder, a_arr.shape, 2)[1]
+            n = cgutils.unpack_tuple(builder, z_arr.shape, 2)[1]
+            pairs = cgutils.unpack_tuple(builder, bp_arr.shape, 3)[1]
+            b_elem = bp_arr.data.type.pointee
+            b_vector = ir.VectorType(b_elem, 2 * LANES)
+            stride = ir.Constant(_I64, 2 * PRODUCT_PANEL)  # elements of bp per pair
+            panel_start = builder.gep(bp_arr.data, [builder.mul(builder.mul(panel_index, pairs), stride)])
+            a_rows = [builder.bitcast(builder.gep(a_arr.data, [builder.mul(builder.add(row_index, ir.Constant(_I64, r)), a_width)]),
+                                      _I32.as_pointer()) for r in range(rows)]  # a row as pairs
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(_ACC, [0] * LANES)) for _ in range(2)]
+                    for _ in range(rows)]
+            with cgutils.for_range(builder, pairs) as loop:
+                pair = loop.index
+                pair_start = builder.gep(panel_start, [builder.mul(pair, stride)])
+                halves = []
+                for h in range(2):
+                    ptr = builder.bitcast(builder.gep(pair_start, [ir.Constant(_I64, 2 * LANES * h)]), b_vector.as_pointer())
+                    half = builder.load(ptr, align=1)
+                    halves.append(half if b_elem == _I16 else builder.sext(half, _PAIRS))
+                for r in range(rows):
+                    two = builder.load(builder.gep(a_rows[r], [pair]), align=2)
+                    codes = builder.insert_element(ir.Constant(_ACC, None), two, ir.Constant(_I32, 0))
+                    codes = builder.bitcast(builder.shuffle_vector(codes, codes, _BROADCAST), _PAIRS)
+                    for h in range(2):
+                        builder.store(builder.add(builder.load(accs[r][h]), _madd(builder, codes, halves[h])), accs[r][h])
+            column = builder.mul(panel_index, ir.Constant(_I64, PRODUCT_PANEL))
+            whole = builder.icmp_signed("<=", builder.add(column, ir.Constant(_I64, PRODUCT_PANEL)), n)
+            spill = cgutils.alloca_once(builder, _ACC, size=2)  # a last partial panel's sums
+            for r in range(rows):
+                z_row = builder.gep(z_arr.data, [builder.add(builder.mul(builder.add(row_index, ir.Constant(_I64, r)), n), column)])
+                with builder.if_else(whole, likely=True) as (vectors, partial):
+                    with vectors:
+                        for h in range(2):
+                            ptr = builder.bitcast(builder.gep(z_row, [ir.Constant(_I64, LANES * h)]), _ACC.as_pointer())
+                            builder.store(builder.load(accs[r][h]), ptr, align=4)
+                    with partial:
+                        for h in range(2):
+                            builder.store(builder.load(accs[r][h]), builder.gep(spill, [ir.Constant(_I64, h)]))
+                        sums = builder.bitcast(spill, _I32.as_pointer())
+                        with cgutils.for_range(builder, builder.sub(n, column)) as tail:
+                            builder.store(builder.load(builder.gep(sums, [tail.index])), builder.gep(z_row, [tail.index]))
+
+        return sig, codegen
+
+    return block
+
+
+@intrinsic
+def fused_multiply_add(typingctx, a, b, c):
+    """float32 a * b + c rounded once (LLVM's ``llvm.fma``: the FMA instruction where the CPU
+    has one, and exact everywhere), as MLAS's FMA3 kernels evaluate their polynomials."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
