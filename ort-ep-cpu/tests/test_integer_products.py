@@ -334,6 +334,42 @@ def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype
             assert combined or not compiled
 
 
+@pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, I8), (I8, I8)])
+@pytest.mark.parametrize("zw_kind", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("form", ["3x3_pad_stride2", "1x1", "1d", "asymmetric_pads_dilated"])
+def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype, zw_kind, form, monkeypatch):
+    """Where oneDNN's 8-bit convolution is not there (no VNNI, or oneDNN off), ConvInteger
+    with constant weights of one group gathers the codes as columns (padded with x's zero
+    point) for the packed product (``ConstantIntegerConvolution._columns``): exact, padding
+    included; the float32 convolution does not run."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", True)
+    monkeypatch.setattr(_onednn, "USE", False)
+    columns: list = []  # what each call gave (None: the float32 convolution ran)
+    real = _integer.ConstantIntegerConvolution._columns
+    monkeypatch.setattr(_integer.ConstantIntegerConvolution, "_columns",
+                        lambda self, *a: columns.append(real(self, *a)) or columns[-1])
+    rng = np.random.default_rng(13)
+    shapes = {
+        "3x3_pad_stride2": ((2, 5, 9, 11), (6, 5, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "1x1": ((1, 16, 5, 7), (19, 16, 1, 1), {}),
+        "1d": ((2, 3, 20), (5, 3, 4), {"pads": [2, 1]}),
+        "asymmetric_pads_dilated": ((1, 3, 9, 8), (2, 3, 2, 3), {"pads": [0, 2, 1, 0], "dilations": [2, 1]}),
+    }
+    x_shape, w_shape, attrs = shapes[form]
+    x, w = _codes(rng, x_shape, x_dtype), _codes(rng, w_shape, w_dtype)
+    zw = _zero_point(rng, zw_kind, w_dtype, w_shape[0])
+    consts = {"w": w, "zx": np.asarray(250 if x_dtype == U8 else -100, x_dtype)}
+    inputs = ["x", "w", "zx"]
+    if zw is not None:
+        consts["zw"] = zw
+        inputs.append("zw")
+    model = _one_node("ConvInteger", "", inputs, consts, {"x": x}, TensorProto.INT32, **attrs)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, _float_conv_reference(x, w, consts["zx"], zw, attrs))
+    assert got.flags.c_contiguous and columns and all(c is not None for c in columns)
+
+
 def _float_conv_reference(x, w, zx, zw, attrs):
     """ConvInteger as onnxruntime's float Conv of the codes minus their zero points: exact here,
     every partial sum an integer below 2^24 (K <= 45 terms of magnitude <= 255 * 255)."""

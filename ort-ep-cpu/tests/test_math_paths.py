@@ -144,3 +144,33 @@ def test_hard_swish_not_fused_below_level_all(tmp_path):
     so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(_conv_hard_swish_model(12), so, providers=["CPUExecutionProvider"])
     assert [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node] == ["Conv", "Add", "Clip", "Mul", "Div"]
+
+
+def test_compiled_exp_loops_vectorise_on_avx2():
+    """The compiled logistic (and every loop built on ``_jit._exp_value``) runs on 256-bit
+    vectors on AVX2: 2^k is made from its bits (``_vector_ir.float32_from_bits``), where a
+    table's lookup needed a gather and LLVM kept the loop scalar on an AVX2 EPYC (a Sigmoid of
+    77k values 268 -> 46 us). Checked in the machine code: packed float multiply-adds or
+    multiplies on ymm registers."""
+    import platform
+
+    from ort_core.devices import host_cpu
+
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    if platform.machine() not in ("x86_64", "AMD64") or "avx2" not in host_cpu().flags:
+        pytest.skip("256-bit vectors need an x86 CPU with AVX2")
+    from ort_ep_cpu.kernels import _jit
+
+    loop = _jit.sigmoid()
+    x = np.linspace(-100, 100, 1001, dtype=np.float32)
+    y = np.empty_like(x)
+    loop(x, y)
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6, atol=1e-30)
+    import numba
+
+    options = {k: v for k, v in loop.targetoptions.items() if k != "cache"}
+    fresh = numba.njit(**options)(loop.py_func)  # cached machine code cannot be inspected
+    fresh(x, y)
+    assembly = fresh.inspect_asm(fresh.signatures[0]).splitlines()
+    packed = [line for line in assembly if "ymm" in line and ("vfmadd" in line and "ps" in line or "vmulps" in line)]
+    assert packed, "the logistic loop has no packed float32 arithmetic on ymm registers"

@@ -1,6 +1,6 @@
 """LLVM code for compiled loops where numba has no way to ask for the instruction: the exact
-integer product's register block (``madd_block``) and the fused multiply-add
-(``fused_multiply_add``), numba intrinsics.
+integer product's register block (``madd_block``), the fused multiply-add
+(``fused_multiply_add``) and a float32 from its bits (``float32_from_bits``), numba intrinsics.
 
 x86's VPMADDWD multiplies sixteen int16 pairs and adds neighbouring products into eight int32
 lanes: sixteen exact multiply-adds per instruction, twice float32's FMA. LLVM emits it for a
@@ -117,5 +117,17 @@ def fused_multiply_add(typingctx, a, b, c):
 
     def codegen(context, builder, signature, args):
         return builder.fma(*args)
+
+    return sig, codegen
+
+
+@intrinsic
+def float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the int32 ``bits`` (a bitcast: 2^k is (k + 127) << 23),
+    which vectorises where a table's lookup needs a gather (slow on AMD's AVX2 CPUs)."""
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
 
     return sig, codegen
