@@ -608,3 +608,61 @@ def test_qdq_matmul_without_onednn_takes_the_exact_product(compiled, monkeypatch
             np.testing.assert_array_equal(got, exact)
         else:  # the float product: within float32 rounding of it, not bit-equal
             np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5 * float(np.abs(exact).max()))
+
+
+def test_packed_product_in_a_forked_child(monkeypatch):
+    """A process forked after the packed product ran on numba's OpenMP pool: the child's
+    product runs without threads (``_jit._after_fork``) and is exact. Entering the pool there
+    ended the child ("fork() called from a process already using GNU OpenMP", exit -15)."""
+    import os
+    import time
+
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork() on this platform")
+    monkeypatch.setattr(_jit, "USE", True)
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    monkeypatch.setattr(_integer, "SPLIT_MIN_MACS", 0)  # the parent's product on two threads
+    rng = np.random.default_rng(21)
+    b, a = _codes(rng, (300, 70), I8), _codes(rng, (9, 300), U8)
+    matrix = _integer.ConstantIntegerMatrix(b, None)
+    want = _want(a, 7, b, None)
+    np.testing.assert_array_equal(matrix.times(a, np.asarray(7, U8)), want)
+    pid = os.fork()
+    if pid == 0:  # the child: 0 when exact, 3 when not
+        try:
+            os._exit(0 if np.array_equal(matrix.times(a, np.asarray(7, U8)), want) else 3)
+        finally:
+            os._exit(4)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's product did not finish in 60 s")
+
+
+def test_packed_products_from_several_threads_at_once(monkeypatch):
+    """Sessions run from several Python threads enter numba's parallel product at once (its
+    OpenMP pool takes that; the workqueue pool it avoids would end the process): every
+    product exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", True)
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    monkeypatch.setattr(_integer, "SPLIT_MIN_MACS", 0)
+    rng = np.random.default_rng(22)
+    a = _codes(rng, (16, 256), U8)
+    matrices = [_integer.ConstantIntegerMatrix(_codes(rng, (256, 200), I8), None) for _ in range(3)]
+    wants = [_want(a, 5, m.b, None) for m in matrices]
+
+    def work(i: int) -> bool:
+        return all(np.array_equal(matrices[i % 3].times(a, np.asarray(5, U8)), wants[i % 3]) for _ in range(50))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))

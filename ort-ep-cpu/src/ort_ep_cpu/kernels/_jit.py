@@ -52,6 +52,9 @@ _dequantize: Callable | None = None
 _fake_quantize: Callable | None = None
 _packed_product: Callable | None = None
 _float32_from_bits: Callable | None = None  # ``_vector_ir``'s, a global of ``_exp_value`` (set by _load)
+_forked = False  # a process forked after numba's OpenMP pool started (``_after_fork``)
+_serial_packed_product: Callable | None = None  # the packed product without threads, for it
+_numba_options: dict = {}  # the packed product's compile options (set by _load)
 _prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
 # the register blocks of _packed_product_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
@@ -185,7 +188,9 @@ def packed_product() -> Callable | None:
     VPMADDWD (``_vector_ir``), the sums exact in int32 below K = 33025. On an AVX2 EPYC, us one
     / two shares: 1 x 768 x 3072 57 / 35; 48 x 512 x 1024 326 / 167 (float32 BLAS, one
     thread: 646), where the CPU has no VNNI for oneDNN's 8-bit kernels."""
-    return _packed_product if _load() else None
+    if not _load():
+        return None
+    return _serial_product() if _forked else _packed_product
 
 
 def integer_to_float() -> Callable | None:
@@ -382,7 +387,7 @@ def quantized_lstm_scan() -> Callable | None:
     ``reverse``; h and c in place. One call for the sequence: the Python between the steps
     (two calls and the product's arrays, about 20 us a step) was a third of a step at hidden
     512 on an AVX2 EPYC."""
-    return _quantized_lstm_scan if _load() else None
+    return _quantized_lstm_scan if _load() and not _forked else None  # (its product is the parallel one)
 
 
 def quantized_lstm_step() -> Callable | None:
@@ -418,6 +423,31 @@ def _load() -> bool:
     return _depthwise is not None
 
 
+def _after_fork() -> None:
+    """In a forked child: GNU OpenMP's threads do not survive fork(), and numba ends a child
+    that enters its OpenMP pool ("fork() called from a process already using GNU OpenMP",
+    measured: the child terminated). The packed product runs without threads from now on, and
+    DynamicQuantizeLSTM takes its Python step loop (the compiled scan calls the parallel one)."""
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _serial_product() -> Callable:
+    """The packed product compiled without threads (for a forked child), at its first use, not
+    cached: numba's cache keys a function by its code and signature, not by ``parallel``, so
+    a cached serial version and the parallel one would be taken for each other."""
+    global _serial_packed_product
+    with _lock:
+        if _serial_packed_product is None:
+            import numba
+
+            _serial_packed_product = numba.njit(**_numba_options)(_packed_product_py)
+    return _serial_packed_product
+
+
 def _parallel_loop(numba, loop: Callable, cached: bool, options: dict) -> Callable:
     """``loop`` compiled with its ``_prange`` shares on numba's thread pool where that pool may
     be entered from several threads at once (OpenMP's or TBB's, the pools numba prefers: the
@@ -437,7 +467,7 @@ def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
-    global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange
+    global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _numba_options
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -492,6 +522,7 @@ def _load_once() -> None:
                 from . import _vector_ir
                 _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4 = (_vector_ir.madd_block(rows) for rows in (1, 2, 3, 4))
                 _prange = numba.prange
+                _numba_options = elementwise
                 _packed_product = _parallel_loop(numba, _packed_product_py, cached, elementwise)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
