@@ -156,9 +156,10 @@ def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_r
     """``_jit.packed_product`` through ``ConstantIntegerMatrix``: every count of rows left by
     the four-row register block, K odd (a zero-padded pair), N not a whole panel, B - zb
     packed as int8 (zero point 0 of int8 codes) or int16 (it does not fit int8), on one
-    thread and split over the pool's (``threads.split``)."""
-    pytest.importorskip("numba", reason="numba (optional) is not installed")
-    monkeypatch.setattr(_jit, "USE", True)
+    thread (the serial loop) and split over the session's threads."""
+    from ort_ep_cpu import threads
+
+    asked = use_compiled(monkeypatch, True, "packed_product")  # the share counts asked for
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
     rng = np.random.default_rng(m * 1000 + k)
     a = _codes(rng, (m, k), U8)
@@ -171,6 +172,8 @@ def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_r
         matrix = _integer.ConstantIntegerMatrix(b, zb)
         np.testing.assert_array_equal(matrix.times(a, np.asarray(255, U8)), want)
         assert matrix._packed.dtype == (np.int8 if b_range == "int8" else np.int16)
+        # one share takes the serial loop (entering the thread pool costs 5-9 us)
+        assert [call for call in asked if call][-1] == ((threads.usable(),) if split else (1,))
 
 
 def test_packed_product_sums_reach_int32s_limit_exactly(monkeypatch):

@@ -235,7 +235,8 @@ class ConstantIntegerMatrix:
         m = a.shape[0]
         zero_points = np.broadcast_to(za.reshape(-1), (m,)).astype(np.int32)  # one per row
         z = np.empty((m, self.n), np.int32) if out is None else out
-        _jit.packed_product()(np.ascontiguousarray(a), zero_points, self.packed_panels(), z, self.product_threads(m))
+        parts = self.product_threads(m)
+        _jit.packed_product(parts)(np.ascontiguousarray(a), zero_points, self.packed_panels(), z, parts)
         return z
 
 

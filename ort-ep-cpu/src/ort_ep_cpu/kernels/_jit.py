@@ -53,8 +53,9 @@ _fake_quantize: Callable | None = None
 _packed_product: Callable | None = None
 _float32_from_bits: Callable | None = None  # ``_vector_ir``'s, a global of ``_exp_value`` (set by _load)
 _forked = False  # a process forked after numba's OpenMP pool started (``_after_fork``)
-_serial_packed_product: Callable | None = None  # the packed product without threads, for it
-_numba_options: dict = {}  # the packed product's compile options (set by _load)
+_packed_product_split: Callable | None = None  # the packed product on several threads
+_packed_share: Callable | None = None  # a share of its panels, the loop both run (set by _load)
+_minus_zero_points: Callable | None = None  # both products' first pass (set by _load)
 _prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
 # the register blocks of _packed_product_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
@@ -179,18 +180,20 @@ def fake_quantize() -> Callable | None:
     return _fake_quantize if _load() else None
 
 
-def packed_product() -> Callable | None:
+def packed_product(parts: int = 1) -> Callable | None:
     """The compiled exact product ``(a, za, bp, z, parts)``: z = (a - za) @ B for 8-bit codes
     ``a`` (M, K), C-contiguous, with int32 zero points ``za`` (M,), one per row, ``bp`` B - zb
     packed by ``_integer.pack_panels`` (int8 where it fits, else int16), int32 ``z`` (M, N)
-    written; B's panels in ``parts`` shares on as many threads (numba's OpenMP or TBB pool: a
-    few us to start, where Python threads took 25), or None. Sixteen multiply-adds per
-    VPMADDWD (``_vector_ir``), the sums exact in int32 below K = 33025. On an AVX2 EPYC, us one
-    / two shares: 1 x 768 x 3072 57 / 35; 48 x 512 x 1024 326 / 167 (float32 BLAS, one
-    thread: 646), where the CPU has no VNNI for oneDNN's 8-bit kernels."""
+    written, or None. Sixteen multiply-adds per VPMADDWD (``_vector_ir``), the sums exact in
+    int32 below K = 33025. For ``parts`` > 1, the one that splits B's panels into ``parts``
+    shares on as many threads (numba's OpenMP or TBB pool: a few us to start, where Python
+    threads took 25; entering it costs 5-9 us even for one share, so one share takes the
+    serial loop: a 1 x 128 x 128 product 6.7 -> 1.1 us). On an AVX2 EPYC, us one / two shares:
+    1 x 768 x 3072 73 / 40; 48 x 512 x 1024 387 / 176 (float32 BLAS, one thread: 633), where
+    the CPU has no VNNI for oneDNN's 8-bit kernels."""
     if not _load():
         return None
-    return _serial_product() if _forked else _packed_product
+    return _packed_product if parts <= 1 or _forked else _packed_product_split
 
 
 def integer_to_float() -> Callable | None:
@@ -426,8 +429,8 @@ def _load() -> bool:
 def _after_fork() -> None:
     """In a forked child: GNU OpenMP's threads do not survive fork(), and numba ends a child
     that enters its OpenMP pool ("fork() called from a process already using GNU OpenMP",
-    measured: the child terminated). The packed product runs without threads from now on, and
-    DynamicQuantizeLSTM takes its Python step loop (the compiled scan calls the parallel one)."""
+    measured: the child terminated). The packed product runs its serial loop from now on, and
+    DynamicQuantizeLSTM takes its Python step loop (the compiled scan may call the split one)."""
     global _forked
     _forked = True
 
@@ -435,39 +438,25 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _serial_product() -> Callable:
-    """The packed product compiled without threads (for a forked child), at its first use, not
-    cached: numba's cache keys a function by its code and signature, not by ``parallel``, so
-    a cached serial version and the parallel one would be taken for each other."""
-    global _serial_packed_product
-    with _lock:
-        if _serial_packed_product is None:
-            import numba
-
-            _serial_packed_product = numba.njit(**_numba_options)(_packed_product_py)
-    return _serial_packed_product
-
-
-def _parallel_loop(numba, loop: Callable, cached: bool, options: dict) -> Callable:
-    """``loop`` compiled with its ``_prange`` shares on numba's thread pool where that pool may
-    be entered from several threads at once (OpenMP's or TBB's, the pools numba prefers: the
-    OpenMP one is the process's libgomp pool, which oneDNN uses too), else compiled serial:
-    numba's own "workqueue" pool ends the process when two threads enter it (sessions run from
-    several threads would). Which pool numba loads is known only after a parallel loop has
-    run: a one-element product runs first."""
+def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, options: dict) -> Callable:
+    """The packed product's split ``loop`` compiled with its ``_prange`` shares on numba's
+    thread pool where that pool may be entered from several threads at once (OpenMP's or
+    TBB's, the pools numba prefers: the OpenMP one is the process's libgomp pool, which oneDNN
+    uses too), else ``serial``: numba's own "workqueue" pool ends the process when two threads
+    enter it (sessions run from several threads would). Which pool numba loads is known only
+    after a parallel loop has run: a one-element product runs first."""
     parallel = numba.njit(cache=cached, parallel=True, **options)(loop)
     parallel(np.zeros((1, 2), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int8),
              np.zeros((1, PRODUCT_PANEL), np.int32), 2)
-    if numba.threading_layer() != "workqueue":
-        return parallel
-    return numba.njit(cache=cached, **options)(loop)
+    return parallel if numba.threading_layer() != "workqueue" else serial
 
 
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
-    global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _numba_options
+    global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
+    global _minus_zero_points
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -483,6 +472,7 @@ def _load_once() -> None:
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _packed_product = None
+                _packed_product_split = _packed_share = None
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
@@ -522,8 +512,11 @@ def _load_once() -> None:
                 from . import _vector_ir
                 _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4 = (_vector_ir.madd_block(rows) for rows in (1, 2, 3, 4))
                 _prange = numba.prange
-                _numba_options = elementwise
-                _packed_product = _parallel_loop(numba, _packed_product_py, cached, elementwise)
+                _minus_zero_points = numba.njit(cache=cached, **elementwise)(_minus_zero_points_py)
+                _packed_share = numba.njit(cache=cached, **elementwise)(_packed_share_py)
+                _packed_product = numba.njit(cache=cached, **elementwise)(_packed_product_py)
+                _packed_product_split = _parallel_loop(numba, _packed_product_split_py, _packed_product, cached,
+                                                       elementwise)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
@@ -1198,33 +1191,48 @@ PRODUCT_PANEL = 16
 _PRODUCT_ROW_BLOCK = 64
 
 
-def _packed_product_py(a, za, bp, z, parts):  # pragma: no cover - compiled by numba
-    """See ``packed_product``: the codes minus their zero points as int16 first (a zero past an
-    odd K), then B's panels in ``parts`` shares at once (``prange``); in a share, blocks of
-    rows, each met by the share's panels in turn, four rows at a time by the register block."""
+def _minus_zero_points_py(a, za, pairs):  # pragma: no cover - compiled by numba
+    """The codes minus their rows' zero points as int16 (M, 2 * pairs), a zero past an odd K."""
     m, k = a.shape
-    panels, pairs = bp.shape[0], bp.shape[1]
     a16 = np.zeros((m, 2 * pairs), np.int16)
     for r in range(m):
         zr = za[r]
         for t in range(k):
             a16[r, t] = np.int16(np.int32(a[r, t]) - zr)
+    return a16
+
+
+def _packed_share_py(a16, bp, z, first, end):  # pragma: no cover - compiled by numba
+    """B's panels ``first`` to ``end`` of the packed product: blocks of rows, each met by the
+    panels in turn, four rows at a time by the register block."""
+    m = a16.shape[0]
+    for top in range(0, m, _PRODUCT_ROW_BLOCK):
+        bottom = min(top + _PRODUCT_ROW_BLOCK, m)
+        for q in range(first, end):
+            r = top
+            while r + 4 <= bottom:
+                _madd_rows4(a16, r, bp, q, z)
+                r += 4
+            left = bottom - r
+            if left == 3:
+                _madd_rows3(a16, r, bp, q, z)
+            elif left == 2:
+                _madd_rows2(a16, r, bp, q, z)
+            elif left == 1:
+                _madd_rows1(a16, r, bp, q, z)
+
+
+def _packed_product_py(a, za, bp, z, parts):  # pragma: no cover - compiled by numba
+    """See ``packed_product``: on the calling thread (``parts`` is not read)."""
+    _packed_share(_minus_zero_points(a, za, bp.shape[1]), bp, z, 0, bp.shape[0])
+
+
+def _packed_product_split_py(a, za, bp, z, parts):  # pragma: no cover - compiled by numba
+    """See ``packed_product``: B's panels in ``parts`` shares at once (``prange``)."""
+    a16 = _minus_zero_points(a, za, bp.shape[1])
+    panels = bp.shape[0]
     for part in _prange(parts):
-        first, end = panels * part // parts, panels * (part + 1) // parts
-        for top in range(0, m, _PRODUCT_ROW_BLOCK):
-            bottom = min(top + _PRODUCT_ROW_BLOCK, m)
-            for q in range(first, end):
-                r = top
-                while r + 4 <= bottom:
-                    _madd_rows4(a16, r, bp, q, z)
-                    r += 4
-                left = bottom - r
-                if left == 3:
-                    _madd_rows3(a16, r, bp, q, z)
-                elif left == 2:
-                    _madd_rows2(a16, r, bp, q, z)
-                elif left == 1:
-                    _madd_rows1(a16, r, bp, q, z)
+        _packed_share(a16, bp, z, panels * part // parts, panels * (part + 1) // parts)
 
 
 def _integer_to_float_py(acc, a, za, column_sums, offset, scale, y):  # pragma: no cover - compiled by numba
@@ -1563,7 +1571,10 @@ def _quantized_lstm_scan_py(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q,
     zero = h_zero_point
     for step in range(seq):
         zero_points[:] = np.int32(zero)
-        _packed_product(q, zero_points, bp, acc, parts)
+        if parts > 1:
+            _packed_product_split(q, zero_points, bp, acc, parts)
+        else:
+            _packed_product(q, zero_points, bp, acc, parts)
         if reverse and not full:
             for b in range(batch):
                 t_rows[b] = lens[b] - 1 - step if step < lens[b] else 0
