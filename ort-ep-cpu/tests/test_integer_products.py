@@ -311,14 +311,7 @@ def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype
         "asymmetric_pads": ((1, 3, 7, 7), (2, 3, 2, 3), {"pads": [0, 2, 1, 0]}),
     }
     x_shape, w_shape, attrs = shapes[form]
-    x, w = _codes(rng, x_shape, x_dtype), _codes(rng, w_shape, w_dtype)
-    zw = _zero_point(rng, zw_kind, w_dtype, w_shape[0])
-    consts = {"w": w, "zx": np.asarray(250 if x_dtype == U8 else -100, x_dtype)}
-    inputs = ["x", "w", "zx"]
-    if zw is not None:
-        consts["zw"] = zw
-        inputs.append("zw")
-    model = _one_node("ConvInteger", "", inputs, consts, {"x": x}, TensorProto.INT32, **attrs)
+    model, x, w, consts, zw = _conv_integer_case(rng, x_dtype, w_dtype, zw_kind, x_shape, w_shape, attrs)
     seen: list[str] = []
     real = _onednn.Convolution.run
     monkeypatch.setattr(_onednn.Convolution, "run", lambda self, a, y: seen.append(self.implementation) or real(self, a, y))
@@ -360,6 +353,15 @@ def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype,
         "asymmetric_pads_dilated": ((1, 3, 9, 8), (2, 3, 2, 3), {"pads": [0, 2, 1, 0], "dilations": [2, 1]}),
     }
     x_shape, w_shape, attrs = shapes[form]
+    model, x, w, consts, zw = _conv_integer_case(rng, x_dtype, w_dtype, zw_kind, x_shape, w_shape, attrs)
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, _float_conv_reference(x, w, consts["zx"], zw, attrs))
+    assert got.flags.c_contiguous and columns and all(c is not None for c in columns)
+
+
+def _conv_integer_case(rng, x_dtype, w_dtype, zw_kind: str, x_shape, w_shape, attrs: dict) -> tuple:
+    """A one-node ConvInteger model with constant weights and zero points (x's far from code
+    0, so that padding differs from it): (model, x, w, its constants, w's zero point)."""
     x, w = _codes(rng, x_shape, x_dtype), _codes(rng, w_shape, w_dtype)
     zw = _zero_point(rng, zw_kind, w_dtype, w_shape[0])
     consts = {"w": w, "zx": np.asarray(250 if x_dtype == U8 else -100, x_dtype)}
@@ -367,10 +369,7 @@ def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype,
     if zw is not None:
         consts["zw"] = zw
         inputs.append("zw")
-    model = _one_node("ConvInteger", "", inputs, consts, {"x": x}, TensorProto.INT32, **attrs)
-    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_array_equal(got, _float_conv_reference(x, w, consts["zx"], zw, attrs))
-    assert got.flags.c_contiguous and columns and all(c is not None for c in columns)
+    return _one_node("ConvInteger", "", inputs, consts, {"x": x}, TensorProto.INT32, **attrs), x, w, consts, zw
 
 
 def _float_conv_reference(x, w, zx, zw, attrs):
