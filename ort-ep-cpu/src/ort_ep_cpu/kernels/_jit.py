@@ -57,7 +57,7 @@ _packed_product_split: Callable | None = None  # the packed product on several t
 _packed_share: Callable | None = None  # a share of its panels, the loop both run (set by _load)
 _minus_zero_points: Callable | None = None  # both products' first pass (set by _load)
 _prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
-# the register blocks of _packed_product_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
+# the register blocks of _packed_share_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
 _small_conv: Callable | None = None
 _bilinear: Callable | None = None
@@ -390,7 +390,7 @@ def quantized_lstm_scan() -> Callable | None:
     ``reverse``; h and c in place. One call for the sequence: the Python between the steps
     (two calls and the product's arrays, about 20 us a step) was a third of a step at hidden
     512 on an AVX2 EPYC."""
-    return _quantized_lstm_scan if _load() and not _forked else None  # (its product is the parallel one)
+    return _quantized_lstm_scan if _load() and not _forked else None  # (it may call the split product)
 
 
 def quantized_lstm_step() -> Callable | None:
@@ -1186,7 +1186,7 @@ def _top_k_rows_py(x, k, largest, values, indices):  # pragma: no cover - compil
 
 #: columns of B per panel of ``_integer.pack_panels`` (two AVX2 vectors of int32 sums)
 PRODUCT_PANEL = 16
-#: rows of A per pass over B's panels in ``_packed_product_py``: 64 int16 rows of K = 1024 are
+#: rows of A per pass over B's panels in ``_packed_share_py``: 64 int16 rows of K = 1024 are
 #: 128 KB, held in L2 while each panel of B meets them
 _PRODUCT_ROW_BLOCK = 64
 
