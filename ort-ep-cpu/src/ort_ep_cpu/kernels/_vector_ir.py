@@ -37,8 +37,9 @@ _BROADCAST = ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
 
 
 def _madd(builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """Lane i: x[2i] * y[2i] + x[2i + 1] * y[2i + 1] in int32 (VPMADDWD's arithmetic; it
-    saturates only for four -32768 operands, which codes minus zero points never are)."""
+    """Lane i: x[2i] * y[2i] + x[2i + 1] * y[2i + 1] in int32 (VPMADDWD's arithmetic; the sum
+    leaves int32 only where all four operands are -32768, which codes minus zero points,
+    |x| <= 255, never are)."""
     p = builder.mul(builder.sext(x, _WIDE), builder.sext(y, _WIDE))
     return builder.add(builder.shuffle_vector(p, p, _EVEN), builder.shuffle_vector(p, p, _ODD))
 
