@@ -186,9 +186,9 @@ def packed_product(parts: int = 1) -> Callable | None:
     packed by ``_integer.pack_panels`` (int8 where it fits, else int16), int32 ``z`` (M, N)
     written, or None. Sixteen multiply-adds per VPMADDWD (``_vector_ir``), the sums exact in
     int32 below K = 33025. For ``parts`` > 1, the one that splits B's panels into ``parts``
-    shares on as many threads (numba's OpenMP or TBB pool: a few us to start, where Python
-    threads took 25; entering it costs 5-9 us even for one share, so one share takes the
-    serial loop: a 1 x 128 x 128 product 6.7 -> 1.1 us). On an AVX2 EPYC, us one / two shares:
+    shares on as many threads (numba's OpenMP or TBB pool: 2.5-9 us to enter, measured at
+    several sizes, where Python threads took 25; even one share pays it, so one share takes
+    the serial loop: a 1 x 128 x 128 product 6.7 -> 1.1 us). On an AVX2 EPYC, us one / two shares:
     1 x 768 x 3072 73 / 40; 48 x 512 x 1024 387 / 176 (float32 BLAS, one thread: 633), where
     the CPU has no VNNI for oneDNN's 8-bit kernels."""
     if not _load():

@@ -532,8 +532,9 @@ def qdq_integer_matmul(node: NodeView, request: KernelRequest):
     QDQ fusion computes it (MatMulIntegerToFloat): the codes' exact integer product by oneDNN's
     8-bit matmul (``_integer.ConstantIntegerMatrix``) times a_scale * b_scale, in float32, the
     codes recovered from the float input (``_input_codes``). None (the node's float product
-    runs) where the node is not of that form, and ``run`` gives None where neither oneDNN nor
-    the exact float32 product (several rows) takes it."""
+    runs) where the node is not of that form, and ``run`` gives None where none of oneDNN, the
+    compiled packed product (any rows) and, without numba, the exact float32 product (from
+    ``_integer.F32_MIN_ROWS`` rows) takes it."""
     graph = request.graph
     a_codes = _input_codes(graph, node.inputs[0]) if node.inputs else None
     weights = _dequantized_weights(graph, node.inputs[1]) if len(node.inputs) > 1 else None
