@@ -123,21 +123,24 @@ def test_scatter_elements_of_whole_rows_matches_onnxruntime(axis, form, monkeypa
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("reduction", ["add", "mul"])
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float64])
 @pytest.mark.parametrize("compiled", [True, False])
-def test_scatter_elements_reducing_whole_rows_matches_onnxruntime(reduction, dtype, compiled, monkeypatch):
-    """A graph network's message passing: ScatterElements(reduction=add) along axis 0 with an
-    Expand of edge ids as the indices (duplicates, negatives). The compiled row loop applies
-    each update in order, as the spec's loop and onnxruntime do: the same bits; the numpy-only
-    install takes ufunc.at. Out-of-range rows are the element path's error."""
+@pytest.mark.parametrize("data_shape", [(9, 16, 3), (9,)])
+def test_scatter_elements_reducing_whole_rows_matches_onnxruntime(reduction, dtype, compiled, data_shape, monkeypatch):
+    """A graph network's message passing: ScatterElements with a reduction along axis 0 with
+    an Expand of edge (or graph) ids as the indices (duplicates, negatives), and the 1-D form.
+    The compiled row loop applies each update in order, as the spec's loop and onnxruntime do:
+    the same bits; the numpy-only install takes ufunc.at. Out-of-range rows are the element
+    path's error; index rows that are not one index are declined to the element path."""
     from compiled_loops import use_compiled
 
     used = use_compiled(monkeypatch, compiled, "scatter_rows")
     rng = np.random.default_rng(7)
-    data_shape, edges = (9, 16, 3), 40
+    edges = 40
     rows = rng.integers(-9, 9, edges)
-    indices = np.broadcast_to(rows.reshape(edges, 1, 1), (edges, 16, 3)).astype(np.int64)
+    indices = np.broadcast_to(rows.reshape((edges,) + (1,) * (len(data_shape) - 1)),
+                              (edges,) + data_shape[1:]).astype(np.int64)
     kind = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.float64: TensorProto.DOUBLE}[dtype]
     data = (rng.standard_normal(data_shape) * 4).astype(dtype)
     updates = (rng.standard_normal(indices.shape) * (0.6 if reduction == "mul" else 4)).astype(dtype)
@@ -151,14 +154,19 @@ def test_scatter_elements_reducing_whole_rows_matches_onnxruntime(reduction, dty
         [helper.make_tensor_value_info("y", kind, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
     feeds = {"data": data, "indices": np.ascontiguousarray(indices), "updates": updates.astype(dtype)}
-    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_array_equal(got, want)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    reference = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, feeds)[0], reference.run(None, feeds)[0])
     if compiled:
         assert used
-    bad = dict(feeds, indices=np.where(feeds["indices"] == feeds["indices"][0, 0, 0], 9, feeds["indices"]))
+    if len(data_shape) > 1:  # one index row not one index: the element path, same values
+        mixed = feeds["indices"].copy()
+        mixed[3, 0, 0] = (mixed[3, 0, 0] + 1) % 9
+        feeds_mixed = dict(feeds, indices=mixed)
+        np.testing.assert_array_equal(session.run(None, feeds_mixed)[0], reference.run(None, feeds_mixed)[0])
+    bad = dict(feeds, indices=np.where(feeds["indices"] == feeds["indices"].reshape(-1)[0], 9, feeds["indices"]))
     with pytest.raises(Exception, match="out of range|out of bounds"):
-        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, bad)
+        session.run(None, bad)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])

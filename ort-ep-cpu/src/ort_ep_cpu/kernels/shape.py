@@ -89,6 +89,8 @@ ROW_SCATTER_MIN = 4096
 #: data types the compiled row scatter with a reduction takes (numba's arithmetic; float16
 #: and the rest go to numpy's ufunc.at)
 _ROW_REDUCTION_TYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+#: the reductions' codes in ``_jit.scatter_rows``
+_ROW_REDUCTION_CODES = {"add": 0, "mul": 1, "max": 2, "min": 3}
 
 
 def _row_indices(indices: np.ndarray, data: np.ndarray, axis: int) -> np.ndarray | None:
@@ -116,19 +118,17 @@ def _scatter_elements_builder(node, request):
                 # instead of one index per element: 23 -> 2.3 ms on a Faster R-CNN's 150 x 256 x 7 x 7
                 np.moveaxis(out, a, 0)[_fix_indices(rows, data.shape[a])] = np.moveaxis(updates, a, 0)
                 return out
-        elif (reduction in ("add", "mul") and a == 0 and out.dtype in _ROW_REDUCTION_TYPES and out.size
-              and updates.shape == indices.shape):
-            rows = _row_indices(indices, data, a)
-            scatter_rows = _jit.scatter_rows() if rows is not None else None
-            if scatter_rows is not None:
-                rows = _fix_indices(rows, data.shape[0])
-                if rows.size and 0 <= rows.min() and rows.max() < data.shape[0]:
-                    # a graph network's message passing (an Expand of edge ids as the indices):
-                    # each update row in order, as the spec's loop applies it
-                    scatter_rows(out.reshape(data.shape[0], -1), rows,
-                                 np.ascontiguousarray(updates, dtype=out.dtype).reshape(rows.size, -1),
-                                 reduction == "mul")
-                    return out
+        elif (reduction != "none" and a == 0 and out.dtype in _ROW_REDUCTION_TYPES and indices.size
+              and updates.shape == indices.shape and indices.shape[1:] == data.shape[1:]):
+            # a graph network's message passing (an Expand of edge ids as the indices): each
+            # update row in order, as the spec's loop applies it, where every index row is one
+            # index (the loop checks, and declines before writing)
+            scatter_rows = _jit.scatter_rows()
+            if scatter_rows is not None and scatter_rows(
+                    out.reshape(data.shape[0], -1), np.ascontiguousarray(indices).reshape(indices.shape[0], -1),
+                    np.ascontiguousarray(updates, dtype=out.dtype).reshape(indices.shape[0], -1),
+                    _ROW_REDUCTION_CODES[reduction]):
+                return out
         index = _elements_index(indices, a, data.shape[a])
         if reduction == "none":
             out[index] = updates
