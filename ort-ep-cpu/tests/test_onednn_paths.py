@@ -307,7 +307,11 @@ def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra
     ("Gemm", (1, 16), (16, 24), {"beta": 0.5}, (24,), True),
     ("Gemm", (2, 16), (16, 24), {}, None, True),
     ("Gemm", (1, 16), (16, 24), {"alpha": 2.0}, (24,), False),  # alpha: numpy's path
-    ("Gemm", (3, 16), (16, 24), {}, (24,), False),  # three rows: numpy's GEMM is the faster
+    ("Gemm", (3, 16), (16, 24), {}, (24,), True),
+    ("Gemm", (4, 16), (24, 16), {"transB": 1}, (24,), True),  # four rows a pass over W
+    ("Gemm", (5, 16), (16, 24), {}, (24,), False),  # five rows: oneDNN's (numpy's) GEMM
+    ("Gemm", (3, 600), (300, 600), {"transB": 1}, (300,), True),  # over ROW_SPLIT_MACS: split
+    ("MatMul", (1, 3, 600), (600, 300), {}, None, True),
     ("Gemm", (1, 16), (16, 24), {}, (1, 24 * 1), True),
     ("MatMul", (16,), (16, 24), {}, None, True),
     ("MatMul", (1, 2, 16), (16, 24), {}, None, True),
@@ -315,16 +319,41 @@ def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra
     ("FusedGemm", (1, 16), (24, 16), {"transB": 1, "activation": "Relu"}, (24,), True),
 ])
 def test_products_of_few_rows_by_small_weights_run_compiled(monkeypatch, op, a_shape, b_shape, attrs, c_shape, compiled):
-    """One or two rows by constant weights under ONEDNN_MIN_GEMM_WEIGHTS: the compiled row
+    """Up to four rows by constant weights under COMPILED_PRODUCT_WEIGHTS: the compiled row
     loops (``_jit.row_products``) with the bias (and a FusedGemm's activation after them),
     onnxruntime's values."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")
     seen = []
     real = _jit.row_products
-    monkeypatch.setattr(_jit, "row_products", lambda: seen.append(1) or real())
+    monkeypatch.setattr(_jit, "row_products", lambda parts=1: seen.append(parts) or real(parts))
     domain = "com.microsoft" if op == "FusedGemm" else ""
     _check(_product_model(op, a_shape, b_shape, attrs, c_shape, domain=domain), a_shape)
     assert bool(seen) == compiled
+    macs = int(np.prod(a_shape)) * (b_shape[0] if attrs.get("transB") else b_shape[1])
+    assert all(parts == (2 if macs >= nn.ROW_SPLIT_MACS else 1) for parts in seen)  # _check: 2 threads
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 9])
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_row_products_every_row_count_and_share(rows, parts, bias):
+    """The compiled row products (four rows a pass, then two, then one; split into ``parts``
+    blocks of W's rows for nk, of K for kn) against a float64 product, for odd K and N that
+    leave every share and pass a remainder."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    loops = _jit.row_products(parts)
+    if loops is None:
+        pytest.skip("compiled loops switched off")
+    rng = np.random.default_rng(rows * 10 + parts)
+    k, n = 37, 29
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32) if bias else np.empty(0, np.float32)
+    want = a.astype(np.float64) @ w + (c if bias else 0)
+    for layout, weights in ((0, w), (1, np.ascontiguousarray(w.T))):
+        y = np.full((rows, n), np.nan, np.float32)
+        loops[layout](a, weights, c, y, parts)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_shape_mismatch_names_the_shapes(runs):
@@ -637,12 +666,12 @@ def test_small_multi_row_products_run_on_one_thread():
     # session's threads (large weights streamed by two cores)
     lib = _onednn.library()
     b = np.random.default_rng(5).standard_normal((128, 128)).astype(np.float32)
-    small = _onednn.MatMul(lib, 32, b, None)  # 0.5M multiply-adds
+    small = _onednn.MatMul(lib, 8, b, None)  # 131K multiply-adds, under ONE_THREAD_MACS
     one_row = _onednn.MatMul(lib, 1, b, None)
     large = _onednn.MatMul(lib, 128, np.ones((128, 512), np.float32), None)
     assert (small.most_threads, one_row.most_threads, large.most_threads) == (1, 0, 0)
-    x = np.random.default_rng(6).standard_normal((32, 128)).astype(np.float32)
-    y = np.empty((32, 128), np.float32)
+    x = np.random.default_rng(6).standard_normal((8, 128)).astype(np.float32)
+    y = np.empty((8, 128), np.float32)
     small.run(x, y)
     np.testing.assert_allclose(y, x @ b, rtol=TOL, atol=TOL)
     assert lib.local.threads == 1

@@ -75,6 +75,10 @@ _top_k_rows: Callable | None = None
 _softmax_rows: Callable | None = None
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
+_rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
+_rows_times_kn_part: Callable | None = None  # the compiled _rows_times_kn_part_py (set by _load)
+_rows_times_kn_split: Callable | None = None
+_rows_times_nk_split: Callable | None = None
 _normalize_rows: Callable | None = None
 _nan_max: Callable | None = None
 _linear_finish: Callable | None = None
@@ -312,14 +316,24 @@ def softmax_rows() -> Callable | None:
     return _softmax_rows if _load() else None
 
 
-def row_products() -> tuple[Callable, Callable] | None:
+def row_products(parts: int = 1) -> tuple[Callable, Callable] | None:
     """The compiled float32 products of a few rows by small constant weights, ``(a, w, bias,
-    y)`` -> y = a @ W + bias, or None: (kn, nk) for W given as ``w`` (K, N) and as ``w`` (N, K)
+    y, parts)`` -> y = a @ W + bias, or None: (kn, nk) for W given as ``w`` (K, N) and as ``w`` (N, K)
     (a Gemm's transB layout, read as it is stored); a (M, K), y (M, N), all C-contiguous;
-    ``bias`` (N,) or empty. For one or two rows, where numpy's GEMV call and the bias add were
+    ``bias`` (N,) or empty. For a few rows, where numpy's GEMV call and the bias add were
     most of the cost (us, numpy / compiled, one row: 512 -> 10 2.2 / 0.5, 128 -> 128 2.0 / 0.9,
-    256 -> 256 3.7 / 1.8; from four rows numpy's GEMM is the faster)."""
-    return (_rows_times_kn, _rows_times_nk) if _load() else None
+    256 -> 256 3.7 / 1.8). nk reads each weight once for up to four rows. For ``parts`` > 1,
+    the ones that split the work into ``parts`` shares on as many threads (numba's pool, as
+    ``packed_product``): nk by blocks of W's rows, kn by blocks of K (partial sums added after;
+    a block of W's columns is strided, and two threads reading halves of each row were slower
+    than one reading it whole). Such products are bound by reading W: two threads read it at
+    twice the rate (one row, us, one / two shares: 512 x 512 25 / 15, 256 -> 768 16 / 12, nk;
+    1024 x 1024 89 / 48, kn)."""
+    if not _load():
+        return None
+    if parts <= 1 or _forked:
+        return _rows_times_kn, _rows_times_nk
+    return _rows_times_kn_split, _rows_times_nk_split
 
 
 def normalize_rows() -> Callable | None:
@@ -442,16 +456,15 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, options: dict) -> Callable:
-    """The packed product's split ``loop`` compiled with its ``_prange`` shares on numba's
-    thread pool where that pool may be entered from several threads at once (OpenMP's or
-    TBB's, the pools numba prefers: the OpenMP one is the process's libgomp pool, which oneDNN
-    uses too), else ``serial``: numba's own "workqueue" pool ends the process when two threads
-    enter it (sessions run from several threads would). Which pool numba loads is known only
-    after a parallel loop has run: a one-element product runs first."""
+def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, options: dict, probe: tuple) -> Callable:
+    """A split ``loop`` compiled with its ``_prange`` shares on numba's thread pool where that
+    pool may be entered from several threads at once (OpenMP's or TBB's, the pools numba
+    prefers: the OpenMP one is the process's libgomp pool, which oneDNN uses too), else
+    ``serial``: numba's own "workqueue" pool ends the process when two threads enter it
+    (sessions run from several threads would). Which pool numba loads is known only after a
+    parallel loop has run: the loop runs once on the small arguments ``probe`` first."""
     parallel = numba.njit(cache=cached, parallel=True, **options)(loop)
-    parallel(np.zeros((1, 2), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int8),
-             np.zeros((1, PRODUCT_PANEL), np.int32), 2)
+    parallel(*probe)
     return parallel if numba.threading_layer() != "workqueue" else serial
 
 
@@ -466,6 +479,7 @@ def _load_once() -> None:
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
+    global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split
     global _nan_max, _linear_finish, _scatter_rows
     if _tried:
         return
@@ -480,6 +494,7 @@ def _load_once() -> None:
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
+                _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
@@ -519,8 +534,10 @@ def _load_once() -> None:
                 _minus_zero_points = numba.njit(cache=cached, **elementwise)(_minus_zero_points_py)
                 _packed_share = numba.njit(cache=cached, **elementwise)(_packed_share_py)
                 _packed_product = numba.njit(cache=cached, **elementwise)(_packed_product_py)
+                probe = (np.zeros((1, 2), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int8),
+                         np.zeros((1, PRODUCT_PANEL), np.int32), 2)
                 _packed_product_split = _parallel_loop(numba, _packed_product_split_py, _packed_product, cached,
-                                                       elementwise)
+                                                       elementwise, probe)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
@@ -570,7 +587,16 @@ def _load_once() -> None:
                 _top_k_rows = numba.njit(cache=cached, nogil=True, boundscheck=False)(_top_k_rows_py)
                 _softmax_rows = numba.njit(cache=cached, **reductions)(_softmax_rows_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
+                # the shares are globals of the products: compiled first
+                _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
+                _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
+                probe = (np.zeros((1, 2), np.float32), np.zeros((2, 2), np.float32), np.zeros(0, np.float32),
+                         np.zeros((1, 2), np.float32), 2)
+                _rows_times_nk_split = _parallel_loop(numba, _rows_times_nk_split_py, _rows_times_nk, cached,
+                                                      reductions, probe)
+                _rows_times_kn_split = _parallel_loop(numba, _rows_times_kn_split_py, _rows_times_kn, cached,
+                                                      reductions, probe)
                 # the row maximum is a global of the Normalizer's and LinearClassifier's loops
                 _nan_max = numba.njit(inline="always", nogil=True)(_nan_max_py)
                 # no "reassoc": the sums in order, as onnxruntime's loop adds them
@@ -1016,8 +1042,9 @@ def _softmax_rows_py(x, y, log):  # pragma: no cover - compiled by numba
                 y[r, j] *= inverse
 
 
-def _rows_times_kn_py(a, w, bias, y):  # pragma: no cover - compiled by numba
-    """See ``row_products``: y[r] = bias + sum_k a[r, k] * w[k] (vectorised over N). (Two rows
+def _rows_times_kn_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
+    """See ``row_products``: y[r] = bias + sum_k a[r, k] * w[k] (vectorised over N), on the
+    calling thread (``parts`` is not read). (Two rows
     a pass over w measured no faster here, and slowed one row by a fifth.)"""
     m, k = a.shape
     n = w.shape[1]
@@ -1032,35 +1059,96 @@ def _rows_times_kn_py(a, w, bias, y):  # pragma: no cover - compiled by numba
                 yr[j] += v * wk[j]
 
 
-def _rows_times_nk_py(a, w, bias, y):  # pragma: no cover - compiled by numba
-    """See ``row_products``: y[r, j] = dot(a[r], w[j]) + bias[j] (each dot vectorised over K),
-    two rows a pass over w."""
-    m, k = a.shape
+def _rows_times_nk_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
+    """See ``row_products``: y[r, j] = dot(a[r], w[j]) + bias[j], on the calling thread
+    (``parts`` is not read)."""
+    _rows_times_nk_share(a, w, bias, y, 0, w.shape[0])
+
+
+def _rows_times_nk_split_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
+    """See ``row_products``: W's rows in ``parts`` blocks at once (``prange``)."""
     n = w.shape[0]
-    for r in range(0, m, 2):
+    for part in _prange(parts):
+        _rows_times_nk_share(a, w, bias, y, n * part // parts, n * (part + 1) // parts)
+
+
+def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - compiled by numba
+    """y[:, first:end] of ``_rows_times_nk_py``: each dot vectorised over K, four rows a pass
+    over W's rows (each weight loaded once for four dots: the product is bound by reading W),
+    then two, then one."""
+    m, k = a.shape
+    r = 0
+    while r + 4 <= m:
+        a0, a1, a2, a3 = a[r], a[r + 1], a[r + 2], a[r + 3]
+        for j in range(first, end):
+            wj = w[j]
+            t0 = t1 = t2 = t3 = _F(0.0)
+            for kk in range(k):
+                v = wj[kk]
+                t0 += a0[kk] * v
+                t1 += a1[kk] * v
+                t2 += a2[kk] * v
+                t3 += a3[kk] * v
+            y[r, j] = t0
+            y[r + 1, j] = t1
+            y[r + 2, j] = t2
+            y[r + 3, j] = t3
+        r += 4
+    if r + 2 <= m:
+        a0, a1 = a[r], a[r + 1]
+        for j in range(first, end):
+            wj = w[j]
+            t0 = t1 = _F(0.0)
+            for kk in range(k):
+                v = wj[kk]
+                t0 += a0[kk] * v
+                t1 += a1[kk] * v
+            y[r, j] = t0
+            y[r + 1, j] = t1
+        r += 2
+    if r < m:
         a0 = a[r]
-        if r + 1 < m:
-            a1 = a[r + 1]
-            for j in range(n):
-                wj = w[j]
-                t0 = _F(0.0)
-                t1 = _F(0.0)
-                for kk in range(k):
-                    t0 += a0[kk] * wj[kk]
-                    t1 += a1[kk] * wj[kk]
-                y[r, j] = t0
-                y[r + 1, j] = t1
-        else:
-            for j in range(n):
-                wj = w[j]
-                t0 = _F(0.0)
-                for kk in range(k):
-                    t0 += a0[kk] * wj[kk]
-                y[r, j] = t0
+        for j in range(first, end):
+            wj = w[j]
+            t0 = _F(0.0)
+            for kk in range(k):
+                t0 += a0[kk] * wj[kk]
+            y[r, j] = t0
     if bias.shape[0]:
         for r in range(m):
-            for j in range(n):
+            for j in range(first, end):
                 y[r, j] += bias[j]
+
+
+def _rows_times_kn_part_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
+    """y = a[:, first:end] @ w[first:end] (K's block ``first`` to ``end``; no bias)."""
+    m = a.shape[0]
+    n = w.shape[1]
+    for r in range(m):
+        yr = y[r]
+        for j in range(n):
+            yr[j] = _F(0.0)
+        for kk in range(first, end):
+            v = a[r, kk]
+            wk = w[kk]
+            for j in range(n):
+                yr[j] += v * wk[j]
+
+
+def _rows_times_kn_split_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
+    """See ``row_products``: K in ``parts`` blocks at once (``prange``), each into its own
+    partial product, the partials and the bias added after."""
+    m, k = a.shape
+    n = w.shape[1]
+    partial = np.empty((parts, m, n), np.float32)
+    for part in _prange(parts):
+        _rows_times_kn_part(a, w, partial[part], k * part // parts, k * (part + 1) // parts)
+    for r in range(m):
+        for j in range(n):
+            total = bias[j] if bias.shape[0] else _F(0.0)
+            for part in range(parts):
+                total += partial[part, r, j]
+            y[r, j] = total
 
 
 def _nan_max_py(row):  # pragma: no cover - compiled by numba

@@ -814,12 +814,13 @@ class Pooling(_Primitive):
 
 
 #: products of several rows and fewer multiply-adds than this run on one OpenMP thread: there
-#: a two-thread run's fork and join cost more than the second thread saves (the bench's
-#: transformer, 64-row products of 128 x 128 and 128 x 512: 0.59 -> 0.51 ms a run, blocks
-#: alternated in one process), and GNU OpenMP's static split also waits for a busy core's
-#: share. One-row products keep the session's threads: two cores streaming large weights is
-#: what ONEDNN_MIN_GEMM_WEIGHTS sends them to oneDNN for (the mlp at batch 1).
-ONE_THREAD_MACS = 1 << 20
+#: a two-thread run's fork and join cost as much as the second thread saves. One-row products
+#: keep the session's threads: two cores streaming large weights is what
+#: ONEDNN_MIN_GEMM_WEIGHTS sends them to oneDNN for. (1 << 20 before, set on another CPU; on
+#: the AVX2 EPYC two threads were the faster from here, us one / two, runs in a row / after a
+#: 0.3 s pause: 8 x 336 x 336 27 / 18, 58 / 44; 64 x 128 x 128 29 / 18, 61 / 33; at 1 << 18
+#: a wash: 16 x 128 x 128 10.7 / 10.1, 25 / 22. The bench's transformer 1.14 -> 1.08 ms.)
+ONE_THREAD_MACS = 1 << 18
 
 
 def _most_threads(m: int, k: int, n: int) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit, _onednn
@@ -144,12 +145,16 @@ def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None
 
 #: products of up to this many rows by constant float32 weights of fewer than
 #: ``COMPILED_PRODUCT_WEIGHTS`` elements run in one compiled loop with their bias
-#: (``_jit.row_products``); numpy's GEMM is the faster from four rows, oneDNN's two threads
-#: on larger weights (one row, us: 1024 x 1024 40 compiled, 29 oneDNN; 512 x 512 10 / 9.4).
-#: Between 1 << 17 and 1 << 19 the compiled loop had the quicker model runs: the wake-word
-#: model's 1536 -> 128 layer, blocks alternated in one process, 0.045 -> 0.039 ms a run
-COMPILED_PRODUCT_ROWS = 2
-COMPILED_PRODUCT_WEIGHTS = 1 << 19
+#: (``_jit.row_products``), on the session's threads from ``ROW_SPLIT_MACS`` multiply-adds.
+#: Such products are bound by reading the weights, which the loop reads once for four rows
+#: (us, two threads, compiled / oneDNN: 3 x 256 -> 768 21 / 46, 4 x 512 -> 512 42 / 68,
+#: 1024 x 1024 55 / 67); oneDNN's GEMM is the faster from about eight rows.
+COMPILED_PRODUCT_ROWS = 4
+COMPILED_PRODUCT_WEIGHTS = 1 << 20
+#: multiply-adds from which the row products split over the threads (us, one / two threads:
+#: 1 x 128 x 512 6.9 / 11.0; 1 x 256 x 512 10.8 / 14.1; 1 x 256 x 768 15.6 / 11.6; 4 x 336 x
+#: 336 25.3 / 18.2)
+ROW_SPLIT_MACS = 1 << 17
 
 
 class _RowProduct:
@@ -169,11 +174,12 @@ class _RowProduct:
         rows = a.size // self.k
         if not 0 < rows <= COMPILED_PRODUCT_ROWS:
             return None
-        loops = _jit.row_products()
+        parts = threads.usable() if rows * self.w.size >= ROW_SPLIT_MACS else 1
+        loops = _jit.row_products(parts)
         if loops is None:
             return None
         y = np.empty(a.shape[:-1] + (self.n,), np.float32)
-        loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y.reshape(rows, self.n))
+        loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y.reshape(rows, self.n), parts)
         return y
 
 
@@ -572,7 +578,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, g: _Geo
                 g.gather_t = np.ascontiguousarray(idx.T)
             yt = np.empty((pixels, m), np.float32)
             products[1](flat[g.gather_t], np.ascontiguousarray(w.reshape(m, c * k)),
-                        _NO_BIAS if b is None else b, yt)
+                        _NO_BIAS if b is None else b, yt, 1)
             y2 = yt.T.copy() if pixels > 1 else yt.reshape(m, 1)
         else:
             y2 = np.matmul(w.reshape(m, c * k), flat[idx])
