@@ -84,6 +84,11 @@ _nan_max: Callable | None = None
 _linear_finish: Callable | None = None
 _scale_rows: Callable | None = None
 _sigmoid: Callable | None = None
+_sigmoid_in_place: Callable | None = None
+_tanh: Callable | None = None
+_tanh_in_place: Callable | None = None
+_logistic_point: Callable | None = None  # the compiled _logistic_point_py and _tanh_point_py (set by _load)
+_tanh_point: Callable | None = None
 _tried = False
 
 #: compiled kernels are wanted (tests switch this off to run the numpy paths)
@@ -372,11 +377,25 @@ def scatter_rows() -> Callable | None:
     return _scatter_rows if _load() else None
 
 
-def sigmoid() -> Callable | None:
-    """The compiled float32 logistic ``(x, y)`` over flat arrays (``y`` may be ``x``), or None:
-    one pass by ``_exp_value`` where numpy makes four (negate, exp, add, reciprocal): (3, 256)
-    3.1 -> 0.9 us, (1, 64, 80, 80) 264 -> 194 us."""
-    return _sigmoid if _load() else None
+def sigmoid(in_place: bool = False) -> Callable | None:
+    """The compiled float32 logistic ``(x, y)`` over flat arrays, or ``(x,)`` into x where
+    ``in_place``, or None: one pass by ``_exp_value`` where numpy makes four (negate, exp, add,
+    reciprocal): (3, 256) 3.1 -> 0.9 us, (1, 64, 80, 80) 264 -> 194 us. (With y = x the
+    two-array loop fails LLVM's run-time overlap check and runs scalar: 65k values 43 -> 253
+    us, as ``erf``'s.)"""
+    if not _load():
+        return None
+    return _sigmoid_in_place if in_place else _sigmoid
+
+
+def tanh(in_place: bool = False) -> Callable | None:
+    """The compiled float32 tanh ``(x, y)`` over flat arrays, or ``(x,)`` into x where
+    ``in_place``, or None: one vectorised pass by ``_tanh_value`` (within 2e-7 of tanh, as
+    onnxruntime's MLAS tanh is within 2.5e-7) where numpy's tanh is libm's, one value at a
+    time: 65k values 187 -> 52 us. NaN stays NaN, -0.0 stays -0.0."""
+    if not _load():
+        return None
+    return _tanh_in_place if in_place else _tanh
 
 
 def lstm_scan() -> Callable | None:
@@ -478,7 +497,8 @@ def _load_once() -> None:
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
-    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _bilinear
+    global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
+    global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split
     global _nan_max, _linear_finish, _scatter_rows
     if _tried:
@@ -493,7 +513,8 @@ def _load_once() -> None:
                 _packed_product_split = _packed_share = None
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
-                _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = None
+                _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
+                _sigmoid_in_place = _tanh_in_place = None
                 _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
             else:
@@ -608,7 +629,14 @@ def _load_once() -> None:
                 _scatter_rows = numba.njit(cache=cached, nogil=True, boundscheck=False)(_scatter_rows_py)
                 # "arcp": the division as a reciprocal with a Newton step (vectorised; the
                 # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
-                _sigmoid = numba.njit(cache=cached, **{**elementwise, "fastmath": {"contract", "arcp"}})(_sigmoid_py)
+                # the scalar functions are globals of the loops: compiled first
+                _logistic_point = numba.njit(inline="always", **elementwise)(_logistic_point_py)
+                _tanh_point = numba.njit(inline="always", **elementwise)(_tanh_point_py)
+                logistic = {**elementwise, "fastmath": {"contract", "arcp"}}
+                _sigmoid = numba.njit(cache=cached, **logistic)(_sigmoid_py)
+                _sigmoid_in_place = numba.njit(cache=cached, **logistic)(_sigmoid_in_place_py)
+                _tanh = numba.njit(cache=cached, **elementwise)(_tanh_py)
+                _tanh_in_place = numba.njit(cache=cached, **elementwise)(_tanh_in_place_py)
             _tried = True
 
 
@@ -1263,12 +1291,35 @@ def _scatter_rows_py(out, indices, updates, reduction):  # pragma: no cover - co
     return True
 
 
-def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
+def _logistic_point_py(v):  # pragma: no cover - compiled by numba
     """See ``sigmoid``: 0 below -88.72, where numpy's float32 exp(-x) overflows to inf (-inf
     included); NaN stays NaN (``_exp_value``'s clamp would make it a number)."""
+    return _ONE / (_ONE + _exp_value(-v)) if v >= _F(-88.72) else (_ZERO if v < _F(-88.72) else v)
+
+
+def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
     for i in range(x.shape[0]):
-        v = x[i]
-        y[i] = _ONE / (_ONE + _exp_value(-v)) if v >= _F(-88.72) else (_ZERO if v < _F(-88.72) else v)
+        y[i] = _logistic_point(x[i])
+
+
+def _sigmoid_in_place_py(x):  # pragma: no cover - compiled by numba
+    for i in range(x.shape[0]):
+        x[i] = _logistic_point(x[i])
+
+
+def _tanh_point_py(v):  # pragma: no cover - compiled by numba
+    """See ``tanh``: NaN and zeros (-0.0 with its sign) passed through."""
+    return _tanh_value(v) if v == v and v != _ZERO else v
+
+
+def _tanh_py(x, y):  # pragma: no cover - compiled by numba
+    for i in range(x.shape[0]):
+        y[i] = _tanh_point(x[i])
+
+
+def _tanh_in_place_py(x):  # pragma: no cover - compiled by numba
+    for i in range(x.shape[0]):
+        x[i] = _tanh_point(x[i])
 
 
 def _top_k_rows_py(x, k, largest, values, indices):  # pragma: no cover - compiled by numba

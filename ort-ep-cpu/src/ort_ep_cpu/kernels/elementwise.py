@@ -7,6 +7,8 @@ output dtype is the input's, as ONNX requires.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
@@ -97,17 +99,39 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """1 / (1 + e^-x), in place on one temporary or on ``out`` (which may be ``x``: see
     inplace.py); several times faster than scipy's expit. e^-x overflowing to inf for very
     negative x gives the right limit, 0. float32 in one compiled pass (``_jit.sigmoid``)."""
-    if x.dtype == np.float32 and x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
-        loop = _jit.sigmoid()
-        if loop is not None:
-            y = np.empty_like(x) if out is None else out
-            loop(x.reshape(-1), y.reshape(-1))
-            return y
+    y = _compiled_unary(_jit.sigmoid, x, out)
+    if y is not None:
+        return y
     with np.errstate(over="ignore"):
         y = np.negative(x, out=out)
         np.exp(y, out=y)
         y += y.dtype.type(1)
         return np.reciprocal(y, out=y)
+
+
+def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """tanh of ``x`` (into ``out``, which may be ``x``): contiguous float32 in one compiled
+    pass (``_jit.tanh``), others by numpy."""
+    y = _compiled_unary(_jit.tanh, x, out)
+    return np.tanh(x, out=out) if y is None else y
+
+
+def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+    """``loops`` (``_jit.sigmoid`` or ``_jit.tanh``) over contiguous float32 ``x`` into a new
+    array or ``out`` (its in-place loop where ``out`` is ``x``), or None where it does not apply."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous or out is not None and not out.flags.c_contiguous:
+        return None
+    if out is x:
+        loop = loops(in_place=True)
+        if loop is not None:
+            loop(x.reshape(-1))
+        return None if loop is None else x
+    loop = loops()
+    if loop is None:
+        return None
+    y = np.empty_like(x) if out is None else out
+    loop(x.reshape(-1), y.reshape(-1))
+    return y
 
 
 #: dtypes the compiled loops take
@@ -164,7 +188,7 @@ def _register(op_type: str, fn) -> None:
 UNARY_UFUNCS = {
     "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign,
     "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal,
-    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Tanh": np.tanh,
+    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh,
@@ -180,6 +204,7 @@ for _op, _fn in {
 # several steps: float16 computed in float32 and rounded once, as onnxruntime's is (each step
 # rounded in float16 left 11,240 of 32,768 values off the correctly rounded sigmoid)
 _register("Sigmoid", unary(lambda x: sigmoid(x), float32_for=(np.float16,)))
+_register("Tanh", unary(lambda x: tanh(x)))
 
 def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """erf of ``x`` into ``out`` (which may be ``x``): contiguous float32 by the compiled loop

@@ -26,6 +26,7 @@ from . import _blas, _jit, _onednn
 from ._util import SHAPE_CACHE_MAX, as_dtype, as_float32, constant_weight, data_address, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 from .elementwise import sigmoid as elementwise_sigmoid
+from .elementwise import tanh as elementwise_tanh
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -498,7 +499,7 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
     if name == "Relu":
         return lambda y: np.maximum(y, 0, out=y)
     if name == "Tanh":
-        return lambda y: np.tanh(y, out=y)
+        return lambda y: elementwise_tanh(y, out=y)
     if name == "Sigmoid":
         def sigmoid(y):  # 1 / (1 + exp(-y)), in place
             if y.dtype != np.float32 and y.size <= SMALL_SIGMOID and y.dtype.kind == "f" and y.dtype.itemsize >= 4:
