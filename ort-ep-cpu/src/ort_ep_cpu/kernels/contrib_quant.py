@@ -59,7 +59,10 @@ def quantize_dynamic(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
     hi = _F(max(0.0, float(x32.max()))) if x.size else _F(0)
     lo = _F(min(0.0, float(x32.min()))) if x.size else _F(0)
     scale = _F(1) if hi == lo else _F((hi - lo) / _F(255))
-    zp = np.uint8(np.rint(np.clip(-lo / scale, 0, 255)))
+    # clipped and rounded half to even (as np.rint) on the Python float: numpy's clip and
+    # rint of a scalar took 5 of the 25 us on a (1, 48, 512) activation
+    v = float(-lo / scale)
+    zp = np.uint8(round(min(max(v, 0.0), 255.0)) if v == v else 0)
     loop = _jit.quantize()
     if loop is not None:  # the same operations in the same order as the numpy line below
         q = np.empty(x.shape, np.uint8)
