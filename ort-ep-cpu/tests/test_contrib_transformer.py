@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 import pytest
+from compiled_loops import use_compiled
 from onnx import helper, numpy_helper
 
 import ort_core as ort
@@ -47,9 +48,12 @@ def test_quick_gelu(alpha):
     _check(_model("QuickGelu", ["x"], {}, {"x": x}, [("y", F)], alpha=alpha), {"x": x})
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("outputs", [1, 4])
-def test_skip_simplified_layer_normalization(bias, outputs):
+def test_skip_simplified_layer_normalization(bias, outputs, compiled, monkeypatch):
+    """By the compiled LayerNorm rows without their mean (``rms``), or numpy's passes."""
+    calls = use_compiled(monkeypatch, compiled, "layer_norm_rows")
     rng = np.random.default_rng(2)
     x, skip = rng.standard_normal((2, 5, 64)).astype(F), rng.standard_normal((2, 5, 64)).astype(F)
     consts = {"g": rng.uniform(0.5, 1.5, 64).astype(F)}
@@ -60,6 +64,24 @@ def test_skip_simplified_layer_normalization(bias, outputs):
     outs = [("y", F)] if outputs == 1 else [("y", F), ("", F), ("", F), ("sum", F)]
     _check(_model("SkipSimplifiedLayerNormalization", inputs, consts, {"x": x, "s": skip}, outs, epsilon=1e-6),
            {"x": x, "s": skip})
+    assert bool(calls) == compiled
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("axis, outputs", [(-1, ["y"]), (-1, ["y", ""]), (-1, ["y", "inv"]), (1, ["y"])])
+def test_simplified_layer_normalization(axis, outputs, compiled, monkeypatch):
+    """onnxruntime's RMS norm in the ONNX domain (T5, LLM exports): over the last axis with no
+    1 / RMS output by the compiled rows (``rms``), else numpy's passes; onnxruntime's values."""
+    calls = use_compiled(monkeypatch, compiled, "layer_norm_rows")
+    rng = np.random.default_rng(4)
+    x = (3 * rng.standard_normal((2, 6, 48))).astype(F)
+    scale = numpy_helper.from_array(rng.uniform(0.5, 1.5, (6, 48) if axis == 1 else 48).astype(F), "g")
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], outputs, axis=axis, epsilon=1e-6)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_tensor_value_info(n, 1, None) for n in outputs if n], [scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    _check(model, {"x": x})
+    assert bool(calls) == (compiled and axis == -1 and outputs[1:] != ["inv"])
 
 
 @pytest.mark.parametrize("form", ["plain", "segments-mask", "position-ids", "three-outputs"])

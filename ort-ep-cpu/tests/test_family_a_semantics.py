@@ -494,8 +494,9 @@ def test_softmax_of_large_logits_warns_nothing():
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
-def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
-    """Small float32 inputs take the compiled row loop (``_jit.softmax_rows``): onnxruntime's
+def test_softmax_by_the_compiled_rows(op, monkeypatch):
+    """float32 inputs of every size take the compiled row loop (``_jit.softmax_rows``; up to
+    8K elements before, when its exp was scalar): onnxruntime's
     values on logits of every range, rows masked with -inf (exactly 0 / -inf out), a fully
     masked row; NaN and +inf rows give the numpy path's NaN."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")
@@ -510,7 +511,8 @@ def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
 
     monkeypatch.setattr(_jit, "softmax_rows", spy)
     rng = np.random.default_rng(5)
-    for shape, spread in [((1, 10), 1.0), ((3, 1), 5.0), ((8, 33), 30.0), ((2, 4, 64), 200.0), ((16, 512), 1e4)]:
+    for shape, spread in [((1, 10), 1.0), ((3, 1), 5.0), ((8, 33), 30.0), ((2, 4, 64), 200.0), ((16, 512), 1e4),
+                          ((1, 6, 48, 48), 10.0), ((3, 7000), 30.0)]:
         x = (rng.standard_normal(shape) * spread).astype(np.float32)
         x.reshape(-1, shape[-1])[0, 1::3] = -np.inf  # a masked row
         ours, ref = run_both(op, [x], [F], 13, reference="onnxruntime", axis=-1)
@@ -528,7 +530,7 @@ def test_small_softmax_by_the_compiled_rows(op, monkeypatch):
     x[0, 2], x[1, 0], x[2, 5], x[3] = np.nan, np.inf, -np.inf, -np.inf  # row 3 fully masked
     fn = reduce.softmax if op == "Softmax" else reduce.log_softmax
     got = fn(x, 1)
-    monkeypatch.setattr(reduce, "COMPILED_SOFTMAX_MAX", 0)
+    monkeypatch.setattr(_jit, "USE", False)
     with np.errstate(invalid="ignore"):
         want = fn(x, 1)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)

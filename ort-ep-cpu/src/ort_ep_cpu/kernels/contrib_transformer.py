@@ -13,6 +13,8 @@ import numpy as np
 from ..registry import kernel
 from . import attention
 from ._util import as_dtype, as_float32
+from .fused import gelu
+from .reduce import compiled_layer_norm
 
 MS = "com.microsoft"
 
@@ -55,9 +57,6 @@ def _embed_layer_normalization(node, request):
     return embed
 
 
-_SQRT_2_OVER_PI = 0.7978845608028654
-
-
 @kernel("FastGelu", domain=MS)
 def _fast_gelu(node, request):
     """The tanh approximation of Gelu on x (+ bias): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
@@ -65,10 +64,7 @@ def _fast_gelu(node, request):
     def fast_gelu(x, bias=None):
         if x.dtype == np.float16:  # in float32, rounded once, as onnxruntime computes it
             return as_dtype(fast_gelu(as_float32(x), None if bias is None else as_float32(bias)), x.dtype)
-        v = x if bias is None else x + bias
-        t = v.dtype.type
-        inner = t(_SQRT_2_OVER_PI) * (v + t(0.044715) * v * v * v)
-        return (t(0.5) * v * (t(1) + np.tanh(inner))).astype(x.dtype, copy=False)
+        return gelu(x, bias, tanh_form=True)
 
     return fast_gelu
 
@@ -96,6 +92,11 @@ def _skip_simplified_layer_normalization(node, request):
         raise NotImplementedError(f"SkipSimplifiedLayerNormalization {node.name!r}: output 1 (mean) is not produced")
 
     def skip_simplified(x, skip, gamma, bias=None):
+        if n_out == 1 or n_out == 4 and not node.outputs[2]:  # the compiled rows give no 1 / RMS
+            compiled = compiled_layer_norm(x, skip, bias, gamma, None, eps, total=n_out == 4, rms=True)
+            if compiled is not None:
+                y, total = compiled
+                return y if n_out == 1 else (y, None, None, total)
         total = x + skip
         if bias is not None:
             total = total + bias
@@ -120,6 +121,10 @@ def _simplified_layer_normalization(node, request):
     def simplified(x, scale):
         rank = x.ndim
         first = axis + rank if axis < 0 else axis
+        if (n_out == 1 or not node.outputs[1]) and first == rank - 1:  # the compiled rows give no 1 / RMS
+            compiled = compiled_layer_norm(x, None, None, scale, None, eps, total=False, rms=True)
+            if compiled is not None:
+                return compiled[0] if n_out == 1 else (compiled[0], None)
         axes = tuple(range(first, rank))
         x32 = x.astype(np.float32, copy=False)
         inv = (1.0 / np.sqrt((x32 * x32).mean(axis=axes, keepdims=True) + eps)).astype(np.float32)

@@ -79,32 +79,39 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return result
 
 
-def gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+def gelu(x: np.ndarray, bias: np.ndarray | None = None, tanh_form: bool = False) -> np.ndarray:
     """0.5 * v * (1 + erf(v / sqrt(2))) of v = x + bias (BiasGelu: bias broadcast over the
-    last axis, or by numpy's rules where it is not a vector of that length). float32 runs as
-    one compiled pass when numba is installed (``_jit.gelu_rows``), else through erf_f32."""
+    last axis, or by numpy's rules where it is not a vector of that length); ``tanh_form``: the
+    tanh approximation 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) (FastGelu). float32
+    runs as one compiled pass when numba is installed (``_jit.gelu_rows``), else by numpy (erf
+    through erf_f32)."""
     if x.ndim == 0:  # numpy's ufuncs return scalars for 0-d arrays: erf_f32's out= needs arrays
         shape = () if bias is None else np.broadcast_shapes((), np.shape(bias))
-        return gelu(x.reshape(1), bias).reshape(shape)
+        return gelu(x.reshape(1), bias, tanh_form).reshape(shape)
     if x.dtype == np.float32 and x.size and _jit.enabled() and _compiled_bias(x, bias):
         h = x.shape[-1]
         xc = np.ascontiguousarray(x).reshape(-1, h)
         y = np.empty(x.shape, dtype=np.float32)
         b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        _jit.gelu_rows()(xc, b, y.reshape(-1, h))
+        _jit.gelu_rows()(xc, b, y.reshape(-1, h), tanh_form)
         return y
     if bias is not None:
         x = x + bias
+    t = x.dtype.type
+    if tanh_form:
+        inner = t(_SQRT_2_OVER_PI) * (x + t(0.044715) * x * x * x)
+        return (t(0.5) * x * (t(1) + np.tanh(inner))).astype(x.dtype, copy=False)
     if x.dtype == np.float32:
         y = erf_f32(x * np.float32(1 / np.sqrt(2)))
     else:
         y = special.erf(x / np.sqrt(2)).astype(x.dtype, copy=False)
     y += 1
-    y *= x.dtype.type(0.5)  # halved before the product: 2 * x overflowed near float32's max
+    y *= t(0.5)  # halved before the product: 2 * x overflowed near float32's max
     y *= x
     return y
 
 
+_SQRT_2_OVER_PI = 0.7978845608028654
 _NO_BIAS = np.empty(0, dtype=np.float32)
 
 

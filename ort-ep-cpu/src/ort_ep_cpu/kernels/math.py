@@ -171,12 +171,9 @@ def _gelu(node, request):
         raise ValueError(f"Gelu {node.name!r}: approximate {approximate!r} is not 'none' or 'tanh'")
 
     def gelu(x):
+        if approximate == "tanh" or x.dtype == np.float32:  # com.microsoft's kernels: one compiled pass
+            return fused_gelu(x, tanh_form=approximate == "tanh")
         t = x.dtype.type
-        if approximate == "tanh":
-            inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
-            return t(0.5) * x * (t(1) + np.tanh(inner))
-        if x.dtype == np.float32:  # com.microsoft Gelu's kernel: one compiled pass with numba
-            return fused_gelu(x)
         return t(0.5) * x * (t(1) + special.erf(x * t(1 / np.sqrt(2))))
 
     return unary(gelu, _HALF)

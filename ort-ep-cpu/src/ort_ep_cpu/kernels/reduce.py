@@ -217,16 +217,12 @@ EXP_SUM_TINY = np.float32(1e-30)
 SMALL_SOFTMAX = 2048
 
 
-#: float32 inputs of up to this many elements take the compiled row loop: one call where numpy
-#: makes five (us, compiled / numpy: (1, 10) 0.3 / 6.2, (16, 128) 2.4 / 7.1, (64, 128) 8.2 /
-#: 10.0, (256, 256) 62 / 40: numpy's exp is the faster one on long inputs)
-COMPILED_SOFTMAX_MAX = 1 << 13
-
-
-def _compiled_small(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
-    """Softmax (``log``: LogSoftmax) of a small float32 input over its last axis by the
-    compiled row loop (``_jit.softmax_rows``), else None."""
-    if x.dtype != np.float32 or not 0 < x.size <= COMPILED_SOFTMAX_MAX or not x.shape[axis]:
+def _compiled_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
+    """Softmax (``log``: LogSoftmax) of a float32 input over its last axis by the compiled
+    row loop (``_jit.softmax_rows``), else None. One call where numpy makes five, vectorised
+    since its exp is (us, compiled / numpy: (1, 10) 0.3 / 6.2; (1, 6, 48, 48) 15 / 58;
+    (256, 256) 65 / 161; (8, 12, 128, 128) 1584 / 4206; (1, 40, 6625) 253 / 513)."""
+    if x.dtype != np.float32 or not x.size or not x.shape[axis]:
         return None
     if axis != x.ndim - 1 and any(d != 1 for d in x.shape[axis + 1:]):
         return None  # (an axis followed by ones only is the last one: attention weights (1, S, 1))
@@ -243,7 +239,7 @@ def _compiled_small(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
 
 @_in_float
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    y = _compiled_small(x, axis, log=False)
+    y = _compiled_rows(x, axis, log=False)
     if y is not None:
         return y
     if axis == x.ndim - 1 and x.dtype in JIT_FLOATS and x.flags.c_contiguous and x.size >= SMALL_SOFTMAX:
@@ -267,7 +263,7 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 @_in_float
 def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    y = _compiled_small(x, axis, log=True)
+    y = _compiled_rows(x, axis, log=True)
     if y is not None:
         return y
     shifted = x - x.max(axis=axis, keepdims=True)
@@ -294,10 +290,10 @@ _ABSENT_VECTOR = np.empty(0, np.float32)
 
 
 def compiled_layer_norm(x: np.ndarray, skip: np.ndarray | None, bias: np.ndarray | None, gamma: np.ndarray,
-                        beta: np.ndarray | None, eps: float, total: bool) -> tuple | None:
-    """LayerNorm over the last axis of float32 ``x`` (+ ``skip`` + ``bias``) by the compiled
-    row loop (``_jit.layer_norm_rows``): (y, the sum x + skip + bias or None where ``total`` is
-    false); None where it does not apply (numba not installed, another dtype, a broadcast skip,
+                        beta: np.ndarray | None, eps: float, total: bool, rms: bool = False) -> tuple | None:
+    """LayerNorm (``rms``: RMS normalisation, no mean) over the last axis of float32 ``x`` (+
+    ``skip`` + ``bias``) by the compiled row loop (``_jit.layer_norm_rows``): (y, the sum x +
+    skip + bias or None where ``total`` is false); None where it does not apply (numba not installed, another dtype, a broadcast skip,
     non-contiguous arrays): the caller's numpy path runs."""
     if x.dtype != np.float32 or not x.ndim or not x.size or not x.flags.c_contiguous or not _jit.enabled():
         return None
@@ -312,7 +308,7 @@ def compiled_layer_norm(x: np.ndarray, skip: np.ndarray | None, bias: np.ndarray
     _jit.layer_norm_rows()(
         x.reshape(-1, h), _ABSENT_ROWS if skip is None else skip.reshape(-1, h),
         _ABSENT_VECTOR if bias is None else bias, gamma, _ABSENT_VECTOR if beta is None else beta, np.float32(eps),
-        y.reshape(-1, h), _ABSENT_ROWS if out is None else out.reshape(-1, h))
+        y.reshape(-1, h), _ABSENT_ROWS if out is None else out.reshape(-1, h), rms)
     return y, out
 
 
