@@ -500,19 +500,20 @@ def test_softmax_by_the_compiled_rows(op, monkeypatch):
     values on logits of every range, rows masked with -inf (exactly 0 / -inf out), a fully
     masked row; NaN and +inf rows give the numpy path's NaN."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu import threads
     from ort_ep_cpu.kernels import _jit, reduce
 
     calls = []
     real = _jit.softmax_rows
 
-    def spy():
-        calls.append(1)
-        return real()
+    def spy(parts=1):
+        calls.append(parts)
+        return real(parts)
 
     monkeypatch.setattr(_jit, "softmax_rows", spy)
     rng = np.random.default_rng(5)
     for shape, spread in [((1, 10), 1.0), ((3, 1), 5.0), ((8, 33), 30.0), ((2, 4, 64), 200.0), ((16, 512), 1e4),
-                          ((1, 6, 48, 48), 10.0), ((3, 7000), 30.0)]:
+                          ((1, 6, 48, 48), 10.0), ((3, 7000), 30.0), ((1, 6, 120, 120), 30.0)]:
         x = (rng.standard_normal(shape) * spread).astype(np.float32)
         x.reshape(-1, shape[-1])[0, 1::3] = -np.inf  # a masked row
         ours, ref = run_both(op, [x], [F], 13, reference="onnxruntime", axis=-1)
@@ -520,6 +521,8 @@ def test_softmax_by_the_compiled_rows(op, monkeypatch):
         masked = ours[0].reshape(-1, shape[-1])[0, 1::3]
         assert np.all(masked == (0.0 if op == "Softmax" else -np.inf))
     assert calls
+    # the last one (86K values) split into blocks of rows on the session's threads
+    assert calls[-1] == (min(threads.usable(), 2) if _jit.SPLIT_MIN_ELEMENTS <= 86400 else 1)
     # an axis followed by ones only (attention weights (1, S, 1)) is the last one
     calls.clear()
     x = (rng.standard_normal((2, 40, 1, 1)) * 4).astype(np.float32)

@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ort_core as ort
+from ort_ep_cpu import threads
 from ort_ep_cpu.kernels import _jit, fused
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -58,7 +59,7 @@ def path(request, monkeypatch):
     else:
         monkeypatch.setattr(_jit, "USE", False)
     real = _jit.gelu_rows
-    monkeypatch.setattr(_jit, "gelu_rows", lambda: calls.append(1) or real())
+    monkeypatch.setattr(_jit, "gelu_rows", lambda parts=1: calls.append(parts) or real(parts))
     return request.param, calls
 
 
@@ -105,7 +106,8 @@ def test_onnx_gelu_matches_onnxruntime(path, approximate):
 
 
 @pytest.mark.parametrize("path", PATHS, indirect=True)
-@pytest.mark.parametrize("x_shape, bias", [((1, 48, 1024), True), ((1, 48, 1024), False), ((3, 7), True), ((5,), False)])
+@pytest.mark.parametrize("x_shape, bias", [((1, 48, 1024), True), ((1, 48, 1024), False), ((3, 7), True), ((5,), False),
+                                           ((1, 201, 1536), True)])
 def test_fast_gelu_matches_onnxruntime(path, x_shape, bias):
     """com.microsoft FastGelu (T5's feed-forward): the tanh form, with and without bias; NaN
     stays NaN, +inf gives +inf. (numpy's tanh and the polynomial's passes took (1, 48, 1024) 225
@@ -118,6 +120,9 @@ def test_fast_gelu_matches_onnxruntime(path, x_shape, bias):
     got = _compare(_model("FastGelu", MS, x_shape, (h,) if bias else None), feeds)
     assert np.isnan(got.reshape(-1)[0]) and got.reshape(-1)[1] == np.inf
     assert len(calls) == (1 if which == "compiled" else 0)
+    if which == "compiled":  # from SPLIT_MIN_ELEMENTS the rows split over the session's threads
+        assert calls == [_jit.split_parts(x.size, x.size // h)]
+        assert calls[0] == (1 if x.size < _jit.SPLIT_MIN_ELEMENTS else min(2, threads.usable()))
 
 
 @pytest.mark.parametrize("path", PATHS, indirect=True)

@@ -24,6 +24,7 @@ from real_model_cases import fetch_or_skip
 
 import ort_core as ort
 from ort_core.testing import models
+from ort_ep_cpu import threads
 
 RNG = np.random.default_rng(0)
 H = 32
@@ -100,6 +101,17 @@ def test_layernorm_matches_onnxruntime(compiled, shape, axis, bias, monkeypatch)
     got = _cpu_session(data).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, **TOL[np.float32])
     assert bool(used) == (compiled and axis in (-1, len(shape) - 1))  # the compiled rows: the last axis only
+
+
+@pytest.mark.parametrize("outputs", [("y",), ("y", "", "", "sum")], ids=["output", "output+sum"])
+def test_skip_layernorm_rows_split_over_threads(outputs, monkeypatch):
+    """From ``_jit.SPLIT_MIN_ELEMENTS`` values the compiled rows split into blocks on the
+    session's threads (a (1, 400, 384) audio transformer's: 124 us each on one thread):
+    onnxruntime's values, the sum output too."""
+    used = use_compiled(monkeypatch, True, "layer_norm_rows")
+    data, feeds = _sln_model([1, 2100, H], [1, 2100, H], np.float32, outputs=outputs)
+    _same_as_onnxruntime(data, feeds, TOL[np.float32])
+    assert used == [(min(2, threads.usable()),)]
 
 
 @pytest.mark.parametrize("x_shape,skip_shape", [([7, H], [7, H]), ([3, 7, H], [1, 7, H]), ([3, 7, H], [7, H])])

@@ -30,7 +30,11 @@ _depthwise_flat: Callable | None = None
 _activations: dict[str, Callable] = {}
 _hard_sigmoid_value: Callable | None = None  # the compiled _hard_sigmoid_value_py (set by _load)
 _gelu_rows: Callable | None = None
+_gelu_rows_split: Callable | None = None
+_gelu_block: Callable | None = None  # the compiled _gelu_block_py (set by _load)
 _layer_norm_rows: Callable | None = None
+_layer_norm_rows_split: Callable | None = None
+_layer_norm_block: Callable | None = None  # the compiled _layer_norm_block_py (set by _load)
 _taps_into: Callable | None = None  # the compiled _taps_into_py (set by _load)
 _interleave: Callable | None = None
 _lstm_scan: Callable | None = None
@@ -73,6 +77,8 @@ _grid_axis: Callable | None = None  # the compiled _grid_axis_py and _plane_taps
 _plane_taps: Callable | None = None
 _top_k_rows: Callable | None = None
 _softmax_rows: Callable | None = None
+_softmax_rows_split: Callable | None = None
+_softmax_block: Callable | None = None  # the compiled _softmax_block_py (set by _load)
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
@@ -136,24 +142,30 @@ def activation(name: str) -> Callable | None:
     return _activations.get(name) if _load() else None
 
 
-def gelu_rows() -> Callable | None:
-    """The compiled float32 ``gelu(x + bias)`` loop ``(x, bias, y, tanh_form)`` over
+def gelu_rows(parts: int = 1) -> Callable | None:
+    """The compiled float32 ``gelu(x + bias)`` loop ``(x, bias, y, tanh_form, parts)`` over
     C-contiguous (rows, h) arrays (``bias`` of length h, or empty for none), or None: erf's
     Gelu, or where ``tanh_form`` its tanh approximation 0.5 v (1 + tanh(sqrt(2 / pi) (v +
     0.044715 v^3))) (FastGelu, Gelu's approximate="tanh"; by ``_tanh_point``: numpy's libm tanh
-    and the polynomial's passes took (1, 48, 1024) 225 us, here 45)."""
-    return _gelu_rows if _load() else None
+    and the polynomial's passes took (1, 48, 1024) 225 us, here 45). For ``parts`` > 1 (see
+    ``split_parts``), the one that splits the rows into ``parts`` blocks on as many threads."""
+    if not _load():
+        return None
+    return _gelu_rows if parts <= 1 or _forked else _gelu_rows_split
 
 
-def layer_norm_rows() -> Callable | None:
-    """The compiled float32 loop ``(x, skip, bias, gamma, beta, eps, y, total, rms)`` over
+def layer_norm_rows(parts: int = 1) -> Callable | None:
+    """The compiled float32 loop ``(x, skip, bias, gamma, beta, eps, y, total, rms, parts)`` over
     C-contiguous (rows, h) arrays, or None: s = x + skip + bias, y = (s - mean) / sqrt(var +
     eps) * gamma + beta per row (mean and variance of s over the row), and ``total`` = s where
     it is not empty. ``skip`` and ``total`` are (rows, h) or empty, ``bias`` and ``beta`` (h,)
     or empty (then absent). ``rms``: no mean (0), so y = s / sqrt(mean(s^2) + eps) * gamma +
     beta, onnxruntime's SimplifiedLayerNormalization (T5's RMS norm: (1, 48, 512) 59 us by
-    numpy's passes)."""
-    return _layer_norm_rows if _load() else None
+    numpy's passes). For ``parts`` > 1 (see ``split_parts``), the one that splits the rows into
+    ``parts`` blocks on as many threads."""
+    if not _load():
+        return None
+    return _layer_norm_rows if parts <= 1 or _forked else _layer_norm_rows_split
 
 
 def interleave() -> Callable | None:
@@ -316,14 +328,34 @@ def top_k_rows() -> Callable | None:
     return _top_k_rows if _load() else None
 
 
-def softmax_rows() -> Callable | None:
-    """The compiled float32 Softmax / LogSoftmax of each row ``(x, y, log)``, or None: x and y
-    (R, N) C-contiguous, y written. Each row's max subtracted, exp by ``_exp_value`` (within 2
-    ulp of expf; 0 below -87, so a masked -inf gives 0 as numpy's exp does), the sum, then one
-    multiply by its reciprocal (log: minus its log). A row whose max is not finite (NaN, +inf,
-    all -inf) gets numpy's IEEE result: NaN. One call where numpy makes five (max, subtract,
-    exp, sum, divide): (1, 10) 6 us -> under 1; (1, 6, 48, 48) 58 -> 15 us."""
-    return _softmax_rows if _load() else None
+def softmax_rows(parts: int = 1) -> Callable | None:
+    """The compiled float32 Softmax / LogSoftmax of each row ``(x, y, log, parts)``, or None: x
+    and y (R, N) C-contiguous, y written. Each row's max subtracted, exp by ``_exp_value``
+    (within 2 ulp of expf; 0 below -87, so a masked -inf gives 0 as numpy's exp does), the sum,
+    then one multiply by its reciprocal (log: minus its log). A row whose max is not finite
+    (NaN, +inf, all -inf) gets numpy's IEEE result: NaN. One call where numpy makes five (max,
+    subtract, exp, sum, divide): (1, 10) 6 us -> under 1; (1, 6, 48, 48) 58 -> 15 us. For
+    ``parts`` > 1 (see ``split_parts``), the one that splits the rows into ``parts`` blocks on
+    as many threads."""
+    if not _load():
+        return None
+    return _softmax_rows if parts <= 1 or _forked else _softmax_rows_split
+
+
+#: row loops over at least this many elements split over the session's threads
+#: (``split_parts``): numba's pool costs 2.5-9 us to enter, a pass over 64K float32 values
+#: 30-60 us (Softmax, Gelu)
+SPLIT_MIN_ELEMENTS = 1 << 16
+
+
+def split_parts(elements: int, rows: int) -> int:
+    """The shares a splittable row loop takes for ``elements`` values in ``rows`` rows: the
+    session's threads from ``SPLIT_MIN_ELEMENTS`` (at most one a row), else 1."""
+    if elements < SPLIT_MIN_ELEMENTS:
+        return 1
+    from .. import threads  # noqa: PLC0415  (kernels import this module first)
+
+    return max(1, min(threads.usable(), rows))
 
 
 def row_products(parts: int = 1) -> tuple[Callable, Callable] | None:
@@ -506,6 +538,7 @@ def _load_once() -> None:
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split
     global _nan_max, _linear_finish, _scatter_rows
+    global _softmax_rows_split, _softmax_block, _gelu_rows_split, _gelu_block, _layer_norm_rows_split, _layer_norm_block
     if _tried:
         return
     with _lock:
@@ -522,6 +555,8 @@ def _load_once() -> None:
                 _sigmoid_in_place = _tanh_in_place = None
                 _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
+                _softmax_rows_split = _softmax_block = _gelu_rows_split = _gelu_block = None
+                _layer_norm_rows_split = _layer_norm_block = None
             else:
                 # "contract": multiply-adds as FMA instructions (rounding differs from numpy's by
                 # an ulp; no reassociation)
@@ -570,7 +605,13 @@ def _load_once() -> None:
                 # stays scalar: 20 against 4 us on (64, 128)); the order differs from numpy's
                 # pairwise sums by float32 rounding
                 reductions = {**elementwise, "fastmath": {"contract", "reassoc"}}
+                _layer_norm_block = numba.njit(cache=cached, **reductions)(_layer_norm_block_py)
                 _layer_norm_rows = numba.njit(cache=cached, **reductions)(_layer_norm_rows_py)
+                rows, vector = np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
+                _layer_norm_rows_split = _parallel_loop(
+                    numba, _layer_norm_rows_split_py, _layer_norm_rows, cached, reductions,
+                    (rows, np.zeros((0, 0), np.float32), np.zeros(0, np.float32), vector, np.zeros(0, np.float32),
+                     np.float32(1e-5), np.zeros((2, 2), np.float32), np.zeros((0, 0), np.float32), False, 2))
                 _small_conv = numba.njit(cache=cached, **elementwise)(_small_conv_py)
                 # the product and the scalar functions are globals of the scans: compiled first
                 _recurrent_product = numba.njit(inline="always", **elementwise)(_recurrent_product_py)
@@ -610,7 +651,12 @@ def _load_once() -> None:
                 _grid_taps = numba.njit(cache=cached, nogil=True, boundscheck=False, error_model="numpy")(_grid_taps_py)
                 _grid_linear = numba.njit(cache=cached, nogil=True, boundscheck=False, error_model="numpy")(_grid_linear_py)
                 _top_k_rows = numba.njit(cache=cached, nogil=True, boundscheck=False)(_top_k_rows_py)
+                # the block is a global of the serial and the split loops: compiled first
+                _softmax_block = numba.njit(cache=cached, **reductions)(_softmax_block_py)
                 _softmax_rows = numba.njit(cache=cached, **reductions)(_softmax_rows_py)
+                rows_probe = (np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), False, 2)
+                _softmax_rows_split = _parallel_loop(numba, _softmax_rows_split_py, _softmax_rows, cached,
+                                                     reductions, rows_probe)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 # the shares are globals of the products: compiled first
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
@@ -643,7 +689,11 @@ def _load_once() -> None:
                 _tanh_in_place = numba.njit(cache=cached, **elementwise)(_tanh_in_place_py)
                 # the tanh point is a global of the tanh form's value, and both values of the loop
                 _gelu_tanh_value = numba.njit(inline="always", **elementwise)(_gelu_tanh_value_py)
+                _gelu_block = numba.njit(cache=cached, **elementwise)(_gelu_block_py)
                 _gelu_rows = numba.njit(cache=cached, **elementwise)(_gelu_rows_py)
+                _gelu_rows_split = _parallel_loop(numba, _gelu_rows_split_py, _gelu_rows, cached, elementwise,
+                                                  (np.zeros((2, 2), np.float32), np.zeros(0, np.float32),
+                                                   np.zeros((2, 2), np.float32), False, 2))
             _tried = True
 
 
@@ -1051,10 +1101,10 @@ def _grid_linear_py(x, grid, height, width, align, border, y):  # pragma: no cov
             _plane_taps(x[n, c], lin, weight, y[n, c])
 
 
-def _softmax_rows_py(x, y, log):  # pragma: no cover - compiled by numba
-    """See ``softmax_rows``."""
-    rows, n = x.shape
-    for r in range(rows):
+def _softmax_block_py(x, y, log, first, end):  # pragma: no cover - compiled by numba
+    """See ``softmax_rows``: rows ``first`` to ``end``."""
+    n = x.shape[1]
+    for r in range(first, end):
         m = x[r, 0]
         for j in range(1, n):
             m = max(m, x[r, j])
@@ -1077,6 +1127,18 @@ def _softmax_rows_py(x, y, log):  # pragma: no cover - compiled by numba
             inverse = _ONE / total
             for j in range(n):
                 y[r, j] *= inverse
+
+
+def _softmax_rows_py(x, y, log, parts):  # pragma: no cover - compiled by numba
+    """See ``softmax_rows``: on the calling thread (``parts`` is not read)."""
+    _softmax_block(x, y, log, 0, x.shape[0])
+
+
+def _softmax_rows_split_py(x, y, log, parts):  # pragma: no cover - compiled by numba
+    """See ``softmax_rows``: the rows in ``parts`` blocks at once (``prange``)."""
+    rows = x.shape[0]
+    for part in _prange(parts):
+        _softmax_block(x, y, log, rows * part // parts, rows * (part + 1) // parts)
 
 
 def _rows_times_kn_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
@@ -1451,13 +1513,13 @@ def _gelu_tanh_value_py(v):  # pragma: no cover - compiled by numba
     return _HALF * v * (_ONE + _tanh_point(_SQRT_2_OVER_PI * (v + _F(0.044715) * v * v * v)))
 
 
-def _gelu_rows_py(x, b, y, tanh_form):  # pragma: no cover - compiled by numba
-    """y[r, i] = gelu(x[r, i] + b[i]) (no bias where b is empty) in one pass over
-    C-contiguous float32 rows, erf's or (``tanh_form``) the tanh approximation; the inner
-    loops vectorise (AVX2: 8 lanes)."""
-    n, h = x.shape
+def _gelu_block_py(x, b, y, tanh_form, first, end):  # pragma: no cover - compiled by numba
+    """y[r, i] = gelu(x[r, i] + b[i]) (no bias where b is empty) for rows ``first`` to
+    ``end`` of C-contiguous float32 rows, erf's or (``tanh_form``) the tanh approximation;
+    the inner loops vectorise (AVX2: 8 lanes)."""
+    h = x.shape[1]
     biased = b.size != 0
-    for r in range(n):
+    for r in range(first, end):
         xr = x[r]
         yr = y[r]
         if tanh_form and biased:
@@ -1474,12 +1536,24 @@ def _gelu_rows_py(x, b, y, tanh_form):  # pragma: no cover - compiled by numba
                 yr[i] = _gelu_value(xr[i])
 
 
-def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total, rms):  # pragma: no cover - compiled by numba
-    """See ``layer_norm_rows``: three passes over each row while it is in L1 (sum, not for
-    ``rms``; squared deviations; normalise), y holding s in between."""
-    n, h = x.shape
+def _gelu_rows_py(x, b, y, tanh_form, parts):  # pragma: no cover - compiled by numba
+    """See ``gelu_rows``: on the calling thread (``parts`` is not read)."""
+    _gelu_block(x, b, y, tanh_form, 0, x.shape[0])
+
+
+def _gelu_rows_split_py(x, b, y, tanh_form, parts):  # pragma: no cover - compiled by numba
+    """See ``gelu_rows``: the rows in ``parts`` blocks at once (``prange``)."""
+    rows = x.shape[0]
+    for part in _prange(parts):
+        _gelu_block(x, b, y, tanh_form, rows * part // parts, rows * (part + 1) // parts)
+
+
+def _layer_norm_block_py(x, skip, bias, gamma, beta, eps, y, total, rms, first, end):  # pragma: no cover - compiled by numba
+    """See ``layer_norm_rows``: rows ``first`` to ``end``, three passes over each row while it
+    is in L1 (sum, not for ``rms``; squared deviations; normalise), y holding s in between."""
+    h = x.shape[1]
     inv_h = _ONE / np.float32(h)
-    for r in range(n):
+    for r in range(first, end):
         xr = x[r]
         yr = y[r]
         acc = _ZERO
@@ -1514,6 +1588,18 @@ def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total, rms):  # prag
             for i in range(h):
                 yr[i] = (yr[i] - mean) * inv_std * gamma[i] + beta[i]
 
+
+def _layer_norm_rows_py(x, skip, bias, gamma, beta, eps, y, total, rms, parts):  # pragma: no cover - compiled by numba
+    """See ``layer_norm_rows``: on the calling thread (``parts`` is not read)."""
+    _layer_norm_block(x, skip, bias, gamma, beta, eps, y, total, rms, 0, x.shape[0])
+
+
+def _layer_norm_rows_split_py(x, skip, bias, gamma, beta, eps, y, total, rms, parts):  # pragma: no cover - compiled by numba
+    """See ``layer_norm_rows``: the rows in ``parts`` blocks at once (``prange``)."""
+    rows = x.shape[0]
+    for part in _prange(parts):
+        _layer_norm_block(x, skip, bias, gamma, beta, eps, y, total, rms, rows * part // parts,
+                          rows * (part + 1) // parts)
 
 
 def _recurrent_product_py(z, h, rt, col0, col1):  # pragma: no cover - compiled by numba

@@ -226,14 +226,16 @@ def _compiled_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
         return None
     if axis != x.ndim - 1 and any(d != 1 for d in x.shape[axis + 1:]):
         return None  # (an axis followed by ones only is the last one: attention weights (1, S, 1))
-    rows = _jit.softmax_rows()
+    n = x.shape[axis]
+    parts = _jit.split_parts(x.size, x.size // n)
+    rows = _jit.softmax_rows(parts)
     if rows is None:
         return None
     # a strided view (a Transpose's output, say: attention scores) is copied first: numpy's
     # five passes over it took 30 us on a BERT's (1, 8, 32, 32), the copy and the loop 13
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
-    rows(x.reshape(-1, x.shape[axis]), y.reshape(-1, x.shape[axis]), log)
+    rows(x.reshape(-1, n), y.reshape(-1, n), log, parts)
     return y
 
 
@@ -305,10 +307,11 @@ def compiled_layer_norm(x: np.ndarray, skip: np.ndarray | None, bias: np.ndarray
             return None
     y = np.empty_like(x)
     out = np.empty_like(x) if total else None
-    _jit.layer_norm_rows()(
+    parts = _jit.split_parts(x.size, x.size // h)
+    _jit.layer_norm_rows(parts)(
         x.reshape(-1, h), _ABSENT_ROWS if skip is None else skip.reshape(-1, h),
         _ABSENT_VECTOR if bias is None else bias, gamma, _ABSENT_VECTOR if beta is None else beta, np.float32(eps),
-        y.reshape(-1, h), _ABSENT_ROWS if out is None else out.reshape(-1, h), rms)
+        y.reshape(-1, h), _ABSENT_ROWS if out is None else out.reshape(-1, h), rms, parts)
     return y, out
 
 
