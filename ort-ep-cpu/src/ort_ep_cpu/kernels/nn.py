@@ -154,8 +154,9 @@ COMPILED_PRODUCT_ROWS = 4
 COMPILED_PRODUCT_WEIGHTS = 1 << 20
 #: multiply-adds from which the row products split over the threads (us, one / two threads:
 #: 1 x 128 x 512 6.9 / 11.0; 1 x 256 x 512 10.8 / 14.1; 1 x 256 x 768 15.6 / 11.6; 4 x 336 x
-#: 336 25.3 / 18.2)
-ROW_SPLIT_MACS = 1 << 17
+#: 336 25.3 / 18.2). At 1 << 17 silero VAD's LSTM step (1 x 256 x 512) split, and the model
+#: ran 0.44 -> 0.56 ms, blocks alternated in one process; the wake-word model 0.128 -> 0.145
+ROW_SPLIT_MACS = 1 << 18
 
 
 class _RowProduct:
