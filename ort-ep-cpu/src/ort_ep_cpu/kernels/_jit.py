@@ -1368,6 +1368,9 @@ def _logistic_point_py(v):  # pragma: no cover - compiled by numba
     return _ONE / (_ONE + _exp_value(-v)) if v >= _F(-88.72) else (_ZERO if v < _F(-88.72) else v)
 
 
+# the loops of each point function are written out, not made by one function per point
+# function: numba's cache misses closures in every new process (measured), so each process
+# would compile them again
 def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
     for i in range(x.shape[0]):
         y[i] = _logistic_point(x[i])
