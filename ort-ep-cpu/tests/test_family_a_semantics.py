@@ -592,3 +592,29 @@ def test_floating_point_results_come_without_numpy_warnings_as_in_onnxruntime():
     assert "Log [-inf, nan, 4.60517" in out.stdout and "Reciprocal [inf, -1.0, 0.0099999" in out.stdout
     assert "Sqrt [0.0, nan, 10.0]" in out.stdout and out.stdout.rstrip().endswith("inf]")  # Exp(100)
     assert out.stderr.count("RuntimeWarning") == 1 and out.stderr.startswith("<string>:"), out.stderr  # the script's own
+
+
+def _split_row_loops(x: np.ndarray) -> list[np.ndarray]:
+    from ort_ep_cpu.kernels import fused, reduce
+
+    return [reduce.softmax(x, -1), fused.gelu(x), reduce.compiled_layer_norm(x, None, None, x[0], None, 1e-5, False)[0]]
+
+
+def _largest_differences(x: np.ndarray, want: list[np.ndarray]) -> list[float]:
+    # (a few floats back: a child's large result through the queue blocks its exit)
+    return [float(np.abs(got - expected).max()) for got, expected in zip(_split_row_loops(x), want)]
+
+
+def test_split_row_loops_in_a_forked_child():
+    """A child forked after the Softmax, Gelu and LayerNorm rows ran split on numba's OpenMP
+    pool takes their serial loops (``_jit._after_fork``): the same values, and the child lives
+    (entering the parent's pool there ended it)."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from parallel_runs import in_forked_child
+
+    from ort_ep_cpu.kernels import _jit
+
+    x = np.random.default_rng(9).standard_normal((300, 400)).astype(np.float32)
+    assert x.size >= _jit.SPLIT_MIN_ELEMENTS
+    want = _split_row_loops(x)  # split in the parent: the pool has started
+    assert max(in_forked_child(_largest_differences, x, want, timeout=60)) <= 1e-6
