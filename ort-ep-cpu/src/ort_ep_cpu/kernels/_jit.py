@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import threads
+
 _lock = threading.Lock()
 _depthwise: Callable | None = None
 _depthwise_flat: Callable | None = None
@@ -353,8 +355,6 @@ def split_parts(elements: int, rows: int) -> int:
     session's threads from ``SPLIT_MIN_ELEMENTS`` (at most one a row), else 1."""
     if elements < SPLIT_MIN_ELEMENTS:
         return 1
-    from .. import threads  # noqa: PLC0415  (kernels import this module first)
-
     return max(1, min(threads.usable(), rows))
 
 
@@ -677,11 +677,11 @@ def _load_once() -> None:
                 _scale_rows = numba.njit(cache=cached, **elementwise)(_scale_rows_py)
                 # no fastmath: each update applied in order, rounded as the spec's loop rounds it
                 _scatter_rows = numba.njit(cache=cached, nogil=True, boundscheck=False)(_scatter_rows_py)
-                # "arcp": the division as a reciprocal with a Newton step (vectorised; the
-                # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
                 # the scalar functions are globals of the loops: compiled first
                 _logistic_point = numba.njit(inline="always", **elementwise)(_logistic_point_py)
                 _tanh_point = numba.njit(inline="always", **elementwise)(_tanh_point_py)
+                # "arcp": the division as a reciprocal with a Newton step (vectorised; the
+                # values stay within 1.5e-7 relative of the exact logistic, as numpy's)
                 logistic = {**elementwise, "fastmath": {"contract", "arcp"}}
                 _sigmoid = numba.njit(cache=cached, **logistic)(_sigmoid_py)
                 _sigmoid_in_place = numba.njit(cache=cached, **logistic)(_sigmoid_in_place_py)
