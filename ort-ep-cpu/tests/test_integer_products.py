@@ -332,7 +332,7 @@ def test_conv_integer_with_constant_weights_matches_onnxruntime(x_dtype, w_dtype
 
 @pytest.mark.parametrize("x_dtype,w_dtype", [(U8, U8), (U8, I8), (I8, I8)])
 @pytest.mark.parametrize("zw_kind", ["none", "scalar", "per_channel"])
-@pytest.mark.parametrize("form", ["3x3_pad_stride2", "1x1", "1d", "asymmetric_pads_dilated"])
+@pytest.mark.parametrize("form", ["3x3_pad_stride2", "1x1", "1d", "asymmetric_pads_dilated", "3x3_split"])
 def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype, zw_kind, form, monkeypatch):
     """Where oneDNN's 8-bit convolution is not there (no VNNI, or oneDNN off), ConvInteger
     with constant weights of one group gathers the codes as columns (padded with x's zero
@@ -351,12 +351,37 @@ def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype,
         "1x1": ((1, 16, 5, 7), (19, 16, 1, 1), {}),
         "1d": ((2, 3, 20), (5, 3, 4), {"pads": [2, 1]}),
         "asymmetric_pads_dilated": ((1, 3, 9, 8), (2, 3, 2, 3), {"pads": [0, 2, 1, 0], "dilations": [2, 1]}),
+        # past ``SPLIT_MIN_MACS``: the panels in shares on the session's threads
+        "3x3_split": ((1, 9, 30, 41), (21, 9, 3, 3), {"pads": [1, 1, 1, 1]}),
     }
     x_shape, w_shape, attrs = shapes[form]
     model, x, w, consts, zw = _conv_integer_case(rng, x_dtype, w_dtype, zw_kind, x_shape, w_shape, attrs)
     got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, _float_conv_reference(x, w, consts["zx"], zw, attrs))
     assert got.flags.c_contiguous and columns and all(c is not None for c in columns)
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("codes", [U8, I8])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 33), (8, 16, 48), (19, 45, 70)])
+def test_codes_product_is_exact(m, k, n, codes, parts, monkeypatch):
+    """``_jit.codes_product``: constant int16 rows times 8-bit columns minus their zero point,
+    exactly, for any M, an odd K (its last pair half zero) and N past a whole panel (the last
+    one partial), on one thread or split; values at the extremes of both operands."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    monkeypatch.setattr(_jit, "USE", True)
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    info = np.iinfo(codes)
+    zx = info.max if codes == U8 else info.min  # columns minus zx span -255..0 or 0..255
+    pairs = (k + 1) // 2
+    rows = rng.choice(np.array([-255, 255, -1, 0, 7], np.int16), (m, k))
+    a16 = np.zeros((m, 2 * pairs), np.int16)
+    a16[:, :k] = rows
+    cols = rng.integers(info.min, info.max + 1, (k, n)).astype(codes)
+    bp = np.full((-(-n // _jit.PRODUCT_PANEL), pairs, 2 * _jit.PRODUCT_PANEL), 99, np.int16)  # scratch: overwritten
+    z = np.empty((m, n), np.int32)
+    _jit.codes_product(parts)(a16, cols, np.int32(zx), bp, z, parts)
+    np.testing.assert_array_equal(z, rows.astype(np.int64) @ (cols.astype(np.int64) - zx))
 
 
 def _conv_integer_case(rng, x_dtype, w_dtype, zw_kind: str, x_shape, w_shape, attrs: dict) -> tuple:

@@ -62,6 +62,10 @@ _forked = False  # a process forked after numba's OpenMP pool started (``_after_
 _packed_product_split: Callable | None = None  # the packed product on several threads
 _packed_share: Callable | None = None  # a share of its panels, the loop both run (set by _load)
 _minus_zero_points: Callable | None = None  # both products' first pass (set by _load)
+_codes_product: Callable | None = None  # the product of constant rows and packed columns (set by _load)
+_codes_product_split: Callable | None = None  # ... on several threads
+_codes_share: Callable | None = None  # a share of its panels, the loop both run (set by _load)
+_pack_code_pair: Callable | None = None  # ``_vector_ir``'s, a global of the share (set by _load)
 _prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
 # the register blocks of _packed_share_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
@@ -222,6 +226,21 @@ def packed_product(parts: int = 1) -> Callable | None:
     if not _load():
         return None
     return _packed_product if parts <= 1 or _forked else _packed_product_split
+
+
+def codes_product(parts: int = 1) -> Callable | None:
+    """The compiled exact product ``(a16, cols, zx, bp, z, parts)``: z = A @ (cols - zx) for
+    constant int16 rows ``a16`` (M, 2P: 8-bit codes minus their zero points, a zero past an
+    odd K), 8-bit codes ``cols`` (K, N) C-contiguous (an image's im2col columns: K = channels x
+    kernel taps, N = output pixels) with one int32 zero point ``zx``, and int32 ``z`` (M, N)
+    written: a convolution's output channels in NCHW order, with no transpose either way.
+    ``bp`` (ceil(N/16) panels, P, 32) int16 is scratch: each 16-pixel panel of the columns is
+    packed there (the codes minus zx, pairs of K interleaved as ``packed_product``'s B) just
+    before the register blocks meet it, so it is read from L1. For ``parts`` > 1 the panels are
+    split into that many shares on the thread pool (see ``packed_product``)."""
+    if not _load():
+        return None
+    return _codes_product if parts <= 1 or _forked else _codes_product_split
 
 
 def integer_to_float() -> Callable | None:
@@ -529,7 +548,7 @@ def _load_once() -> None:
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
-    global _minus_zero_points
+    global _minus_zero_points, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -549,6 +568,7 @@ def _load_once() -> None:
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _packed_product = None
                 _packed_product_split = _packed_share = None
+                _codes_product = _codes_product_split = _codes_share = None
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
@@ -599,6 +619,13 @@ def _load_once() -> None:
                          np.zeros((1, PRODUCT_PANEL), np.int32), 2)
                 _packed_product_split = _parallel_loop(numba, _packed_product_split_py, _packed_product, cached,
                                                        elementwise, probe)
+                _pack_code_pair = _vector_ir.pack_code_pair
+                _codes_share = numba.njit(cache=cached, **elementwise)(_codes_share_py)
+                _codes_product = numba.njit(cache=cached, **elementwise)(_codes_product_py)
+                probe = (np.zeros((1, 2), np.int16), np.zeros((2, 1), np.uint8), np.int32(0),
+                         np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int16), np.zeros((1, 1), np.int32), 2)
+                _codes_product_split = _parallel_loop(numba, _codes_product_split_py, _codes_product, cached,
+                                                      elementwise, probe)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 # "reassoc": a row's sums as vector partial sums (one lane at a time, the loop
@@ -1476,6 +1503,53 @@ def _packed_product_split_py(a, za, bp, z, parts):  # pragma: no cover - compile
     panels = bp.shape[0]
     for part in _prange(parts):
         _packed_share(a16, bp, z, panels * part // parts, panels * (part + 1) // parts)
+
+
+def _codes_share_py(a16, cols, zx, bp, z, first, end):  # pragma: no cover - compiled by numba
+    """Panels ``first`` to ``end`` of ``codes_product``: each packed, then met by the rows."""
+    k, n = cols.shape
+    m = a16.shape[0]
+    pairs = bp.shape[1]
+    for q in range(first, end):
+        start = q * PRODUCT_PANEL
+        width = min(PRODUCT_PANEL, n - start)
+        for pair in range(pairs):
+            k0 = 2 * pair
+            if width == PRODUCT_PANEL and k0 + 1 < k:  # the usual case: whole, in vectors
+                _pack_code_pair(cols, k0, start, zx, bp, q, pair)
+            else:  # the last panel's pixels past N, and a last row of K past an odd K: zeros
+                for j in range(PRODUCT_PANEL):
+                    low = np.int16(0)
+                    high = np.int16(0)
+                    if j < width:
+                        low = np.int16(np.int32(cols[k0, start + j]) - zx)
+                        if k0 + 1 < k:
+                            high = np.int16(np.int32(cols[k0 + 1, start + j]) - zx)
+                    bp[q, pair, 2 * j] = low
+                    bp[q, pair, 2 * j + 1] = high
+        r = 0
+        while r + 4 <= m:
+            _madd_rows4(a16, r, bp, q, z)
+            r += 4
+        left = m - r
+        if left == 3:
+            _madd_rows3(a16, r, bp, q, z)
+        elif left == 2:
+            _madd_rows2(a16, r, bp, q, z)
+        elif left == 1:
+            _madd_rows1(a16, r, bp, q, z)
+
+
+def _codes_product_py(a16, cols, zx, bp, z, parts):  # pragma: no cover - compiled by numba
+    """See ``codes_product``: on the calling thread (``parts`` is not read)."""
+    _codes_share(a16, cols, zx, bp, z, 0, bp.shape[0])
+
+
+def _codes_product_split_py(a16, cols, zx, bp, z, parts):  # pragma: no cover - compiled by numba
+    """See ``codes_product``: the panels in ``parts`` shares at once (``prange``)."""
+    panels = bp.shape[0]
+    for part in _prange(parts):
+        _codes_share(a16, cols, zx, bp, z, panels * part // parts, panels * (part + 1) // parts)
 
 
 def _integer_to_float_py(acc, a, za, column_sums, offset, scale, y):  # pragma: no cover - compiled by numba

@@ -132,3 +132,44 @@ def float32_from_bits(typingctx, bits):
         return builder.bitcast(args[0], ir.FloatType())
 
     return sig, codegen
+
+
+#: the two rows' lanes alternating: row 0's value j, then row 1's
+_INTERLEAVE = ir.Constant(ir.VectorType(_I32, 2 * PRODUCT_PANEL),
+                          [j // 2 + (j % 2) * PRODUCT_PANEL for j in range(2 * PRODUCT_PANEL)])
+
+
+@intrinsic
+def pack_code_pair(typingctx, cols, row, start, zero_point, bp, panel, pair):
+    """``bp[panel, pair]`` = the 16 codes ``cols[row, start:start + 16]`` and ``cols[row + 1,
+    start:start + 16]`` minus ``zero_point``, interleaved as int16 (row's value j at 2j, the next
+    row's at 2j + 1: ``madd_block``'s layout of B). ``cols`` (K, N) uint8 or int8, C-contiguous;
+    ``bp`` int16 (panels, pairs, 32); the caller keeps both rows and the 16 columns inside.
+    Two vector loads, widen, subtract, one shuffle and one store: numba's loop for it stayed
+    scalar (LLVM cannot move the loads above the stores without knowing the arrays apart)."""
+    sig = types.void(cols, types.intp, types.intp, types.int32, bp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        cols_value, row_index, start_index, zero_value, bp_value, panel_index, pair_index = args
+        cols_arr = context.make_array(signature.args[0])(context, builder, cols_value)
+        bp_arr = context.make_array(signature.args[4])(context, builder, bp_value)
+        n = cgutils.unpack_tuple(builder, cols_arr.shape, 2)[1]
+        pairs = cgutils.unpack_tuple(builder, bp_arr.shape, 3)[1]
+        codes = ir.VectorType(ir.IntType(8), PRODUCT_PANEL)
+        wide = ir.VectorType(_I16, PRODUCT_PANEL)
+        widen = builder.sext if signature.args[0].dtype.signed else builder.zext
+        zero = builder.trunc(zero_value, _I16)
+        zeros = builder.insert_element(ir.Constant(wide, None), zero, ir.Constant(_I32, 0))
+        zeros = builder.shuffle_vector(zeros, zeros, ir.Constant(ir.VectorType(_I32, PRODUCT_PANEL), [0] * PRODUCT_PANEL))
+        rows = []
+        for r in range(2):
+            offset = builder.add(builder.mul(builder.add(row_index, ir.Constant(_I64, r)), n), start_index)
+            ptr = builder.bitcast(builder.gep(cols_arr.data, [offset]), codes.as_pointer())
+            rows.append(builder.sub(widen(builder.load(ptr, align=1), wide), zeros))
+        pair_values = builder.shuffle_vector(rows[0], rows[1], _INTERLEAVE)
+        slot = builder.mul(builder.add(builder.mul(panel_index, pairs), pair_index), ir.Constant(_I64, 2 * PRODUCT_PANEL))
+        target = builder.bitcast(builder.gep(bp_arr.data, [slot]), ir.VectorType(_I16, 2 * PRODUCT_PANEL).as_pointer())
+        builder.store(pair_values, target, align=2)
+        return context.get_dummy_value()
+
+    return sig, codegen
