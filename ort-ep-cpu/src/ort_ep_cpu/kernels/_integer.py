@@ -241,7 +241,8 @@ class ConstantIntegerMatrix:
                 out[...] = z
             return z
         m = a.shape[0]
-        zero_points = np.broadcast_to(za.reshape(-1), (m,)).astype(np.int32)  # one per row
+        # one per row (np.full for the usual scalar: broadcast_to took 5 us of Python a call)
+        zero_points = np.full(m, za, np.int32) if za.size == 1 else np.ascontiguousarray(za.reshape(-1), np.int32)
         z = np.empty((m, self.n), np.int32) if out is None else out
         parts = self.product_threads(m)
         _jit.packed_product(parts)(np.ascontiguousarray(a), zero_points, packed, z, parts)
