@@ -42,10 +42,19 @@ def test_fast_gelu(bias):
     _check(_model("FastGelu", ["x", "b"] if bias else ["x"], consts, {"x": x}, [("y", F)]), {"x": x})
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("alpha", [1.702, 1.0])
-def test_quick_gelu(alpha):
+def test_quick_gelu(alpha, compiled, monkeypatch):
+    """x * logistic(alpha x) with MLAS's rational logistic, compiled or by numpy: onnxruntime's
+    float32 output bit for bit, NaN, infinities, signed zeros and saturated values included."""
+    calls = use_compiled(monkeypatch, compiled, "quick_gelu")
     x = (3 * np.random.default_rng(1).standard_normal((4, 33))).astype(F)
-    _check(_model("QuickGelu", ["x"], {}, {"x": x}, [("y", F)], alpha=alpha), {"x": x})
+    x[0, :9] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 30, -30, 100, -100]
+    model = _model("QuickGelu", ["x"], {}, {"x": x}, [("y", F)], alpha=alpha)
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    assert bool(calls) or not compiled
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
-from . import attention
+from . import _jit, attention
 from ._util import as_dtype, as_float32
 from .fused import gelu
 from .reduce import compiled_layer_norm
@@ -76,6 +76,14 @@ def _quick_gelu(node, request):
     def quick_gelu(x):
         if x.dtype == np.float16:  # in float32, rounded once, as onnxruntime computes it
             return as_dtype(quick_gelu(as_float32(x)), x.dtype)
+        if x.dtype == np.float32:  # MLAS's logistic of alpha * x, times x: onnxruntime's values
+            loop = _jit.quick_gelu()
+            if loop is None:
+                with np.errstate(invalid="ignore"):  # inf * 0: NaN, as onnxruntime gives it
+                    return x * _jit.mlas_logistic(np.float32(alpha) * x)
+            y = np.empty(x.shape, np.float32)
+            loop(np.ascontiguousarray(x).reshape(-1), np.float32(alpha), y.reshape(-1))
+            return y
         t = x.dtype.type
         return (x / (t(1) + np.exp(-t(alpha) * x))).astype(x.dtype, copy=False)
 
