@@ -485,6 +485,58 @@ def test_fast_gelu_fusion_needs_its_pattern(change):
     assert "FastGelu" not in _ops(_apply(model, fusion.FastGeluFusionPass(_everything)))
 
 
+def _swish_model(form: str) -> onnx.ModelProto:
+    """x * Sigmoid(x) after an Add (so that x is no graph input), or x * Sigmoid(alpha * x)
+    with the constant on either side; the final product either way round."""
+    nodes = [helper.make_node("Add", ["x0", "b"], ["x"])]
+    inits = [_init("b", np.array(0.25, np.float32))]
+    if form.startswith("alpha"):
+        pair = ["x", "alpha"] if form == "alpha_after" else ["alpha", "x"]
+        nodes += [helper.make_node("Mul", pair, ["ax"]), helper.make_node("Sigmoid", ["ax"], ["s"])]
+        inits.append(_init("alpha", np.array(1.702, np.float32)))
+    else:
+        nodes.append(helper.make_node("Sigmoid", ["x"], ["s"]))
+    nodes.append(helper.make_node("Mul", ["s", "x"] if form == "swish_sigmoid_first" else ["x", "s"], ["y"]))
+    return make_model(nodes, [_vi("x0", [2, 3, 8])], [_vi("y", [2, 3, 8])], inits)
+
+
+@pytest.mark.parametrize("form, alpha", [("swish", 1.0), ("swish_sigmoid_first", 1.0), ("alpha_after", 1.702),
+                                         ("alpha_before", 1.702)])
+def test_quick_gelu_fusion(form, alpha):
+    """onnxruntime's QuickGeluFusion: swish (SiLU) with alpha 1, CLIP's x * sigmoid(1.702 x)."""
+    model = _swish_model(form)
+    out = _apply(model, fusion.QuickGeluFusionPass(_everything))
+    assert _ops(out) == ["Add", "QuickGelu"]
+    fused = out.graph.node[1]
+    assert fused.domain == fusion.MS_DOMAIN and list(fused.input) == ["x"]
+    assert helper.get_attribute_value(fused.attribute[0]) == pytest.approx(alpha)
+    _check(model, out, {"x0": _f32(2, 3, 8, scale=4)})
+
+
+@pytest.mark.parametrize("change", ["sigmoid read elsewhere", "product of another value", "vector factor",
+                                    "factor of higher rank", "scaled value read elsewhere"])
+def test_quick_gelu_fusion_needs_its_pattern(change):
+    """No fusion where a value the fused node would drop is read elsewhere (the Sigmoid's, the
+    scaled x), where the product is of something else, or where the factor is not one scalar
+    that keeps x's shape."""
+    model = _swish_model("alpha_after")
+    if change == "sigmoid read elsewhere":
+        model.graph.output.append(_vi("s", [2, 3, 8]))
+    if change == "product of another value":
+        model.graph.input.append(_vi("z", [2, 3, 8]))
+        model.graph.node[-1].input[:] = ["z", "s"]
+    if change in ("vector factor", "factor of higher rank"):
+        shape = (8,) if change == "vector factor" else (1, 1, 1, 1)
+        values = np.full(shape, 1.702, np.float32)
+        values[0] = 1.5 if change == "vector factor" else values[0]
+        alpha = next(t for t in model.graph.initializer if t.name == "alpha")
+        alpha.CopyFrom(onnx.numpy_helper.from_array(values, "alpha"))
+        model.graph.output[0].type.tensor_type.shape.ClearField("dim")
+    if change == "scaled value read elsewhere":
+        model.graph.output.append(_vi("ax", [2, 3, 8]))
+    assert "QuickGelu" not in _ops(_apply(model, fusion.QuickGeluFusionPass(_everything)))
+
+
 def test_gelu_with_wrong_constant_is_not_fused():
     model = make_model(
         _gelu_nodes("x_first"), [_vi("x", [2, 16])], [_vi("y", [2, 16])],

@@ -14,7 +14,8 @@ Conv+BatchNormalization, Conv+Mul and Conv+Add or Sub (scalar or per-channel con
 into the Conv's weights and bias, as long as a fold brings another to the Conv, MatMul(rank-2, constant)+Add(bias) turned into Gemm.
 
 ``ORT_ENABLE_EXTENDED`` (2): the basic passes, then fusions into onnxruntime's contrib ops
-(``com.microsoft``: FusedConv, FusedGemm, Gelu, FastGelu, FusedMatMul, BiasGelu, SkipLayerNormalization,
+(``com.microsoft``: FusedConv, FusedGemm, Gelu, FastGelu, QuickGelu (x * Sigmoid(alpha * x), swish
+with alpha 1), FusedMatMul, BiasGelu, SkipLayerNormalization,
 MultiHeadAttention for BERT-style attention, see ``attention_fusion.py``, MatMulIntegerToFloat
 for dynamically quantized matmuls), RMSNorm into onnxruntime's SimplifiedLayerNormalization
 (ONNX domain, as onnxruntime registers it) and the decomposed
@@ -65,6 +66,7 @@ from .fusion import (
     HardSwishFusionPass,
     MatMulIntegerToFloatFusionPass,
     MatMulScaleFusionPass,
+    QuickGeluFusionPass,
     Supports,
 )
 from .gate import FUSED_OPS, provider_gate
@@ -102,6 +104,7 @@ def _extended(supports: Supports, core_domain: bool) -> list[ir.passes.PassBase]
         GemmActivationFusionPass(supports),
         GeluFusionPass(supports),
         FastGeluFusionPass(supports),
+        QuickGeluFusionPass(supports),
         LayerNormFusionPass(supports, CORE_DOMAIN if core_domain else None),
         SimplifiedLayerNormFusionPass(supports),
         AttentionFusionPass(supports),  # before MatMulScaleFusionPass takes its Q.K^T / scale
@@ -131,6 +134,7 @@ ORT_OPTIMIZER_NAMES: dict[str, tuple[type, ...]] = {
     "GemmActivationFusion": (GemmActivationFusionPass,),
     "GeluFusion": (GeluFusionPass,),
     "FastGeluFusion": (FastGeluFusionPass,),
+    "QuickGeluFusion": (QuickGeluFusionPass,),
     "BiasGeluFusion": (BiasGeluFusionPass,),
     "LayerNormFusion": (LayerNormFusionPass,),
     "SimplifiedLayerNormFusion": (SimplifiedLayerNormFusionPass,),

@@ -11,6 +11,7 @@ claim is not applied.
     FusedGemm   Gemm + the same activations but Clip (onnxruntime's FusedGemm has none)
     Gelu        x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it
     FastGelu    x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), the same orders
+    QuickGelu   x * Sigmoid(x) (swish) and x * Sigmoid(alpha * x), attribute ``alpha``
     FusedMatMul MatMul(a, Transpose(b) swapping the last two axes) scaled by a constant
     MatMulIntegerToFloat  MatMulInteger + Cast to float + Mul by the product of the scales (+ Add
                 of a bias): ``onnxruntime.quantization.quantize_dynamic``'s matmuls
@@ -315,6 +316,39 @@ class FastGeluFusionPass(_AnchoredFusionPass):
                 return None
             nodes, out = tail
             return x, [*cube_nodes, cube_times, add, outer, tanh, *nodes], out
+        return None
+
+
+class QuickGeluFusionPass(_AnchoredFusionPass):
+    """x * Sigmoid(x) (swish, SiLU) and x * Sigmoid(alpha * x) -> com.microsoft QuickGelu(x,
+    alpha), as onnxruntime's QuickGeluFusion does at this level (alpha 1 for swish, the
+    constant's value for CLIP's x * sigmoid(1.702 x)); the products either way round. One pass
+    over the tensor instead of two or three and their arrays (YOLO and EfficientNet heads,
+    LLaMA-style MLPs, quantized OCR models between their integer convolutions)."""
+
+    anchors = ("Sigmoid",)
+
+    def found(self, sigmoid: ir.Node) -> _Found | None:
+        v = sigmoid.inputs[0]
+        mul = only_use(sigmoid.outputs[0])
+        if v is None or not is_op(mul, "Mul"):
+            return None
+        partner = _other(mul, sigmoid.outputs[0])
+        candidates = [(v, 1.0, [sigmoid])]  # swish of v itself
+        scale = v.producer()
+        if is_op(scale, "Mul") and only_use(v) is sigmoid:  # sigmoid(alpha * x), alpha first
+            for x, factor in ((scale.inputs[0], scale.inputs[1]), (scale.inputs[1], scale.inputs[0])):
+                alpha, data = scalar(factor), const(factor)
+                if alpha is not None and x is not None and (data.ndim == 0 or (x.shape is not None and len(x.shape) >= data.ndim)):
+                    candidates.insert(0, (x, alpha, [scale, sigmoid]))
+        for x, alpha, nodes in candidates:
+            if partner is not x:
+                continue
+            if x.type is not None and x.dtype != ir.DataType.FLOAT:
+                return None  # (onnxruntime's CPU QuickGelu is float32's)
+            fused = ir.Node(MS_DOMAIN, "QuickGelu", [x], attributes=[ir.AttrFloat32("alpha", alpha)], num_outputs=1,
+                            name=f"{sigmoid.name}_quickgelu", version=1)
+            return [*nodes, mul], fused, mul.outputs[0]
         return None
 
 

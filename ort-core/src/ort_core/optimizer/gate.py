@@ -105,6 +105,7 @@ FUSED_OPS: tuple[FusedOp, ...] = (
     FusedOp("MatMulIntegerToFloat"),
     FusedOp("Gelu"),
     FusedOp("FastGelu"),
+    FusedOp("QuickGelu"),
     FusedOp("BiasGelu"),
     FusedOp("SkipLayerNormalization"),
     FusedOp("Attention"),

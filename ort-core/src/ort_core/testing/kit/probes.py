@@ -208,6 +208,9 @@ def fusion_cases() -> list[FusionCase]:
     cases.append(FusionCase("Gelu", MS_DOMAIN, "Gelu", {}, _small(
         [helper.make_node("Identity", ["x"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], gelu_consts)))
     cases.append(FusionCase("FastGelu", MS_DOMAIN, "FastGelu", {}, tanh_gelu()))
+    cases.append(FusionCase("QuickGelu", MS_DOMAIN, "QuickGelu", {}, _small(  # CLIP's x * sigmoid(1.702 x)
+        [helper.make_node("Mul", ["x", "alpha"], ["ax"]), helper.make_node("Sigmoid", ["ax"], ["s"]),
+         helper.make_node("Mul", ["x", "s"], ["y"])], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])], [_c("alpha", 1.702)])))
     cases.append(FusionCase("BiasGelu", MS_DOMAIN, "BiasGelu", {}, _small(
         [helper.make_node("Add", ["x", "bias"], ["h"]), *gelu], [_f("x", [2, 4, 16])], [_f("y", [2, 4, 16])],
         [*gelu_consts, _c("bias", rng.standard_normal(16) * 0.1)])))
