@@ -361,6 +361,30 @@ def test_conv_integer_without_onednn_takes_the_columns_product(x_dtype, w_dtype,
     assert got.flags.c_contiguous and columns and all(c is not None for c in columns)
 
 
+@pytest.mark.parametrize("codes,zero_point", [(I8, 0), (U8, 128), (U8, 3), (I8, "per_column")])
+@pytest.mark.parametrize("k,n", [(1, 1), (3, 17), (33, 1025), (64, 2100)])
+def test_pack_panels_layout(codes, zero_point, k, n):
+    """``pack_panels``, made a block of panels at a time (N past ``PACK_PANELS_AT_ONCE`` panels
+    here): pair p of panel q holds B[2p, 16q + c] - zb, B[2p + 1, 16q + c] - zb for its columns
+    c, zeros past K and N; int8 where B - zb fits, else int16."""
+    rng = np.random.default_rng(k * n)
+    info = np.iinfo(codes)
+    b = rng.integers(info.min, info.max + 1, (k, n)).astype(codes)
+    zb = rng.integers(-5, 6, n).astype(np.int32) if zero_point == "per_column" else np.int32(zero_point)
+    packed = _integer.pack_panels(b, zb)
+    values = b.astype(np.int32) - zb
+    assert packed.dtype == (np.int8 if values.min() >= -128 and values.max() <= 127 else np.int16)
+    width = _jit.PRODUCT_PANEL
+    panels, pairs = -(-n // width), (k + 1) // 2
+    assert packed.shape == (panels, pairs, 2 * width)
+    want = np.zeros((2 * pairs, panels * width), np.int32)
+    want[:k, :n] = values
+    for q in (0, panels // 2, panels - 1):
+        for p in (0, pairs - 1):
+            for t in (0, 1):
+                np.testing.assert_array_equal(packed[q, p, t::2], want[2 * p + t, width * q:width * (q + 1)])
+
+
 @pytest.mark.parametrize("parts", [1, 2])
 @pytest.mark.parametrize("codes", [U8, I8])
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 33), (8, 16, 48), (19, 45, 70)])

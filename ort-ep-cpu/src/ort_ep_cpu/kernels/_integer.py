@@ -83,19 +83,36 @@ def _first_zero_point(zero_point) -> int:
     return 0 if zero_point is None else int(np.asarray(zero_point).reshape(-1)[0])
 
 
-def pack_panels(b: np.ndarray) -> np.ndarray:
-    """B (K, N) of integers of magnitude <= 255 (8-bit codes minus their zero point) in
-    ``_jit.packed_product``'s layout: (N/16 panels, K/2 pairs, 32), pair p of a panel holding
-    B[2p, c], B[2p + 1, c] for its 16 columns c in turn (K and N zero-padded to a pair and a
-    panel); int8 where every value fits (weights of zero point 0, or uint8 ones of zero point
-    128: half the memory each product reads), else int16."""
+#: panels ``pack_panels`` makes at a time (its transient block: K x 1024 int16, 2 MB at K = 1024)
+PACK_PANELS_AT_ONCE = 64
+
+
+def pack_panels(b: np.ndarray, zero_point) -> np.ndarray:
+    """B - zb for 8-bit codes B (K, N) and their zero point (a scalar or one per column, as
+    int32) in ``_jit.packed_product``'s layout: (N/16 panels, K/2 pairs, 32), pair p of a panel
+    holding B[2p, c] - zb, B[2p + 1, c] - zb for its 16 columns c in turn (K and N zero-padded
+    to a pair and a panel); int8 where every value fits (weights of zero point 0, or uint8 ones
+    of zero point 128: half the memory each product reads), else int16. Made a block of
+    ``PACK_PANELS_AT_ONCE`` panels at a time: B - zb as a whole int32 array, padded and
+    transposed, held four copies of B at once (ddddocr's 1024 x 8210 classifier: 67 MB at its
+    first run, twice the session's own peak)."""
     k, n = b.shape
-    pairs, panels = (k + 1) // 2, -(-n // _jit.PRODUCT_PANEL) if n else 0
-    fits_int8 = b.size == 0 or (int(b.min()) >= -128 and int(b.max()) <= 127)
-    padded = np.zeros((2 * pairs, panels * _jit.PRODUCT_PANEL), np.int8 if fits_int8 else np.int16)
-    padded[:k, :n] = b
-    grouped = padded.reshape(pairs, 2, panels, _jit.PRODUCT_PANEL)  # [p, t, q, c] = B[2p + t, 16q + c]
-    return np.ascontiguousarray(grouped.transpose(2, 0, 3, 1)).reshape(panels, pairs, 2 * _jit.PRODUCT_PANEL)
+    width = _jit.PRODUCT_PANEL
+    pairs, panels = (k + 1) // 2, -(-n // width) if n else 0
+    zb = np.broadcast_to(np.asarray(zero_point, np.int32).reshape(-1), (n,)) if np.size(zero_point) > 1 else \
+        np.full(n, int(np.asarray(zero_point).reshape(-1)[0]) if np.size(zero_point) else 0, np.int32)
+    fits_int8 = b.size == 0 or (int((b.min(axis=0).astype(np.int32) - zb).min()) >= -128
+                                and int((b.max(axis=0).astype(np.int32) - zb).max()) <= 127)
+    packed = np.empty((panels, pairs, 2 * width), np.int8 if fits_int8 else np.int16)
+    for first in range(0, panels, PACK_PANELS_AT_ONCE):
+        last = min(first + PACK_PANELS_AT_ONCE, panels)
+        lo, hi = first * width, min(last * width, n)
+        block = np.zeros((2 * pairs, (last - first) * width), np.int16)
+        block[:k, :hi - lo] = b[:, lo:hi]
+        block[:k, :hi - lo] -= zb[lo:hi].astype(np.int16)
+        grouped = block.reshape(pairs, 2, last - first, width)  # [p, t, q, c] = B[2p + t, 16q + c] - zb
+        packed[first:last] = grouped.transpose(2, 0, 3, 1).reshape(last - first, pairs, 2 * width)
+    return packed
 
 
 class ConstantIntegerMatrix:
@@ -217,7 +234,7 @@ class ConstantIntegerMatrix:
         if self.k >= MAX_K or _jit.packed_product() is None:
             return None
         if self._packed is None:
-            self._packed = pack_panels(self.b.astype(np.int32) - self.zb)
+            self._packed = pack_panels(self.b, self.zb)
         return self._packed
 
     def product_threads(self, rows: int) -> int:
