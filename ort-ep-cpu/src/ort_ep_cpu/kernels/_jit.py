@@ -69,6 +69,7 @@ _pack_code_pair: Callable | None = None  # ``_vector_ir``'s, a global of the sha
 _prange: Callable = range  # numba.prange once numba is loaded: the shares of a parallel loop
 # the register blocks of _packed_share_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
+_panel_rows: Callable | None = None  # the blocks over a panel's rows, a global of both shares (set by _load)
 _small_conv: Callable | None = None
 _bilinear: Callable | None = None
 _conv_combine: Callable | None = None
@@ -557,7 +558,7 @@ def _load_once() -> None:
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
-    global _minus_zero_points, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
+    global _minus_zero_points, _panel_rows, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -622,6 +623,7 @@ def _load_once() -> None:
                 _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4 = (_vector_ir.madd_block(rows) for rows in (1, 2, 3, 4))
                 _prange = numba.prange
                 _minus_zero_points = numba.njit(cache=cached, **elementwise)(_minus_zero_points_py)
+                _panel_rows = numba.njit(inline="always", **elementwise)(_panel_rows_py)
                 _packed_share = numba.njit(cache=cached, **elementwise)(_packed_share_py)
                 _packed_product = numba.njit(cache=cached, **elementwise)(_packed_product_py)
                 probe = (np.zeros((1, 2), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int8),
@@ -1489,6 +1491,21 @@ def _minus_zero_points_py(a, za, pairs):  # pragma: no cover - compiled by numba
     return a16
 
 
+def _panel_rows_py(a16, bp, q, z, top, bottom):  # pragma: no cover - compiled by numba (inlined)
+    """Rows ``top`` to ``bottom`` of A met by panel ``q`` of B: four at a time, then the rest."""
+    r = top
+    while r + 4 <= bottom:
+        _madd_rows4(a16, r, bp, q, z)
+        r += 4
+    left = bottom - r
+    if left == 3:
+        _madd_rows3(a16, r, bp, q, z)
+    elif left == 2:
+        _madd_rows2(a16, r, bp, q, z)
+    elif left == 1:
+        _madd_rows1(a16, r, bp, q, z)
+
+
 def _packed_share_py(a16, bp, z, first, end):  # pragma: no cover - compiled by numba
     """B's panels ``first`` to ``end`` of the packed product: blocks of rows, each met by the
     panels in turn, four rows at a time by the register block."""
@@ -1496,17 +1513,7 @@ def _packed_share_py(a16, bp, z, first, end):  # pragma: no cover - compiled by 
     for top in range(0, m, _PRODUCT_ROW_BLOCK):
         bottom = min(top + _PRODUCT_ROW_BLOCK, m)
         for q in range(first, end):
-            r = top
-            while r + 4 <= bottom:
-                _madd_rows4(a16, r, bp, q, z)
-                r += 4
-            left = bottom - r
-            if left == 3:
-                _madd_rows3(a16, r, bp, q, z)
-            elif left == 2:
-                _madd_rows2(a16, r, bp, q, z)
-            elif left == 1:
-                _madd_rows1(a16, r, bp, q, z)
+            _panel_rows(a16, bp, q, z, top, bottom)
 
 
 def _packed_product_py(a, za, bp, z, parts):  # pragma: no cover - compiled by numba
@@ -1544,17 +1551,7 @@ def _codes_share_py(a16, cols, zx, bp, z, first, end):  # pragma: no cover - com
                             high = np.int16(np.int32(cols[k0 + 1, start + j]) - zx)
                     bp[q, pair, 2 * j] = low
                     bp[q, pair, 2 * j + 1] = high
-        r = 0
-        while r + 4 <= m:
-            _madd_rows4(a16, r, bp, q, z)
-            r += 4
-        left = m - r
-        if left == 3:
-            _madd_rows3(a16, r, bp, q, z)
-        elif left == 2:
-            _madd_rows2(a16, r, bp, q, z)
-        elif left == 1:
-            _madd_rows1(a16, r, bp, q, z)
+        _panel_rows(a16, bp, q, z, 0, m)
 
 
 def _codes_product_py(a16, cols, zx, bp, z, parts):  # pragma: no cover - compiled by numba
