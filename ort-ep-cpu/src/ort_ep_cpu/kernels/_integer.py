@@ -44,8 +44,8 @@ F32_EXACT = 1 << 24
 #: products with fewer multiply-adds take one thread in ``ConstantIntegerMatrix`` (us one /
 #: two threads on an AVX2 EPYC: 1 x 256 x 1024 5.7 / 5.4; 1 x 512 x 2048 21.5 / 14.1)
 SPLIT_MIN_MACS = 1 << 19
-#: the largest column matrix (bytes of 8-bit codes) ``ConstantIntegerConvolution`` gathers
-#: for the packed product; larger inputs take the caller's float32 convolution
+#: the largest column matrix of one image (bytes of 8-bit codes) ``ConstantIntegerConvolution``
+#: gathers for the exact product; larger inputs take the caller's float32 convolution
 COLUMNS_MAX_BYTES = 1 << 26
 #: without the compiled product, rows of A from which the exact float32 product replaces a QDQ
 #: MatMul's float one where oneDNN declines (a QDQ transformer 3.8 -> 2.2 ms at batch 1 on an
@@ -99,8 +99,8 @@ def pack_panels(b: np.ndarray, zero_point) -> np.ndarray:
     k, n = b.shape
     width = _jit.PRODUCT_PANEL
     pairs, panels = (k + 1) // 2, -(-n // width) if n else 0
-    zb = np.broadcast_to(np.asarray(zero_point, np.int32).reshape(-1), (n,)) if np.size(zero_point) > 1 else \
-        np.full(n, int(np.asarray(zero_point).reshape(-1)[0]) if np.size(zero_point) else 0, np.int32)
+    zb = np.asarray(zero_point, np.int32).reshape(-1)
+    zb = np.broadcast_to(zb if zb.size else np.zeros(1, np.int32), (n,))  # one per column
     fits_int8 = b.size == 0 or (int((b.min(axis=0).astype(np.int32) - zb).min()) >= -128
                                 and int((b.max(axis=0).astype(np.int32) - zb).max()) <= 127)
     packed = np.empty((panels, pairs, 2 * width), np.int8 if fits_int8 else np.int16)
