@@ -209,3 +209,33 @@ def test_tanh_matches_onnxruntime(compiled, form, monkeypatch):
         assert np.signbit(got[0, 3]) and got[0, 4] == np.float32(1e-30)
     if compiled:
         assert calls == ([()] if form == "Tanh" else [(True,)])  # the one-array loop in place
+
+
+_SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 30.0, -30.0, 100.0, -100.0, 1e-6, -1e-6, -88.0, -104.0]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("op, opset, attrs, loop", [
+    ("Elu", 13, {}, ("elu",)), ("Elu", 13, {"alpha": 0.4}, ("elu",)), ("Selu", 13, {}, ("elu",)),
+    ("Selu", 13, {"alpha": 1.5, "gamma": 2.0}, ("elu",)), ("Celu", 13, {}, ("celu",)),
+    ("Celu", 13, {"alpha": 0.5}, ("celu",)), ("ThresholdedRelu", 13, {"alpha": 0.7}, ("thresholded_relu",)),
+    ("Softsign", 13, {}, ("softsign",)), ("Swish", 24, {"alpha": 1.5}, ()),
+])
+def test_exponential_activations_match_onnxruntime(op, opset, attrs, loop, compiled, monkeypatch):
+    """Elu, Selu, Celu, ThresholdedRelu and Softsign by one compiled float32 pass each
+    (``_jit.activation``; numpy's expm1 and np.where made them 13-15x onnxruntime's time), Swish
+    by QuickGelu's, or by numpy: against onnxruntime (rtol 1e-6, atol 1e-6: exp's polynomial is
+    within 2 ulp), NaN, infinities, signed zeros and underflow included."""
+    calls = use_compiled(monkeypatch, compiled, "activation")
+    swish_calls = use_compiled(monkeypatch, compiled, "quick_gelu")
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 50])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 50])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    x = (np.random.default_rng(4).standard_normal((3, 4, 50)) * 4).astype(np.float32)
+    x[0, 0, :len(_SPECIALS)] = _SPECIALS
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # NaN positions must match too
+    if compiled:
+        assert (calls == [loop]) if loop else swish_calls

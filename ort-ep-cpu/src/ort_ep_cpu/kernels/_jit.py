@@ -143,6 +143,13 @@ def activation(name: str) -> Callable | None:
     - ``hard_sigmoid`` ``(x, y, alpha, beta)``: y = clip(alpha * x + beta, 0, 1)
     - ``hard_swish`` ``(x, y, alpha, beta)``: y = x * clip(alpha * x + beta, 0, 1)
     - ``hard_sigmoid_in_place``, ``hard_swish_in_place`` ``(x, alpha, beta)``: the same into x.
+    - float32 only, ``(x, y, alpha, beta)``: ``elu`` y = beta * (x if x > 0 else alpha * (e^x -
+      1)) (Elu with beta 1, Selu with its gamma: onnxruntime's formula, e^x - 1 rather than
+      expm1), ``celu`` max(0, x) + min(0, alpha * (e^(x / alpha) - 1)), ``thresholded_relu`` x
+      if x > alpha else 0, ``softsign`` x / (1 + |x|) (beta, and alpha where unnamed, unread).
+      NaN stays NaN (but ThresholdedRelu's 0, as its comparison is false). numpy's expm1 and
+      np.where made Elu, Selu and Celu 13x and ThresholdedRelu 15x onnxruntime's time on a
+      (1, 32, 80, 80) map (3.0 ms and 0.75 against 0.23 and 0.05).
 
     The two-array loops need y and x apart: LLVM vectorises them behind a run-time overlap
     check, and with y = x the check fails and the loop runs scalar (5x slower: 162 against
@@ -726,6 +733,10 @@ def _load_once() -> None:
                 # MLAS's logistic is a global: compiled with DynamicQuantizeLSTM's step, above
                 _quick_gelu = numba.njit(cache=cached, **exact)(_quick_gelu_py)
                 _tanh = numba.njit(cache=cached, **elementwise)(_tanh_py)
+                # the exponential ones read ``_exp_value``, compiled above
+                for name, loop in (("elu", _elu_py), ("celu", _celu_py), ("thresholded_relu", _thresholded_relu_py),
+                                   ("softsign", _softsign_py)):
+                    _activations[name] = numba.njit(cache=cached, **elementwise)(loop)
                 _tanh_in_place = numba.njit(cache=cached, **elementwise)(_tanh_in_place_py)
                 # the tanh point is a global of the tanh form's value, and both values of the loop
                 _gelu_tanh_value = numba.njit(inline="always", **elementwise)(_gelu_tanh_value_py)
@@ -840,6 +851,31 @@ def _hard_sigmoid_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
 def _hard_sigmoid_in_place_py(x, alpha, beta):  # pragma: no cover - compiled by numba
     for i in range(x.size):
         x[i] = _hard_sigmoid_value(x[i], alpha, beta)
+
+
+def _elu_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
+    for i in range(x.size):
+        v = x[i]
+        y[i] = beta * (v if v > _ZERO else alpha * (_exp_value(v) - _ONE)) if v == v else v
+
+
+def _celu_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
+    for i in range(x.size):
+        v = x[i]
+        m = alpha * (_exp_value(v / alpha) - _ONE)
+        y[i] = (v if v > _ZERO else _ZERO) + (m if m < _ZERO else _ZERO) if v == v else v
+
+
+def _thresholded_relu_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
+    for i in range(x.size):
+        v = x[i]
+        y[i] = v if v > alpha else _ZERO
+
+
+def _softsign_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba
+    for i in range(x.size):
+        v = x[i]
+        y[i] = v / (_ONE + abs(v))
 
 
 def _hard_swish_py(x, y, alpha, beta):  # pragma: no cover - compiled by numba

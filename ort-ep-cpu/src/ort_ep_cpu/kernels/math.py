@@ -13,6 +13,7 @@ from ort_core import CORE_DOMAIN
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
+from . import _jit
 from ._util import normalize_axis
 from .elementwise import JIT_FLOATS, binary, hard_sigmoid_into, hard_swish_into, is_small_float, unary
 from .fused import gelu as fused_gelu
@@ -23,6 +24,19 @@ _HALF = (np.float16,)
 
 def _float_attr(node, name: str, default: float) -> float:
     return float(node.attr(name, default))
+
+
+def _compiled_activation(name: str, x: np.ndarray, alpha: float, beta: float = 1.0) -> np.ndarray | None:
+    """``_jit.activation(name)`` over a contiguous float32 ``x`` into a new array, or None
+    (another dtype or layout, or numba absent: the caller's numpy formula)."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    loop = _jit.activation(name)
+    if loop is None:
+        return None
+    y = np.empty_like(x)
+    loop(x.reshape(-1), y.reshape(-1), np.float32(alpha), np.float32(beta))
+    return y
 
 
 @kernel("Relu")
@@ -57,7 +71,14 @@ def _prelu(node, request):
 @kernel("Elu")
 def _elu(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
-    return unary(lambda x: np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0))), _HALF)
+
+    def elu(x):
+        y = _compiled_activation("elu", x, alpha)
+        if y is not None:
+            return y
+        return np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0)))
+
+    return unary(elu, _HALF)
 
 
 @kernel("Selu")
@@ -66,6 +87,9 @@ def _selu(node, request):
     gamma = _float_attr(node, "gamma", 1.05070102214813232421875)
 
     def selu(x):
+        y = _compiled_activation("elu", x, alpha, gamma)
+        if y is not None:
+            return y
         t = x.dtype.type
         return t(gamma) * np.where(x > 0, x, t(alpha) * np.expm1(np.minimum(x, 0)))
 
@@ -77,6 +101,9 @@ def _celu(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
 
     def celu(x):
+        y = _compiled_activation("celu", x, alpha)
+        if y is not None:
+            return y
         t = x.dtype.type
         return np.maximum(x, 0) + np.minimum(0, t(alpha) * np.expm1(x / t(alpha)))
 
@@ -128,7 +155,11 @@ def _softplus(node, request):
 
 @kernel("Softsign")
 def _softsign(node, request):
-    return unary(lambda x: x / (x.dtype.type(1) + np.abs(x)), _HALF)
+    def softsign(x):
+        y = _compiled_activation("softsign", x, 0.0)
+        return y if y is not None else x / (x.dtype.type(1) + np.abs(x))
+
+    return unary(softsign, _HALF)
 
 
 @kernel("Mish", since=18)
@@ -139,7 +170,12 @@ def _mish(node, request):
 @kernel("ThresholdedRelu", since=10)
 def _thresholded_relu(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
-    return unary(lambda x: np.where(x > x.dtype.type(alpha), x, x.dtype.type(0)))
+
+    def thresholded_relu(x):
+        y = _compiled_activation("thresholded_relu", x, alpha)
+        return y if y is not None else np.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+
+    return unary(thresholded_relu)
 
 
 @kernel("Shrink", since=9)
@@ -158,8 +194,20 @@ def _shrink(node, request):
 
 @kernel("Swish", since=24)
 def _swish(node, request):
+    """x * sigmoid(alpha x): for contiguous float32, com.microsoft QuickGelu's compiled pass (the
+    same function; scipy's expit and a multiply took 6.7x onnxruntime's time on a (1, 32, 80, 80)
+    map)."""
     alpha = _float_attr(node, "alpha", 1.0)
-    return unary(lambda x: x * special.expit(x * x.dtype.type(alpha)), _HALF)
+
+    def swish(x):
+        loop = _jit.quick_gelu() if x.dtype == np.float32 and x.flags.c_contiguous else None
+        if loop is None:
+            return x * special.expit(x * x.dtype.type(alpha))
+        y = np.empty_like(x)
+        loop(x.reshape(-1), np.float32(alpha), y.reshape(-1))
+        return y
+
+    return unary(swish, _HALF)
 
 
 @kernel("Gelu", since=20)
