@@ -63,6 +63,15 @@ def _prelu(node, request):
         if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] != x.shape[-1]:
             # a per-channel slope [C] of [N, C, ...] (opset < 7 style, as exporters still emit)
             slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+        if x.dtype.kind == "f" and slope.dtype == x.dtype and np.broadcast_shapes(x.shape, slope.shape) == x.shape \
+                and np.isfinite(slope).all():
+            # min(x, 0) * slope + max(x, 0): four vectorised passes, where np.where on a mixed
+            # mask is branchy (a (1, 32, 80, 80) map 929 against 555 us for onnxruntime); equal
+            # to it for finite slopes (an infinite one would make 0 * inf a NaN)
+            y = np.minimum(x, x.dtype.type(0))
+            y *= slope
+            y += np.maximum(x, x.dtype.type(0))
+            return y
         return np.where(x < 0, x * slope, x)
 
     return binary(prelu)
