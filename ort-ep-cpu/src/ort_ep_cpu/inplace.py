@@ -47,7 +47,16 @@ import numpy as np
 
 from ort_core import CORE_DOMAIN, GraphView, Kernel, KernelRequest, NodeView, ProviderContext
 
-from .kernels.elementwise import UNARY_UFUNCS, clip_v1_bounds, clip_values, erf_into, hard_swish_into, sigmoid, tanh
+from .kernels.elementwise import (
+    UNARY_UFUNCS,
+    clip_v1_bounds,
+    clip_values,
+    erf_into,
+    exp,
+    hard_swish_into,
+    sigmoid,
+    tanh,
+)
 
 MS = "com.microsoft"
 
@@ -90,7 +99,7 @@ UnaryInto = Callable[..., np.ndarray]
 
 #: unary ops whose kernel is one ufunc: the same ufunc with ``out=x`` gives the same bits
 _UFUNC_UNARY: dict[str, Any] = {
-    **{op: UNARY_UFUNCS[op] for op in ("Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal")},
+    **{op: UNARY_UFUNCS[op] for op in ("Neg", "Abs", "Sqrt", "Log", "Reciprocal")},
 }
 
 #: binary ops whose float kernel is one ufunc on two arrays of the same dtype
@@ -144,6 +153,8 @@ def unary_into(node: NodeView) -> UnaryInto | None:
         return _sigmoid_into
     if op == "Tanh":
         return lambda x: tanh(x, out=x)  # the out-of-place kernel's computation
+    if op == "Exp":
+        return lambda x: exp(x, out=x)  # the out-of-place kernel's computation
     if op == "Erf":
         return lambda x: erf_into(x, x)  # the out-of-place kernel's computation
     if op == "Clip":

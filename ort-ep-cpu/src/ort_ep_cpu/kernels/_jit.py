@@ -101,6 +101,9 @@ _sigmoid_in_place: Callable | None = None
 _tanh: Callable | None = None
 _tanh_in_place: Callable | None = None
 _quick_gelu: Callable | None = None
+_exp: Callable | None = None
+_exp_in_place: Callable | None = None
+_exp_point: Callable | None = None  # the compiled _exp_point_py, a global of both (set by _load)
 _logistic_point: Callable | None = None  # the compiled _logistic_point_py and _tanh_point_py (set by _load)
 _tanh_point: Callable | None = None
 _tried = False
@@ -453,6 +456,17 @@ def sigmoid(in_place: bool = False) -> Callable | None:
     return _sigmoid_in_place if in_place else _sigmoid
 
 
+def exp(in_place: bool = False) -> Callable | None:
+    """The compiled float32 exp ``(x, y)`` over flat arrays, or ``(x,)`` into x where
+    ``in_place``, or None: ``_exp_value`` (within 2 ulp of expf) over [-87, 88], and past it
+    the square of e^(x / 2), which overflows to inf and underflows through the subnormals to 0
+    as expf does; NaN stays NaN. numpy's float32 exp took 1.3 ns a value here (267 us on a
+    (1, 32, 80, 80) map, onnxruntime's 53)."""
+    if not _load():
+        return None
+    return _exp_in_place if in_place else _exp
+
+
 def quick_gelu() -> Callable | None:
     """The compiled float32 QuickGelu ``(x, alpha, y)`` over flat arrays, y = x * logistic(alpha
     * x) by MLAS's rational logistic, as onnxruntime's kernel computes it (equal to its output
@@ -572,6 +586,7 @@ def _load_once() -> None:
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
+    global _exp, _exp_in_place, _exp_point
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split
     global _nan_max, _linear_finish, _scatter_rows
     global _softmax_rows_split, _softmax_block, _gelu_rows_split, _gelu_block, _layer_norm_rows_split, _layer_norm_block
@@ -589,7 +604,7 @@ def _load_once() -> None:
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
-                _sigmoid_in_place = _tanh_in_place = _quick_gelu = None
+                _sigmoid_in_place = _tanh_in_place = _quick_gelu = _exp = _exp_in_place = None
                 _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
                 _softmax_rows_split = _softmax_block = _gelu_rows_split = _gelu_block = None
@@ -733,6 +748,9 @@ def _load_once() -> None:
                 # MLAS's logistic is a global: compiled with DynamicQuantizeLSTM's step, above
                 _quick_gelu = numba.njit(cache=cached, **exact)(_quick_gelu_py)
                 _tanh = numba.njit(cache=cached, **elementwise)(_tanh_py)
+                _exp_point = numba.njit(inline="always", **elementwise)(_exp_point_py)
+                _exp = numba.njit(cache=cached, **elementwise)(_exp_py)
+                _exp_in_place = numba.njit(cache=cached, **elementwise)(_exp_in_place_py)
                 # the exponential ones read ``_exp_value``, compiled above
                 for name, loop in (("elu", _elu_py), ("celu", _celu_py), ("thresholded_relu", _thresholded_relu_py),
                                    ("softsign", _softsign_py)):
@@ -1455,6 +1473,23 @@ def _sigmoid_py(x, y):  # pragma: no cover - compiled by numba
 def _sigmoid_in_place_py(x):  # pragma: no cover - compiled by numba
     for i in range(x.shape[0]):
         x[i] = _logistic_point(x[i])
+
+
+def _exp_point_py(v):  # pragma: no cover - compiled by numba (inlined)
+    """See ``exp``: one polynomial, of x or of x / 2 (then squared)."""
+    inside = _F(-87.0) <= v <= _F(88.0)
+    e = _exp_value(v if inside else v * _HALF)
+    return (e if inside else e * e) if v == v else v
+
+
+def _exp_py(x, y):  # pragma: no cover - compiled by numba
+    for i in range(x.shape[0]):
+        y[i] = _exp_point(x[i])
+
+
+def _exp_in_place_py(x):  # pragma: no cover - compiled by numba
+    for i in range(x.shape[0]):
+        x[i] = _exp_point(x[i])
 
 
 def _quick_gelu_py(x, alpha, y):  # pragma: no cover - compiled by numba

@@ -116,8 +116,15 @@ def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.tanh(x, out=out) if y is None else y
 
 
+def exp(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """e^x (into ``out``, which may be ``x``): contiguous float32 in one compiled pass
+    (``_jit.exp``), others by numpy."""
+    y = _compiled_unary(_jit.exp, x, out)
+    return np.exp(x, out=out) if y is None else y
+
+
 def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
-    """``loops`` (``_jit.sigmoid`` or ``_jit.tanh``) over contiguous float32 ``x`` into a new
+    """``loops`` (``_jit.sigmoid``, ``_jit.tanh`` or ``_jit.exp``) over contiguous float32 ``x`` into a new
     array or ``out`` (its in-place loop where ``out`` is ``x``), or None where it does not apply."""
     if x.dtype != np.float32 or not x.flags.c_contiguous or out is not None and not out.flags.c_contiguous:
         return None
@@ -188,7 +195,7 @@ def _register(op_type: str, fn) -> None:
 UNARY_UFUNCS = {
     "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign,
     "Floor": np.floor, "Ceil": np.ceil, "Reciprocal": np.reciprocal,
-    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log,
+    "Sqrt": np.sqrt, "Log": np.log,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
     "Acosh": np.arccosh, "Atanh": np.arctanh,
@@ -205,6 +212,7 @@ for _op, _fn in {
 # rounded in float16 left 11,240 of 32,768 values off the correctly rounded sigmoid)
 _register("Sigmoid", unary(lambda x: sigmoid(x), float32_for=(np.float16,)))
 _register("Tanh", unary(lambda x: tanh(x)))
+_register("Exp", unary(lambda x: exp(x)))
 
 def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """erf of ``x`` into ``out`` (which may be ``x``): contiguous float32 by the compiled loop
