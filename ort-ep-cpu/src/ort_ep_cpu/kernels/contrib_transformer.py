@@ -13,6 +13,7 @@ import numpy as np
 from ..registry import kernel
 from . import _jit, attention
 from ._util import as_dtype, as_float32
+from .elementwise import compiled_quick_gelu
 from .fused import gelu
 from .reduce import compiled_layer_norm
 
@@ -77,13 +78,11 @@ def _quick_gelu(node, request):
         if x.dtype == np.float16:  # in float32, rounded once, as onnxruntime computes it
             return as_dtype(quick_gelu(as_float32(x)), x.dtype)
         if x.dtype == np.float32:  # MLAS's logistic of alpha * x, times x: onnxruntime's values
-            loop = _jit.quick_gelu()
-            if loop is None:
-                with np.errstate(invalid="ignore"):  # inf * 0: NaN, as onnxruntime gives it
-                    return x * _jit.mlas_logistic(np.float32(alpha) * x)
-            y = np.empty(x.shape, np.float32)
-            loop(np.ascontiguousarray(x).reshape(-1), np.float32(alpha), y.reshape(-1))
-            return y
+            y = compiled_quick_gelu(x, alpha)
+            if y is not None:
+                return y
+            with np.errstate(invalid="ignore"):  # inf * 0: NaN, as onnxruntime gives it
+                return x * _jit.mlas_logistic(np.float32(alpha) * x)
         t = x.dtype.type
         return (x / (t(1) + np.exp(-t(alpha) * x))).astype(x.dtype, copy=False)
 

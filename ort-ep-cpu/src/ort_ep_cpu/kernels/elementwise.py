@@ -123,6 +123,20 @@ def exp(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.exp(x, out=out) if y is None else y
 
 
+def compiled_quick_gelu(x: np.ndarray, alpha: float) -> np.ndarray | None:
+    """x * logistic(alpha x) by MLAS's rational logistic (``_jit.quick_gelu``) for contiguous
+    float32 ``x`` into a new array, or None where it does not apply (the caller's numpy form):
+    com.microsoft QuickGelu's and ONNX Swish's compiled pass."""
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    loop = _jit.quick_gelu()
+    if loop is None:
+        return None
+    y = np.empty_like(x)
+    loop(x.reshape(-1), np.float32(alpha), y.reshape(-1))
+    return y
+
+
 def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
     """``loops`` (``_jit.sigmoid``, ``_jit.tanh`` or ``_jit.exp``) over contiguous float32 ``x`` into a new
     array or ``out`` (its in-place loop where ``out`` is ``x``), or None where it does not apply."""
@@ -145,7 +159,7 @@ def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> n
 JIT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
-def _compiled_pass(loop: str, x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> bool:
+def compiled_pass(loop: str, x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> bool:
     """Run the compiled activation loop ``loop`` (see ``_jit.activation``) over flat views of
     ``x`` and ``y`` (its in-place form when ``y`` is ``x``) if it applies: float32/float64,
     both contiguous, numba there. Whether it ran."""
@@ -163,7 +177,7 @@ def hard_sigmoid_into(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -
     """y = clip(alpha * x + beta, 0, 1) for float32/float64 ``x`` of ``y``'s shape and dtype
     (``y`` may be ``x``): one compiled pass where numba is installed and both are contiguous,
     else three numpy passes."""
-    if _compiled_pass("hard_sigmoid", x, y, alpha, beta):
+    if compiled_pass("hard_sigmoid", x, y, alpha, beta):
         return y
     t = y.dtype.type
     np.multiply(x, t(alpha), out=y)
@@ -180,7 +194,7 @@ HARD_SWISH_ALPHA, HARD_SWISH_BETA = float(np.float32(1 / 6)), 0.5
 def hard_swish_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """y = x * clip(x / 6 + 1 / 2, 0, 1) for float32/float64 ``x`` of ``y``'s shape and dtype
     (``y`` may be ``x``): one compiled pass, else HardSigmoid's passes and a multiply."""
-    if _compiled_pass("hard_swish", x, y, HARD_SWISH_ALPHA, HARD_SWISH_BETA):
+    if compiled_pass("hard_swish", x, y, HARD_SWISH_ALPHA, HARD_SWISH_BETA):
         return y
     if y is x:
         return np.multiply(x, hard_sigmoid_into(x, np.empty_like(x), HARD_SWISH_ALPHA, HARD_SWISH_BETA), out=y)

@@ -15,7 +15,16 @@ from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
 from ._util import normalize_axis
-from .elementwise import JIT_FLOATS, binary, hard_sigmoid_into, hard_swish_into, is_small_float, unary
+from .elementwise import (
+    JIT_FLOATS,
+    binary,
+    compiled_pass,
+    compiled_quick_gelu,
+    hard_sigmoid_into,
+    hard_swish_into,
+    is_small_float,
+    unary,
+)
 from .fused import gelu as fused_gelu
 
 # float16 inputs of multi-step activations are computed in float32: one rounding at the end
@@ -27,16 +36,13 @@ def _float_attr(node, name: str, default: float) -> float:
 
 
 def _compiled_activation(name: str, x: np.ndarray, alpha: float, beta: float = 1.0) -> np.ndarray | None:
-    """``_jit.activation(name)`` over a contiguous float32 ``x`` into a new array, or None
-    (another dtype or layout, or numba absent: the caller's numpy formula)."""
-    if x.dtype != np.float32 or not x.flags.c_contiguous:
-        return None
-    loop = _jit.activation(name)
-    if loop is None:
+    """The float32-only ``_jit.activation`` loop ``name`` over ``x`` into a new array by
+    ``compiled_pass``, or None (another dtype or layout, or numba absent: the caller's numpy
+    formula)."""
+    if x.dtype != np.float32 or not _jit.enabled():
         return None
     y = np.empty_like(x)
-    loop(x.reshape(-1), y.reshape(-1), np.float32(alpha), np.float32(beta))
-    return y
+    return y if compiled_pass(name, x, y, alpha, beta) else None
 
 
 @kernel("Relu")
@@ -209,12 +215,8 @@ def _swish(node, request):
     alpha = _float_attr(node, "alpha", 1.0)
 
     def swish(x):
-        loop = _jit.quick_gelu() if x.dtype == np.float32 and x.flags.c_contiguous else None
-        if loop is None:
-            return x * special.expit(x * x.dtype.type(alpha))
-        y = np.empty_like(x)
-        loop(x.reshape(-1), np.float32(alpha), y.reshape(-1))
-        return y
+        y = compiled_quick_gelu(x, alpha)
+        return y if y is not None else x * special.expit(x * x.dtype.type(alpha))
 
     return unary(swish, _HALF)
 
