@@ -41,9 +41,17 @@ def _want(a, za, b, zb):
     return a64 @ b64
 
 
-@pytest.fixture(params=["onednn", "packed_product", "float32_chunks"])
+def _quad_product_or_skip() -> None:
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    if _jit.quad_product() is None:
+        pytest.skip("the byte product needs numba compiling for an x86 CPU with AVX2")
+
+
+@pytest.fixture(params=["onednn", "quad_product", "packed_product", "float32_chunks"])
 def path(request, monkeypatch):
-    """Each path of ``ConstantIntegerMatrix``; returns a list of the oneDNN implementations run."""
+    """Each path of ``ConstantIntegerMatrix``; returns a list of the oneDNN implementations run.
+    "quad_product" takes the byte product for every B - zb that fits int8, however many of its
+    pairs are outliers (the codes here are mostly extremes); "packed_product" never takes it."""
     seen: list[str] = []
     if request.param == "onednn":
         if not _onednn.available():
@@ -53,7 +61,12 @@ def path(request, monkeypatch):
         monkeypatch.setattr(_onednn.IntegerMatMul, "run", lambda self, x, y: seen.append(self.implementation) or real(self, x, y))
     else:
         monkeypatch.setattr(_onednn, "USE", False)
-        use_compiled(monkeypatch, request.param == "packed_product", "packed_product")
+        use_compiled(monkeypatch, request.param != "float32_chunks", "packed_product")
+        if request.param == "quad_product":
+            _quad_product_or_skip()
+            monkeypatch.setattr(_integer, "MAX_OUTLIER_SHARE", 1.0)
+        else:
+            monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_quad_packed", lambda self: None)
     return request.param, seen
 
 
@@ -161,6 +174,7 @@ def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_r
 
     asked = use_compiled(monkeypatch, True, "packed_product")  # the share counts asked for
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_quad_packed", lambda self: None)  # not the byte product
     rng = np.random.default_rng(m * 1000 + k)
     a = _codes(rng, (m, k), U8)
     b = _codes(rng, (k, n), I8)
@@ -174,6 +188,76 @@ def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_r
         assert matrix._packed.dtype == (np.int8 if b_range == "int8" else np.int16)
         # one share takes the serial loop (entering the thread pool costs 5-9 us)
         assert [call for call in asked if call][-1] == ((threads.usable(),) if split else (1,))
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 70])  # the 1-3 row blocks, and past a row block
+@pytest.mark.parametrize("k,n", [(1, 1), (37, 19), (512, 48), (98, 130)])
+@pytest.mark.parametrize("a_dtype,b_dtype,zb", [(U8, I8, 0), (I8, I8, 0), (U8, U8, 128), (I8, U8, 128)])
+def test_quad_product_is_exact_with_its_outlier_pairs(m, k, n, a_dtype, b_dtype, zb, monkeypatch):
+    """``_jit.quad_product`` through ``ConstantIntegerMatrix``: every row remainder of the
+    register block, K not a multiple of four, N not a whole panel, int8 codes of A (shifted to
+    uint8 with their zero point), uint8 B of zero point 128, on one thread and split. B holds
+    pairs VPMADDUBSW would saturate on (127, 127 against codes of 255: 64770 is past int16),
+    which the packing moves out and the loop adds back: without them the sums are wrong."""
+    _quad_product_or_skip()
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    monkeypatch.setattr(_integer, "MAX_OUTLIER_SHARE", 1.0)
+    rng = np.random.default_rng(m * 1000 + k)
+    bs = np.clip(np.round(rng.standard_normal((k, n)) * 30), -128, 127).astype(np.int16)
+    bs[: k // 2 * 2 : 2, ::3] = 127  # pairs of one sign past 128 in every third column
+    bs[1 : k // 2 * 2 : 2, ::3] = 127
+    b = (bs + zb).astype(b_dtype)
+    a = _codes(rng, (m, k), a_dtype)
+    a[:, ::2] = np.iinfo(a_dtype).max
+    za = np.asarray(np.iinfo(a_dtype).min + 3, a_dtype)
+    want = _want(a, za, b, np.asarray(zb, b_dtype))
+    for split in (False, True):
+        monkeypatch.setattr(_integer, "SPLIT_MIN_MACS", 0 if split else 1 << 62)
+        matrix = _integer.ConstantIntegerMatrix(b, np.asarray(zb, b_dtype))
+        np.testing.assert_array_equal(matrix.times(a, za), want)
+        assert matrix._quads is not None and matrix._packed is None  # the byte product ran, not the panels
+        assert matrix._quads.outliers.shape[0] >= (k // 2) * len(range(0, n, 3))  # and those of the random values
+
+
+def test_pack_quads_refuses_what_the_byte_product_cannot_hold():
+    """B - zb outside int8 (uint8 codes of zero point 0), and uniform weights, whose pairs pass
+    128 about a quarter of the time, go to ``pack_panels``' product; a few such pairs stay."""
+    rng = np.random.default_rng(2)
+    assert _integer.pack_quads(rng.integers(0, 256, (64, 32)).astype(U8), np.int32(0)) is None
+    uniform = rng.integers(-128, 128, (256, 64)).astype(I8)
+    assert _integer.pack_quads(uniform, np.int32(0)) is None
+    small = np.clip(np.round(rng.standard_normal((256, 64)) * 10), -127, 127).astype(I8)
+    small[10, 5] = small[11, 5] = -100  # one outlier pair of 128 * 64 = 8192
+    packed = _integer.pack_quads(small, np.int32(0))
+    assert packed is not None
+    np.testing.assert_array_equal(packed.outliers, [[10, 5, -100, -100]])
+    np.testing.assert_array_equal(packed.starts, [0, 1, 1, 1, 1])  # panel 0 holds it
+    np.testing.assert_array_equal(packed.column_sums, small.sum(axis=0, dtype=np.int32))
+    # quad 2 of panel 0 holds rows 8-11 of columns 0-15, four rows per column in turn
+    quad = packed.quads[0, 2].reshape(16, 4)
+    np.testing.assert_array_equal(quad[:, :2], small[8:10, :16].T)
+    assert (quad[5, 2:] == 0).all()  # the outlier pair, moved out
+
+
+def test_quad_product_is_vpmaddubsw_on_avx2():
+    """The byte product's register block compiles to VPMADDUBSW and VPMADDWD."""
+    _quad_product_or_skip()
+    import numba
+
+    from ort_ep_cpu.kernels import _vector_ir
+
+    block = _vector_ir.quad_block(4)
+
+    @numba.njit
+    def run(a, bq, zu, sums, z):
+        block(a, 0, bq, 0, zu, sums, z)
+
+    a, bq, z = np.full((4, 8), 2, np.uint8), np.ones((1, 2, 64), np.int8), np.zeros((4, 16), np.int32)
+    run(a, bq, np.full(4, 3, np.int32), np.ones(16, np.int32), z)
+    assert (z == 16 - 3).all()  # 8 codes of 2 times 1, less the zero point 3 times the column sum 1
+    assembly = run.inspect_asm(run.signatures[0]).splitlines()
+    for instruction in ("vpmaddubsw", "vpmaddwd"):
+        assert any(instruction in line and "ymm" in line for line in assembly), f"no {instruction} on ymm registers"
 
 
 def test_packed_product_sums_reach_int32s_limit_exactly(monkeypatch):

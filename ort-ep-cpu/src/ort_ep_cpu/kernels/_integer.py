@@ -13,14 +13,18 @@ terms of
     (A - za) @ (B - zb) = A @ Bs - za * colsum(Bs) + rowsum(A - za) * (s - zb),   Bs = B - s,
 
 all in int32: the true result is below 2^31 in magnitude for K < 33025, and int32's wrapping
-arithmetic gives it exactly whatever its intermediate terms do. Elsewhere B - zb is packed for
-the compiled VPMADDWD product (``pack_panels``, ``_jit.packed_product``), or kept as float32
-for BLAS products where numba is absent (``exact_product_f32``).
+arithmetic gives it exactly whatever its intermediate terms do. Elsewhere, where B - zb fits
+int8 with few pairs that could saturate VPMADDUBSW, it is packed for the compiled byte product
+on AVX2 (``pack_quads``, ``_jit.quad_product``: A @ (B - zb) - za * colsum(B - zb), the
+codes themselves as the unsigned bytes); else for the compiled VPMADDWD product
+(``pack_panels``, ``_jit.packed_product``), or kept as float32 for BLAS products where numba
+is absent (``exact_product_f32``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,6 +119,65 @@ def pack_panels(b: np.ndarray, zero_point) -> np.ndarray:
     return packed
 
 
+#: the largest share of B's neighbouring pairs the byte product moves out of its packing (the
+#: pairs VPMADDUBSW could saturate on, added back one at a time: 3 ns a row each); above it
+#: ``packed_product`` runs. 48 x 512 x 1024, one thread, us packed_product / byte product at
+#: outlier shares 0 / 0.1 / 0.2 / 0.4%: 335 / 266, 307, 343, 418 (uniform weights: a quarter;
+#: int8 transformers' weights 0.01-0.13%)
+MAX_OUTLIER_SHARE = 1 / 1024
+
+
+class QuadPacked(NamedTuple):
+    """B - zb in ``_jit.quad_product``'s layout (``pack_quads``)."""
+
+    quads: np.ndarray  # int8 (panels, ceil(K/4), 64), the outlier pairs zero
+    column_sums: np.ndarray  # int32 (16 panels,): colsum(B - zb), zeros past N
+    starts: np.ndarray  # int64 (panels + 1,): panel q's outliers at starts[q]:starts[q + 1]
+    outliers: np.ndarray  # int32 (count, 4): (k, column, B[k] - zb, B[k + 1] - zb), k even
+
+
+def pack_quads(b: np.ndarray, zero_point) -> QuadPacked | None:
+    """B - zb (8-bit codes B (K, N), zero point scalar or one per column) for
+    ``_jit.quad_product``, or None where it does not apply: B - zb outside int8 (only weights
+    of zero point 0, or uint8 ones of 128, fit), or more than ``MAX_OUTLIER_SHARE`` of the
+    pairs (B[2j, c], B[2j + 1, c]) are outliers: of one sign, their magnitudes summing past 128
+    (255 times that leaves VPMADDUBSW's int16 sum; pairs of opposite signs never do). Quad q of
+    panel p holds B[4q + t, 16p + c] - zb for t = 0..3 of each column c in turn. Made a block
+    of ``PACK_PANELS_AT_ONCE`` panels at a time, as ``pack_panels``."""
+    k, n = b.shape
+    width = _jit.PRODUCT_PANEL
+    zb = np.asarray(zero_point, np.int32).reshape(-1)
+    zb = np.broadcast_to(zb if zb.size else np.zeros(1, np.int32), (n,))  # one per column
+    quads, panels = -(-k // 4), -(-n // width) if n else 0
+    packed = np.empty((panels, quads, 4 * width), np.int8)
+    column_sums = np.zeros(panels * width, np.int32)
+    limit, found, count = MAX_OUTLIER_SHARE * max(2 * quads * n, 1), [], 0
+    for first in range(0, panels, PACK_PANELS_AT_ONCE):
+        last = min(first + PACK_PANELS_AT_ONCE, panels)
+        lo, hi = first * width, min(last * width, n)
+        block = np.zeros((4 * quads, (last - first) * width), np.int16)
+        block[:k, :hi - lo] = b[:, lo:hi]
+        block[:k, :hi - lo] -= zb[lo:hi].astype(np.int16)
+        if block.size and (int(block.min()) < -128 or int(block.max()) > 127):
+            return None
+        column_sums[lo:hi] = block[:k, :hi - lo].sum(axis=0, dtype=np.int32)
+        even, odd = block[0::2], block[1::2]  # the pairs' first and second values
+        outlying = (np.maximum(even, 0) + np.maximum(odd, 0) > 128) | (np.maximum(-even, 0) + np.maximum(-odd, 0) > 128)
+        pair, column = np.nonzero(outlying)
+        count += pair.size
+        if count > limit:
+            return None
+        found.append(np.stack([2 * pair, lo + column, even[pair, column], odd[pair, column]], axis=1).astype(np.int32))
+        even[outlying] = 0
+        odd[outlying] = 0
+        grouped = block.astype(np.int8).reshape(quads, 4, last - first, width)  # [q, t, p, c] = B[4q + t, 16p + c] - zb
+        packed[first:last] = grouped.transpose(2, 0, 3, 1).reshape(last - first, quads, 4 * width)
+    outliers = np.concatenate(found) if found else np.zeros((0, 4), np.int32)
+    outliers = outliers[np.argsort(outliers[:, 1] // width, kind="stable")]
+    starts = np.searchsorted(outliers[:, 1] // width, np.arange(panels + 1)).astype(np.int64)
+    return QuadPacked(packed, column_sums, starts, np.ascontiguousarray(outliers))
+
+
 class ConstantIntegerMatrix:
     """A constant B (K, N) of 8-bit codes (int8 or uint8) with its zero point (None, a scalar or
     one per column), made once; ``times(a, a_zero_point)`` is the exact int32 (M, N) product
@@ -143,6 +206,7 @@ class ConstantIntegerMatrix:
         # B - zb for ``_exact``, made at its first use: packed for the compiled product, else
         # as float32 with the largest column sum of its magnitudes
         self._packed: np.ndarray | None = None
+        self._quads: QuadPacked | None | bool = False  # ``pack_quads``'s, made at first use (False: not yet)
         self._float: np.ndarray | None = None
         self._column_abs = 0.0
 
@@ -246,8 +310,9 @@ class ConstantIntegerMatrix:
         packed for the compiled product (``_jit.packed_product``), on the session's threads
         where it is large; else (numpy only) as float32 for ``exact_product_f32``'s BLAS
         products."""
-        packed = self.packed_panels()
-        if packed is None:
+        quads = self._quad_packed()
+        packed = self.packed_panels() if quads is None else None
+        if quads is None and packed is None:
             za = za.reshape(-1, 1) if za.ndim == 1 else za
             if self._float is None:
                 b = self.b.astype(np.int32) - self.zb
@@ -262,8 +327,26 @@ class ConstantIntegerMatrix:
         zero_points = np.full(m, za, np.int32) if za.size == 1 else np.ascontiguousarray(za.reshape(-1), np.int32)
         z = np.empty((m, self.n), np.int32) if out is None else out
         parts = self.product_threads(m)
+        if quads is not None:
+            if a.dtype == np.uint8 and self.k % 4 == 0:
+                codes = np.ascontiguousarray(a)
+            else:  # zeros past K to a quad; int8 codes shifted to uint8 (their zero point with them)
+                codes = np.zeros((m, quads.quads.shape[1] * 4), np.uint8)
+                codes[:, :self.k] = a.view(np.uint8) ^ np.uint8(128) if a.dtype == np.int8 else a
+                if a.dtype == np.int8:
+                    zero_points = zero_points + np.int32(128)
+            _jit.quad_product(parts)(codes, zero_points, quads.quads, quads.column_sums, quads.starts, quads.outliers,
+                                     z, parts)
+            return z
         _jit.packed_product(parts)(np.ascontiguousarray(a), zero_points, packed, z, parts)
         return z
+
+    def _quad_packed(self) -> QuadPacked | None:
+        """``pack_quads``'s B, made once, or None where the byte product is not taken."""
+        if self._quads is False:
+            usable = self.k < MAX_K and _jit.quad_product() is not None
+            self._quads = pack_quads(self.b, self.zb) if usable else None
+        return self._quads
 
 
 def prepared_matrix(prepared: PreparedFor, b: np.ndarray, b_zero_point, b_constant: np.ndarray | None

@@ -70,6 +70,12 @@ _prange: Callable = range  # numba.prange once numba is loaded: the shares of a 
 # the register blocks of _packed_share_py, of 1-4 rows (``_vector_ir.madd_block``, set by _load)
 _madd_rows1 = _madd_rows2 = _madd_rows3 = _madd_rows4 = None
 _panel_rows: Callable | None = None  # the blocks over a panel's rows, a global of both shares (set by _load)
+# the byte product (``quad_product``): its register blocks of 1-4 rows (``_vector_ir.quad_block``),
+# the share of panels both loops run, and the loops; None where the CPU has no AVX2 (set by _load)
+_quad_rows1 = _quad_rows2 = _quad_rows3 = _quad_rows4 = None
+_quad_share: Callable | None = None
+_quad_product: Callable | None = None
+_quad_product_split: Callable | None = None
 _small_conv: Callable | None = None
 _bilinear: Callable | None = None
 _conv_combine: Callable | None = None
@@ -238,6 +244,22 @@ def packed_product(parts: int = 1) -> Callable | None:
     if not _load():
         return None
     return _packed_product if parts <= 1 or _forked else _packed_product_split
+
+
+def quad_product(parts: int = 1) -> Callable | None:
+    """The compiled exact byte product ``(a, zu, bq, column_sums, starts, outliers, z, parts)``:
+    z = a @ Bs - zu * colsum(Bs) for uint8 codes ``a`` (M, 4Q), C-contiguous (zeros past K),
+    int32 ``zu`` (M,) and int8 Bs = B - zb packed by ``_integer.pack_quads`` (``bq``, its
+    ``column_sums``, and the pairs of Bs moved out of ``bq`` because VPMADDUBSW's int16 sum
+    could saturate on them: ``outliers`` (count, 4) int32 rows (k, column, Bs[k], Bs[k + 1]),
+    those of panel q at ``starts[q]:starts[q + 1]``, added back exactly after the panel's
+    block); int32 ``z`` (M, N) written. Or None where the CPU has no AVX2 (numba compiles for
+    the host). VPMADDUBSW + VPMADDWD: 32 multiply-adds per two instructions with A's codes as
+    bytes (``packed_product`` widens B to int16 and takes half as many codes per broadcast).
+    For ``parts`` > 1 the panels are split into that many shares on the thread pool."""
+    if not _load() or _quad_product is None:
+        return None
+    return _quad_product if parts <= 1 or _forked else _quad_product_split
 
 
 def codes_product(parts: int = 1) -> Callable | None:
@@ -580,6 +602,7 @@ def _load_once() -> None:
     global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _minus_zero_points, _panel_rows, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
+    global _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4, _quad_share, _quad_product, _quad_product_split
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -659,6 +682,15 @@ def _load_once() -> None:
                          np.zeros((1, 1, 2 * PRODUCT_PANEL), np.int16), np.zeros((1, 1), np.int32), 2)
                 _codes_product_split = _parallel_loop(numba, _codes_product_split_py, _codes_product, cached,
                                                       elementwise, probe)
+                if has_avx2():  # the byte product's blocks are x86 AVX2 instructions
+                    _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4 = (_vector_ir.quad_block(rows) for rows in (1, 2, 3, 4))
+                    _quad_share = numba.njit(cache=cached, **elementwise)(_quad_share_py)
+                    _quad_product = numba.njit(cache=cached, **elementwise)(_quad_product_py)
+                    probe = (np.zeros((1, 4), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 4 * PRODUCT_PANEL), np.int8),
+                             np.zeros(PRODUCT_PANEL, np.int32), np.zeros(2, np.int64), np.zeros((0, 4), np.int32),
+                             np.zeros((1, 1), np.int32), 2)
+                    _quad_product_split = _parallel_loop(numba, _quad_product_split_py, _quad_product, cached,
+                                                         elementwise, probe)
                 _integer_to_float = numba.njit(cache=cached, **elementwise)(_integer_to_float_py)
                 _conv_combine = numba.njit(cache=cached, **elementwise)(_conv_combine_py)
                 # "reassoc": a row's sums as vector partial sums (one lane at a time, the loop
@@ -1598,6 +1630,51 @@ def _packed_product_split_py(a, za, bp, z, parts):  # pragma: no cover - compile
     panels = bp.shape[0]
     for part in _prange(parts):
         _packed_share(a16, bp, z, panels * part // parts, panels * (part + 1) // parts)
+
+
+def _quad_share_py(a, zu, bq, column_sums, starts, outliers, z, first, end):  # pragma: no cover - compiled by numba
+    """Panels ``first`` to ``end`` of ``quad_product``: blocks of rows, each met by the panels in
+    turn (four rows at a time by the register block), then the panel's outlier pairs added."""
+    m = a.shape[0]
+    for top in range(0, m, _PRODUCT_ROW_BLOCK):
+        bottom = min(top + _PRODUCT_ROW_BLOCK, m)
+        for q in range(first, end):
+            r = top
+            while r + 4 <= bottom:
+                _quad_rows4(a, r, bq, q, zu, column_sums, z)
+                r += 4
+            left = bottom - r
+            if left == 3:
+                _quad_rows3(a, r, bq, q, zu, column_sums, z)
+            elif left == 2:
+                _quad_rows2(a, r, bq, q, zu, column_sums, z)
+            elif left == 1:
+                _quad_rows1(a, r, bq, q, zu, column_sums, z)
+            # row by row: a row's outliers of this panel add into one cache line of z (down a
+            # column, each row's was another line and page: 8 ns an addition, 2.5x slower)
+            for row in range(top, bottom):
+                for i in range(starts[q], starts[q + 1]):
+                    k0, c = outliers[i, 0], outliers[i, 1]
+                    z[row, c] += np.int32(a[row, k0]) * outliers[i, 2] + np.int32(a[row, k0 + 1]) * outliers[i, 3]
+
+
+def _quad_product_py(a, zu, bq, column_sums, starts, outliers, z, parts):  # pragma: no cover - compiled by numba
+    """See ``quad_product``: on the calling thread (``parts`` is not read)."""
+    _quad_share(a, zu, bq, column_sums, starts, outliers, z, 0, bq.shape[0])
+
+
+def _quad_product_split_py(a, zu, bq, column_sums, starts, outliers, z, parts):  # pragma: no cover - compiled by numba
+    """See ``quad_product``: the panels in ``parts`` shares at once (``prange``)."""
+    panels = bq.shape[0]
+    for part in _prange(parts):
+        _quad_share(a, zu, bq, column_sums, starts, outliers, z, panels * part // parts, panels * (part + 1) // parts)
+
+
+def has_avx2() -> bool:
+    """Whether numba compiles for a host CPU with AVX2 (the byte product's instructions)."""
+    import numba  # noqa: PLC0415
+    from llvmlite import binding  # noqa: PLC0415
+    return numba.config.CPU_NAME is None and bool(binding.get_host_cpu_features().get("avx2", False))
 
 
 def _codes_share_py(a16, cols, zx, bp, z, first, end):  # pragma: no cover - compiled by numba
