@@ -219,6 +219,47 @@ def test_quad_product_is_exact_with_its_outlier_pairs(m, k, n, a_dtype, b_dtype,
         assert matrix._quads.outliers.shape[0] >= (k // 2) * len(range(0, n, 3))  # and those of the random values
 
 
+@pytest.mark.parametrize("per_column", [False, True])
+def test_scaled_times_without_onednn_converts_in_one_compiled_pass(per_column, monkeypatch):
+    """MatMulIntegerToFloat's float32(exact product) * scale where oneDNN does not take the
+    product: ``_jit.integer_to_float``'s one pass, equal to numpy's two."""
+    monkeypatch.setattr(_onednn, "USE", False)  # (with oneDNN the pass is asked for its own product first)
+    asked = use_compiled(monkeypatch, True, "integer_to_float")
+    rng = np.random.default_rng(8)
+    b = np.clip(np.round(rng.standard_normal((96, 40)) * 20), -127, 127).astype(I8)
+    a = _codes(rng, (6, 96), U8)
+    scale = (rng.random(40 if per_column else 1) * 1e-3).astype(np.float32)
+    got = _integer.ConstantIntegerMatrix(b, None).scaled_times(a, np.asarray(9, U8), scale)
+    want = _want(a, 9, b, None).astype(np.int32).astype(np.float32) * scale
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    assert asked, "the compiled pass was not asked for"
+
+
+def test_integer_to_float_converts_packed_vectors_on_avx2():
+    """``_jit.integer_to_float`` converts eight int32 sums per instruction (VCVTDQ2PS on ymm):
+    its sum was int64 (numba widens int32 arithmetic), which AVX2 converts one at a time, and
+    the pass took 4x numpy's two."""
+    import platform
+
+    from ort_core.devices import host_cpu
+
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    if platform.machine() not in ("x86_64", "AMD64") or "avx2" not in host_cpu().flags:
+        pytest.skip("256-bit vectors need an x86 CPU with AVX2")
+    import numba
+
+    loop = _jit.integer_to_float()
+    options = {k: v for k, v in loop.targetoptions.items() if k != "cache"}
+    fresh = numba.njit(**options)(loop.py_func)  # cached machine code cannot be inspected
+    acc, a = np.arange(64, dtype=np.int32).reshape(2, 32), np.zeros((2, 4), U8)
+    y = np.empty((2, 32), np.float32)
+    fresh(acc, a, np.int32(0), np.zeros(32, np.int32), np.int32(0), np.full(1, 0.5, np.float32), y)
+    np.testing.assert_array_equal(y, acc * np.float32(0.5))
+    assembly = fresh.inspect_asm(fresh.signatures[0]).splitlines()
+    assert any("vcvtdq2ps" in line and "ymm" in line for line in assembly), "no VCVTDQ2PS on ymm registers"
+
+
 def test_pack_quads_refuses_what_the_byte_product_cannot_hold():
     """B - zb outside int8 (uint8 codes of zero point 0), and uniform weights, whose pairs pass
     128 about a quarter of the time, go to ``pack_panels``' product; a few such pairs stay."""

@@ -209,6 +209,7 @@ class ConstantIntegerMatrix:
         self._quads: QuadPacked | None | bool = False  # ``pack_quads``'s, made at first use (False: not yet)
         self._float: np.ndarray | None = None
         self._column_abs = 0.0
+        self._no_column_sums: np.ndarray | None = None  # zeros: ``scaled_times``' pass over an exact product
 
     def times(self, a: np.ndarray, a_zero_point=None, out: np.ndarray | None = None,
               onednn_only: bool = False) -> np.ndarray | None:
@@ -267,8 +268,16 @@ class ConstantIntegerMatrix:
         acc = self.times(a, a_zero_point, onednn_only=onednn_only)
         if acc is None:
             return None
-        y = acc.astype(np.float32)
-        y *= scale
+        to_float = _jit.integer_to_float()
+        if to_float is None:
+            y = acc.astype(np.float32)
+            y *= scale
+            return y
+        # the exact product's conversion and scale in one pass (numpy's two took 25 us on 48 x 1024)
+        if self._no_column_sums is None:
+            self._no_column_sums = np.zeros(self.n, np.int32)
+        y = np.empty((m, self.n), np.float32)
+        to_float(acc, a, np.int32(0), self._no_column_sums, np.int32(0), np.ascontiguousarray(scale, np.float32).reshape(-1), y)
         return y
 
     def takes_onednn(self, rows: int, a_dtype: np.dtype) -> bool:

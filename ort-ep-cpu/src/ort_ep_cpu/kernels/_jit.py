@@ -1726,9 +1726,15 @@ def _integer_to_float_py(acc, a, za, column_sums, offset, scale, y):  # pragma: 
             for i in range(k):
                 row_term += np.int32(a[r, i])
             row_term = (row_term - np.int32(k) * za) * offset
-        for j in range(n):
-            exact = acc[r, j] - za * column_sums[j] + row_term
-            y[r, j] = np.float32(exact) * (scale[j] if per_column else s0)
+        # the sum made int32 before the conversion (numba widens int32 arithmetic to int64,
+        # whose float conversion AVX2 has no vector instruction for) and the branch outside
+        # the column loops, so that each vectorises: 48 x 1024, 45 -> 8.5 us (numpy's two passes 10.5)
+        if per_column:
+            for j in range(n):
+                y[r, j] = np.float32(np.int32(acc[r, j] - za * column_sums[j] + row_term)) * scale[j]
+        else:
+            for j in range(n):
+                y[r, j] = np.float32(np.int32(acc[r, j] - za * column_sums[j] + row_term)) * s0
 
 
 def _conv_combine_py(out, unit, zx, offset, y):  # pragma: no cover - compiled by numba
