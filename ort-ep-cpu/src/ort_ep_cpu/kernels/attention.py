@@ -10,6 +10,7 @@ import onnx
 
 from ..registry import kernel
 from ._util import constant_weight, ones_vector
+from .elementwise import exp
 from .nn import _constant_product, matmul
 from .reduce import EXP_SUM_TINY, row_sums
 
@@ -102,7 +103,7 @@ def _attention_builder(node, request):
         # softmax in place; rows whose keys are all masked give 0, not NaN
         row_max = scores.max(axis=-1, keepdims=True)
         np.subtract(scores, np.where(np.isneginf(row_max), 0, row_max).astype(scores.dtype), out=scores)
-        np.exp(scores, out=scores)
+        exp(scores, out=scores)
         total = scores.sum(axis=-1, keepdims=True)
         scores /= np.where(total == 0, 1, total).astype(scores.dtype)
         probs = scores
@@ -392,13 +393,13 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
         # softmax without the row max first: exp, sum; the max (a slow reduction over short rows)
         # is subtracted only when some row overflowed, underflowed or is NaN, and then for all
         with np.errstate(over="ignore", under="ignore"):
-            np.exp(probs, out=probs)
+            exp(probs, out=probs)
         sums = row_sums(probs, ones)
         if not (sums.min() > EXP_SUM_TINY and sums.max() < np.inf):  # (NaN fails both)
             probs = scores()
             with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # all -inf rows: NaN, as onnxruntime
                 probs -= probs.max(axis=-1, keepdims=True)
-                np.exp(probs, out=probs)
+                exp(probs, out=probs)
             sums = row_sums(probs, ones)
         out = np.empty((batch, seq, heads, v_head), f32)
         np.matmul(probs, vh, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
-from . import _jit, attention
+from . import _jit, attention, elementwise
 from ._util import as_dtype, as_float32
 from .elementwise import compiled_quick_gelu
 from .fused import gelu
@@ -246,7 +246,7 @@ def _group_query_attention(node, request):
             allowed &= keys > query_pos - window
         scores = np.where(allowed[:, None], scores, -np.inf)
         scores -= scores.max(axis=-1, keepdims=True)
-        probs = np.exp(scores)
+        probs = elementwise.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
         out = np.matmul(probs, vh).transpose(0, 2, 1, 3).reshape(batch, seq, heads * head).astype(query.dtype)
         outs = (out, present_k.astype(query.dtype), present_v.astype(query.dtype))[:n_out]
