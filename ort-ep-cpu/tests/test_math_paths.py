@@ -219,13 +219,16 @@ _SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 30.0, -30.0, 100.0, -100.0, 1e-
     ("Elu", 13, {}, ("elu",)), ("Elu", 13, {"alpha": 0.4}, ("elu",)), ("Selu", 13, {}, ("elu",)),
     ("Selu", 13, {"alpha": 1.5, "gamma": 2.0}, ("elu",)), ("Celu", 13, {}, ("celu",)),
     ("Celu", 13, {"alpha": 0.5}, ("celu",)), ("ThresholdedRelu", 13, {"alpha": 0.7}, ("thresholded_relu",)),
-    ("Softsign", 13, {}, ("softsign",)), ("Swish", 24, {"alpha": 1.5}, ()),
+    ("Softsign", 13, {}, ("softsign",)), ("Swish", 24, {"alpha": 1.5}, ()), ("Softplus", 13, {}, ("softplus",)),
+    ("Mish", 18, {}, ("mish",)),
 ])
 def test_exponential_activations_match_onnxruntime(op, opset, attrs, loop, compiled, monkeypatch):
-    """Elu, Selu, Celu, ThresholdedRelu and Softsign by one compiled float32 pass each
-    (``_jit.activation``; numpy's expm1 and np.where made them 13-15x onnxruntime's time), Swish
-    by QuickGelu's, or by numpy: against onnxruntime (rtol 1e-6, atol 1e-6: exp's polynomial is
-    within 2 ulp), NaN, infinities, signed zeros and underflow included."""
+    """Elu, Selu, Celu, ThresholdedRelu, Softsign, Softplus and Mish by one compiled float32
+    pass each (``_jit.activation``; numpy's expm1 and np.where made the first four 13-15x
+    onnxruntime's time, libm's log1p Softplus and Mish 1.5-1.8x), Swish by QuickGelu's, or by
+    numpy: against onnxruntime (rtol 1e-6, atol 1e-6: exp's polynomial is within 2 ulp,
+    Softplus within 3.3 ulp and Mish 4.5 of float64's, swept over [-100, 100]), NaN,
+    infinities, signed zeros and underflow included."""
     calls = use_compiled(monkeypatch, compiled, "activation")
     swish_calls = use_compiled(monkeypatch, compiled, "quick_gelu")
     node = helper.make_node(op, ["x"], ["y"], **attrs)
@@ -285,3 +288,32 @@ def test_exp_matches_onnxruntime(compiled, monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-44)
     if compiled:
         assert () in calls and (True,) in calls  # out of place, and in place into the Add's output
+
+
+@pytest.mark.parametrize("op", ["MultiHeadAttention"])
+def test_attention_takes_the_compiled_exp(op, monkeypatch):
+    """The exponentials of the attention kernels' softmax run through ``elementwise.exp``
+    (``_jit.exp``: 1.5-2.7x numpy's float32 exp on (1, 4, 64, 64) to (8, 12, 128, 128));
+    against onnxruntime, rtol 1e-5."""
+    calls = use_compiled(monkeypatch, True, "exp")
+    rng = np.random.default_rng(11)
+    if op == "MultiHeadAttention":
+        inputs = ["q", "k", "v"]
+        feeds = {n: rng.standard_normal((1, 16, 32)).astype(np.float32) for n in inputs}
+        node = helper.make_node(op, inputs, ["y"], domain="com.microsoft", num_heads=4)
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    else:
+        inputs = ["x"]
+        feeds = {"x": (rng.standard_normal((2, 40, 700)) * 4).astype(np.float32)}
+        node = helper.make_node(op, inputs, ["y"])
+        opsets = [helper.make_opsetid("", 13)]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+                                            for n, v in feeds.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    data = model.SerializeToString()
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert calls, f"{op} did not ask for the compiled exp"

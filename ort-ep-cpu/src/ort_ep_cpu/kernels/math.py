@@ -165,7 +165,11 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 @kernel("Softplus")
 def _softplus(node, request):
-    return unary(softplus, _HALF)
+    def softplus_kernel(x):
+        y = _compiled_activation("softplus", x, 0.0)
+        return y if y is not None else softplus(x)
+
+    return unary(softplus_kernel, _HALF)
 
 
 @kernel("Softsign")
@@ -179,7 +183,11 @@ def _softsign(node, request):
 
 @kernel("Mish", since=18)
 def _mish(node, request):
-    return unary(lambda x: x * np.tanh(softplus(x)), _HALF)
+    def mish(x):
+        y = _compiled_activation("mish", x, 0.0)
+        return y if y is not None else x * np.tanh(softplus(x))
+
+    return unary(mish, _HALF)
 
 
 @kernel("ThresholdedRelu", since=10)
