@@ -220,12 +220,14 @@ _SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 30.0, -30.0, 100.0, -100.0, 1e-
     ("Selu", 13, {"alpha": 1.5, "gamma": 2.0}, ("elu",)), ("Celu", 13, {}, ("celu",)),
     ("Celu", 13, {"alpha": 0.5}, ("celu",)), ("ThresholdedRelu", 13, {"alpha": 0.7}, ("thresholded_relu",)),
     ("Softsign", 13, {}, ("softsign",)), ("Swish", 24, {"alpha": 1.5}, ()), ("Softplus", 13, {}, ("softplus",)),
-    ("Mish", 18, {}, ("mish",)),
+    ("Mish", 18, {}, ("mish",)), ("LeakyRelu", 13, {"alpha": 0.2}, ("leaky_relu",)),
+    ("LeakyRelu", 13, {"alpha": 1.5}, ("leaky_relu",)),
 ])
 def test_exponential_activations_match_onnxruntime(op, opset, attrs, loop, compiled, monkeypatch):
-    """Elu, Selu, Celu, ThresholdedRelu, Softsign, Softplus and Mish by one compiled float32
-    pass each (``_jit.activation``; numpy's expm1 and np.where made the first four 13-15x
-    onnxruntime's time, libm's log1p Softplus and Mish 1.5-1.8x), Swish by QuickGelu's, or by
+    """Elu, Selu, Celu, ThresholdedRelu, Softsign, Softplus, Mish and LeakyRelu by one compiled
+    float32 pass each (``_jit.activation``; numpy's expm1 and np.where made the first four
+    13-15x onnxruntime's time, libm's log1p Softplus and Mish 1.5-1.8x, LeakyRelu's two passes
+    1.65x), Swish by QuickGelu's, or by
     numpy: against onnxruntime (rtol 1e-6, atol 1e-6: exp's polynomial is within 2 ulp,
     Softplus within 3.3 ulp and Mish 4.5 of float64's, swept over [-100, 100]), NaN,
     infinities, signed zeros and underflow included."""

@@ -55,6 +55,9 @@ def _leaky_relu(node, request):
     alpha = _float_attr(node, "alpha", 0.01)
 
     def leaky_relu(x):
+        compiled = _compiled_activation("leaky_relu", x, alpha)  # one pass where numpy makes two
+        if compiled is not None:
+            return compiled
         y = x * x.dtype.type(alpha)
         if 0.0 <= alpha <= 1.0:  # max(x, alpha*x) is x for x >= 0 and alpha*x below: one pass, no mask
             return np.maximum(x, y, out=y)
