@@ -24,6 +24,7 @@ is absent (``exact_product_f32``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -103,20 +104,36 @@ def pack_panels(b: np.ndarray, zero_point) -> np.ndarray:
     k, n = b.shape
     width = _jit.PRODUCT_PANEL
     pairs, panels = (k + 1) // 2, -(-n // width) if n else 0
-    zb = np.asarray(zero_point, np.int32).reshape(-1)
-    zb = np.broadcast_to(zb if zb.size else np.zeros(1, np.int32), (n,))  # one per column
+    zb = _per_column(zero_point, n)
     fits_int8 = b.size == 0 or (int((b.min(axis=0).astype(np.int32) - zb).min()) >= -128
                                 and int((b.max(axis=0).astype(np.int32) - zb).max()) <= 127)
     packed = np.empty((panels, pairs, 2 * width), np.int8 if fits_int8 else np.int16)
-    for first in range(0, panels, PACK_PANELS_AT_ONCE):
-        last = min(first + PACK_PANELS_AT_ONCE, panels)
-        lo, hi = first * width, min(last * width, n)
-        block = np.zeros((2 * pairs, (last - first) * width), np.int16)
-        block[:k, :hi - lo] = b[:, lo:hi]
-        block[:k, :hi - lo] -= zb[lo:hi].astype(np.int16)
+    for first, last, _, _, block in _panel_blocks(b, zb, 2 * pairs):
         grouped = block.reshape(pairs, 2, last - first, width)  # [p, t, q, c] = B[2p + t, 16q + c] - zb
         packed[first:last] = grouped.transpose(2, 0, 3, 1).reshape(last - first, pairs, 2 * width)
     return packed
+
+
+def _per_column(zero_point, n: int) -> np.ndarray:
+    """A zero point (a scalar or one per column, as int32) as one per column of N."""
+    zb = np.asarray(zero_point, np.int32).reshape(-1)
+    return np.broadcast_to(zb if zb.size else np.zeros(1, np.int32), (n,))
+
+
+def _panel_blocks(b: np.ndarray, zb: np.ndarray, rows: int) -> Iterator[tuple[int, int, int, int, np.ndarray]]:
+    """(first, last, lo, hi, block) for each ``PACK_PANELS_AT_ONCE`` panels of B's columns:
+    panels first to last are columns lo to hi, and ``block`` int16 (rows, 16 (last - first))
+    holds B - zb there, zeros past K and N (the packers' transient: a block, not all of B)."""
+    k, n = b.shape
+    width = _jit.PRODUCT_PANEL
+    panels = -(-n // width) if n else 0
+    for first in range(0, panels, PACK_PANELS_AT_ONCE):
+        last = min(first + PACK_PANELS_AT_ONCE, panels)
+        lo, hi = first * width, min(last * width, n)
+        block = np.zeros((rows, (last - first) * width), np.int16)
+        block[:k, :hi - lo] = b[:, lo:hi]
+        block[:k, :hi - lo] -= zb[lo:hi].astype(np.int16)
+        yield first, last, lo, hi, block
 
 
 #: the largest share of B's neighbouring pairs the byte product moves out of its packing (the
@@ -146,18 +163,11 @@ def pack_quads(b: np.ndarray, zero_point) -> QuadPacked | None:
     of ``PACK_PANELS_AT_ONCE`` panels at a time, as ``pack_panels``."""
     k, n = b.shape
     width = _jit.PRODUCT_PANEL
-    zb = np.asarray(zero_point, np.int32).reshape(-1)
-    zb = np.broadcast_to(zb if zb.size else np.zeros(1, np.int32), (n,))  # one per column
     quads, panels = -(-k // 4), -(-n // width) if n else 0
     packed = np.empty((panels, quads, 4 * width), np.int8)
     column_sums = np.zeros(panels * width, np.int32)
     limit, found, count = MAX_OUTLIER_SHARE * max(2 * quads * n, 1), [], 0
-    for first in range(0, panels, PACK_PANELS_AT_ONCE):
-        last = min(first + PACK_PANELS_AT_ONCE, panels)
-        lo, hi = first * width, min(last * width, n)
-        block = np.zeros((4 * quads, (last - first) * width), np.int16)
-        block[:k, :hi - lo] = b[:, lo:hi]
-        block[:k, :hi - lo] -= zb[lo:hi].astype(np.int16)
+    for first, last, lo, hi, block in _panel_blocks(b, _per_column(zero_point, n), 4 * quads):
         if block.size and (int(block.min()) < -128 or int(block.max()) > 127):
             return None
         column_sums[lo:hi] = block[:k, :hi - lo].sum(axis=0, dtype=np.int32)
