@@ -283,7 +283,7 @@ class ConstantIntegerMatrix:
             y = acc.astype(np.float32)
             y *= scale
             return y
-        # the exact product's conversion and scale in one pass (numpy's two took 25 us on 48 x 1024)
+        # the exact product's conversion and scale in one pass (48 x 1024: 8.5 us, numpy's two 10.5)
         if self._no_column_sums is None:
             self._no_column_sums = np.zeros(self.n, np.int32)
         y = np.empty((m, self.n), np.float32)
