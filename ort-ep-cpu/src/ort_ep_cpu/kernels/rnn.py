@@ -97,7 +97,6 @@ class _Recurrent:
         # product (``nn._ConstantProduct``: packed once, on the session's threads) where it
         # takes one, for the input projection of every step; the single step's [W; R]
         self._prepared = PreparedFor()
-        self._full_lengths: dict[tuple[int, int], np.ndarray] = {}  # (batch, seq) -> all seq
         # input shape signatures already checked by _check_shapes (a check is ~5 us a run)
         self._checked: set[tuple] = set()
 
@@ -147,10 +146,8 @@ class _Recurrent:
         if signature not in self._checked:
             self._check_shapes(x, w, r, b, sequence_lens, initial_h, initial_c, p)
             self._checked.add(signature)
-        if sequence_lens is None:  # every row the whole sequence (the lengths made once per shape)
-            lens, full = self._full_lengths.get((batch, seq)), True
-            if lens is None:
-                lens = self._full_lengths[batch, seq] = np.full(batch, seq, np.int64)
+        if sequence_lens is None:  # every row the whole sequence: nothing to check
+            lens, full = np.full(batch, seq, np.int64), True
         else:
             lens = sequence_lens.astype(np.int64)
             full = bool((lens == seq).all())
