@@ -686,10 +686,14 @@ def _long_list_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_long_attribute_lists_are_the_ir_values_onnx_ir_gives(monkeypatch):
+def test_long_attribute_lists_are_read_as_arrays_with_the_values_onnx_ir_gives(monkeypatch):
     """Lists over ``LONG_LIST`` values (tree ensembles' node and leaf arrays) are set on the IR
-    attribute apart from onnx-ir's per-value conversion: the same tuples of Python ints and
-    floats, and the caller's proto is left as it was."""
+    attribute apart from onnx-ir's per-value conversion, as read-only int64 / float32 arrays of
+    the values its tuples hold; the NodeView hands kernels the same Python lists either way,
+    ``NodeView.array`` the array itself, the serializer writes the same proto, and the caller's
+    proto is left as it was."""
+    from ort_core.graph.view import GraphView
+
     proto = _long_list_model()
     before = proto.SerializeToString()
     taken = load._take_long_lists(copy.deepcopy(proto).graph)
@@ -698,12 +702,23 @@ def test_long_attribute_lists_are_the_ir_values_onnx_ir_gives(monkeypatch):
     assert proto.SerializeToString() == before
     monkeypatch.setattr(load, "LONG_LIST", 1 << 30)
     slow = load_model(proto)
+    ints = list(fast.graph)[0].attributes["value_ints"].value
+    floats = list(fast.graph)[1].attributes["value_floats"].value
+    assert ints.dtype == np.int64 and floats.dtype == np.float32
+    assert not ints.flags.writeable and not floats.flags.writeable
+    assert tuple(ints.tolist()) == tuple(range(-3, 5000))
     for f, s in zip(fast.graph, slow.graph):
         for name, attr in s.attributes.items():
             got = f.attributes[name].value
-            assert type(got) is type(attr.value) and got == attr.value
-            assert all(type(a) is type(b) for a, b in zip(got, attr.value))
-    assert list(fast.graph)[0].attributes["value_ints"].value == tuple(range(-3, 5000))
+            assert tuple(np.asarray(got).tolist()) == tuple(attr.value)
+        assert ir.serde.serialize_node(f) == ir.serde.serialize_node(s)
+    for f, s in zip(GraphView(fast.graph).nodes, GraphView(slow.graph).nodes):
+        assert f.attributes == s.attributes
+        for name, value in s.attributes.items():
+            assert all(type(a) is type(b) for a, b in zip(f.attributes[name], value))
+            dtype = np.int64 if name == "value_ints" else np.float32
+            np.testing.assert_array_equal(f.array(name, dtype), np.asarray(value, dtype))
+    assert GraphView(fast.graph).nodes[0].array("missing", np.int64) is None
 
 
 def test_load_marks_a_graph_without_subgraphs_and_the_walk_then_stops_at_it():

@@ -682,37 +682,41 @@ def _initializers_as_constants(model: ir.Model) -> None:
 LONG_LIST = 1024
 
 
-def _take_long_lists(graph: onnx.GraphProto) -> dict[tuple[int, str], tuple[int, tuple]]:
+def _take_long_lists(graph: onnx.GraphProto) -> dict[tuple[int, str], tuple[int, np.ndarray]]:
     """The main graph's INTS / FLOATS attributes of over ``LONG_LIST`` values, by (node index,
-    name), as (type, tuple of the values), emptied in ``graph`` for onnx-ir's deserializer:
-    it converts such lists value by value (``int(v)`` for each), 2.6 ms for a forest's 29K
-    leaf ids, where ``tuple()`` of the protobuf container takes 0.6 (tree ensembles hold a
-    dozen lists of tens of thousands of values: a random forest's session creation spent half
-    its 41 ms there)."""
-    taken: dict[tuple[int, str], tuple[int, tuple]] = {}
+    name), as (type, read-only int64 / float32 array), emptied in ``graph`` for onnx-ir's
+    deserializer: it converts such lists value by value (``int(v)`` for each), 2.6 ms for a
+    forest's 29K leaf ids, and a tuple of the protobuf container still took 8.5 ms for a
+    random forest's 12 lists of 19-29K values, where numpy reads them in 0.4 (the kernels
+    reading them want arrays: ``NodeView.array``)."""
+    taken: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
     for k, node in enumerate(graph.node):
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.INTS and len(attr.ints) > LONG_LIST:
-                taken[k, attr.name] = (attr.type, tuple(attr.ints))
+                values = np.array(attr.ints, dtype=np.int64)
                 del attr.ints[:]
             elif attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > LONG_LIST:
-                taken[k, attr.name] = (attr.type, tuple(attr.floats))
+                values = np.array(attr.floats, dtype=np.float32)
                 del attr.floats[:]
+            else:
+                continue
+            values.flags.writeable = False
+            taken[k, attr.name] = (attr.type, values)
     return taken
 
 
-def _give_back_long_lists(graph: onnx.GraphProto, taken: Mapping[tuple[int, str], tuple[int, tuple]]) -> None:
+def _give_back_long_lists(graph: onnx.GraphProto, taken: Mapping[tuple[int, str], tuple[int, np.ndarray]]) -> None:
     """The lists ``_take_long_lists`` emptied, back in ``graph``."""
     for (k, name), (kind, values) in taken.items():
         attr = next(a for a in graph.node[k].attribute if a.name == name)
         (attr.ints if kind == onnx.AttributeProto.INTS else attr.floats).extend(values)
 
 
-def _set_long_lists(graph: ir.Graph, taken: Mapping[tuple[int, str], tuple[int, tuple]]) -> None:
-    """The taken lists as the attributes' values in the IR graph (nodes in the proto's order).
-    The tuples are what onnx-ir's own conversion gives (Python ints and floats), set on the
-    attribute made from the emptied list: its constructor would convert them one by one
-    again."""
+def _set_long_lists(graph: ir.Graph, taken: Mapping[tuple[int, str], tuple[int, np.ndarray]]) -> None:
+    """The taken lists as the attributes' values in the IR graph (nodes in the proto's order):
+    read-only arrays where onnx-ir would hold tuples of Python ints and floats (its serializer
+    writes either), set on the attribute made from the emptied list: its constructor would
+    convert them to a tuple value by value."""
     if not taken:
         return
     nodes = list(graph)

@@ -479,7 +479,8 @@ class _LegacyForest:
         def arr(key, dtype, default=None):
             for k in (f"{key}_as_tensor", key):
                 if k in a:
-                    return np.asarray(a[k], dtype=dtype).reshape(-1)
+                    values = node.array(k, dtype)  # (an INTS / FLOATS list: not through Python's)
+                    return values if values is not None else np.asarray(a[k], dtype=dtype).reshape(-1)
             if default is None:
                 raise ValueError(f"{name}: attribute {key!r} is required")
             return default

@@ -290,7 +290,8 @@ def _from_v5(node) -> tuple[FlatForest, int]:
             if default is None:
                 raise ValueError(f"{name}: attribute {key!r} is required")
             return default
-        return np.asarray(a[key], dtype=dtype).reshape(-1)
+        values = node.array(key, dtype)  # (an INTS / FLOATS list: not through Python's)
+        return values if values is not None else np.asarray(a[key], dtype=dtype).reshape(-1)
 
     modes = arr("nodes_modes", np.int64)
     n_nodes = len(modes)
