@@ -7,6 +7,8 @@ float32; rtol 2**-6 for bfloat16 (two bfloat16 ULPs).
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -413,6 +415,37 @@ def test_dequantize_linear_of_rank_0_constants_is_rank_0(opset):
     (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
     assert y.shape == () and y.dtype == np.float32
     assert y == np.float32(127) * np.float32(0.015748031)
+
+
+@pytest.mark.parametrize("q_type", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize("shape,axis", [((6, 2, 3, 3), 0), ((2, 5, 3, 4), 1), ((2, 3, 4, 5), 3), ((7, 5), 1), ((7, 5), 0)])
+@pytest.mark.parametrize("with_zero_point", [True, False])
+def test_per_axis_dequantize_of_constants_is_one_compiled_pass(monkeypatch, q_type, shape, axis, with_zero_point):
+    """A per-axis DequantizeLinear of constant codes (a QDQ model's per-channel weights, computed
+    at session creation) takes the compiled per-axis loop, along rows (axis before the last
+    non-1 dimension) or columns (MatMul weights: axis last), with the values onnxruntime gives."""
+    from ort_ep_cpu.kernels import _jit
+
+    if _jit.dequantize_axis() is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    loop = _jit.dequantize_axis()
+    monkeypatch.setattr(_jit, "dequantize_axis", lambda: lambda *args: (calls.append(args[3]), loop(*args)))
+    info = np.iinfo(q_type)
+    codes = RNG.integers(info.min, info.max, shape, endpoint=True).astype(q_type)
+    scale = (RNG.random(shape[axis]) * 0.05 + 0.001).astype(np.float32)
+    inits = [numpy_helper.from_array(codes, "q"), numpy_helper.from_array(scale, "s")]
+    if with_zero_point:
+        inits.append(numpy_helper.from_array(RNG.integers(info.min, info.max, shape[axis]).astype(q_type), "z"))
+    node = helper.make_node("DequantizeLinear", [t.name for t in inits], ["y"], axis=axis)
+    graph = helper.make_graph([node], "dq", [], [helper.make_tensor_value_info("y", F, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    (ours,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {})
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {})
+    np.testing.assert_array_equal(ours, ref)
+    assert calls == [math.prod(shape[axis + 1:]) > 1]
 
 
 @pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu", "Softplus", "Mish"])

@@ -55,6 +55,7 @@ _erf: Callable | None = None
 _erf_in_place: Callable | None = None
 _quantize: Callable | None = None
 _dequantize: Callable | None = None
+_dequantize_axis: Callable | None = None
 _fake_quantize: Callable | None = None
 _packed_product: Callable | None = None
 _float32_from_bits: Callable | None = None  # ``_vector_ir``'s, a global of ``_exp_value`` (set by _load)
@@ -225,6 +226,16 @@ def dequantize() -> Callable | None:
     """The compiled loop ``(x, scale, zero_point, y)``: DequantizeLinear with one scale and
     zero point (float32 scalars) over flat integer x into flat float32 y, or None."""
     return _dequantize if _load() else None
+
+
+def dequantize_axis() -> Callable | None:
+    """The compiled loop ``(x, scale, zero_point, by_row, y)``: DequantizeLinear per axis, y =
+    (float32(x) - zero_point[c]) * scale[c] over C-contiguous 2-D integer x (R, L) into float32
+    y, with float32 scale and zero point (C,) for row r's c = r % C where ``by_row``, else for
+    column c (the axis last: a MatMul weight's N), or None. One pass where numpy's took three
+    (convert, subtract, multiply): a QDQ model's per-channel weights are dequantized at session
+    creation."""
+    return _dequantize_axis if _load() else None
 
 
 def fake_quantize() -> Callable | None:
@@ -603,7 +614,7 @@ def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, option
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
-    global _erf_value, _erf, _quantize, _dequantize, _fake_quantize, _packed_product
+    global _erf_value, _erf, _quantize, _dequantize, _dequantize_axis, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _minus_zero_points, _panel_rows, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
     global _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4, _quad_share, _quad_product, _quad_product_split
@@ -625,7 +636,8 @@ def _load_once() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _fake_quantize = _packed_product = None
+                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
+                _packed_product = None
                 _packed_product_split = _packed_share = None
                 _codes_product = _codes_product_split = _codes_share = None
                 _quantized_lstm_step = _quantized_lstm_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
@@ -666,6 +678,7 @@ def _load_once() -> None:
                 _erf_in_place = numba.njit(cache=cached, **elementwise)(_erf_in_place_py)
                 _quantize = numba.njit(cache=cached, **elementwise)(_quantize_py)
                 _dequantize = numba.njit(cache=cached, **elementwise)(_dequantize_py)
+                _dequantize_axis = numba.njit(cache=cached, **elementwise)(_dequantize_axis_py)
                 _fake_quantize = numba.njit(cache=cached, **elementwise)(_fake_quantize_py)
                 # the register blocks are globals of the product's loop: made first
                 from . import _vector_ir
@@ -1062,6 +1075,21 @@ def _dequantize_py(x, scale, zero_point, y):  # pragma: no cover - compiled by n
     """y = (float32(x) - zero_point) * scale over flat arrays: DequantizeLinear per tensor."""
     for i in range(x.size):
         y[i] = (np.float32(x[i]) - zero_point) * scale
+
+
+def _dequantize_axis_py(x, scale, zero_point, by_row, y):  # pragma: no cover - compiled by numba
+    """y = (float32(x) - zero_point[c]) * scale[c] over (R, L) arrays, c = r % C or the column."""
+    rows, length = x.shape
+    channels = scale.size
+    if by_row:
+        for r in range(rows):
+            z, s = zero_point[r % channels], scale[r % channels]
+            for i in range(length):
+                y[r, i] = (np.float32(x[r, i]) - z) * s
+    else:
+        for r in range(rows):
+            for i in range(length):
+                y[r, i] = (np.float32(x[r, i]) - zero_point[i]) * scale[i]
 
 
 def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y):  # pragma: no cover - compiled by numba

@@ -114,6 +114,18 @@ def dequantize(x, scale, zero_point, axis: int, block_size: int, out_dtype: np.d
         zp = np.float32(0 if zero_point is None else zero_point.reshape(-1)[0])
         loop(np.ascontiguousarray(x).reshape(-1), np.float32(scale.reshape(-1)[0]), zp, y.reshape(-1))
         return y
+    loop = _jit.dequantize_axis() if (x.dtype in _PER_TENSOR_LOOP_TYPES and not block_size and scale.ndim == 1
+                                      and scale.dtype == np.float32 and x.ndim and scale.size == x.shape[axis]
+                                      and (zero_point is None or zero_point.shape == scale.shape)
+                                      and out_dtype in (None, np.dtype(np.float32))) else None
+    if loop is not None:  # per axis: one compiled pass over (outer, C) or (outer * C, inner) rows
+        inner = math.prod(x.shape[axis + 1:])
+        rows = x.size // inner
+        y = np.empty(x.shape, np.float32)
+        zp = np.zeros(scale.size, np.float32) if zero_point is None else zero_point.astype(np.float32)
+        x2 = np.ascontiguousarray(x).reshape(rows, inner) if inner > 1 else np.ascontiguousarray(x).reshape(-1, scale.size)
+        loop(x2, scale, zp, inner > 1, y.reshape(x2.shape))
+        return y
     dx = x.astype(np.float32)
     if zero_point is not None and _onnx_type(x.dtype) not in _FLOAT8:
         dx -= broadcast_param(zero_point, x.shape, axis, block_size).astype(np.float32)
