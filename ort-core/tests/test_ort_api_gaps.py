@@ -405,6 +405,28 @@ def test_copy_tensors_host(core):
         core.copy_tensors([src], [core.OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32))])
 
 
+def test_a_cpu_device_has_no_sync_stream(core):
+    # onnxruntime 1.32: RuntimeError "ep_device does not use DEFAULT memory of a non-CPU device."
+    cpu = next(d for d in core.get_ep_devices() if d.ep_name == CPU)
+    with pytest.raises(RuntimeError, match="DEFAULT memory of a non-CPU device"):
+        cpu.create_sync_stream()
+
+
+def test_a_device_sync_stream_orders_copies(fake):
+    """A device-memory provider's device gives an ``OrtSyncStream`` (handle 0: its providers
+    copy synchronously), which ``copy_tensors`` takes; anything else as a stream is refused."""
+    import ort_core
+
+    device = next(d for d in ort_core.get_ep_devices() if d.ep_device.memory != ort_core.types.HOST_MEMORY)
+    stream = device.create_sync_stream()
+    assert isinstance(stream, ort_core.OrtSyncStream) and stream.get_handle() == 0
+    src, dst = ort_core.OrtValue.ortvalue_from_numpy(X), ort_core.OrtValue.ortvalue_from_numpy(np.zeros_like(X))
+    ort_core.copy_tensors([src], [dst], stream)
+    np.testing.assert_array_equal(dst.numpy(), X)
+    with pytest.raises(ort_core.InvalidArgument, match="stream must be an OrtSyncStream"):
+        ort_core.copy_tensors([src], [dst], "stream")
+
+
 def test_register_execution_provider_library(core, tmp_path, capsys):
     plugin = tmp_path / "acme_ep.py"
     plugin.write_text(
@@ -440,9 +462,6 @@ NOT_APPLICABLE = {
     # native allocators shared between sessions: ort_core's allocators are each provider's
     # (hookspecs.ort_create_allocator); there is no process-wide allocator to register
     "create_and_register_allocator", "create_and_register_allocator_v2",
-    # a native stream handle (CUDA/WebGPU stream) passed between onnxruntime's EPs; ort_core's
-    # providers keep their streams behind their DataTransfer
-    "OrtSyncStream",
     # onnxruntime 1.32's model-package format (multi-variant packages of EP-compiled models)
     "ModelPackage", "ModelPackageComponentContext", "ModelPackageContext", "ModelPackageOptions",
     "ModelPackageWriteMode",
@@ -472,6 +491,8 @@ def test_ort_core_has_every_public_name_of_onnxruntime(core, tmp_path):
         "RunOptions": (onnxruntime.RunOptions(), core.RunOptions()),
         "IOBinding": (sess_ort.io_binding(), sess_core.io_binding()),
         "OrtValue": (onnxruntime.OrtValue.ortvalue_from_numpy(X), core.OrtValue.ortvalue_from_numpy(X)),
+        "OrtEpDevice": (onnxruntime.get_ep_devices()[0], core.get_ep_devices()[0]),
+        "OrtHardwareDevice": (onnxruntime.get_ep_devices()[0].device, core.get_ep_devices()[0].device),
     }
     for cls, (a, b) in pairs.items():
         lacking = sorted(_public(a) - _public(b) - CLASS_NOT_APPLICABLE.get(cls, set()))

@@ -30,6 +30,7 @@ from .devices import (
     OrtMemoryInfo,
     OrtMemoryInfoDeviceType,
     OrtMemType,
+    OrtSyncStream,
 )
 from .errors import (
     EPFail,
@@ -279,9 +280,12 @@ def print_debug_info() -> None:
         print(f"  plugin {f.plugin!r} ({f.package or 'in-process'}) failed: {f.error}")
 
 
-def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any = None) -> None:
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: OrtSyncStream | None = None) -> None:
     """Copy each ``src[k]`` into ``dst[k]`` (same dtype and shape) on whatever devices they are,
-    through the providers' data transfers; host to host too."""
+    through the providers' data transfers; host to host too. ``stream``: a device's
+    ``OrtSyncStream`` (the copies are done when this returns, whatever the stream)."""
+    if stream is not None and not isinstance(stream, OrtSyncStream):
+        raise InvalidArgument(f"copy_tensors: stream must be an OrtSyncStream or None, got {type(stream).__name__}")
     if len(src) != len(dst):
         raise InvalidArgument(f"copy_tensors: {len(src)} sources but {len(dst)} destinations")
     for k, (s, d) in enumerate(zip(src, dst)):
@@ -371,7 +375,7 @@ __all__ = [
     "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId",
     "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpContextDataBuffer", "OrtMemType", "OrtMemoryInfo",
     "OrtMemoryInfoDeviceType", "OrtSparseFormat", "OrtValueVector", "SparseTensor", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
-    "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
+    "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtSyncStream", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
     "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",
     "__version__", "get_all_providers", "get_available_providers", "get_device",
     "get_build_info", "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EPFail, NoSuchProvider
+from .errors import EPFail, Fail, NoSuchProvider
 from .types import HOST_MEMORY, EpDevice, MemoryInfo
 
 #: this project's provider packages, by provider name (the warning for a missing one names it)
@@ -132,6 +132,14 @@ class OrtEpDevice:
             return None
         return MemoryInfo(self.ep_device.memory, self.ep_device.device_type, self.ep_device.device_id)
 
+    def create_sync_stream(self) -> OrtSyncStream:
+        """A synchronization stream of this device (onnxruntime's): for a device whose memory is
+        not the host's; a CPU device has none, as in onnxruntime."""
+        if self.ep_device.memory == HOST_MEMORY:
+            raise Fail(f"ep_device {self.ep_name} on {self.ep_device.device_type} {self.ep_device.name!r} does not "
+                       "use DEFAULT memory of a non-CPU device: it has no sync stream")
+        return OrtSyncStream(self)
+
     # the contract device's fields, for code written against EpDevice
     def __getattr__(self, name: str) -> Any:
         if name in ("name", "device_type", "device_id", "vendor", "memory", "hardware", "metadata"):
@@ -141,6 +149,23 @@ class OrtEpDevice:
     def __repr__(self) -> str:
         d = self.ep_device
         return f"OrtEpDevice({self.ep_name}, {d.device_type} {d.name!r}, memory {d.memory!r})"
+
+
+class OrtSyncStream:
+    """A device's synchronization stream (onnxruntime's ``OrtSyncStream``), for
+    ``copy_tensors(..., stream)``. ort-core's device providers copy and run synchronously (their
+    data transfers return once the copy is done), so work given a stream is complete when the
+    call returns, and the handle is 0: the device's default stream (CUDA's legacy one)."""
+
+    def __init__(self, device: OrtEpDevice):
+        self.device = device
+
+    def get_handle(self) -> int:
+        """The native stream handle: 0, the default stream (see the class)."""
+        return 0
+
+    def __repr__(self) -> str:
+        return f"OrtSyncStream({self.device.ep_name}, handle 0)"
 
 
 def _vendor_id(vendor: str, device_type: str) -> int:
