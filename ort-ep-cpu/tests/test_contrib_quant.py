@@ -213,25 +213,33 @@ def test_qgemm(trans_a, trans_b, output, bias):
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("w_dtype", [I8, U8])
 @pytest.mark.parametrize("extras", [False, True])
-@pytest.mark.parametrize("steps", ["compiled", "scan", "numpy", "per_column_scale"])
+@pytest.mark.parametrize("steps", ["compiled", "scan", "quad_scan", "numpy", "per_column_scale"])
 def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
     """``steps``: the compiled step loop (one R scale per direction) on this machine's product
-    (oneDNN's where the CPU has VNNI), the compiled scan with the packed product (oneDNN off),
-    the numpy steps, and the numpy steps that a per-column R scale takes even where the
-    compiled loop is on."""
+    (oneDNN's where the CPU has VNNI), the compiled scan with the packed product (oneDNN off;
+    R's codes over their whole range), the scan with the byte product (oneDNN off, R - zr
+    within +-60: no pair VPMADDUBSW could saturate on, as trained LSTM weights mostly are), the
+    numpy steps, and the numpy steps that a per-column R scale takes even where the compiled
+    loop is on."""
     from compiled_loops import use_compiled
 
-    from ort_ep_cpu.kernels import _onednn
+    from ort_ep_cpu.kernels import _jit, _onednn
 
-    if steps == "scan":
+    if steps == "quad_scan" and not _jit.has_avx2():
+        pytest.skip("the byte product needs AVX2")
+    if steps in ("scan", "quad_scan"):
         monkeypatch.setattr(_onednn, "USE", False)
     scans = use_compiled(monkeypatch, steps != "numpy", "quantized_lstm_scan")
+    quad_scans = use_compiled(monkeypatch, steps != "numpy", "quantized_lstm_quad_scan")
     used = use_compiled(monkeypatch, steps != "numpy", "quantized_lstm_step")
     rng = np.random.default_rng(8)
     seq, batch, inp, hidden = 5, 3, 10, 8
     dirs = 2 if direction == "bidirectional" else 1
     x = rng.standard_normal((seq, batch, inp)).astype(F)
-    consts = {"w": _q(rng, (dirs, inp, 4 * hidden), w_dtype), "r": _q(rng, (dirs, hidden, 4 * hidden), w_dtype),
+    r = _q(rng, (dirs, hidden, 4 * hidden), w_dtype)
+    if steps == "quad_scan":
+        r = (rng.integers(-60, 61, r.shape) + (0 if w_dtype == I8 else 128)).astype(w_dtype)
+    consts = {"w": _q(rng, (dirs, inp, 4 * hidden), w_dtype), "r": r,
               "b": (0.1 * rng.standard_normal((dirs, 8 * hidden))).astype(F),
               "ws": np.full(dirs, 0.004, F), "wz": np.full(dirs, 2 if w_dtype == I8 else 128, w_dtype),
               "rs": rng.uniform(0.002, 0.006, (dirs, 4 * hidden) if steps == "per_column_scale" else dirs).astype(F),
@@ -264,9 +272,11 @@ def test_dynamic_quantize_lstm(direction, w_dtype, extras, steps, monkeypatch):
             # H's scale, range/255, into the gates: up to 4e-3 x range seen)
             _assert_float(g, w, rel=6e-3)
     if steps != "numpy":  # asked for the compiled loop (which ran) only with one R scale
-        assert bool(used) == (steps in ("compiled", "scan"))
+        assert bool(used) == (steps in ("compiled", "scan", "quad_scan"))
     if steps == "scan":
-        assert scans
+        assert scans and not quad_scans
+    if steps == "quad_scan":
+        assert quad_scans and not scans
 
 
 @pytest.mark.parametrize("mask", ["none", "lengths", "2d"])

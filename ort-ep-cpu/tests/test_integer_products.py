@@ -66,7 +66,7 @@ def path(request, monkeypatch):
             _quad_product_or_skip()
             monkeypatch.setattr(_integer, "MAX_OUTLIER_SHARE", 1.0)
         else:
-            monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_quad_packed", lambda self: None)
+            monkeypatch.setattr(_integer.ConstantIntegerMatrix, "quad_packed", lambda self: None)
     return request.param, seen
 
 
@@ -174,7 +174,7 @@ def test_packed_product_is_exact_for_every_row_and_column_remainder(m, k, n, b_r
 
     asked = use_compiled(monkeypatch, True, "packed_product")  # the share counts asked for
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
-    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "_quad_packed", lambda self: None)  # not the byte product
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "quad_packed", lambda self: None)  # not the byte product
     rng = np.random.default_rng(m * 1000 + k)
     a = _codes(rng, (m, k), U8)
     b = _codes(rng, (k, n), I8)

@@ -329,7 +329,7 @@ class ConstantIntegerMatrix:
         packed for the compiled product (``_jit.packed_product``), on the session's threads
         where it is large; else (numpy only) as float32 for ``exact_product_f32``'s BLAS
         products."""
-        quads = self._quad_packed()
+        quads = self.quad_packed()
         packed = self.packed_panels() if quads is None else None
         if quads is None and packed is None:
             za = za.reshape(-1, 1) if za.ndim == 1 else za
@@ -360,8 +360,9 @@ class ConstantIntegerMatrix:
         _jit.packed_product(parts)(np.ascontiguousarray(a), zero_points, packed, z, parts)
         return z
 
-    def _quad_packed(self) -> QuadPacked | None:
-        """``pack_quads``'s B, made once, or None where the byte product is not taken."""
+    def quad_packed(self) -> QuadPacked | None:
+        """``pack_quads``'s B, made once, or None where the byte product is not taken (for
+        ``_jit.quad_product`` here and in DynamicQuantizeLSTM's compiled scan)."""
         if self._quads is False:
             usable = self.k < MAX_K and _jit.quad_product() is not None
             self._quads = pack_quads(self.b, self.zb) if usable else None

@@ -410,6 +410,12 @@ def _compiled_steps(step_loop, r: ConstantIntegerMatrix, r_scale: np.float32, xw
     # oneDNN's bare product of the codes, its zero-point terms added by the step loop; else
     # the exact product by ``r.times`` (the terms empty)
     plan = r.codes_plan(batch, qh.dtype) if r.takes_onednn(batch, qh.dtype) and r.one_offset is not None else None
+    quads = r.quad_packed() if plan is None and r.k % 4 == 0 else None
+    quad_scan = _jit.quantized_lstm_quad_scan() if quads is not None else None
+    if quad_scan is not None:  # the whole loop below, compiled, with the byte product
+        quad_scan(xw, quads.quads, quads.column_sums, quads.starts, quads.outliers, r_scale, bias, peepholes, lens,
+                  reverse, h, c, y, qh, sh, zh, r.product_threads(batch))
+        return
     packed = r.packed_panels() if plan is None else None
     scan = _jit.quantized_lstm_scan() if packed is not None else None
     if scan is not None:  # the whole loop below, compiled, with the packed product
