@@ -59,7 +59,7 @@ _dequantize_axis: Callable | None = None
 _fake_quantize: Callable | None = None
 _packed_product: Callable | None = None
 _quantized_lstm_quad_scan: Callable | None = None
-_quantized_lstm_rows: Callable | None = None  # the scans' inline helpers
+_quantized_lstm_buffers: Callable | None = None  # the scans' inline helpers
 _quantized_lstm_after_product: Callable | None = None
 _float32_from_bits: Callable | None = None  # ``_vector_ir``'s, a global of ``_exp_value`` (set by _load)
 _forked = False  # a process forked after numba's OpenMP pool started (``_after_fork``)
@@ -630,7 +630,7 @@ def _load_once() -> None:
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _minus_zero_points, _panel_rows, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
     global _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4, _quad_share, _quad_product, _quad_product_split
-    global _quantized_lstm_quad_scan, _quantized_lstm_rows, _quantized_lstm_after_product
+    global _quantized_lstm_quad_scan, _quantized_lstm_buffers, _quantized_lstm_after_product
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
@@ -756,7 +756,7 @@ def _load_once() -> None:
                 _lstm_cell_row_mlas = numba.njit(inline="always", **exact)(_lstm_cell_row_py(_mlas_logistic_value, _mlas_tanh_value))
                 _quantized_lstm_step = numba.njit(cache=cached, **exact)(_quantized_lstm_step_py)
                 # the step, the helpers and the products are globals of the scans: compiled first
-                _quantized_lstm_rows = numba.njit(inline="always", **exact)(_quantized_lstm_rows_py)
+                _quantized_lstm_buffers = numba.njit(inline="always", **exact)(_quantized_lstm_buffers_py)
                 _quantized_lstm_after_product = numba.njit(inline="always", **exact)(_quantized_lstm_after_product_py)
                 _quantized_lstm_scan = numba.njit(cache=cached, **exact)(_quantized_lstm_scan_py)
                 if _quad_product is not None:
@@ -2163,13 +2163,9 @@ def _quantized_lstm_step_py(acc, zq, column_sums, offset, scale, xt, rb, p, lens
 
 def _quantized_lstm_scan_py(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q, h_scale, h_zero_point, parts):  # pragma: no cover - compiled by numba
     """See ``quantized_lstm_scan``: ``contrib_quant._compiled_steps``'s loop, compiled."""
-    seq, batch, g = xw.shape
-    acc = np.empty((batch, g), np.int32)
-    zero_points = np.empty(batch, np.int32)
-    rows = _quantized_lstm_rows(batch, g, lens, seq)
-    scale = h_scale
-    zero = h_zero_point
-    for step in range(seq):
+    acc, zero_points, rows = _quantized_lstm_buffers(xw, lens)
+    scale, zero = h_scale, h_zero_point
+    for step in range(xw.shape[0]):
         zero_points[:] = np.int32(zero)
         if parts > 1:
             _packed_product_split(q, zero_points, bp, acc, parts)
@@ -2182,13 +2178,9 @@ def _quantized_lstm_scan_py(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q,
 def _quantized_lstm_quad_scan_py(xw, bq, column_sums, starts, outliers, r_scale, bias, p, lens, reverse, h, c, y, q,  # pragma: no cover - compiled by numba
                                  h_scale, h_zero_point, parts):
     """See ``quantized_lstm_quad_scan``: ``_quantized_lstm_scan_py`` with the byte product."""
-    seq, batch, g = xw.shape
-    acc = np.empty((batch, g), np.int32)
-    zero_points = np.empty(batch, np.int32)
-    rows = _quantized_lstm_rows(batch, g, lens, seq)
-    scale = h_scale
-    zero = h_zero_point
-    for step in range(seq):
+    acc, zero_points, rows = _quantized_lstm_buffers(xw, lens)
+    scale, zero = h_scale, h_zero_point
+    for step in range(xw.shape[0]):
         zero_points[:] = np.int32(zero)
         if parts > 1:
             _quad_product_split(q, zero_points, bq, column_sums, starts, outliers, acc, parts)
@@ -2198,14 +2190,17 @@ def _quantized_lstm_quad_scan_py(xw, bq, column_sums, starts, outliers, r_scale,
                                                     y, q, rows)
 
 
-def _quantized_lstm_rows_py(batch, g, lens, seq):  # pragma: no cover - compiled by numba
-    """The scans' row buffers: (whether every row is as long as the sequence, x rows, out
-    rows, time of each row) for a reverse walk of unequal lengths, row by row."""
+def _quantized_lstm_buffers_py(xw, lens):  # pragma: no cover - compiled by numba
+    """The scans' buffers: the product's int32 (batch, 4n) and its zero points per row, and the
+    rows' (whether every row is as long as the sequence, x rows, out rows, time of each row)
+    for a reverse walk of unequal lengths, row by row."""
+    seq, batch, g = xw.shape
     full = True
     for b in range(batch):
         if lens[b] != seq:
             full = False
-    return full, np.empty((batch, g), np.float32), np.empty((batch, g // 4), np.float32), np.zeros(batch, np.int64)
+    rows = (full, np.empty((batch, g), np.float32), np.empty((batch, g // 4), np.float32), np.zeros(batch, np.int64))
+    return np.empty((batch, g), np.int32), np.empty(batch, np.int32), rows
 
 
 def _quantized_lstm_after_product_py(step, acc, zero, scale, r_scale, xw, bias, p, lens, reverse, h, c, y, q, rows):  # pragma: no cover - compiled by numba
