@@ -153,14 +153,16 @@ class NodeView:
         return self.attributes.get(name, default)
 
     def array(self, name: str, dtype: np.dtype | type) -> np.ndarray | None:
-        """An INTS or FLOATS attribute as a 1-D numpy array of ``dtype``, None where the node
-        has no such attribute. Read from the IR, where load keeps lists of over ``LONG_LIST``
-        values as arrays: a tree ensemble's tables (a random forest's: 12 lists of 19-29K
-        values) are not made into arrays from ``attributes``' Python lists again (8 ms)."""
+        """An attribute as a 1-D numpy array of ``dtype`` (a list or a tensor), None where the
+        node has no such attribute. An INTS or FLOATS list is read from the IR, where load
+        keeps lists of over ``LONG_LIST`` values as arrays: a tree ensemble's tables (a random
+        forest's: 12 lists of 19-29K values) are not made into arrays from ``attributes``'
+        Python lists again (8 ms)."""
         attr = self.ir.attributes.get(name)
-        if attr is None or attr.type not in (_ATTR.INTS, _ATTR.FLOATS):
+        if attr is None:
             return None
-        return np.asarray(attr.value, dtype=dtype).reshape(-1)
+        value = attr.value if attr.type in (_ATTR.INTS, _ATTR.FLOATS) else self.attributes[name]
+        return np.asarray(value, dtype=dtype).reshape(-1)
 
     @property
     def qualified_op(self) -> str:

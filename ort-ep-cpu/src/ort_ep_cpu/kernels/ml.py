@@ -478,9 +478,9 @@ class _LegacyForest:
 
         def arr(key, dtype, default=None):
             for k in (f"{key}_as_tensor", key):
-                if k in a:
-                    values = node.array(k, dtype)  # (an INTS / FLOATS list: not through Python's)
-                    return values if values is not None else np.asarray(a[k], dtype=dtype).reshape(-1)
+                values = node.array(k, dtype)
+                if values is not None:
+                    return values
             if default is None:
                 raise ValueError(f"{name}: attribute {key!r} is required")
             return default

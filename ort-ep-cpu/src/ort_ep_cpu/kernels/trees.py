@@ -286,12 +286,12 @@ def _from_v5(node) -> tuple[FlatForest, int]:
     name = f"TreeEnsemble {node.name!r}"
 
     def arr(key, dtype, default=None):
-        if key not in a:
+        values = node.array(key, dtype)
+        if values is None:
             if default is None:
                 raise ValueError(f"{name}: attribute {key!r} is required")
             return default
-        values = node.array(key, dtype)  # (an INTS / FLOATS list: not through Python's)
-        return values if values is not None else np.asarray(a[key], dtype=dtype).reshape(-1)
+        return values
 
     modes = arr("nodes_modes", np.int64)
     n_nodes = len(modes)
