@@ -2193,13 +2193,14 @@ def _quantized_lstm_quad_scan_py(xw, bq, column_sums, starts, outliers, r_scale,
 def _quantized_lstm_buffers_py(xw, lens):  # pragma: no cover - compiled by numba
     """The scans' buffers: the product's int32 (batch, 4n) and its zero points per row, and the
     rows' (whether every row is as long as the sequence, x rows, out rows, time of each row)
-    for a reverse walk of unequal lengths, row by row."""
+    for a reverse walk of unequal lengths, row by row, with the step's empty zero-point terms."""
     seq, batch, g = xw.shape
     full = True
     for b in range(batch):
         if lens[b] != seq:
             full = False
-    rows = (full, np.empty((batch, g), np.float32), np.empty((batch, g // 4), np.float32), np.zeros(batch, np.int64))
+    rows = (full, np.empty((batch, g), np.float32), np.empty((batch, g // 4), np.float32), np.zeros(batch, np.int64),
+            np.empty(0, np.int32))
     return np.empty((batch, g), np.int32), np.empty(batch, np.int32), rows
 
 
@@ -2208,8 +2209,7 @@ def _quantized_lstm_after_product_py(step, acc, zero, scale, r_scale, xw, bias, 
     reverse walk of unequal lengths: each row at its own), h quantized into ``q``; returns the
     next (scale, zero point)."""
     seq, batch, _ = xw.shape
-    full, x_rows, out_rows, t_rows = rows
-    no_terms = np.empty(0, np.int32)
+    full, x_rows, out_rows, t_rows, no_terms = rows
     if reverse and not full:
         for b in range(batch):
             t_rows[b] = lens[b] - 1 - step if step < lens[b] else 0

@@ -377,8 +377,8 @@ def _dynamic_quantize_lstm(node, request):
 
     def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
              w_scale=None, w_zero_point=None, r_scale=None, r_zero_point=None):
-        r_exact = exact_weights("R_zero_point", r, r_zero_point)
         w_exact = exact_weights("W_zero_point", w, w_zero_point)
+        r_exact = exact_weights("R_zero_point", r, r_zero_point)
         seq, batch, _ = x.shape
         lens = np.full(batch, seq, np.int64) if sequence_lens is None else sequence_lens.astype(np.int64)
         y = np.zeros((seq, n_dirs, batch, hidden), _F)
