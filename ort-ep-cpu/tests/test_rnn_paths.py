@@ -186,3 +186,26 @@ def test_compiled_exp_tanh_sigmoid_are_float32_accurate():
     assert np.max(np.abs(e - np.exp(x64)) / np.exp(x64)) < 3e-7
     assert np.max(np.abs(s - 1 / (1 + np.exp(-x64)))) < 2e-7
     assert np.max(np.abs(t - np.tanh(x64))) < 2e-7
+
+
+def test_the_checked_shape_signatures_are_bounded(monkeypatch):
+    """A recurrent kernel remembers the input signatures it has checked, at most
+    ``SHAPE_CACHE_MAX`` of them: a stream of ever new sequence lengths grew the set without end."""
+    made: list = []
+    real_init = rnn._Recurrent.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(rnn._Recurrent, "__init__", init)
+    monkeypatch.setattr(rnn, "SHAPE_CACHE_MAX", 4)
+    rng = np.random.default_rng(1)
+    data, _ = _model("GRU", 3, hidden=6, inp=5, dirs=1, const_r=True, rng=rng)
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for seq in range(1, 11):
+        feeds = {"X": rng.standard_normal((seq, 2, 5)).astype(np.float32)}
+        for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert len(made) == 1 and 0 < len(made[0]._checked) <= 4

@@ -9,7 +9,7 @@ import numpy as np
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
-from ._util import PreparedFor
+from ._util import SHAPE_CACHE_MAX, PreparedFor
 from .nn import _constant_product, _row_product
 
 
@@ -109,6 +109,13 @@ class _Recurrent:
             return [(wt, _constant_product(wt)) for wt in transposed]
         return self._prepared.get("W", (w,), make)
 
+    def _remember_checked(self, signature: tuple) -> None:
+        """``signature`` passed ``_check_shapes``; past ``SHAPE_CACHE_MAX`` signatures the set
+        starts over (a stream of ever new lengths would grow it without end)."""
+        if len(self._checked) >= SHAPE_CACHE_MAX:
+            self._checked.clear()
+        self._checked.add(signature)
+
     def _check_shapes(self, x, w, r, b, lens, h0, c0, p):
         """numpy would broadcast some mismatches silently; name the offending input instead."""
         seq, batch, inp = x.shape
@@ -145,7 +152,7 @@ class _Recurrent:
                                                    for v in (b, sequence_lens, initial_h, initial_c, p)))
         if signature not in self._checked:
             self._check_shapes(x, w, r, b, sequence_lens, initial_h, initial_c, p)
-            self._checked.add(signature)
+            self._remember_checked(signature)
         if sequence_lens is None:  # every row the whole sequence: nothing to check
             lens, full = np.full(batch, seq, np.int64), True
         else:
@@ -280,7 +287,7 @@ class _LSTM(_Recurrent):
         signature = (x.shape, w.shape, r.shape, *(None if v is None else v.shape for v in (b, initial_h, initial_c)))
         if signature not in self._checked:
             self._check_shapes(x, w, r, b, None, initial_h, initial_c, None)
-            self._checked.add(signature)
+            self._remember_checked(signature)
 
         def stack():  # [W; R] transposed, W's bias plus R's, and their compiled few-row product
             g = w.shape[1]
