@@ -337,7 +337,7 @@ def test_products_of_few_rows_by_small_weights_run_compiled(monkeypatch, op, a_s
 @pytest.mark.parametrize("parts", [1, 2, 3])
 @pytest.mark.parametrize("bias", [False, True])
 def test_row_products_every_row_count_and_share(rows, parts, bias):
-    """The compiled row products (four rows a pass, then two, then one; split into ``parts``
+    """The compiled row products (four rows a pass, then three, two or one; split into ``parts``
     blocks of W's rows for nk, of K for kn) against a float64 product, for odd K and N that
     leave every share and pass a remainder."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")

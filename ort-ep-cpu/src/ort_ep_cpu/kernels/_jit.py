@@ -1387,7 +1387,8 @@ def _rows_times_nk_split_py(a, w, bias, y, parts):  # pragma: no cover - compile
 def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - compiled by numba
     """y[:, first:end] of ``_rows_times_nk_py``: each dot vectorised over K, four rows a pass
     over W's rows (each weight loaded once for four dots: the product is bound by reading W),
-    then two, then one."""
+    then three, two or one (three rows in one pass, not two then one: 34 -> 27.5 us for 3 x 256 x
+    768 on one thread)."""
     m, k = a.shape
     r = 0
     while r + 4 <= m:
@@ -1406,7 +1407,21 @@ def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - co
             y[r + 2, j] = t2
             y[r + 3, j] = t3
         r += 4
-    if r + 2 <= m:
+    if r + 3 <= m:
+        a0, a1, a2 = a[r], a[r + 1], a[r + 2]
+        for j in range(first, end):
+            wj = w[j]
+            t0 = t1 = t2 = _F(0.0)
+            for kk in range(k):
+                v = wj[kk]
+                t0 += a0[kk] * v
+                t1 += a1[kk] * v
+                t2 += a2[kk] * v
+            y[r, j] = t0
+            y[r + 1, j] = t1
+            y[r + 2, j] = t2
+        r += 3
+    elif r + 2 <= m:
         a0, a1 = a[r], a[r + 1]
         for j in range(first, end):
             wj = w[j]
