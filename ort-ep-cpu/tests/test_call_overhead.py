@@ -124,7 +124,7 @@ def test_a_run_that_waited_on_a_late_thread_hands_over_to_a_one_thread_twin(monk
         pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
     # stalls counted from 20 ms idle: the test's quiet runs are not taken for stalls where a
     # busy machine takes the core from this thread for a few ms (it did, beside other jobs)
-    monkeypatch.setattr(_onednn, "STALL_SECONDS", 0.02)
+    monkeypatch.setattr(threads, "STALL_SECONDS", 0.02)
     monkeypatch.setattr(_onednn, "ONE_THREAD_SECONDS", 60.0)  # ended below by hand
     made: list = []
 
@@ -162,7 +162,7 @@ def test_the_one_thread_twin_runs_a_number_of_runs_and_longer_when_stalls_persis
     lib = _onednn.library()
     if lib is None:
         pytest.skip(f"oneDNN not used: {_onednn.info().get('reason')}")
-    monkeypatch.setattr(_onednn, "STALL_SECONDS", 0.02)
+    monkeypatch.setattr(threads, "STALL_SECONDS", 0.02)
     monkeypatch.setattr(_onednn, "ONE_THREAD_SECONDS", 0.0)  # the time alone ends a spell at once
     monkeypatch.setattr(_onednn, "ONE_THREAD_RUNS", 3)
     made: list = []
@@ -186,3 +186,50 @@ def test_the_one_thread_twin_runs_a_number_of_runs_and_longer_when_stalls_persis
     threaded.seconds = 0.0
     plan.run(14)
     assert threaded.calls[-1] == 14
+
+
+def test_split_loops_that_wait_on_a_late_thread_go_to_one_thread_for_a_while(monkeypatch):
+    """``threads.watched``: compiled loops split over OpenMP's pool wait at their end for a
+    worker the scheduler has not run (beside a busy process, a 30 us row product took 8 ms).
+    Two watched runs in a row seen idle send every split loop to one thread
+    (``split_threads``) for ``ALONE_SECONDS``, twice as long when they stall again at once on
+    their return, and back to the base spell once they do not."""
+    import time
+
+    monkeypatch.setattr(threads, "STALL_SECONDS", 0.02)  # quiet runs on a busy machine are not stalls
+    monkeypatch.setattr(threads, "ALONE_SECONDS", 60.0)  # spells ended below by hand
+    monkeypatch.setattr(threads, "ALONE_SECONDS_MOST", 600.0)
+    for name, value in (("_alone_until", 0.0), ("_split_stalls", 0), ("_watch_left", threads.WATCH_RUNS),
+                        ("_back", False), ("_alone_seconds", 60.0), ("_split_runs", 0)):
+        monkeypatch.setattr(threads, name, value)
+    wait = [0.0]
+    calls: list[int] = []
+
+    def loop(k):  # idle for ``wait`` seconds, as a caller waiting on a late worker is
+        time.sleep(wait[0])
+        calls.append(k)
+        return k
+
+    run = threads.watched(loop)
+    usable = threads.usable()
+    assert run(0) == 0 and threads.split_threads() == usable
+    wait[0] = 0.05
+    run(1)
+    assert threads.split_threads() == usable  # one stalled run alone: a run after a pause, perhaps
+    run(2)
+    assert threads.split_threads() == 1  # two in a row
+    assert threads._alone_seconds == 60.0
+    monkeypatch.setattr(threads, "_alone_until", 1e-9)  # the spell is over
+    assert threads.split_threads() == usable
+    run(3)
+    run(4)  # stalled again at once on the return: a spell twice as long
+    assert threads.split_threads() == 1 and threads._alone_seconds == 120.0
+    monkeypatch.setattr(threads, "_alone_until", 1e-9)
+    wait[0] = 0.0
+    for k in range(5, 5 + threads.WATCH_RUNS):  # quiet on the return
+        run(k)
+    assert threads.split_threads() == usable and calls == list(range(5 + threads.WATCH_RUNS))
+    wait[0] = 0.05
+    for k in range(threads.SPLIT_SAMPLE * threads.STALLS_IN_A_ROW):  # later stalls, seen by the sample
+        run(k)
+    assert threads.split_threads() == 1 and threads._alone_seconds == 60.0  # the base spell again

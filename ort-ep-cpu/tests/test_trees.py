@@ -572,3 +572,21 @@ def test_a_split_walk_runs_in_a_forked_child(monkeypatch):
         want = forest.aggregate(x, trees.SUM, 3)[0]
     assert forest._split == {24: True} and trees._pool is not None
     np.testing.assert_array_equal(in_forked_child(_split_walk_sums, forest, x, timeout=30), want)
+
+
+def test_a_share_whose_worker_has_not_started_is_walked_by_the_caller(monkeypatch):
+    """A split walk does not wait on a worker the scheduler has not run (a busy core): the
+    calling thread walks the shares no worker started, as onnxruntime's caller does."""
+    import threading
+
+    monkeypatch.setattr(trees.threads, "usable", lambda: 2)
+    release = threading.Event()
+    trees._over_rows(lambda lo, hi: None, 8, {8: True})  # the pool made
+    busy = trees._pool.submit(release.wait, 5)  # its one worker held
+    walked: list[tuple[int, tuple[int, int]]] = []
+    try:
+        trees._over_rows(lambda lo, hi: walked.append((threading.get_ident(), (lo, hi))), 8, {8: True})
+    finally:
+        release.set()
+        busy.result()
+    assert walked == [(threading.get_ident(), (0, 4)), (threading.get_ident(), (4, 8))]

@@ -17,10 +17,15 @@ two threads: 200-300 ms a run with both pools at two threads, 20 ms with OpenBLA
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # re-entrant: a session's end can run inside limit() or restore() on the same thread, when the
 # allocation of another call there sets off the garbage collector and it finalises a dead
@@ -40,11 +45,107 @@ def count() -> int:
     return _count
 
 
+#: counts the times another library set a thread's OpenMP thread count behind oneDNN's back
+#: (``openmp_count_changed``)
+openmp_changes = 0
+
+
+def openmp_count_changed() -> None:
+    """Another library set this thread's OpenMP thread count (numba's pool, as it starts, sets
+    the thread's to its own): oneDNN sets the session's count again before its next primitive.
+    (A one-thread session's primitives made after numba's first split loop ran on two threads.)"""
+    global openmp_changes
+    openmp_changes += 1
+
+
 def usable() -> int:
     """The threads a kernel may run on: the live session's count, else one per usable core
     (counted at import and at each session's start, as onnxruntime sizes its pool when a
     session is made: asking the kernel at every oneDNN call was a tenth of a small one's cost)."""
     return _count or _cores
+
+
+#: A run on two or more OpenMP threads ends when every thread is done, also one the scheduler
+#: has not run yet (GNU OpenMP's caller sleeps at the region's end; onnxruntime's caller runs
+#: the shares its late workers have not started, which OpenMP offers no way to do). Beside one
+#: busy process on one core of two, a 3 x 256 x 768 row product split in two took 8 ms in most
+#: runs where onnxruntime's took 30 us. A run waited on a late thread when the calling thread
+#: was idle (wall time less its CPU time) for this long and for half the run (``waited``).
+STALL_SECONDS = 200e-6
+#: ... and that many in a row are taken for a busy core (one alone is a run after a pause: the
+#: workers asleep, the caches cold)
+STALLS_IN_A_ROW = 2
+#: compiled split loops (``watched``) then run on one thread (``split_threads``) for this long,
+#: twice as long each time they stall again in their first ``WATCH_RUNS`` runs back, up to
+#: ``ALONE_SECONDS_MOST`` (a core busy for minutes costs two stalled runs a spell)
+ALONE_SECONDS = 0.1
+ALONE_SECONDS_MOST = 10.0
+#: the CPU time (a system call: 1 us here) is read on one split run in ``SPLIT_SAMPLE``, and on
+#: each of the first ``WATCH_RUNS`` (at first, and after each spell on one thread)
+SPLIT_SAMPLE = 8
+WATCH_RUNS = 4
+
+_alone_until = 0.0  # perf_counter time until which split loops take one thread (0: they do not)
+_alone_seconds = ALONE_SECONDS  # the last spell's length
+_split_runs = 0
+_split_stalls = 0  # watched runs in a row that waited on a late thread
+_watch_left = WATCH_RUNS  # split runs whose CPU time is read whatever the sample
+_back = False  # the watched runs follow a spell on one thread
+
+
+def waited(elapsed: float, cpu: float) -> bool:
+    """Whether a run of ``elapsed`` seconds wall time, of which the calling thread spent ``cpu``
+    on a CPU, waited on a late thread (``STALL_SECONDS``)."""
+    idle = elapsed - cpu
+    return idle > STALL_SECONDS and idle > elapsed / 2
+
+
+def split_threads() -> int:
+    """The threads a compiled loop split over the pool (numba's ``prange``) may take now:
+    ``usable()``, or one for a while after split runs waited on late threads (``watched``)."""
+    global _alone_until, _watch_left, _back
+    if _alone_until:
+        if time.perf_counter() < _alone_until:
+            return 1
+        _alone_until, _watch_left, _back = 0.0, WATCH_RUNS, True  # back on the threads: the next runs are read
+    return _count or _cores
+
+
+def watched(loop: Callable[..., Any]) -> Callable[..., Any]:
+    """``loop`` (a compiled loop that splits its work over the pool when asked) with its runs
+    judged by ``waited``: ``STALLS_IN_A_ROW`` stalled runs in a row send every split loop to
+    one thread (``split_threads``) for ``ALONE_SECONDS``."""
+
+    def run(*args: Any) -> Any:
+        global _split_runs
+        _split_runs += 1
+        if _watch_left <= 0 and _split_runs % SPLIT_SAMPLE:
+            return loop(*args)
+        start, cpu = time.perf_counter(), time.thread_time()
+        result = loop(*args)
+        _judge(time.perf_counter() - start, time.thread_time() - cpu)
+        return result
+
+    return run
+
+
+def _judge(elapsed: float, cpu: float) -> None:
+    """One watched run's times (see ``watched``). Module state without a lock: a count two
+    threads race on is off by one, which moves a spell by a run."""
+    global _alone_until, _alone_seconds, _split_stalls, _watch_left, _back
+    again = _back and _watch_left > 0  # stalled again at once on the return
+    if _watch_left > 0:
+        _watch_left -= 1
+    if not waited(elapsed, cpu):
+        _split_stalls = 0
+        return
+    _split_stalls += 1
+    if _split_stalls < STALLS_IN_A_ROW:
+        return
+    _split_stalls = 0
+    _alone_seconds = min(2 * _alone_seconds, ALONE_SECONDS_MOST) if again else ALONE_SECONDS
+    _alone_until, _back = time.perf_counter() + _alone_seconds, False
+    logger.debug("split loops waited on a late thread; one thread for %.1f s", _alone_seconds)
 
 
 def blas_libraries(refresh: bool = False) -> list[Any]:

@@ -322,7 +322,7 @@ class ConstantIntegerMatrix:
 
     def product_threads(self, rows: int) -> int:
         """The threads ``_jit.packed_product`` takes for ``rows`` rows of A (``SPLIT_MIN_MACS``)."""
-        return threads.usable() if rows * self.k * self.n >= SPLIT_MIN_MACS else 1
+        return threads.split_threads() if rows * self.k * self.n >= SPLIT_MIN_MACS else 1
 
     def _exact(self, a: np.ndarray, za: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         """(A - za) @ (B - zb) without oneDNN, into ``out`` where given, B - zb made once:
@@ -483,7 +483,7 @@ class ConstantIntegerConvolution:
             self.rows16 = np.zeros((self.m, 2 * pairs), np.int16)
             self.rows16[:, :k] = rows
         zx = _first_zero_point(x_zero_point)
-        parts = threads.usable() if self.m * k * pixels >= SPLIT_MIN_MACS else 1
+        parts = threads.split_threads() if self.m * k * pixels >= SPLIT_MIN_MACS else 1
         product = _jit.codes_product(parts)
         panels = -(-pixels // _jit.PRODUCT_PANEL)
         scratch = np.empty((panels, self.rows16.shape[1] // 2, 2 * _jit.PRODUCT_PANEL), np.int16)

@@ -183,7 +183,7 @@ def gelu_rows(parts: int = 1) -> Callable | None:
     ``split_parts``), the one that splits the rows into ``parts`` blocks on as many threads."""
     if not _load():
         return None
-    return _gelu_rows if parts <= 1 or _forked else _gelu_rows_split
+    return _gelu_rows if parts <= 1 or _forked else _split(_gelu_rows_split)
 
 
 def layer_norm_rows(parts: int = 1) -> Callable | None:
@@ -197,7 +197,7 @@ def layer_norm_rows(parts: int = 1) -> Callable | None:
     ``parts`` blocks on as many threads."""
     if not _load():
         return None
-    return _layer_norm_rows if parts <= 1 or _forked else _layer_norm_rows_split
+    return _layer_norm_rows if parts <= 1 or _forked else _split(_layer_norm_rows_split)
 
 
 def interleave() -> Callable | None:
@@ -261,7 +261,7 @@ def packed_product(parts: int = 1) -> Callable | None:
     the CPU has no VNNI for oneDNN's 8-bit kernels."""
     if not _load():
         return None
-    return _packed_product if parts <= 1 or _forked else _packed_product_split
+    return _packed_product if parts <= 1 or _forked else _split(_packed_product_split)
 
 
 def quad_product(parts: int = 1) -> Callable | None:
@@ -277,7 +277,7 @@ def quad_product(parts: int = 1) -> Callable | None:
     For ``parts`` > 1 the panels are split into that many shares on the thread pool."""
     if not _load() or _quad_product is None:
         return None
-    return _quad_product if parts <= 1 or _forked else _quad_product_split
+    return _quad_product if parts <= 1 or _forked else _split(_quad_product_split)
 
 
 def codes_product(parts: int = 1) -> Callable | None:
@@ -292,7 +292,7 @@ def codes_product(parts: int = 1) -> Callable | None:
     split into that many shares on the thread pool (see ``packed_product``)."""
     if not _load():
         return None
-    return _codes_product if parts <= 1 or _forked else _codes_product_split
+    return _codes_product if parts <= 1 or _forked else _split(_codes_product_split)
 
 
 def integer_to_float() -> Callable | None:
@@ -412,7 +412,20 @@ def softmax_rows(parts: int = 1) -> Callable | None:
     as many threads."""
     if not _load():
         return None
-    return _softmax_rows if parts <= 1 or _forked else _softmax_rows_split
+    return _softmax_rows if parts <= 1 or _forked else _split(_softmax_rows_split)
+
+
+_watched: dict[Callable, Callable] = {}  # split loop -> the same, watched (``_split``)
+
+
+def _split(loop: Callable) -> Callable:
+    """``loop``, a compiled loop that splits its work over the OpenMP pool, as the kernels get
+    it: with its runs watched for late threads (``threads.watched``: a busy core sends the split
+    loops to one thread for a while, ``threads.split_threads``)."""
+    run = _watched.get(loop)
+    if run is None:
+        run = _watched[loop] = threads.watched(loop)
+    return run
 
 
 #: row loops over at least this many elements split over the session's threads
@@ -423,10 +436,11 @@ SPLIT_MIN_ELEMENTS = 1 << 16
 
 def split_parts(elements: int, rows: int) -> int:
     """The shares a splittable row loop takes for ``elements`` values in ``rows`` rows: the
-    session's threads from ``SPLIT_MIN_ELEMENTS`` (at most one a row), else 1."""
+    session's threads from ``SPLIT_MIN_ELEMENTS`` (at most one a row; see ``threads.split_threads``),
+    else 1."""
     if elements < SPLIT_MIN_ELEMENTS:
         return 1
-    return max(1, min(threads.usable(), rows))
+    return max(1, min(threads.split_threads(), rows))
 
 
 def row_products(parts: int = 1) -> tuple[Callable, Callable] | None:
@@ -446,7 +460,7 @@ def row_products(parts: int = 1) -> tuple[Callable, Callable] | None:
         return None
     if parts <= 1 or _forked:
         return _rows_times_kn, _rows_times_nk
-    return _rows_times_kn_split, _rows_times_nk_split
+    return _split(_rows_times_kn_split), _split(_rows_times_nk_split)
 
 
 def normalize_rows() -> Callable | None:
@@ -554,7 +568,7 @@ def quantized_lstm_scan() -> Callable | None:
     ``reverse``; h and c in place. One call for the sequence: the Python between the steps
     (two calls and the product's arrays, about 20 us a step) was a third of a step at hidden
     512 on an AVX2 EPYC."""
-    return _quantized_lstm_scan if _load() and not _forked else None  # (it may call the split product)
+    return _split(_quantized_lstm_scan) if _load() and not _forked else None  # (it may call the split product)
 
 
 def quantized_lstm_quad_scan() -> Callable | None:
@@ -563,7 +577,7 @@ def quantized_lstm_quad_scan() -> Callable | None:
     parts)`` (R packed by ``_integer.pack_quads``, hidden a multiple of 4), or None where the
     CPU has no AVX2. At hidden 768, one step's 1 x 768 x 3072 product: 31 us against the
     packed product's 50 (two threads, int8 weights of the speaker-verification LSTM's spread)."""
-    return _quantized_lstm_quad_scan if _load() and not _forked else None
+    return _split(_quantized_lstm_quad_scan) if _load() and not _forked else None
 
 
 def quantized_lstm_step() -> Callable | None:
@@ -832,6 +846,8 @@ def _load_once() -> None:
                 _gelu_rows_split = _parallel_loop(numba, _gelu_rows_split_py, _gelu_rows, cached, elementwise,
                                                   (np.zeros((2, 2), np.float32), np.zeros(0, np.float32),
                                                    np.zeros((2, 2), np.float32), False, 2))
+                # the probes started numba's OpenMP pool, which set this thread's OpenMP count
+                threads.openmp_count_changed()
             _tried = True
 
 

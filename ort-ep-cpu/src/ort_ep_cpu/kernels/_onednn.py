@@ -210,12 +210,12 @@ class _Library:
 
     def _openmp_threads(self, most: int) -> None:
         """This thread's OpenMP thread count set to intra_op_num_threads (at most ``most``
-        where that is given), where it differs."""
+        where that is given), where it differs or another library set it since."""
         local = self.local
         wanted = self.threads() if not most else min(most, self.threads())
-        if getattr(local, "threads", None) != wanted:
+        if getattr(local, "threads", None) != wanted or local.changes != threads.openmp_changes:
             self.gomp.omp_set_num_threads(wanted)
-            local.threads = wanted
+            local.threads, local.changes = wanted, threads.openmp_changes
 
     def sgemm(self, trans_a: bool, trans_b: bool, m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int,
               beta: float, c: int, ldc: int) -> None:
@@ -388,19 +388,14 @@ def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) ->
 
 
 #: a run of a primitive (or a group's program) at two or more threads has waited on a late
-#: thread when it took this many times its fastest and this much longer, or when this thread
-#: was idle (wall time less its CPU time) for this long and half the run (GNU OpenMP's master
-#: sleeps at each region's end until every worker is done, also one the scheduler has not run:
-#: beside another busy process, 1 ms runs took 100 ms): its one-thread twin runs instead for a
-#: while. The CPU time (a system call) is read on one run in ``IDLE_SAMPLE``.
+#: thread when it took this many times its fastest and ``threads.STALL_SECONDS`` longer, or when
+#: ``threads.waited`` says so (beside another busy process, 1 ms runs took 100 ms): after
+#: ``threads.STALLS_IN_A_ROW`` such runs in a row its one-thread twin runs instead for a while.
+#: The CPU time (a system call) is read on one run in ``IDLE_SAMPLE``.
 STALL_FACTOR = 3.0
-STALL_SECONDS = 200e-6
 IDLE_SAMPLE = 8
 #: ... and on each of the first runs, and of those after the twin's time
 IDLE_WATCH = 3
-#: ... when this many runs in a row stalled (one alone is a run after a pause: the workers
-#: asleep, the caches cold; in the bench's blocks, taking one for a stall kept a CNN on one thread)
-STALLS_IN_A_ROW = 2
 #: ... for this long and at least this many of its runs, then the threaded one is tried again
 #: (a primitive run once a model run: a model slowed by a busy core to 0.4 s a run had its
 #: twins' time over before their next run, and no run ever took them: a quantized T5 encoder
@@ -414,8 +409,8 @@ ONE_THREAD_RUNS_MOST = 1024
 
 class Stallable:
     """What ``plan_for`` keeps for a primitive or program made at two or more threads: it runs
-    that one, and where ``STALLS_IN_A_ROW`` runs in a row are seen to have waited on a late
-    thread (``STALL_FACTOR``, ``STALL_SECONDS``) it makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
+    that one, and where ``threads.STALLS_IN_A_ROW`` runs in a row are seen to have waited on a late
+    thread (``STALL_FACTOR``, ``threads.waited``) it makes a twin at one thread (``make`` again, under ``_Library.one_thread``) that runs
     instead for ``ONE_THREAD_SECONDS`` and ``ONE_THREAD_RUNS`` runs. One thread waits for no one; onnxruntime's caller runs
     the work its late workers have not started, and GNU OpenMP offers no such thing."""
 
@@ -449,15 +444,15 @@ class Stallable:
         cpu = time.thread_time() if sampled else 0.0
         result = self.threaded.run(*args)
         elapsed = time.perf_counter() - start
-        idle = elapsed - (time.thread_time() - cpu) if sampled else 0.0
+        cpu_used = time.thread_time() - cpu if sampled else 0.0
         if self.runs == 1:  # first-touch costs, OpenMP's threads started: not a stall
             return result
-        stalled = (elapsed > STALL_FACTOR * self.fastest and elapsed - self.fastest > STALL_SECONDS
-                   or idle > STALL_SECONDS and idle > elapsed / 2)
+        stalled = (elapsed > STALL_FACTOR * self.fastest and elapsed - self.fastest > threads.STALL_SECONDS
+                   or sampled and threads.waited(elapsed, cpu_used))
         self.fastest = min(self.fastest, elapsed)
         # two in a row: one alone is a run after a pause (the workers asleep, the caches cold)
         self.stalls = self.stalls + 1 if stalled else 0
-        if self.stalls >= STALLS_IN_A_ROW:
+        if self.stalls >= threads.STALLS_IN_A_ROW:
             self.stalls = 0
             self._go_single(start)
         return result
@@ -471,7 +466,7 @@ class Stallable:
                     except OneDNNError:
                         self.single = False
         if self.single:
-            again = self.since_return is not None and self.since_return <= STALLS_IN_A_ROW + 1
+            again = self.since_return is not None and self.since_return <= threads.STALLS_IN_A_ROW + 1
             self.span = min(2 * self.span, ONE_THREAD_RUNS_MOST) if again else ONE_THREAD_RUNS
             self.since_return = None
             self.single_until = now + ONE_THREAD_SECONDS

@@ -176,7 +176,7 @@ class _RowProduct:
         rows = a.size // self.k
         if not 0 < rows <= COMPILED_PRODUCT_ROWS:
             return None
-        parts = threads.usable() if rows * self.w.size >= ROW_SPLIT_MACS else 1
+        parts = threads.split_threads() if rows * self.w.size >= ROW_SPLIT_MACS else 1
         loops = _jit.row_products(parts)
         if loops is None:
             return None

@@ -525,8 +525,11 @@ def _over_rows(walk: Callable[[int, int], None], rows: int, split: dict[int, boo
     bounds = [rows * i // parts for i in range(parts + 1)]
     others = [pool.submit(walk, bounds[i], bounds[i + 1]) for i in range(1, parts)]
     walk(bounds[0], bounds[1])
-    for other in others:
-        other.result()
+    for i, other in enumerate(others, 1):
+        if other.cancel():  # not started (its worker late: a busy core): this thread walks it
+            walk(bounds[i], bounds[i + 1])
+        else:
+            other.result()
 
 
 # post transforms the two-class finaliser applies in its loop (codes of ``ml._POST_CODES``)
