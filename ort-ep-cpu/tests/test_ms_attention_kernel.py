@@ -99,19 +99,29 @@ def test_float16():
     _compare(["x", "w", "b"], _feeds(dtype=np.float16), rtol=1e-2, atol=2e-3, num_heads=N)
 
 
-def test_the_constant_weights_take_one_product_with_the_bias_in_it(monkeypatch):
-    """With oneDNN, constant weights and bias are one product whose bias is added inside it; a
-    weights array fed at run time takes numpy's product (same values)."""
-    from ort_ep_cpu.kernels import _onednn, nn
-    if not _onednn.available():
-        pytest.skip("oneDNN is not installed")
-    monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)  # this product is small
+@pytest.mark.parametrize("route", ["oneDNN", "compiled"])
+def test_the_constant_weights_take_one_product_with_the_bias_in_it(monkeypatch, route):
+    """Constant weights and bias are one product whose bias is added inside it: oneDNN's, or
+    the compiled float32 product (B and the bias packed once) where numba is there; a weights
+    array fed at run time takes numpy's product (same values)."""
+    from ort_ep_cpu.kernels import _jit, _onednn, nn
     feeds = _feeds()
     data = _model(["x", "w", "b"], feeds, constants=["w", "b"], num_heads=N)
     made, runs = [], []
-    make, run = _onednn.MatMul.__init__, _onednn.MatMul.run
-    monkeypatch.setattr(_onednn.MatMul, "__init__", lambda self, lib, m, b, bias, *a: made.append(bias) or make(self, lib, m, b, bias, *a))
-    monkeypatch.setattr(_onednn.MatMul, "run", lambda self, *a: runs.append(self) or run(self, *a))
+    if route == "oneDNN":
+        if not _onednn.available():
+            pytest.skip("oneDNN is not installed")
+        monkeypatch.setattr(nn, "ONEDNN_MIN_GEMM_MACS", 0)  # this product is small
+        monkeypatch.setattr(_jit, "float_product", lambda parts=1: None)
+        make, run = _onednn.MatMul.__init__, _onednn.MatMul.run
+        monkeypatch.setattr(_onednn.MatMul, "__init__", lambda self, lib, m, b, bias, *a: made.append(bias) or make(self, lib, m, b, bias, *a))
+        monkeypatch.setattr(_onednn.MatMul, "run", lambda self, *a: runs.append(self) or run(self, *a))
+    else:
+        if _jit.float_product() is None:
+            pytest.skip("numba is not installed")
+        pack, product = nn.pack_float_panels, _jit.float_product
+        monkeypatch.setattr(nn, "pack_float_panels", lambda b, bias: made.append(bias) or pack(b, bias))
+        monkeypatch.setattr(_jit, "float_product", lambda parts=1: runs.append(parts) or product(parts))
     got = _ours(data).run(None, {"x": feeds["x"]})[0]
     assert len(made) == len(runs) == 1 and made[0] is not None and made[0].shape == (3 * D,)
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feeds["x"]})[0]

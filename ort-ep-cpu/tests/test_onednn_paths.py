@@ -38,6 +38,7 @@ def runs(monkeypatch):
     monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
     monkeypatch.setattr(nn, "SMALL_CONV_PIXEL_MACS", 0)
     monkeypatch.setattr(nn, "COMPILED_PRODUCT_WEIGHTS", 0)  # not the compiled few-row loops
+    monkeypatch.setattr(_jit, "float_product", lambda parts=1: None)  # nor the compiled float32 product
     seen: list[tuple[str, str]] = []
     real = _onednn._Primitive.run
 
