@@ -124,7 +124,7 @@ def _conv_transpose(node, request):
         k = int(np.prod(kernel_shape))
         # (G, Mg*K, Cg) @ (N, G, Cg, L) -> (N, G, Mg*K, L)
         wt = np.ascontiguousarray(w.reshape(group, cg, mg * k).transpose(0, 2, 1))
-        xg = x.reshape(n, group, cg, -1)
+        xg = x.reshape(n, group, cg, math.prod(in_spatial))  # (not -1: a batch of 0 has no inferable size)
         cols = np.empty((n, group, mg * k, xg.shape[-1]), dtype=np.result_type(x, w))
         for i in range(n):  # 2-D GEMMs: numpy's broadcast stacked matmul skips BLAS
             for g in range(group):

@@ -8,6 +8,8 @@ BatchNormalization and Dropout here supersede the inference-only versions regist
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..registry import kernel
@@ -67,7 +69,7 @@ def _instance_norm(node, request):
 
     def instance_norm(x, scale, bias):
         n, c = x.shape[:2]
-        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, c, -1)
+        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, c, math.prod(x.shape[2:]))  # (-1: not for a batch of 0)
         mean = xs.mean(axis=2, keepdims=True)
         var = xs.var(axis=2, keepdims=True)
         # fold normalisation and affine into one multiply-add per element
@@ -86,7 +88,7 @@ def _group_norm_builder(node, request):
 
     def group_norm(x, scale, bias):
         n, c = x.shape[:2]
-        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, groups, -1)
+        xs = x.astype(_stat_dtype(x), copy=False).reshape(n, groups, c // groups * math.prod(x.shape[2:]))
         mean = xs.mean(axis=2)  # (N, G)
         inv = 1.0 / np.sqrt(xs.var(axis=2) + eps)
         if per_group_affine:

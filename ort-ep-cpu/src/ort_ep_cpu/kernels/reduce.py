@@ -281,9 +281,16 @@ def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
     return y
 
 
+def _empty_passes(run):
+    """The kernel ``run(x)``, with an empty ``x`` answered by an empty output of its shape, as
+    onnxruntime answers it (numpy's max has no identity to reduce an empty axis with, and the
+    2-D view of opsets before 13 cannot be made: a table model's Softmax over no detections)."""
+    return lambda x: np.empty(x.shape, x.dtype) if x.size == 0 else run(x)
+
+
 for _name, _fn in {"Softmax": softmax, "LogSoftmax": log_softmax, "Hardmax": hardmax}.items():
-    kernel(_name, 1)(lambda node, request, fn=_fn: _coerced(int(node.attr("axis", 1)), fn))
-    kernel(_name, 13)(lambda node, request, fn=_fn: _on_axis(int(node.attr("axis", -1)), fn))
+    kernel(_name, 1)(lambda node, request, fn=_fn: _empty_passes(_coerced(int(node.attr("axis", 1)), fn)))
+    kernel(_name, 13)(lambda node, request, fn=_fn: _empty_passes(_on_axis(int(node.attr("axis", -1)), fn)))
 
 
 # "absent" for the compiled row loop's optional arrays (one type per argument: one compilation)

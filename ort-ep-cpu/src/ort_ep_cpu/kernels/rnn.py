@@ -171,7 +171,7 @@ class _Recurrent:
             # input projection for all steps at once, as one 2-D GEMM (numpy's stacked matmul
             # with a broadcast 2-D operand skips BLAS): (seq, batch, G*hidden)
             wt, product = weights[d]
-            rows = np.ascontiguousarray(xd.reshape(seq * batch, -1))
+            rows = np.ascontiguousarray(xd.reshape(seq * batch, x.shape[2]))  # (-1: not for no rows)
             xw = product(rows) if product is not None else None
             if xw is None:  # no oneDNN, or a product small enough for numpy's call
                 xw = rows @ wt
