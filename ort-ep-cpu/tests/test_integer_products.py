@@ -842,3 +842,39 @@ def test_packed_products_from_several_threads_at_once(monkeypatch):
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(8)))
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "QLinearMatMul"])
+def test_requantization_rounds_ties_in_float32_as_onnxruntime(op):
+    """The sums are scaled in float32, as onnxruntime's MLAS scales them: a sum of 20000 times the
+    multiplier float32(0.001975) is exactly 39.5 in float32 (rounded half to even: 40) where
+    float64 gives 39.49999 (39). A quantized YOLO's convolutions came out 1 LSB off
+    onnxruntime's at such ties, its boxes 5% off."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ort_core as ort
+
+    multiplier = np.float32(0.001975)  # x_scale; w_scale = y_scale = 1
+    k = 80
+    sums = np.arange(19990, 20006)  # each row's sum of x's codes, 20000 among them
+    x = np.full((sums.size, k), 250, np.uint8)
+    x[:, 0] = 250 - (20000 - sums)
+    consts = [numpy_helper.from_array(np.asarray(v, dtype=t), n) for n, v, t in (
+        ("xs", multiplier, np.float32), ("xz", 0, np.uint8), ("ws", 1.0, np.float32), ("wz", 0, np.uint8),
+        ("ys", 1.0, np.float32), ("yz", 0, np.uint8))]
+    if op == "QLinearConv":  # the rows as pixels, K as channels, a 1x1 kernel of ones
+        consts.append(numpy_helper.from_array(np.ones((1, k, 1, 1), np.uint8), "w"))
+        feed = np.ascontiguousarray(x.T.reshape(1, k, sums.size, 1))
+    else:
+        consts.append(numpy_helper.from_array(np.ones((k, 1), np.uint8), "w"))
+        feed = x
+    graph = helper.make_graph([helper.make_node(op, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.UINT8, list(feed.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], consts)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0].reshape(-1)
+    want = np.rint(sums.astype(np.float32) * multiplier).astype(np.uint8)  # float32 products, ties to even
+    assert want[10] == 40 and np.rint(20000 * np.float64(multiplier)) == 39
+    np.testing.assert_array_equal(got, want)
+    reference = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
+    np.testing.assert_array_equal(got, reference.reshape(-1))
