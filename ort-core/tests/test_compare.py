@@ -110,3 +110,36 @@ def test_bad_arguments_are_named(providers: None, tmp_path: Any) -> None:
     (tmp_path / "junk.onnx").write_bytes(b"not a model")
     with pytest.raises(ort_core.InvalidProtobuf, match="junk.onnx"):
         cmp.compare(str(tmp_path / "junk.onnx"), [["CPUExecutionProvider"]])
+
+
+def test_sequence_of_maps_outputs_are_compared_by_their_tensors(providers: None) -> None:
+    """ZipMap's output, a list of dicts, is compared key by key within the tolerance (it was
+    compared exactly as an object array: a MISMATCH for 6e-8); another structure is named."""
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["p"]),
+         helper.make_node("ZipMap", ["p"], ["z"], domain="ai.onnx.ml", classlabels_strings=["a", "b", "c"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, [2, 3]),
+         helper.make_value_info("z", helper.make_sequence_type_proto(
+             helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.FLOAT, []))))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    result = cmp.compare(model, [["CPUExecutionProvider"]], "ORT_DISABLE_ALL")
+    assert result.ok, result.report()
+    row = {k: np.float32(v) for k, v in (("a", 0.2), ("b", 0.3), ("c", 0.5))}
+    slightly = [{k: v * np.float32(1 + 1e-6) for k, v in row.items()}]
+    ok, = cmp._errors([slightly], [[row]], ["z"], 1e-4, 1e-5)
+    assert ok.ok and 0 < ok.max_abs < 1e-6
+    off, = cmp._errors([[{"a": row["a"], "b": row["b"]}]], [[row]], ["z"], 1e-4, 1e-5)
+    assert not off.ok and "keys" in off.message
+
+
+def test_a_reference_that_fails_on_the_inputs_is_an_error_naming_it(providers: None) -> None:
+    """Seeded random indices out of the data's range: onnxruntime raises, and compare says so
+    as an ort_core error (it printed onnxruntime's traceback)."""
+    graph = helper.make_graph([helper.make_node("Gather", ["d", "i"], ["y"])], "g",
+                              [helper.make_tensor_value_info("i", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [numpy_helper.from_array(np.ones(1, np.float32), "d")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ort_core.Fail, match="the reference, onnxruntime .* failed on these inputs.*--inputs"):
+        cmp.compare(model, [["CPUExecutionProvider"]])

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from . import session as _session_module
-from .errors import InvalidArgument, InvalidProtobuf, NoSuchFile
+from .errors import Fail, InvalidArgument, InvalidProtobuf, NoSuchFile
 
 CPU = "CPUExecutionProvider"
 RTOL, ATOL = 1e-4, 1e-5
@@ -106,10 +106,37 @@ class Comparison:
         return "\n".join(lines)
 
 
-def _errors(actual: Sequence[Any], expected: Sequence[np.ndarray], names: Sequence[str],
+def _leaves(value: Any, path: str = "") -> list[tuple[str, np.ndarray]]:
+    """The tensors of a sequence or map output (ZipMap's list of dicts, say), each with its
+    place in it ("[0]['setosa']"); a tensor is its own one leaf."""
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value, key=repr) for leaf in _leaves(value[key], f"{path}[{key!r}]")]
+    if isinstance(value, (list, tuple)):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [(path, np.asarray(value))]
+
+
+def _structured_error(name: str, actual: Any, expected: Any, rtol: float, atol: float) -> OutputError:
+    """A sequence or map output against the reference's: the same places (lengths, keys), then
+    each tensor as ``_errors`` compares them, the worst one reported."""
+    got, want = _leaves(actual), _leaves(expected)
+    if [p for p, _ in got] != [p for p, _ in want]:
+        return OutputError(name, float("inf"), float("inf"), 0.0,
+                           "a sequence or map whose lengths or keys are not the reference's")
+    errors = _errors([a for _, a in got], [e for _, e in want], [name + p for p, _ in want], rtol, atol)
+    if not errors:
+        return OutputError(name, 0.0, 0.0, atol)
+    worst = next((err for err in errors if err.message), None) or max(errors, key=lambda err: err.max_abs - err.bound)
+    return OutputError(name, worst.max_abs, worst.max_rel, worst.bound, worst.message)
+
+
+def _errors(actual: Sequence[Any], expected: Sequence[Any], names: Sequence[str],
             rtol: float, atol: float) -> list[OutputError]:
     result = []
     for name, a, e in zip(names, actual, expected):
+        if isinstance(e, (list, tuple, dict)) or isinstance(a, (list, tuple, dict)):
+            result.append(_structured_error(name, a, e, rtol, atol))
+            continue
         a, e = np.asarray(a), np.asarray(e)
         if a.shape != e.shape or a.dtype != e.dtype:
             result.append(OutputError(name, float("inf"), float("inf"), 0.0,
@@ -236,8 +263,13 @@ def compare(model: str | bytes | onnx.ModelProto, runners: Sequence[Sequence[str
     try:
         import onnxruntime
 
-        expected = _onnxruntime_run(proto, feeds, names)
         reference = f"onnxruntime {onnxruntime.__version__} CPUExecutionProvider, ORT_DISABLE_ALL"
+        try:
+            expected = _onnxruntime_run(proto, feeds, names)
+        except Exception as exc:  # the reference cannot run these inputs: no comparison to make
+            raise Fail(f"the reference, {reference}, failed on these inputs (seeded random values where "
+                       f"--inputs gives none): {type(exc).__name__}: {str(exc).strip()}; give the model "
+                       "realistic values with --inputs NAME=FILE.npy") from exc
         start = 0
     except ImportError:
         first = list(runners[0])
