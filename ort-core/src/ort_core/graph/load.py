@@ -258,8 +258,10 @@ def _list_initializers_as_inputs(graph: onnx.GraphProto) -> bool:
 
 def _give_output_types(model: onnx.ModelProto) -> bool:
     """Give the main graph's outputs that have no type the type inference gives them (for the
-    checker's copy only); whether any was missing. One that inference leaves untyped is an
-    InvalidGraph naming it."""
+    checker's copy only); whether any was missing. One that onnx's inference leaves untyped but
+    a node of the graph produces (a com.microsoft op's output: onnxruntime infers it from its own
+    schemas) leaves the checker's copy, its type known when its kernel runs; one nothing
+    produces is an InvalidGraph naming it."""
     untyped = [out for out in model.graph.output if out.type.WhichOneof("value") is None]
     if not untyped:
         return False
@@ -267,11 +269,16 @@ def _give_output_types(model: onnx.ModelProto) -> bool:
         inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(model).graph.output}
     except Exception:  # the checker's copy keeps the gap; its error is then the one raised
         return False
+    produced = {name for node in model.graph.node for name in node.output}
     for out in untyped:
         found = inferred.get(out.name)
-        if found is None or found.type.WhichOneof("value") is None:
+        if found is not None and found.type.WhichOneof("value") is not None:
+            out.type.CopyFrom(found.type)
+        elif out.name not in produced:
             raise InvalidGraph(f"graph output {out.name!r} has no type, and type inference does not give one")
-        out.type.CopyFrom(found.type)
+    kept = [out for out in model.graph.output if out.type.WhichOneof("value") is not None]
+    del model.graph.output[:]
+    model.graph.output.extend(kept)
     return True
 
 
