@@ -6,7 +6,6 @@ Tolerance: rtol 1e-4, atol 1e-5 (float32; both sides use BLAS with different sum
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime
 import pytest
 
 import ort_core as ort
