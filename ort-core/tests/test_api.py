@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
+import warnings
 
 import numpy as np
 import onnx
@@ -41,18 +44,63 @@ def test_exceptions_import_from_onnxruntimes_module_path(tmp_path):
     names, the classes ort-core raises."""
     import onnxruntime.capi.onnxruntime_pybind11_state as onnxruntime_state
 
+    from ort_core import errors
     from ort_core.capi import _pybind_state
     from ort_core.capi import onnxruntime_pybind11_state as state
-    from ort_core.errors import EngineError, ModelLoaded
 
+    status_only = ("EngineError", "ModelLoaded", "NotFound", "ModelRequiresCompilation")  # (never raised here)
     for name in state.__all__:
-        assert getattr(state, name) is getattr(ort, name, None) or name in ("EngineError", "ModelLoaded")
+        assert getattr(state, name) is getattr(ort, name, None) or name in status_only
         assert getattr(_pybind_state, name) is getattr(state, name)  # (onnxruntime's capi._pybind_state)
         assert hasattr(onnxruntime_state, name), name  # (a name onnxruntime has)
-    assert (state.EngineError, state.ModelLoaded) == (EngineError, ModelLoaded)
-    assert {"OrtValue", "SessionOptions", "get_available_providers", "EngineError"} <= set(state.__all__)
+    for name in status_only:
+        assert getattr(state, name) is getattr(errors, name)
+    assert {"OrtValue", "SessionOptions", "get_available_providers", "EngineError", "OrtEpDevice",
+            "get_ep_devices", "set_seed"} <= set(state.__all__)
     with pytest.raises(state.NoSuchFile):
         ort.InferenceSession(str(tmp_path / "missing.onnx"))
+
+
+def test_capi_modules_are_attributes_of_the_package(tmp_path):
+    """``except ort.capi.onnxruntime_pybind11_state.X:`` works without an import of the
+    submodule (as after ``import onnxruntime``): the clause is evaluated while the error is in
+    flight, and an AttributeError there lost the error. The submodules resolve in a fresh
+    process that imported only ``ort_core``."""
+    code = (
+        "import sys, ort_core as ort\n"
+        "try:\n"
+        f"    ort.InferenceSession({str(tmp_path / 'missing.onnx')!r})\n"
+        "except ort.capi.onnxruntime_pybind11_state.InvalidArgument:\n"
+        "    print('wrong class')\n"
+        "except ort.capi.onnxruntime_pybind11_state.NoSuchFile:\n"
+        "    print('caught')\n"
+        "print(ort.capi.build_and_package_info.__version__ == ort.__version__)\n"
+        "print(ort.capi.onnxruntime_inference_collection.Session is ort.InferenceSession)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["caught", "True", "True"], result.stderr
+
+
+def test_inference_collection_module_names():
+    """``onnxruntime.capi.onnxruntime_inference_collection``'s classes and helpers, as ort-core's."""
+    import onnxruntime.capi.onnxruntime_inference_collection as onnxruntime_collection
+
+    from ort_core.capi import onnxruntime_inference_collection as collection
+
+    for name in collection.__all__:
+        assert hasattr(onnxruntime_collection, name), name
+    assert collection.OrtValue is ort.OrtValue and collection.IOBinding is ort.IOBinding
+    assert collection.get_ort_device_type("cpu") == onnxruntime_collection.get_ort_device_type("cpu")
+    available = ["CPUExecutionProvider"]
+    for providers, options in (([("CPUExecutionProvider", {"a": 1})], None), (["CPUExecutionProvider"], [{"b": 2.5}]),
+                               (["CPUExecutionProvider", "CPUExecutionProvider"], None), (None, None)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert collection.check_and_normalize_provider_args(providers, options, available) == \
+                onnxruntime_collection.check_and_normalize_provider_args(providers, options, available)
+    for bad in ((["CPUExecutionProvider"], [{}, {}]), ([("CPUExecutionProvider", 3)], None)):
+        with pytest.raises(ValueError):
+            collection.check_and_normalize_provider_args(*bad, available)
 
 
 def test_session_metadata(host):

@@ -63,3 +63,14 @@ class EngineError(OrtError):
 class ModelLoaded(OrtError):
     """onnxruntime's MODEL_LOADED status (a model loaded twice into one session); ort-core
     raises none (kept for handlers that catch it by name)."""
+
+
+class NotFound(OrtError):
+    """onnxruntime's NOT_FOUND status; ort-core raises none of its own (kept for handlers that
+    catch it by name)."""
+
+
+class ModelRequiresCompilation(OrtError):
+    """onnxruntime's MODEL_REQUIRES_COMPILATION status (an EP-context model whose provider must
+    compile it first); ort-core raises none of its own (kept for handlers that catch it by
+    name)."""
