@@ -214,6 +214,10 @@ def _check(op: str, v: int, label: str, inputs, attrs) -> str | None:
         return f"output type {TensorProto.DataType.Name(got)}, declared {TensorProto.DataType.Name(want)}"
     if ref is None:
         return None
+    if ours.dtype == object and inputs[0].dtype != object:
+        # numbers written as text: onnx.reference writes numpy's str(), ort-core onnxruntime's
+        # %.8g, NaN / INF and 1 / 0 (test_cast_to_string_writes_numbers_as_onnxruntime)
+        return None
     try:
         conformance.compare_value(np.asarray(ref), ours, 1e-3, 1e-5)
         return None

@@ -146,7 +146,24 @@ def test_cast_strings_both_ways():
     np.testing.assert_array_equal(y, np.array([1.5, -2, np.inf, -np.inf, np.nan, 1e-3], dtype=np.float32))
     (s,), _ = run_both("Cast", [np.array([1.5, -2.0], dtype=np.float32)], [TensorProto.STRING], 21,
                        to=TensorProto.STRING)
-    assert s.dtype == object and s.tolist() == ["1.5", "-2.0"]
+    assert s.dtype == object and s.tolist() == ["1.5", "-2"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.bool_, np.int64,
+                                   np.uint8])
+def test_cast_to_string_writes_numbers_as_onnxruntime(dtype):
+    """Floats with 8 significant digits (C's %.8g) whatever their width, NaN / INF / -INF,
+    bools as 1 / 0: numpy's str() gave "1.0", "nan", "True" and a float64's 17 digits."""
+    pytest.importorskip("onnxruntime")
+    if dtype == np.bool_:
+        x = np.array([True, False])
+    elif np.dtype(dtype).kind in "iu":
+        x = np.array([0, 1, 7, 200], dtype=dtype)
+    else:
+        values = [1.0, 0.1, 1e10, 1e-7, 123456789.0, np.nan, np.inf, -np.inf, -0.0, 3.0e38, 2.5, -1.25e-3]
+        x = np.array(values, np.float32).astype(dtype)
+    (s,), (want,) = run_both("Cast", [x], [TensorProto.STRING], 21, reference="onnxruntime", to=TensorProto.STRING)
+    assert s.dtype == object and s.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
@@ -651,3 +668,16 @@ def test_split_row_loops_in_a_forked_child():
     assert x.size >= _jit.SPLIT_MIN_ELEMENTS
     want = _split_row_loops(x)  # split in the parent: the pool has started
     assert max(in_forked_child(_largest_differences, x, want, timeout=60)) <= 1e-6
+
+
+@pytest.mark.parametrize("op,fmod", [("Div", None), ("Mod", 0), ("Mod", 1)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_integer_division_by_zero_fails_the_run(op, fmod, dtype):
+    """onnxruntime fails the run ("Integer division by zero"); numpy gave 0 and a warning."""
+    attrs = {} if fmod is None else {"fmod": fmod}
+    a, b = np.array([7, 8], dtype), np.array([0, 2], dtype)
+    with pytest.raises(ort.Fail, match="by zero"):
+        run_both(op, [a, b], [onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))], 14, reference=None, **attrs)
+    (y,), _ = run_both(op, [a, b + 1], [onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))], 14, reference=None,
+                       **attrs)
+    np.testing.assert_array_equal(y, a // (b + 1) if op == "Div" else a % (b + 1))

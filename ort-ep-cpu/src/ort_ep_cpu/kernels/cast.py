@@ -39,13 +39,28 @@ def _standard(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32 if x.dtype in _SMALL_FLOATS else np.int32)
 
 
+#: onnxruntime's spelling of a float's non-finite values in Cast to STRING
+_NON_FINITE_TEXT = {"nan": "NaN", "-nan": "NaN", "inf": "INF", "-inf": "-INF"}
+
+
 def _to_string(x: np.ndarray) -> np.ndarray:
+    """Cast to STRING as onnxruntime writes numbers: a float (any width, through float64) with
+    at most 8 significant digits (C's ``%.8g``: 1 -> "1", 0.1f -> "0.1", 1e10 -> "1e+10", -0.0
+    -> "-0"), NaN and infinities as "NaN", "INF", "-INF"; a bool as "1" / "0"; an integer in
+    decimal."""
     if x.dtype == object or x.dtype.kind in "SU":
         return x.astype(object)
     if _is_ml(x.dtype):
         x = _standard(x)
-    # numpy's str() of a float32 is the shortest repr that round-trips, which is what ONNX asks
-    return x.astype(np.str_).astype(object)
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    if x.dtype.kind != "f":
+        return x.astype(np.str_).astype(object)
+    text = np.char.mod("%.8g", x.astype(np.float64)).astype(object)
+    non_finite = ~np.isfinite(x)
+    if non_finite.any():
+        text[non_finite] = [_NON_FINITE_TEXT[t] for t in text[non_finite]]
+    return text
 
 
 def _from_string(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -288,6 +288,8 @@ def _isinf(node, request):
 def _div(node, request):
     def div(a, b):
         if a.dtype.kind in "iu":
+            if not np.all(b):  # numpy gives 0 (and a warning); onnxruntime fails the run
+                raise ZeroDivisionError("Integer division by zero")
             # ONNX integer division truncates toward zero (C semantics); numpy floors
             with np.errstate(divide="ignore"):
                 q = np.floor_divide(a, b)
@@ -307,6 +309,8 @@ def _mod(node, request):
     fn = np.fmod if fmod else np.mod
 
     def mod(a, b):
+        if a.dtype.kind in "iu" and not np.all(b):  # numpy gives 0; onnxruntime fails the run
+            raise ZeroDivisionError("Integer modulo by zero")
         with np.errstate(divide="ignore", invalid="ignore"):
             if is_small_float(a.dtype):
                 return fn(a.astype(np.float32), _widen(b)).astype(a.dtype)
