@@ -110,7 +110,7 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, compiled, m
 
 
 def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict, peepholes: bool, rng):
-    gates = {"LSTM": 4, "GRU": 3}[op]
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     dirs = 2 if direction == "bidirectional" else 1
     arrays = {"W": rng.standard_normal((dirs, gates * hidden, inp)) * 0.4,
               "R": rng.standard_normal((dirs, gates * hidden, hidden)) * 0.4,
@@ -137,7 +137,9 @@ def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("op, attrs, peepholes", [
-    ("LSTM", {}, False), ("LSTM", {}, True), ("GRU", {}, False), ("GRU", {"linear_before_reset": 1}, False)])
+    ("LSTM", {}, False), ("LSTM", {}, True), ("GRU", {}, False), ("GRU", {"linear_before_reset": 1}, False),
+    ("RNN", {}, False), ("RNN", {"activations": ["Relu"]}, False), ("RNN", {"activations": ["Sigmoid"]}, False),
+    ("RNN", {"activations": ["Tanh", "Relu"]}, False)])
 @pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
 def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, ragged, monkeypatch):
     # the whole recurrence of a direction is one compiled call (_jit.lstm_scan / gru_scan)
@@ -145,7 +147,9 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
 
     if not _jit.enabled():
         pytest.skip("numba is not installed")
-    scan_name = {"LSTM": "lstm_scan", "GRU": "gru_scan"}[op]
+    if "activations" in attrs and (len(attrs["activations"]) == 2) != (direction == "bidirectional"):
+        pytest.skip("onnxruntime takes one activation per direction")
+    scan_name = {"LSTM": "lstm_scan", "GRU": "gru_scan", "RNN": "rnn_scan"}[op]
     real, calls = getattr(_jit, scan_name)(), []
     monkeypatch.setattr(_jit, scan_name, lambda: lambda *args: (calls.append(1), real(*args)))
     rng = np.random.default_rng(3)

@@ -46,6 +46,7 @@ _lstm_cell_row: Callable | None = None
 _lstm_cell_row_mlas: Callable | None = None  # (and the MLAS activations and their helpers, set by _load)
 _lstm_cells: Callable | None = None
 _gru_scan: Callable | None = None
+_rnn_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
 _sigmoid_value: Callable | None = None
 _exp_value: Callable | None = None
@@ -622,6 +623,17 @@ def gru_scan() -> Callable | None:
     return _gru_scan if _load() else None
 
 
+def rnn_scan() -> Callable | None:
+    """The compiled float32 RNN recurrence of one direction without clip, ``(xw, rt, rb,
+    activation, lens, h, ys)``, or None: h_t = f(xw_t + h_{t-1} @ rt + rb) with ``activation``
+    0 Tanh, 1 Relu, 2 Sigmoid (``RNN_ACTIVATIONS``); the rest as ``lstm_scan``."""
+    return _rnn_scan if _load() else None
+
+
+#: the activations ``rnn_scan`` computes, by their lower-case ONNX name: its code for each
+RNN_ACTIVATIONS = {"tanh": 0, "relu": 1, "sigmoid": 2}
+
+
 def _load() -> bool:
     """Compile the loops (once per process, at first use); whether they are used: ``USE`` and
     numba importable. Every accessor asks it, so ``ORT_EP_CPU_NUMBA=0`` (or a test setting
@@ -658,7 +670,7 @@ def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, option
 
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
-    global _layer_norm_rows, _lstm_scan, _gru_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
+    global _layer_norm_rows, _lstm_scan, _gru_scan, _rnn_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _dequantize_axis, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _fma_rows1, _fma_rows2, _fma_rows3, _fma_rows4, _fma_rows5, _fma_rows6, _float_share, _float_product
@@ -684,7 +696,7 @@ def _load_once() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
+                _lstm_scan = _gru_scan = _rnn_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
                 _packed_product = None
                 _packed_product_split = _packed_share = None
                 _float_share = _float_product = _float_product_split = None
@@ -806,6 +818,7 @@ def _load_once() -> None:
                 if _quad_product is not None:
                     _quantized_lstm_quad_scan = numba.njit(cache=cached, **exact)(_quantized_lstm_quad_scan_py)
                 _gru_scan = numba.njit(cache=cached, **elementwise)(_gru_scan_py)
+                _rnn_scan = numba.njit(cache=cached, **elementwise)(_rnn_scan_py)
                 _half_to_float = numba.njit(cache=cached, **elementwise)(_half_to_float_py)
                 _float_to_half = numba.njit(cache=cached, **elementwise)(_float_to_half_py)
                 # no "contract": each product rounded before its sum, as onnxruntime computes it
@@ -2366,6 +2379,38 @@ def _gru_scan_py(xw, rt, rb, lbr, lens, h, ys):  # pragma: no cover - compiled b
                 hj = (_ONE - zj) * _tanh_value(cand) + zj * h[b, j]
                 h[b, j] = hj
                 ys[t, b, j] = hj
+
+
+def _rnn_scan_py(xw, rt, rb, activation, lens, h, ys):  # pragma: no cover - compiled by numba
+    """See ``rnn_scan``."""
+    seq, batch, n = xw.shape
+    z = np.empty((batch, n), np.float32)
+    for t in range(seq):
+        for b in range(batch):
+            for j in range(n):
+                z[b, j] = rb[j]
+        _recurrent_product(z, h, rt, 0, n)
+        for b in range(batch):
+            if t >= lens[b]:  # a finished row keeps its state; its outputs are 0
+                for j in range(n):
+                    ys[t, b, j] = _ZERO
+                continue
+            # one loop per activation (a branch inside the loop kept it scalar)
+            if activation == 0:
+                for j in range(n):
+                    hj = _tanh_value(z[b, j] + xw[t, b, j])
+                    h[b, j] = hj
+                    ys[t, b, j] = hj
+            elif activation == 1:
+                for j in range(n):
+                    hj = max(z[b, j] + xw[t, b, j], _ZERO)
+                    h[b, j] = hj
+                    ys[t, b, j] = hj
+            else:
+                for j in range(n):
+                    hj = _sigmoid_value(z[b, j] + xw[t, b, j])
+                    h[b, j] = hj
+                    ys[t, b, j] = hj
 
 
 def _bilinear_py(x, y1, y2, x1, x2, dy1, dy2, dx1, dx2, y):  # pragma: no cover - compiled by numba

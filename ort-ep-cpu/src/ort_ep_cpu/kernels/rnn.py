@@ -38,6 +38,16 @@ _ACTIVATIONS = {
 }
 
 
+def _activation_names(node, defaults: list[str], n_dirs: int) -> list[list[str]]:
+    """The activations' names of each direction (a single direction's list serves both)."""
+    names = node.attr("activations")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
+    per_dir = len(defaults)
+    if len(names) == per_dir and n_dirs == 2:
+        names = names * 2
+    return [names[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+
+
 def _activations(node, defaults: list[str], n_dirs: int):
     names = node.attr("activations")
     names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
@@ -213,6 +223,26 @@ class _Recurrent:
 
 
 class _RNN(_Recurrent):
+    def __init__(self, node):
+        super().__init__(node)
+        # the compiled recurrence (_jit.rnn_scan) for float32 where each direction's activation
+        # is one it computes (Tanh, Relu, Sigmoid) and there is no clip: the Python step loop
+        # took about 2 us a step (a bidirectional onset detector's six RNNs of 300 steps: 6.3 ms
+        # where onnxruntime takes 1.1)
+        names = _activation_names(node, self.defaults, self.n_dirs)
+        codes = [_jit.RNN_ACTIVATIONS.get(names[d][0].lower()) for d in range(self.n_dirs)]
+        self._codes = codes if self.clip is None and None not in codes and _jit.enabled() else None
+
+    def _scan(self, xw, rt, rb, h, c, p, acts, lens, full):
+        scan = _jit.rnn_scan() if self._codes is not None and xw.dtype == np.float32 else None
+        if scan is None:
+            return super()._scan(xw, rt, rb, h, c, p, acts, lens, full)
+        code = self._codes[[mine is acts for mine in self.acts].index(True)]  # this direction's
+        h = np.array(h, np.float32)  # the state, updated in place
+        ys = np.empty(xw.shape[:2] + h.shape[1:], np.float32)
+        scan(np.ascontiguousarray(xw), rt, np.ascontiguousarray(rb, np.float32), code, lens, h, ys)
+        return ys, h, c
+
     def step(self, xw, h, c, rt, rb, p, acts):
         return acts[0](self._pre(xw + h @ rt + rb)), c
 
