@@ -84,7 +84,13 @@ def test_untyped_graph_outputs_take_their_inferred_types_as_in_onnxruntime(ort_n
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("s")],
     )
-    for source in (model, model.SerializeToString()):
+    # an empty TypeProto ("Unrecognized type value case" to the checker) is no type either
+    empty = make_model(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Shape", ["y"], ["s"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_value_info("y", onnx.TypeProto()), helper.make_value_info("s", onnx.TypeProto())],
+    )
+    for source in (model, model.SerializeToString(), empty):
         session = ort.InferenceSession(source)
         assert [(o.type, o.shape) for o in session.get_outputs()] == [("tensor(float)", [2]), ("tensor(int64)", [1])]
         y, s = session.run(None, {"x": np.array([-1.0, 2.0], dtype=np.float32)})

@@ -4,7 +4,7 @@ node whose output diverges.
 
 Each runner is a provider list (``A`` or ``A+B``; core appends the CPU provider as fallback,
 as in any session) at one optimization level. The reference is onnxruntime's CPU provider with
-its optimizations off (the model's own semantics) when onnxruntime is installed, else the first
+its optimizations off (the model's own semantics) on one thread when onnxruntime is installed, else the first
 runner. An output mismatches when ``max|a - e| > atol + rtol * max|e|``.
 
 Localising a mismatch: the runner's session writes the graph it runs
@@ -188,6 +188,9 @@ def _onnxruntime_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], na
 
     so = onnxruntime.SessionOptions()
     so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # one thread: onnxruntime's own DynamicQuantizeLSTM gives other values on more threads (0.75
+    # on a diacritizer's logits, text2tashkeel's bilstm.int8), which were blamed on the runner
+    so.intra_op_num_threads = 1
     sess = exact_reference.session(model, so)
     wanted = {i.name for i in sess.get_inputs()}
     return sess.run(list(names), {k: v for k, v in feeds.items() if k in wanted})

@@ -200,6 +200,8 @@ _NOT_INPUT = "in initializer but not in graph input"
 _UNSORTED = "Nodes in a graph must be topologically sorted"
 #: ... and a value info with no type at all (``helper.make_empty_tensor_value_info``)
 _NO_TYPE = "Field 'type' of 'value_info' is required but missing"
+#: ... or an empty one (``helper.make_value_info(name, onnx.TypeProto())``)
+_EMPTY_TYPE = "Unrecognized type value case"
 
 
 def check_proto(model: onnx.ModelProto | bytes) -> None:
@@ -209,7 +211,8 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
     Three rules of the checker are not onnxruntime's, which runs such models: a graph input
     or output whose tensor type has no shape at all (rank unknown, as
     ``helper.make_tensor_value_info(name, type, None)`` writes it); a graph output with no
-    type at all, which type inference gives (``helper.make_empty_tensor_value_info``); below
+    type at all or an empty one, which type inference gives (``helper.make_empty_tensor_value_info``,
+    ``helper.make_value_info(name, onnx.TypeProto())``); below
     IR version 4, an initializer that is not also a graph input. On those failures the check
     is run again on a copy in which those types carry an empty shape, the output its inferred
     type, or the initializers are listed as inputs, so that every other rule still applies;
@@ -217,7 +220,8 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        if _NO_SHAPE in str(exc) or _NO_TYPE in str(exc) or _NOT_INPUT in str(exc):
+        no_type = _NO_TYPE in str(exc) or _EMPTY_TYPE in str(exc)
+        if _NO_SHAPE in str(exc) or no_type or _NOT_INPUT in str(exc):
             copy = onnx.ModelProto()
             if isinstance(model, bytes):
                 copy.ParseFromString(model)
@@ -225,7 +229,7 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
                 copy.CopyFrom(model)
             if _NO_SHAPE in str(exc):
                 fixed = _give_io_shapes(copy.graph)
-            elif _NO_TYPE in str(exc):
+            elif no_type:
                 fixed = _give_output_types(copy)
             else:
                 fixed = _list_initializers_as_inputs(copy.graph)
