@@ -192,6 +192,30 @@ def test_wrong_fixed_dimension(sess):
         sess.run(None, {"x": np.ones((1, 5), np.float32)})
 
 
+def test_big_endian_input_is_converted(sess):
+    """Non-native byte order (np.load or np.frombuffer of network-order data) is converted:
+    it was refused (onnxruntime 1.32 reads its bytes as native, so 1.0 becomes 4.6e-41)."""
+    x = np.array([[1.0, 2.0, -3.0, 0.5]], np.float32)
+    (want,) = sess.run(None, {"x": x})
+    (got,) = sess.run(None, {"x": x.astype(">f4")})
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ort.InvalidArgument, match="given >f8"):  # another type is still refused
+        sess.run(None, {"x": x.astype(">f8")})
+
+
+def test_non_str_objects_in_a_string_input_are_their_str(host):
+    """ints, None or bytes fed to a tensor(string) input reach the graph as their str(), as
+    onnxruntime takes them; they reached kernels as they were."""
+    model = make_model([helper.make_node("Identity", ["s"], ["t"])],
+                       [helper.make_tensor_value_info("s", TensorProto.STRING, ["N"])],
+                       [helper.make_tensor_value_info("t", TensorProto.STRING, ["N"])])
+    session = ort.InferenceSession(model.SerializeToString())
+    for feed, want in (([1, 2], ["1", "2"]), (np.array([None, "a"], object), ["None", "a"]),
+                       (np.array([b"a", 7], object), ["b'a'", "7"]), (np.array(["x", "y"]), ["x", "y"])):
+        (t,) = session.run(None, {"s": feed})
+        assert t.dtype == object and t.tolist() == want and all(type(v) is str for v in t)
+
+
 def test_unknown_output_name(sess):
     with pytest.raises(ort.InvalidArgument, match="unknown output name 'q'.*'y'"):
         sess.run(["q"], {"x": np.ones((1, 4), np.float32)})

@@ -25,7 +25,7 @@ from . import _SEVERITY_LEVELS, epcontext, optimizer
 from . import devices as devices_
 from . import policy as policy_
 from .binding import IOBinding
-from .errors import EPFail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
+from .errors import EPFail, Fail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import MAP_TYPES, ModelSource, load_model
 from .graph.view import GraphView
 from .memory import OrtValue
@@ -972,7 +972,7 @@ class InferenceSession:
         """``run`` giving the outputs as the plan leaves them: outputs named in
         ``output_memory`` (name -> (memory, its transfer)) stay in that memory."""
         if run_options is not None and run_options.terminate:
-            raise InvalidArgument("run_options.terminate is set: run refused")
+            raise Fail("Exiting due to terminate flag being set to true (run_options.terminate): run refused")
         feeds = self._checked_feeds(input_feed)
         if feeds is not None and output_memory is None:
             plan = self._plan  # host arrays in (what _checked_feeds passes), host arrays out
@@ -1440,11 +1440,17 @@ def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | N
     elif dtype.kind == "O" and value.dtype.kind in ("U", "S"):
         # strings as numpy unicode/bytes arrays, as onnxruntime takes them
         value = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(object)
+    elif value.dtype != dtype and value.dtype.newbyteorder("=") == dtype:
+        value = value.astype(dtype)  # big-endian data, converted as onnxruntime converts it
     elif value.dtype != dtype:
         raise InvalidArgument(
             f"input {name!r}: unexpected data type: expected {type_str} ({dtype}), "
             f"given {value.dtype}"
         )
+    if dtype.kind == "O" and not all(type(v) is str for v in value.flat):
+        # other objects in a string input (ints, None, bytes) as their str(), as onnxruntime
+        # takes them: string kernels expect str
+        value = np.array([v if type(v) is str else str(v) for v in value.flat], dtype=object).reshape(value.shape)
     if shape is not None:
         if value.ndim != len(shape):
             raise InvalidArgument(
