@@ -115,3 +115,16 @@ def test_ortvalue_of_a_0_d_array_stays_0_d():
     assert v.shape() == [] and v.numpy().shape == ()
     v.update_inplace(np.array(4.0, np.float32))
     assert v.numpy() == 4.0
+
+
+def test_no_output_bound_is_refused_as_in_onnxruntime(host):
+    """onnxruntime: "At least one output should be requested" (a RuntimeError); a run that
+    returned nothing hid a forgotten bind_output."""
+    sess = ort.InferenceSession(chain_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", np.ones((1, 4), np.float32))
+    with pytest.raises(RuntimeError, match="At least one output should be requested"):
+        sess.run_with_iobinding(binding)
+    binding.bind_output("y")
+    sess.run_with_iobinding(binding)
+    assert len(binding.get_outputs()) == 1

@@ -81,8 +81,10 @@ def test_dynamic_quantize_lstm_gets_a_zero_point_per_direction():
     r = rng.integers(-128, 128, (2, 3, 12)).astype(np.int8)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r"),
              numpy_helper.from_array(np.full(2, 0.01, np.float32), "ws"),
-             numpy_helper.from_array(np.full(2, 0.01, np.float32), "rs")]
-    node = helper.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "", "rs"], ["y"],
+             numpy_helper.from_array(np.full(2, 0.01, np.float32), "rs"),
+             numpy_helper.from_array(np.zeros(2, np.int8), "wz"), numpy_helper.from_array(np.zeros(2, np.int8), "rz")]
+    # (all twelve inputs: onnxruntime's schema requires both zero points)
+    node = helper.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"], ["y"],
                             domain=MS, hidden_size=3, direction="bidirectional")
     model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 4])], inits,
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opsets=(("", 17), (MS, 1)))

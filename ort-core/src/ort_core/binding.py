@@ -141,6 +141,9 @@ class IOBinding:
         from .devices import DeviceMemory
 
         names = list(self._outputs)
+        if not names:  # onnxruntime's words and class (a RuntimeError)
+            raise InvalidArgument("At least one output should be requested: bind_output() or "
+                                  "bind_ortvalue_output() before run_with_iobinding()")
         on_device = {}
         for name, target in self._outputs.items():
             if isinstance(target, DeviceMemory):
@@ -148,8 +151,8 @@ class IOBinding:
             elif isinstance(target, OrtValue):
                 on_device[name] = (target._memory, target._transfer)
         session = self._session
-        results = session._run(names, self._inputs, run_options, on_device) if names else []
-        self._copies = list(session._plan_for(self._inputs, on_device).copies) if names else []
+        results = session._run(names, self._inputs, run_options, on_device)
+        self._copies = list(session._plan_for(self._inputs, on_device).copies)
         values = []
         for name, result in zip(names, results, strict=True):
             buffer = self._outputs[name]

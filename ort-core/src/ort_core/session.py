@@ -263,6 +263,14 @@ class SessionOptions:
         for name, buffer, length in zip(file_names, buffer_array, file_lengths):
             self._external_files[str(name)] = bytes(memoryview(buffer).cast("B")[: int(length)])
 
+    def _snapshot(self) -> SessionOptions:
+        """A copy whose settings later changes to this one do not reach (its tables copied,
+        the values in them shared): what a session keeps of the options it was made with."""
+        copy = object.__new__(SessionOptions)
+        copy.__dict__.update({key: dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list)
+                              else value for key, value in self.__dict__.items()})
+        return copy
+
     def set_load_cancellation_flag(self, value: bool) -> None:
         """True cancels the making of sessions with these options (``ModelLoadCanceled``)."""
         self._cancel = bool(value)
@@ -630,12 +638,18 @@ class InferenceSession:
         **kwargs: Any,
     ) -> None:
         self._bound_names = [CPU_PROVIDER]
-        self._options = sess_options or SessionOptions()
+        # a snapshot, as onnxruntime keeps one: later changes to the caller's options reach
+        # neither get_session_options() nor set_providers(); its cancellation flag still does
+        self._given_options = sess_options
+        self._options = sess_options._snapshot() if sess_options is not None else SessionOptions()
         self._config = self._options.config_entries
         self._strict = self._config.get(DISABLE_CPU_FALLBACK, "0") == "1"
         self._profile: list | None = [] if self._options.enable_profiling else None
         # (0 where profiling is off, as onnxruntime's get_profiling_start_time_ns)
         self._profile_start = time.perf_counter_ns() if self._options.enable_profiling else 0
+        # (the profile's times count from _profile_start; the start itself is told in wall-clock
+        # nanoseconds since the epoch, as onnxruntime 1.32 tells it)
+        self._profile_start_epoch_ns = time.time_ns() if self._options.enable_profiling else 0
         self._lock = threading.Lock()
 
         self._source = path_or_bytes  # set_providers makes the session again from it
@@ -745,7 +759,7 @@ class InferenceSession:
     def _check_canceled(self) -> None:
         from .errors import ModelLoadCanceled
 
-        if self._options._cancel:
+        if (self._given_options or self._options)._cancel:
             raise ModelLoadCanceled("session creation canceled: SessionOptions.set_load_cancellation_flag(True) is set")
 
     def _bind_providers(self, requested: list[tuple[str, dict[str, Any]]]) -> list[BoundProvider]:
@@ -1272,8 +1286,9 @@ class InferenceSession:
         return path
 
     def get_profiling_start_time_ns(self) -> int:
-        """When profiling started (the session's creation), 0 where it is off, as onnxruntime."""
-        return self._profile_start
+        """When profiling started (the session's creation) in nanoseconds since the epoch, 0
+        where it is off, as onnxruntime."""
+        return self._profile_start_epoch_ns
 
 
 def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
