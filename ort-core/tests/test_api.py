@@ -427,3 +427,17 @@ def test_negative_dimension_in_an_input_means_unknown(host):
     sess = ort.InferenceSession(model)
     assert sess.get_inputs()[0].shape == [None, 2]
     assert sess.run(None, {"x": np.ones((3, 2), np.float32)})[0].shape == (3, 2)
+
+
+def test_enums_print_as_onnxruntimes():
+    """onnxruntime's C-extension enums print ``Type.NAME`` (an IntEnum prints its number on
+    Python 3.11+), the same names and values."""
+    import onnxruntime
+
+    for name in ("GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "OrtHardwareDeviceType",
+                 "OrtDeviceMemoryType", "OrtMemType", "OrtAllocatorType", "OrtMemoryInfoDeviceType", "OrtSparseFormat",
+                 "OrtExecutionProviderDevicePolicy", "OrtCompileApiFlags"):
+        ours, theirs = getattr(ort, name), getattr(onnxruntime, name)
+        for member_name, member in theirs.__members__.items():
+            if member_name in ours.__members__:
+                assert str(ours[member_name]) == str(member) and int(ours[member_name]) == int(member)

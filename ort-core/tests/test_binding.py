@@ -27,6 +27,14 @@ def test_ortvalue_from_shape_and_type():
     assert (v.shape(), v.data_type(), v.device_name()) == ([3, 2], "tensor(int64)", "cpu")
     with pytest.raises(ValueError, match="'cuda'"):
         ort.OrtValue.ortvalue_from_shape_and_type([1], np.float32, "cuda", 0)
+    # onnxruntime 1.32's keywords: vendor_id, and memory_info naming the device instead
+    host_memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    v = ort.OrtValue.ortvalue_from_shape_and_type([2], np.float32, vendor_id=-1, memory_info=host_memory)
+    assert (v.shape(), v.device_name()) == ([2], "cpu")
+    v = ort.OrtValue.ortvalue_from_numpy(np.arange(3, dtype=np.float32), "cpu", 0, vendor_id=0)
+    np.testing.assert_array_equal(v.numpy(), [0, 1, 2])
+    with pytest.raises(ValueError, match="OrtMemoryInfo"):
+        ort.OrtValue.ortvalue_from_shape_and_type([2], np.float32, memory_info="Cpu")
 
 
 def test_io_binding_allocated_outputs_and_reused_inputs(host):

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._enum import OrtEnum
 from .errors import EPFail, Fail, NoSuchProvider
 from .types import HOST_MEMORY, EpDevice, MemoryInfo
 
@@ -79,7 +80,7 @@ def host_cpu() -> HostCpu:
     return HostCpu(name or platform.processor() or platform.machine(), vendor or platform.machine(), flags)
 
 
-class OrtHardwareDeviceType(enum.IntEnum):
+class OrtHardwareDeviceType(OrtEnum):
     """onnxruntime's hardware device types (same values)."""
 
     CPU = 0
@@ -87,7 +88,7 @@ class OrtHardwareDeviceType(enum.IntEnum):
     NPU = 2
 
 
-class OrtDeviceMemoryType(enum.IntEnum):
+class OrtDeviceMemoryType(OrtEnum):
     """onnxruntime's device memory types for ``OrtEpDevice.memory_info``."""
 
     DEFAULT = 0
@@ -313,7 +314,7 @@ def _memory_package(device_type: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class OrtMemType(enum.IntEnum):
+class OrtMemType(OrtEnum):
     """onnxruntime's memory types of an ``OrtMemoryInfo`` (same values)."""
 
     CPU_INPUT = -2
@@ -322,13 +323,13 @@ class OrtMemType(enum.IntEnum):
     DEFAULT = 0
 
 
-class OrtAllocatorType(enum.IntEnum):
+class OrtAllocatorType(OrtEnum):
     INVALID = -1
     ORT_DEVICE_ALLOCATOR = 0
     ORT_ARENA_ALLOCATOR = 1
 
 
-class OrtMemoryInfoDeviceType(enum.IntEnum):
+class OrtMemoryInfoDeviceType(OrtEnum):
     CPU = 0
     GPU = 1
     FPGA = 2

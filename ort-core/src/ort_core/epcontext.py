@@ -25,7 +25,6 @@ providers of a ``SessionOptions`` and writes the context model to a file or retu
 from __future__ import annotations
 
 import contextvars
-import enum
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
+from ._enum import OrtFlags
 from .errors import EPFail, Fail, InvalidArgument, InvalidGraph
 from .types import EpContextBlob, Kernel, KernelRequest
 
@@ -330,7 +330,7 @@ def save_context_model(
 # --------------------------------------------------------------------------------------------
 
 
-class OrtCompileApiFlags(enum.IntFlag):
+class OrtCompileApiFlags(OrtFlags):
     """onnxruntime's flags for ``ModelCompiler`` (bitwise OR)."""
 
     NONE = 0

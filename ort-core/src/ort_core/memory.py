@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ._enum import OrtEnum
 from .errors import InvalidArgument
 from .errors import NotImplemented as OrtNotImplemented
 from .types import HOST_MEMORY, Allocator, AllocatorStats, MemoryInfo
@@ -121,9 +121,22 @@ class OrtValue:
         return device_memory(device_type, device_id)
 
     @staticmethod
-    def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+    def _memory_info_device(memory_info: Any) -> tuple[str, int]:
+        """(device type, device id) of an ``OrtMemoryInfo``: "cpu" for host memory, else the
+        memory's name ("Cuda", "WebGpu": what ``device_memory`` looks the provider up by)."""
+        from .devices import OrtMemoryInfo, OrtMemoryInfoDeviceType
+
+        if not isinstance(memory_info, OrtMemoryInfo):
+            raise InvalidArgument(f"memory_info: an OrtMemoryInfo, not {type(memory_info).__name__}")
+        host = memory_info.device_type == OrtMemoryInfoDeviceType.CPU
+        return ("cpu" if host else memory_info.name), memory_info.device_id
+
+    @staticmethod
+    def ortvalue_from_numpy(array: np.ndarray, device_type: str = "cpu", device_id: int = 0,
+                            vendor_id: int = -1) -> OrtValue:
         """``array`` as an OrtValue: on the host (no copy of a contiguous array) or copied to the
-        device ``device_type``/``device_id``."""
+        device ``device_type``/``device_id``. ``vendor_id`` (onnxruntime's, to tell devices of
+        one type apart) is taken and not needed: each device type here is one provider's."""
         if str(device_type).lower() == "cpu":
             return OrtValue(np.asarray(array, order="C"), "cpu", device_id)
         dm = OrtValue._device(device_type, device_id)
@@ -131,10 +144,13 @@ class OrtValue:
 
     @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any = np.float32, device_type: str = "cpu",
-                                     device_id: int = 0) -> OrtValue:
+                                     device_id: int = 0, vendor_id: int = -1, memory_info: Any = None) -> OrtValue:
         """A new tensor of ``shape`` and ``element_type`` (a numpy type, or an ONNX element type
         number); on a device it is zero-filled (made by one host-to-device copy, at this call
-        only)."""
+        only). ``memory_info`` (an ``OrtMemoryInfo``), where given, names the device instead of
+        ``device_type``/``device_id``; ``vendor_id`` as in ``ortvalue_from_numpy``."""
+        if memory_info is not None:
+            device_type, device_id = OrtValue._memory_info_device(memory_info)
         dims = tuple(int(d) for d in shape)
         dtype = element_dtype(element_type)
         if str(device_type).lower() == "cpu":
@@ -315,7 +331,7 @@ class OrtValueVector(list):
         return [v.__dlpack__() for v in self]
 
 
-class OrtSparseFormat(enum.IntEnum):
+class OrtSparseFormat(OrtEnum):
     """onnxruntime's sparse formats (names only: ort-core has no sparse tensors)."""
 
     ORT_SPARSE_UNDEFINED = 0

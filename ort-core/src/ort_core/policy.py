@@ -36,7 +36,6 @@ The placement report (``InferenceSession.get_placement()``) says which policy ch
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import logging
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+from ._enum import OrtEnum
 from .devices import OrtEpDevice, as_ep_device, ep_devices
 from .errors import EPFail, InvalidArgument
 from .partition import CPU_PROVIDER
@@ -69,7 +69,7 @@ INPUTS_FILE = "ort_core.max_performance.inputs_file"
 DEFAULT_BUDGET_MS = 20000.0
 
 
-class OrtExecutionProviderDevicePolicy(enum.IntEnum):
+class OrtExecutionProviderDevicePolicy(OrtEnum):
     """onnxruntime's provider selection policies (same names and values)."""
 
     DEFAULT = 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import enum
 import gc
 import json
 import logging
@@ -24,6 +23,7 @@ import onnx_ir as ir
 from . import _SEVERITY_LEVELS, epcontext, optimizer
 from . import devices as devices_
 from . import policy as policy_
+from ._enum import OrtEnum
 from .binding import IOBinding
 from .errors import EPFail, Fail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import MAP_TYPES, ModelSource, load_model
@@ -44,15 +44,7 @@ MAX_FOLD_BYTES = "session.max_fold_bytes"
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
 
-class _OrtEnum(enum.IntEnum):
-    """An enum that prints as onnxruntime's (pybind11) enums do: ``GraphOptimizationLevel.ORT_ENABLE_ALL``
-    (an IntEnum prints its number on Python 3.11+)."""
-
-    def __str__(self) -> str:
-        return f"{type(self).__name__}.{self.name}"
-
-
-class GraphOptimizationLevel(_OrtEnum):
+class GraphOptimizationLevel(OrtEnum):
     """onnxruntime's levels. ``ORT_ENABLE_LAYOUT`` (onnxruntime's layout transformations, such
     as NCHWc) runs the extended passes here: this runtime's providers choose their layouts
     inside their kernels and groups."""
@@ -64,12 +56,12 @@ class GraphOptimizationLevel(_OrtEnum):
     ORT_ENABLE_ALL = 99
 
 
-class ExecutionMode(_OrtEnum):
+class ExecutionMode(OrtEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
-class ExecutionOrder(_OrtEnum):
+class ExecutionOrder(OrtEnum):
     """onnxruntime's node orders; ort-core runs a plan in one topological order for every value."""
 
     DEFAULT = 0
@@ -81,8 +73,8 @@ class ExecutionOrder(_OrtEnum):
 _UNSET_VERSION = 2**63 - 1
 
 
-def _enum_option(kind: type[_OrtEnum]) -> Any:
-    def convert(name: str, value: Any) -> _OrtEnum:
+def _enum_option(kind: type[OrtEnum]) -> Any:
+    def convert(name: str, value: Any) -> OrtEnum:
         if isinstance(value, kind):
             return value
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) in kind._value2member_map_:
