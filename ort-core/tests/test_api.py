@@ -441,3 +441,38 @@ def test_enums_print_as_onnxruntimes():
         for member_name, member in theirs.__members__.items():
             if member_name in ours.__members__:
                 assert str(ours[member_name]) == str(member) and int(ours[member_name]) == int(member)
+
+
+def test_node_args_of_optional_tensors_have_the_tensors_shape(ort_nodes):
+    """onnxruntime gives an optional(tensor)'s NodeArg the tensor's shape (it was [])."""
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["N", 2]))
+    model = make_model([helper.make_node("OptionalHasElement", ["o"], ["b"])], [helper.make_value_info("o", optional)],
+                       [helper.make_tensor_value_info("b", TensorProto.BOOL, [])], opset=18)
+    (o,) = ort.InferenceSession(model.SerializeToString()).get_inputs()
+    assert (o.type, o.shape) == ("optional(tensor(float))", ["N", 2])
+
+
+def test_read_config_from_model_sets_the_session_options(host, monkeypatch):
+    """onnxruntime's ``read_config_from_model=1`` (or ORT_LOAD_CONFIG_FROM_MODEL=1): session
+    options from the model's "ort_config" metadata JSON; off by default; a value that is no
+    integer is an InvalidArgument naming it. Unknown keywords are warned about and ignored, as
+    onnxruntime ignores them (they raised)."""
+    model = chain_model()
+    onnx.helper.set_model_props(model, {"ort_config": json.dumps({"session_options": {
+        "intra_op_num_threads": 1, "graph_optimization_level": 1, "enable_profiling": 1, "unknown_key": 3}})})
+    data = model.SerializeToString()
+    plain = ort.InferenceSession(data, providers=[CPU]).get_session_options()
+    assert (plain.intra_op_num_threads, plain.graph_optimization_level) == (0, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    for sess in (ort.InferenceSession(data, providers=[CPU], read_config_from_model=1),
+                 (monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "1"), ort.InferenceSession(data, providers=[CPU]))[1]):
+        options = sess.get_session_options()
+        assert options.intra_op_num_threads == 1
+        assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        assert options.enable_profiling and sess.get_profiling_start_time_ns() > 0
+        os.remove(sess.end_profiling())
+    monkeypatch.delenv("ORT_LOAD_CONFIG_FROM_MODEL")
+    onnx.helper.set_model_props(model, {"ort_config": json.dumps({"session_options": {"intra_op_num_threads": "2"}})})
+    with pytest.raises(ort.InvalidArgument, match="intra_op_num_threads .* must be an integer"):
+        ort.InferenceSession(model.SerializeToString(), providers=[CPU], read_config_from_model=1)
+    with pytest.warns(UserWarning, match="ignoring unknown keyword arguments 'nonsense'"):
+        ort.InferenceSession(data, providers=[CPU], nonsense=1)

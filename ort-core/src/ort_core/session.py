@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -636,12 +636,7 @@ class InferenceSession:
         self._options = sess_options._snapshot() if sess_options is not None else SessionOptions()
         self._config = self._options.config_entries
         self._strict = self._config.get(DISABLE_CPU_FALLBACK, "0") == "1"
-        self._profile: list | None = [] if self._options.enable_profiling else None
-        # (0 where profiling is off, as onnxruntime's get_profiling_start_time_ns)
-        self._profile_start = time.perf_counter_ns() if self._options.enable_profiling else 0
-        # (the profile's times count from _profile_start; the start itself is told in wall-clock
-        # nanoseconds since the epoch, as onnxruntime 1.32 tells it)
-        self._profile_start_epoch_ns = time.time_ns() if self._options.enable_profiling else 0
+        self._start_profile()
         self._lock = threading.Lock()
 
         self._source = path_or_bytes  # set_providers makes the session again from it
@@ -654,8 +649,14 @@ class InferenceSession:
             warnings.warn(f"disabled_optimizers: no optimization here is named {', '.join(unknown)}; the names "
                           f"known: {', '.join(sorted(optimizer.ORT_OPTIMIZER_NAMES))}", UserWarning, stacklevel=4)
         self._disabled_optimizers = frozenset(disabled)
-        if kwargs:
-            raise InvalidArgument(f"unexpected arguments: {', '.join(kwargs)}")
+        # onnxruntime's keyword (or its environment variable): session options from the model's
+        # "ort_config" metadata
+        self._read_config_from_model = str(kwargs.pop("read_config_from_model",
+                                                      os.environ.get("ORT_LOAD_CONFIG_FROM_MODEL", "0"))).strip() == "1"
+        if kwargs:  # onnxruntime ignores keywords it does not read; said here
+            warnings.warn(f"InferenceSession: ignoring unknown keyword arguments {', '.join(map(repr, kwargs))}; the "
+                          "keywords read: disabled_optimizers, enable_fallback, read_config_from_model",
+                          UserWarning, stacklevel=4)
         if providers is None and provider_options is None and self._options._providers:
             providers = list(self._options._providers)
         requested = _normalise_providers(providers, provider_options)
@@ -668,6 +669,8 @@ class InferenceSession:
         self._model: ir.Model = load_model(path_or_bytes, self._options._external_initializers,
                                            self._options._external_files)
         self._check_canceled()
+        if self._read_config_from_model and _options_from_model(self._model, self._options):
+            self._start_profile()
         _override_free_dimensions(self._model.graph, self._options.free_dimension_overrides, self._options._denotations)
         _override_initializers(self._model.graph, self._options._initializers)
         self._providers = self._bind_providers(requested)
@@ -747,6 +750,14 @@ class InferenceSession:
         assignment, kernels = self._compiler.last
         return epcontext.context_model(self._model, self._graph, assignment, kernels, embed, file_stem,
                                        self._compiler.by_graph)
+
+    def _start_profile(self) -> None:
+        self._profile: list | None = [] if self._options.enable_profiling else None
+        # (0 where profiling is off, as onnxruntime's get_profiling_start_time_ns)
+        self._profile_start = time.perf_counter_ns() if self._options.enable_profiling else 0
+        # (the profile's times count from _profile_start; the start itself is told in wall-clock
+        # nanoseconds since the epoch, as onnxruntime 1.32 tells it)
+        self._profile_start_epoch_ns = time.time_ns() if self._options.enable_profiling else 0
 
     def _check_canceled(self) -> None:
         from .errors import ModelLoadCanceled
@@ -867,7 +878,7 @@ class InferenceSession:
         for name in names:
             v = self._graph.value(name)
             type_string = map_types.get(name, v.type)
-            if v.shape is None or not type_string.startswith("tensor("):
+            if v.shape is None or not type_string.startswith(("tensor(", "optional(tensor(")):
                 shape: list[int | str | None] = []
             else:
                 shape = [None if isinstance(d, str) and _UNNAMED_DIM.fullmatch(d) else d for d in v.shape]
@@ -887,7 +898,8 @@ class InferenceSession:
             providers = [CPU_PROVIDER]
         self._finalizer()  # ort_session_end for the old providers
         self._create(self._source, self._options, providers, provider_options,
-                     disabled_optimizers=self._disabled_optimizers)
+                     disabled_optimizers=self._disabled_optimizers,
+                     read_config_from_model=int(self._read_config_from_model))
 
     def disable_fallback(self) -> None:
         """Make a provider failure while making the session (``set_providers``) an error."""
@@ -1281,6 +1293,46 @@ class InferenceSession:
         """When profiling started (the session's creation) in nanoseconds since the epoch, 0
         where it is off, as onnxruntime."""
         return self._profile_start_epoch_ns
+
+
+#: the session options onnxruntime reads from a model's "ort_config" metadata, and what each
+#: integer sets (the others it ignores)
+_MODEL_CONFIG_OPTIONS: dict[str, Callable[[int], Any]] = {
+    "intra_op_num_threads": lambda v: v if v >= 0 else None,
+    "inter_op_num_threads": lambda v: v if v >= 0 else None,
+    "execution_mode": lambda v: ExecutionMode(v) if v in (0, 1) else None,
+    "graph_optimization_level": lambda v: GraphOptimizationLevel(v) if v in (0, 1, 2, 3, 99) else None,
+    "enable_profiling": lambda v: bool(v) if v in (0, 1) else None,
+}
+
+
+def _options_from_model(model: ir.Model, options: SessionOptions) -> bool:
+    """Set ``options`` from the model's "ort_config" metadata, as onnxruntime does with
+    ``read_config_from_model=1``: JSON ``{"session_options": {key: integer}}`` with the keys of
+    ``_MODEL_CONFIG_OPTIONS`` (others are ignored); whether any was set. JSON that does not
+    parse, a value that is no integer or one out of range is an InvalidArgument naming it."""
+    text = model.metadata_props.get("ort_config")
+    if text is None:
+        return False
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"Json stored in the `ort_config` key cannot be parsed: {exc}") from None
+    given = config.get("session_options", {}) if isinstance(config, dict) else {}
+    changed = False
+    for key, value in (given.items() if isinstance(given, dict) else ()):
+        convert = _MODEL_CONFIG_OPTIONS.get(key)
+        if convert is None:
+            logger.info("ort_config: ignoring session option %r (onnxruntime reads %s)", key, ", ".join(_MODEL_CONFIG_OPTIONS))
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidArgument(f"{key} option in the model file (ort_config) must be an integer, given {value!r}")
+        converted = convert(value)
+        if converted is None:
+            raise InvalidArgument(f"Unsupported value for {key} in the model's ort_config: {value}")
+        setattr(options, key, converted)
+        changed = True
+    return changed
 
 
 def _byte_count(config: Mapping[str, str], key: str, default: int) -> int:
