@@ -1507,9 +1507,11 @@ def _check_input(name: str, value: Any, dtype: np.dtype | None, shape: tuple | N
             f"given {value.dtype}"
         )
     if dtype.kind == "O" and not all(type(v) is str for v in value.flat):
-        # other objects in a string input (ints, None, bytes) as their str(), as onnxruntime
-        # takes them: string kernels expect str
-        value = np.array([v if type(v) is str else str(v) for v in value.flat], dtype=object).reshape(value.shape)
+        # other objects in a string input (ints, None) as their str(), as onnxruntime takes
+        # them: string kernels expect str. bytes are read as UTF-8 text (onnxruntime 1.32 makes
+        # b"ab" the text "b'ab'")
+        value = np.array([v if type(v) is str else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                          for v in value.flat], dtype=object).reshape(value.shape)
     if shape is not None:
         if value.ndim != len(shape):
             raise InvalidArgument(
