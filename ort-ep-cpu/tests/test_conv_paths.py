@@ -538,3 +538,22 @@ def test_conv_input_mismatched_with_its_weights_is_a_clear_error(x_shape, w_shap
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             None, {"x": np.ones(x_shape, np.float32)})
     assert says in str(error.value) and "the_conv" in str(error.value)
+
+
+def test_window_offsets_are_made_at_first_use():
+    """A geometry's per-offset slices are made when a kernel reads them: a pool in a oneDNN
+    group asks its geometry only for shapes, and a 40 x 60 window is 2400 offsets (a PP-OCRv6
+    detector's first run: 336 -> 55 ms). Made, they are the strided slices of each offset."""
+    from ort_ep_cpu.kernels.nn import _Geometry
+
+    big = _Geometry((40, 60), (40, 60), (1, 1), (1, 1), (0, 0, 0, 0))
+    assert big.out == (1, 1) and big._offsets is None
+    g = _Geometry((5, 6), (2, 3), (2, 1), (1, 2), (1, 0, 0, 1))
+    assert g._offsets is None
+    x = np.arange(2 * 3 * 6 * 7, dtype=np.float32).reshape(2, 3, 6, 7)  # the padded input
+    offsets = g.offsets
+    assert len(offsets) == 6 and g.offsets is offsets
+    for (i, j), where in zip(((i, j) for i in range(2) for j in range(3)), offsets):
+        window = x[where]
+        assert window.shape == (2, 3) + g.out
+        np.testing.assert_array_equal(window, x[:, :, i:i + 2 * g.out[0] - 1:2, 2 * j:2 * j + g.out[1]])

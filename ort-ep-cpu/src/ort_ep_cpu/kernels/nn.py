@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -177,12 +178,32 @@ class _ConstantProduct:
         return y
 
 
-def _constant_product(b: np.ndarray | None, **kwargs) -> _ConstantProduct | None:
+#: the products made, by (B's memory and view, the bias's values, the post-op), while a kernel
+#: holds them: nodes that multiply by one initializer share its packed copies (an unrolled
+#: LSTM's 20 steps each packed its own 6.5 MB copy of the same weights, 0.3 s of the first run
+#: and 130 MB)
+_PRODUCTS: weakref.WeakValueDictionary[tuple, _ConstantProduct] = weakref.WeakValueDictionary()
+_PRODUCTS_LOCK = threading.Lock()
+
+
+def _constant_product(b: np.ndarray | None, bias: np.ndarray | None = None,
+                      post_op: tuple | None = None) -> _ConstantProduct | None:
     """A ``_ConstantProduct`` for a constant 2-D float32 ``b`` (any strides: oneDNN reads them
-    as it packs B), else None."""
+    as it packs B), else None; the one made before for the same B (memory, shape and strides:
+    the product holds B, so its memory is not another's while the entry lives), bias values
+    and post-op, where a kernel still holds it."""
     if b is None or not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype != np.float32:
         return None
-    return _ConstantProduct(b, **kwargs)
+    key = (b.__array_interface__["data"][0], b.shape, b.strides,
+           None if bias is None else (bias.dtype.str, bias.shape, bias.tobytes()), post_op)
+    with _PRODUCTS_LOCK:
+        try:
+            product = _PRODUCTS.get(key)
+        except TypeError:  # a post-op that cannot be a key: not shared
+            return _ConstantProduct(b, bias, post_op)
+        if product is None:
+            product = _PRODUCTS[key] = _ConstantProduct(b, bias, post_op)
+        return product
 
 
 #: products of up to this many rows by constant float32 weights of fewer than
@@ -400,7 +421,7 @@ def _windows(x, kernel_shape, strides, dilations, pads, fill):
 class _Geometry:
     """Pads, output shape and one slice tuple per kernel offset for one input shape."""
 
-    __slots__ = ("pads", "padded", "out", "offsets", "inner", "axis_slices", "kernel", "strides",
+    __slots__ = ("pads", "padded", "out", "_offsets", "inner", "axis_slices", "kernel", "strides",
                  "dilations", "wide", "spatial", "_as_2d", "pad_pool", "pointwise", "gather", "gather_t", "depthwise")
 
     def __init__(self, spatial, kernel_shape, strides, dilations, pads):
@@ -425,15 +446,7 @@ class _Geometry:
                 f"kernel {list(kernel_shape)} (dilations {list(dilations)}) does not fit the padded "
                 f"input {list(self.padded)}"
             )
-        # per kernel offset: the strided slice of the padded input that it reads
-        self.offsets = [
-            (slice(None), slice(None))
-            + tuple(
-                slice(o * d, o * d + (n - 1) * s + 1, s)
-                for o, d, s, n in zip(offset, dilations, strides, self.out)
-            )
-            for offset in itertools.product(*(range(k) for k in kernel_shape))
-        ]
+        self._offsets: list[tuple] | None = None  # made on first use (``offsets``)
         # per spatial axis, per kernel offset along it: the strided slice it reads (separable pools)
         self.axis_slices = [
             [slice(o * dilations[i], o * dilations[i] + (self.out[i] - 1) * strides[i] + 1, strides[i])
@@ -444,6 +457,21 @@ class _Geometry:
         self.inner = (slice(None), slice(None)) + tuple(
             slice(pads[i], pads[i] + spatial[i]) for i in range(nd)
         )
+
+    @property
+    def offsets(self) -> list[tuple]:
+        """Per kernel offset, the strided slice of the padded input that it reads; made at first
+        use: a pool's geometry (oneDNN groups) needs only its shapes, and a global-sized window
+        (40 x 60) is thousands of offsets (a PP-OCRv6 detector's 14 pools: 0.28 s of its first
+        run)."""
+        if self._offsets is None:
+            self._offsets = [
+                (slice(None), slice(None))
+                + tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                        for o, d, s, n in zip(offset, self.dilations, self.strides, self.out))
+                for offset in itertools.product(*(range(k) for k in self.kernel))
+            ]
+        return self._offsets
 
     def as_2d(self) -> _Geometry:
         """This 1-D geometry as a 2-D one with a single row (cached)."""
