@@ -404,3 +404,23 @@ def test_core_alone_says_to_install_a_provider():
         pytest.skip("providers are installed in this environment; covered with an empty registry above")
     with pytest.raises(ort.NoSuchProvider, match="no execution provider is installed.*pip install ort-ep-cpu"):
         ort.InferenceSession(chain_model())
+
+
+def test_models_onnxruntime_fails_are_fail_and_invalid_graph(host):
+    """Where onnxruntime answers FAIL (a type clash between nodes, two nodes writing one name,
+    a graph output no node makes, an opset or IR version it does not know), the error is an
+    InvalidGraph that ``except Fail`` (onnxruntime's class) catches too."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    clash = make_model([helper.make_node("Add", ["x", "n"], ["z"])],
+                       [x, helper.make_tensor_value_info("n", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    twice = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])], [x],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    unmade = make_model([helper.make_node("Relu", ["x"], ["y"])], [x],
+                        [helper.make_tensor_value_info("w", TensorProto.FLOAT, [2])])
+    new_opset = make_model([helper.make_node("Relu", ["x"], ["y"])], [x],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], opset=99)
+    for model in (clash, twice, unmade, new_opset):
+        with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail) as info:
+            ort.InferenceSession(model.SerializeToString(), providers=[CPU])
+        assert isinstance(info.value, ort.InvalidGraph)

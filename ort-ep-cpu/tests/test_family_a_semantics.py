@@ -681,3 +681,12 @@ def test_integer_division_by_zero_fails_the_run(op, fmod, dtype):
     (y,), _ = run_both(op, [a, b + 1], [onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))], 14, reference=None,
                        **attrs)
     np.testing.assert_array_equal(y, a // (b + 1) if op == "Div" else a % (b + 1))
+
+
+def test_gather_index_out_of_range_is_invalid_argument_as_in_onnxruntime():
+    """onnxruntime's Gather answers an index out of range with INVALID_ARGUMENT: the error is
+    caught by ``except InvalidArgument`` as by ``except Fail`` (every kernel failure's class)."""
+    data, indices = np.arange(6, dtype=np.float32).reshape(3, 2), np.array([0, 3], np.int64)
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="Gather") as info:
+        run_both("Gather", [data, indices], [F], 13, reference=None, axis=0)
+    assert isinstance(info.value, ort.Fail)

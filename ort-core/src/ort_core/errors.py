@@ -74,3 +74,15 @@ class ModelRequiresCompilation(OrtError):
     """onnxruntime's MODEL_REQUIRES_COMPILATION status (an EP-context model whose provider must
     compile it first); ort-core raises none of its own (kept for handlers that catch it by
     name)."""
+
+
+class InvalidGraphFail(InvalidGraph, Fail):
+    """A model onnxruntime refuses with its FAIL status where this runtime names it an invalid
+    graph (a type clash between nodes, a standard opset newer than it knows, a graph output no
+    node produces): caught as either class."""
+
+
+class InvalidArgumentFail(InvalidArgument, Fail):
+    """A run that failed on the data it was given (an index out of range), which onnxruntime's
+    kernels answer with INVALID_ARGUMENT: caught as that class or as ``Fail``, as every other
+    kernel failure is."""

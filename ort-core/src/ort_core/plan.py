@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EPFail, Fail, OrtError, RuntimeException
+from .errors import EPFail, Fail, InvalidArgumentFail, OrtError, RuntimeException
 from .graph.view import GraphView
 from .partition import Assignment, CopyPlacement
 from .types import HOST_MEMORY, DataTransfer, Kernel, SubgraphRunner
@@ -397,11 +397,13 @@ class Plan:
     def _error_at(self, k: int, exc: Exception) -> OrtError:
         """The error of step ``k`` raising ``exc``, naming the node, op and provider: a
         ``RuntimeException`` (onnxruntime's RUNTIME_EXCEPTION) where the kernel ran out of
-        memory (``MemoryError``; a provider's memory limit raises ``RuntimeException``), else
-        ``Fail``."""
+        memory (``MemoryError``; a provider's memory limit raises ``RuntimeException``), an
+        ``InvalidArgumentFail`` where an index was out of range (onnxruntime's Gather answers
+        INVALID_ARGUMENT), else ``Fail``."""
         info = self.step_infos[k]
         where = f" in graph {self.graph.path}" if self.graph.path else ""
-        cls = RuntimeException if isinstance(exc, (MemoryError, RuntimeException)) else Fail
+        cls = (RuntimeException if isinstance(exc, (MemoryError, RuntimeException))
+               else InvalidArgumentFail if isinstance(exc, IndexError) else Fail)
         return cls(
             f"Non-zero status code returned while running {info.op_type} node. "
             f"Name:'{info.label}'{where} Provider:{info.provider or 'core'} "

@@ -18,7 +18,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
-from ..errors import InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+from ..errors import InvalidGraph, InvalidGraphFail, InvalidProtobuf, NoModel, NoSuchFile
 from . import ort_schemas
 
 # onnxruntime's ONNX-domain contrib ops load as they do there (see ort_schemas)
@@ -204,6 +204,16 @@ _NO_TYPE = "Field 'type' of 'value_info' is required but missing"
 _EMPTY_TYPE = "Unrecognized type value case"
 
 
+#: checker verdicts on models that onnxruntime refuses with its FAIL status (InvalidGraph for
+#: the others): InvalidGraphFail, caught as either class
+_ONNXRUNTIME_FAILS = (
+    "is not an output of any node",  # a graph output nothing produces
+    "is higher than the checker's",  # an IR version newer than this onnx knows
+    "single static assignment",  # two nodes writing one output name
+    "has inconsistent type",  # type inference: a node's inputs of clashing types
+)
+
+
 def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
     broken.
@@ -236,7 +246,8 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
             if fixed:
                 check_proto(copy)
                 return
-        raise InvalidGraph(f"model fails the ONNX checker: {exc}") from None
+        cls = InvalidGraphFail if any(words in str(exc) for words in _ONNXRUNTIME_FAILS) else InvalidGraph
+        raise cls(f"model fails the ONNX checker: {exc}") from None
     except ValueError as exc:  # e.g. > 2 GB protos; the checker cannot look at them whole
         logger.info("ONNX checker skipped: %s", exc)
 
@@ -431,7 +442,7 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
         return onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=True, data_prop=data_prop)
     except onnx.shape_inference.InferenceError as exc:
         if _TYPE_CLASH in str(exc):  # a node's output type is not the one the graph declares
-            raise InvalidGraph(f"model fails type inference: {exc}") from exc
+            raise InvalidGraphFail(f"model fails type inference: {exc}") from exc
         # Strict mode also fails on what is not a type error, e.g. inside the function body of
         # an op whose attribute takes its default (MeanVarianceNormalization without axes);
         # type errors still fail without it.
@@ -439,11 +450,12 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
             inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False,
                                                          data_prop=data_prop)
         except onnx.shape_inference.InferenceError:
-            raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
+            inferred = None
         except Exception:
             inferred = None
         if inferred is None:
-            raise InvalidGraph(f"model fails type and shape inference: {exc}") from None
+            cls = InvalidGraphFail if any(words in str(exc) for words in _ONNXRUNTIME_FAILS) else InvalidGraph
+            raise cls(f"model fails type and shape inference: {exc}") from None
         logger.info("strict shape inference failed, kept the non-strict result: %s", exc)
         return inferred
     except Exception as exc:
@@ -830,7 +842,7 @@ def _check_opsets(model: onnx.ModelProto) -> None:
     newest = onnx.defs.onnx_opset_version()
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version > newest:
-            raise InvalidGraph(
+            raise InvalidGraphFail(
                 f"model imports opset {opset.version} of the standard domain; the newest this runtime knows "
                 f"is {newest} (onnx {onnx.__version__})"
             )
@@ -894,7 +906,7 @@ def _check_outputs_produced(graph: ir.Graph) -> None:
         for out in g.outputs:
             if out.producer() is None and not out.is_graph_input() and not out.is_initializer():
                 where = f"graph {g.name!r}" if g is not graph else "the main graph"
-                raise InvalidGraph(f"output {out.name!r} of {where} is produced by no node")
+                raise InvalidGraphFail(f"output {out.name!r} of {where} is produced by no node")
 
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
