@@ -476,3 +476,26 @@ def test_read_config_from_model_sets_the_session_options(host, monkeypatch):
         ort.InferenceSession(model.SerializeToString(), providers=[CPU], read_config_from_model=1)
     with pytest.warns(UserWarning, match="ignoring unknown keyword arguments 'nonsense'"):
         ort.InferenceSession(data, providers=[CPU], nonsense=1)
+
+
+def test_unknown_provider_names_in_set_providers_and_add_provider_raise(host):
+    """onnxruntime raises "Unknown Provider Type" for a name it does not know in set_providers
+    and SessionOptions.add_provider (they warned and ran on CPU); a name it knows that is not
+    installed is skipped with a warning, as before. get_all_providers lists onnxruntime's
+    names (this project's family among them)."""
+    import onnxruntime
+
+    assert set(onnxruntime.get_all_providers()) <= set(ort.get_all_providers())
+    assert ort.get_all_providers()[-1] == CPU
+    sess = ort.InferenceSession(chain_model(), providers=[CPU])
+    with pytest.raises(RuntimeError, match="Unknown Provider Type: FooExecutionProvider"):
+        sess.set_providers(["FooExecutionProvider"])
+    assert sess.get_providers() == [CPU]  # the session is as it was
+    np.testing.assert_allclose(sess.run(None, {"x": np.ones((1, 4), np.float32)})[0],
+                               chain_expected(np.ones((1, 4), np.float32)))
+    so = ort.SessionOptions()
+    with pytest.raises(RuntimeError, match="Unknown Provider Type: FooExecutionProvider"):
+        so.add_provider("FooExecutionProvider", {})
+    so.add_provider("DmlExecutionProvider", {})  # known to onnxruntime, not installed: skipped
+    with pytest.warns(UserWarning, match="DmlExecutionProvider"):
+        assert ort.InferenceSession(chain_model(), so).get_providers() == [CPU]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .binding import IOBinding
 from .devices import (
+    ONNXRUNTIME_PROVIDERS,
     PROVIDER_PACKAGES,
     OrtAllocatorType,
     OrtArenaCfg,
@@ -136,10 +137,12 @@ def get_available_providers() -> list[str]:
 
 
 def get_all_providers() -> list[str]:
-    """Every provider name known: this project's family plus any other installed one."""
-    names = list(KNOWN_PROVIDERS)
-    names[-1:-1] = [n for n in registry().providers() if n not in KNOWN_PROVIDERS]
-    return names
+    """Every provider name known: onnxruntime's (this project's family among them), then any
+    other installed one, the CPU provider last."""
+    names = list(dict.fromkeys([*ONNXRUNTIME_PROVIDERS, *KNOWN_PROVIDERS]))
+    names.remove("CPUExecutionProvider")
+    names += [n for n in registry().providers() if n not in names and n != "CPUExecutionProvider"]
+    return [*names, "CPUExecutionProvider"]
 
 
 def get_ep_devices() -> list[OrtEpDevice]:

@@ -34,6 +34,17 @@ PROVIDER_PACKAGES: dict[str, str] = {
     "CPUExecutionProvider": "ort-ep-cpu",
 }
 
+#: the provider names onnxruntime 1.32 knows (its ``get_all_providers()``, in its order): a
+#: name among them that is not installed is skipped with a warning; another name is unknown
+#: ("Unknown Provider Type", as onnxruntime's ``set_providers`` and ``add_provider`` raise)
+ONNXRUNTIME_PROVIDERS: tuple[str, ...] = (
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "MIGraphXExecutionProvider", "OpenVINOExecutionProvider",
+    "DnnlExecutionProvider", "VitisAIExecutionProvider", "QNNExecutionProvider", "NnapiExecutionProvider",
+    "VSINPUExecutionProvider", "JsExecutionProvider", "CoreMLExecutionProvider", "DmlExecutionProvider",
+    "RknpuExecutionProvider", "WebNNExecutionProvider", "WebGpuExecutionProvider", "XnnpackExecutionProvider",
+    "CANNExecutionProvider", "AzureExecutionProvider", "CPUExecutionProvider",
+)
+
 # PCI vendor ids onnxruntime reports in OrtHardwareDevice.vendor_id (0 where unknown)
 _VENDOR_IDS = {"intel": 0x8086, "nvidia": 0x10DE, "amd": 0x1002, "advanced micro devices": 0x1002,
                "qualcomm": 0x5143, "apple": 0x106B, "microsoft": 0x1414, "mesa": 0x10005}
@@ -205,6 +216,15 @@ def _edits(a: str, b: str) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
         previous = current
     return previous[-1]
+
+
+def check_known_provider(name: str, installed: Sequence[str]) -> None:
+    """Raise ``NoSuchProvider`` ("Unknown Provider Type", onnxruntime's words) for a name that
+    is neither installed nor one onnxruntime or this project's family knows."""
+    if name in installed or name in ONNXRUNTIME_PROVIDERS or name in PROVIDER_PACKAGES:
+        return
+    raise NoSuchProvider(f"Unknown Provider Type: {name}; available providers: {', '.join(installed) or '(none)'}; "
+                         f"known: {', '.join(dict.fromkeys([*ONNXRUNTIME_PROVIDERS, *installed]))}")
 
 
 def missing_provider(name: str, installed: Sequence[str], failures: Sequence[Any], strict: bool) -> str:

@@ -176,6 +176,7 @@ class SessionOptions:
         tried in the order added."""
         if any(n == provider_name for n, _ in self._providers):
             raise InvalidArgument(f"add_provider: {provider_name!r} was already added")
+        devices_.check_known_provider(str(provider_name), registry().available())
         self._providers.append((str(provider_name), dict(provider_options or {})))
 
     def add_provider_for_devices(self, ep_devices: Sequence[Any], provider_options: Mapping[str, Any] | None = None) -> None:
@@ -896,6 +897,9 @@ class InferenceSession:
         providers are released, the model is placed and planned anew."""
         if providers is None:
             providers = [CPU_PROVIDER]
+        available = registry().available()
+        for name, _ in _normalise_providers(providers, provider_options):  # before the old session ends
+            devices_.check_known_provider(name, available)
         self._finalizer()  # ort_session_end for the old providers
         self._create(self._source, self._options, providers, provider_options,
                      disabled_optimizers=self._disabled_optimizers,
