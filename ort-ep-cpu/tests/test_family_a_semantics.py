@@ -690,3 +690,48 @@ def test_gather_index_out_of_range_is_invalid_argument_as_in_onnxruntime():
     with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="Gather") as info:
         run_both("Gather", [data, indices], [F], 13, reference=None, axis=0)
     assert isinstance(info.value, ort.Fail)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("indices", [np.array(2, np.int64), np.array([0, -1, 2, 2], np.int64),
+                                     np.array([[1, 0], [-3, 3]], np.int64)], ids=["scalar", "vector", "matrix"])
+def test_gather_of_a_transposed_view_matches_onnxruntime(axis, indices):
+    """Gather reads a strided input (Transpose's view) by indexing, not by np.take, which
+    copied all of it first (an unrolled LSTM's per-step Gather: 55 -> 8 us)."""
+    pytest.importorskip("onnxruntime")
+    x = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
+             helper.make_node("Gather", ["t", "i"], ["y"], axis=axis)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4, 5, 6]),
+                                           helper.make_tensor_value_info("i", I64, list(indices.shape))],
+                              [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feeds = {"x": x, "i": indices}
+    ours = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    want = exact_reference.session(model.SerializeToString()).run(None, feeds)[0]
+    assert ours.shape == want.shape
+    np.testing.assert_array_equal(ours, want)
+
+
+def test_gather_of_a_strided_view_does_not_copy_the_whole_input():
+    """np.take copies a non-contiguous input whole before it takes a row: a 4 MB copy for a
+    16 KB row each step (traced by tracemalloc, which numpy reports its buffers to)."""
+    import tracemalloc
+
+    from ort_ep_cpu.kernels import tensor  # noqa: F401  (registers the kernels)
+    from ort_ep_cpu.registry import lookup
+
+    model = _model("Gather", [np.zeros((4, 2), np.float32), np.array(1, np.int64)], [F], 13, axis=0)
+    import onnx_ir as ir
+
+    view = ort.GraphView(ir.serde.deserialize_model(model).graph, opset_imports={"": 13})
+    gather = lookup("", "Gather", 13).build(view.nodes[0], None)  # the kernel's function
+    data = np.ones((4096, 256), np.float32).T  # (256, 4096), strided
+    tracemalloc.start()
+    try:
+        row = gather(data, np.array(7, np.int64))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert row.shape == (4096,) and peak < data.nbytes // 16

@@ -154,8 +154,16 @@ def _squeeze_v13(node, request):
 @kernel("Gather")
 def _gather(node, request):
     axis = int(node.attr("axis", 0))
-    # the method: np.take's Python wrapper costs about a microsecond more per call
-    return lambda data, indices: data.take(indices, axis=axis)
+
+    def gather(data, indices):
+        if data.flags.c_contiguous:
+            # the method: np.take's Python wrapper costs about a microsecond more per call
+            return data.take(indices, axis=axis)
+        # a strided view (a transposed sequence): np.take copies all of it to read the rows it
+        # takes (an unrolled LSTM's step of a (20, 1, 4096) view: 55 us); indexing reads only them
+        return data[(slice(None),) * normalize_axis(axis, data.ndim) + (indices,)]
+
+    return gather
 
 
 @kernel("Concat")
