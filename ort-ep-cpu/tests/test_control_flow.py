@@ -276,3 +276,35 @@ def test_squared_distances_scan_runs_as_one_step(elem, dtype, axes_as_input, kee
         assert f.dtype == w.dtype and f.shape == w.shape
         np.testing.assert_array_equal(f, s)
         np.testing.assert_allclose(f, w, rtol=1e-6)
+
+
+def test_scan_over_a_strided_input_copies_each_step_alone():
+    """Each step's slice of a scan input is copied alone: np.take copied a strided input (a
+    column-major feed, a Transpose's view) whole at every step, 512 KB 256 times here (traced
+    by tracemalloc, which numpy reports its buffers to). Values: onnxruntime's."""
+    import tracemalloc
+
+    body = helper.make_graph(
+        [helper.make_node("ReduceSum", ["row"], ["s"], keepdims=0), helper.make_node("Add", ["acc_in", "s"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("acc_in", F, []), helper.make_tensor_value_info("row", F, [512])],
+        [helper.make_tensor_value_info("acc_out", F, []), helper.make_tensor_value_info("s_out", F, [])],
+    )
+    body.node.append(helper.make_node("Identity", ["s"], ["s_out"]))
+    nodes = [helper.make_node("Scan", ["init", "x"], ["total", "sums"], body=body, num_scan_inputs=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("init", F, []), helper.make_tensor_value_info("x", F, [256, 512])],
+                   [helper.make_tensor_value_info("total", F, []), helper.make_tensor_value_info("sums", F, [256])])
+    # (a column-major input: each step's row is strided)
+    x = np.asfortranarray(np.random.default_rng(0).random((256, 512), dtype=np.float32))
+    feeds = {"init": np.array(0, np.float32), "x": x}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+    tracemalloc.start()
+    try:
+        ours = sess.run(None, feeds)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert peak < feeds["x"].nbytes // 4

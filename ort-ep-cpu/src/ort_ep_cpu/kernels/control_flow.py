@@ -188,8 +188,9 @@ def _scan(node, request):
                 raise ValueError(f"Scan {node.name!r}: scan inputs differ in length along their scan axes")
         slices: list[list[np.ndarray]] = [[] for _ in range(n_scan_out)]
         for t in range(length):
+            # each step's slice copied alone (np.take copied a strided input whole every step)
             step = [
-                np.take(x, length - 1 - t if d else t, axis=a)
+                x[(slice(None),) * a + (length - 1 - t if d else t,)].copy()
                 for x, a, d in zip(scan_inputs, axes, in_dirs)
             ]
             outputs = body([*states, *step], outer)
