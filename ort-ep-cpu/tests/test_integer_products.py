@@ -202,6 +202,8 @@ def test_quad_product_is_exact_with_its_outlier_pairs(m, k, n, a_dtype, b_dtype,
     _quad_product_or_skip()
     monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
     monkeypatch.setattr(_integer, "MAX_OUTLIER_SHARE", 1.0)
+    # the packing of a CPU without VNNI (on one with it the block's VPDPBUSD sums them too)
+    monkeypatch.setattr(_jit, "has_avx512_vnni", lambda: False)
     rng = np.random.default_rng(m * 1000 + k)
     bs = np.clip(np.round(rng.standard_normal((k, n)) * 30), -128, 127).astype(np.int16)
     bs[: k // 2 * 2 : 2, ::3] = 127  # pairs of one sign past 128 in every third column
@@ -260,9 +262,11 @@ def test_integer_to_float_converts_packed_vectors_on_avx2():
     assert any("vcvtdq2ps" in line and "ymm" in line for line in assembly), "no VCVTDQ2PS on ymm registers"
 
 
-def test_pack_quads_refuses_what_the_byte_product_cannot_hold():
+def test_pack_quads_refuses_what_the_byte_product_cannot_hold(monkeypatch):
     """B - zb outside int8 (uint8 codes of zero point 0), and uniform weights, whose pairs pass
-    128 about a quarter of the time, go to ``pack_panels``' product; a few such pairs stay."""
+    128 about a quarter of the time, go to ``pack_panels``' product; a few such pairs stay
+    (the packing of a CPU without AVX-512 VNNI)."""
+    monkeypatch.setattr(_jit, "has_avx512_vnni", lambda: False)
     rng = np.random.default_rng(2)
     assert _integer.pack_quads(rng.integers(0, 256, (64, 32)).astype(U8), np.int32(0)) is None
     uniform = rng.integers(-128, 128, (256, 64)).astype(I8)
@@ -280,14 +284,38 @@ def test_pack_quads_refuses_what_the_byte_product_cannot_hold():
     assert (quad[5, 2:] == 0).all()  # the outlier pair, moved out
 
 
-def test_quad_product_is_vpmaddubsw_on_avx2():
-    """The byte product's register block compiles to VPMADDUBSW and VPMADDWD."""
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_with_vnni_every_pair_stays_packed_and_the_product_is_exact(m, monkeypatch):
+    """With AVX-512 VNNI the block is VPDPBUSD, whose sums cannot saturate: uniform weights
+    (a quarter of their pairs would saturate VPMADDUBSW's) are packed whole, no outlier moved
+    out, and the product is exact against int64. Skipped on CPUs without it."""
     _quad_product_or_skip()
+    if not _jit.has_avx512_vnni():
+        pytest.skip("the CPU has no AVX-512 VNNI")
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "takes_onednn", lambda self, rows, dtype: False)
+    rng = np.random.default_rng(m)
+    b = rng.integers(-128, 128, (96, 40)).astype(I8)
+    packed = _integer.pack_quads(b, np.int32(0))
+    assert packed is not None and packed.outliers.shape == (0, 4)
+    a = rng.integers(0, 256, (m, 96)).astype(U8)
+    za = np.asarray(3, U8)
+    matrix = _integer.ConstantIntegerMatrix(b, np.asarray(0, I8))
+    np.testing.assert_array_equal(matrix.times(a, za), _want(a, za, b, np.asarray(0, I8)))
+    assert matrix._quads is not None
+
+
+@pytest.mark.parametrize("vnni", [False, True])
+def test_quad_product_is_vpmaddubsw_on_avx2(vnni):
+    """The byte product's register block compiles to VPMADDUBSW and VPMADDWD, or with
+    AVX-512 VNNI to VPDPBUSD (where the CPU has it)."""
+    _quad_product_or_skip()
+    if vnni and not _jit.has_avx512_vnni():
+        pytest.skip("the CPU has no AVX-512 VNNI")
     import numba
 
     from ort_ep_cpu.kernels import _vector_ir
 
-    block = _vector_ir.quad_block(4)
+    block = _vector_ir.quad_block(4, vnni)
 
     @numba.njit
     def run(a, bq, zu, sums, z):
@@ -298,7 +326,8 @@ def test_quad_product_is_vpmaddubsw_on_avx2():
     assert (z == 16 - 3).all()  # 8 codes of 2 times 1, less the zero point 3 times the column sum 1
     assembly = run.inspect_asm(run.signatures[0]).splitlines()
     # (where the CPU has AVX-512 VNNI, LLVM fuses VPMADDWD and its sum's VPADDD into VPDPWSSD)
-    for instructions in (("vpmaddubsw",), ("vpmaddwd", "vpdpwssd")):
+    wanted = (("vpdpbusd",),) if vnni else (("vpmaddubsw",), ("vpmaddwd", "vpdpwssd"))
+    for instructions in wanted:
         assert any(any(i in line for i in instructions) and "ymm" in line for line in assembly), \
             f"no {' or '.join(instructions)} on ymm registers"
 

@@ -158,9 +158,12 @@ def pack_quads(b: np.ndarray, zero_point) -> QuadPacked | None:
     ``_jit.quad_product``, or None where it does not apply: B - zb outside int8 (only weights
     of zero point 0, or uint8 ones of 128, fit), or more than ``MAX_OUTLIER_SHARE`` of the
     pairs (B[2j, c], B[2j + 1, c]) are outliers: of one sign, their magnitudes summing past 128
-    (255 times that leaves VPMADDUBSW's int16 sum; pairs of opposite signs never do). Quad q of
-    panel p holds B[4q + t, 16p + c] - zb for t = 0..3 of each column c in turn. Made a block
-    of ``PACK_PANELS_AT_ONCE`` panels at a time, as ``pack_panels``."""
+    (255 times that leaves VPMADDUBSW's int16 sum; pairs of opposite signs never do). Where
+    the product is VPDPBUSD (AVX-512 VNNI: ``_jit.has_avx512_vnni``), which sums exactly, no
+    pair is an outlier. Quad q of panel p holds B[4q + t, 16p + c] - zb for t = 0..3 of each
+    column c in turn. Made a block of ``PACK_PANELS_AT_ONCE`` panels at a time, as
+    ``pack_panels``."""
+    saturates = not _jit.has_avx512_vnni()
     k, n = b.shape
     width = _jit.PRODUCT_PANEL
     quads, panels = -(-k // 4), -(-n // width) if n else 0
@@ -171,15 +174,16 @@ def pack_quads(b: np.ndarray, zero_point) -> QuadPacked | None:
         if block.size and (int(block.min()) < -128 or int(block.max()) > 127):
             return None
         column_sums[lo:hi] = block[:k, :hi - lo].sum(axis=0, dtype=np.int32)
-        even, odd = block[0::2], block[1::2]  # the pairs' first and second values
-        outlying = (np.maximum(even, 0) + np.maximum(odd, 0) > 128) | (np.maximum(-even, 0) + np.maximum(-odd, 0) > 128)
-        pair, column = np.nonzero(outlying)
-        count += pair.size
-        if count > limit:
-            return None
-        found.append(np.stack([2 * pair, lo + column, even[pair, column], odd[pair, column]], axis=1).astype(np.int32))
-        even[outlying] = 0
-        odd[outlying] = 0
+        if saturates:
+            even, odd = block[0::2], block[1::2]  # the pairs' first and second values
+            outlying = (np.maximum(even, 0) + np.maximum(odd, 0) > 128) | (np.maximum(-even, 0) + np.maximum(-odd, 0) > 128)
+            pair, column = np.nonzero(outlying)
+            count += pair.size
+            if count > limit:
+                return None
+            found.append(np.stack([2 * pair, lo + column, even[pair, column], odd[pair, column]], axis=1).astype(np.int32))
+            even[outlying] = 0
+            odd[outlying] = 0
         grouped = block.astype(np.int8).reshape(quads, 4, last - first, width)  # [q, t, p, c] = B[4q + t, 16p + c] - zb
         packed[first:last] = grouped.transpose(2, 0, 3, 1).reshape(last - first, quads, 4 * width)
     outliers = np.concatenate(found) if found else np.zeros((0, 4), np.int32)

@@ -769,7 +769,9 @@ def _load_once() -> None:
                 _codes_product_split = _parallel_loop(numba, _codes_product_split_py, _codes_product, cached,
                                                       elementwise, probe)
                 if has_avx2():  # the byte product's blocks are x86 AVX2 instructions
-                    _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4 = (_vector_ir.quad_block(rows) for rows in (1, 2, 3, 4))
+                    vnni = has_avx512_vnni()  # one VPDPBUSD for VPMADDUBSW + VPMADDWD + VPADDD
+                    _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4 = (_vector_ir.quad_block(rows, vnni)
+                                                                          for rows in (1, 2, 3, 4))
                     _quad_share = numba.njit(cache=cached, **elementwise)(_quad_share_py)
                     _quad_product = numba.njit(cache=cached, **elementwise)(_quad_product_py)
                     probe = (np.zeros((1, 4), np.uint8), np.zeros(1, np.int32), np.zeros((1, 1, 4 * PRODUCT_PANEL), np.int8),
@@ -1878,6 +1880,18 @@ def has_avx2() -> bool:
     import numba  # noqa: PLC0415
     from llvmlite import binding  # noqa: PLC0415
     return numba.config.CPU_NAME is None and bool(binding.get_host_cpu_features().get("avx2", False))
+
+
+def has_avx512_vnni() -> bool:
+    """Whether numba compiles for a host CPU with AVX-512 VNNI and VL (VPDPBUSD on 256-bit
+    vectors: the byte product's block in one instruction)."""
+    try:
+        from llvmlite import binding  # noqa: PLC0415
+
+        features = binding.get_host_cpu_features()
+        return has_avx2() and bool(features.get("avx512vnni", False)) and bool(features.get("avx512vl", False))
+    except ImportError:  # numba (and llvmlite) not installed
+        return False
 
 
 def _codes_share_py(a16, cols, zx, bp, z, first, end):  # pragma: no cover - compiled by numba
