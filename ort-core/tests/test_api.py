@@ -336,6 +336,12 @@ def test_profiling_writes_a_chrome_trace(host, tmp_path):
     nodes = [e for e in events if e["cat"] == "Node"]
     assert [e["name"] for e in nodes] == [f"{n}_kernel_time" for n in ("add", "relu1", "mul", "relu2", "sub")]
     assert all(e["args"]["provider"] == CPU for e in nodes)
+    # creation's events, as onnxruntime's: loading (from bytes here), within the initialization
+    session = {e["name"]: e for e in events if e["cat"] == "Session"}
+    assert {"model_loading_array", "session_initialization", "model_run"} <= set(session)
+    loading, init = session["model_loading_array"], session["session_initialization"]
+    assert 0 <= init["ts"] <= loading["ts"] and loading["ts"] + loading["dur"] <= init["ts"] + init["dur"]
+    assert init["ts"] + init["dur"] <= session["model_run"]["ts"]
     # onnxruntime's file name (prefix, _, date, time, milliseconds); profiling then stops
     assert re.fullmatch(r"prof__\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d{3}\.json", os.path.basename(path))
     assert sess.end_profiling() == ""

@@ -667,8 +667,10 @@ class InferenceSession:
         self._bound_names = [n for n, _ in requested] or [CPU_PROVIDER]
         self._model_path = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         context = epcontext.context_settings(self._config, self._model_path)
+        load_start = time.perf_counter_ns()
         self._model: ir.Model = load_model(path_or_bytes, self._options._external_initializers,
                                            self._options._external_files)
+        self._load_span = (load_start, time.perf_counter_ns())  # (the profile's model_loading event)
         self._check_canceled()
         if self._read_config_from_model and _options_from_model(self._model, self._options):
             self._start_profile()
@@ -744,6 +746,7 @@ class InferenceSession:
         if not self._overridable and all(dtype is not None for _, dtype, _, _ in self._input_checks):
             self._feed_shapes = {name: set() for name in self._graph.inputs}
         self._feed_dtypes = [(name, dtype) for name, dtype, _, _ in self._input_checks]
+        self._created_at = time.perf_counter_ns()  # (the profile's session_initialization event)
 
     # ------------------------------------------------------------------ creation
     def _context_model(self, embed: bool, file_stem: str):
@@ -1275,6 +1278,14 @@ class InferenceSession:
         events = []
         with self._lock:
             runs, self._profile = self._profile, None
+        # creation's events, as onnxruntime writes them: loading (from a path or from bytes),
+        # then the whole of the session's initialization
+        loading = "model_loading_uri" if self._model_path is not None else "model_loading_array"
+        for name, (start, end) in ((loading, self._load_span), ("session_initialization",
+                                                                (self._profile_start, self._created_at))):
+            if start >= self._profile_start:  # (profiling the model's ort_config turned on starts after loading)
+                events.append({"cat": "Session", "name": name, "ph": "X", "pid": os.getpid(), "tid": 0,
+                               "ts": (start - self._profile_start) / 1000, "dur": (end - start) / 1000, "args": {}})
         for run_index, (start, end, records) in enumerate(runs):
             events.append({
                 "cat": "Session", "name": "model_run", "ph": "X", "pid": os.getpid(), "tid": 0,
