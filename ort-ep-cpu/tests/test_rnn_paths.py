@@ -39,13 +39,14 @@ def _model(op: str, gates: int, hidden: int, inp: int, dirs: int, const_r: bool,
 @pytest.mark.parametrize("op,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
 @pytest.mark.parametrize("dirs", [1, 2])
 @pytest.mark.parametrize("const_r", [True, False])
-def test_recurrence_weights_cached_per_array(op, gates, dirs, const_r):
+@pytest.mark.parametrize("batch", [2, 5])  # (5: an LSTM's R in packed panels, kept per R array too)
+def test_recurrence_weights_cached_per_array(op, gates, dirs, const_r, batch):
     rng = np.random.default_rng(0)
     data, r = _model(op, gates, hidden=6, inp=5, dirs=dirs, const_r=const_r, rng=rng)
     ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     for run in range(3):
-        feeds = {"X": rng.standard_normal((4, 2, 5)).astype(np.float32)}
+        feeds = {"X": rng.standard_normal((4, batch, 5)).astype(np.float32)}
         if not const_r:  # a different R every run: a cached transpose of the first would be wrong
             feeds["R"] = r + np.float32(run * 0.2)
         for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
@@ -141,7 +142,8 @@ def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict
     ("RNN", {}, False), ("RNN", {"activations": ["Relu"]}, False), ("RNN", {"activations": ["Sigmoid"]}, False),
     ("RNN", {"activations": ["Tanh", "Relu"]}, False)])
 @pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
-def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, ragged, monkeypatch):
+@pytest.mark.parametrize("batch", [2, 3])
+def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, ragged, batch, monkeypatch):
     # the whole recurrence of a direction is one compiled call (_jit.lstm_scan / gru_scan)
     from ort_ep_cpu.kernels import _jit
 
@@ -149,17 +151,19 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
         pytest.skip("numba is not installed")
     if "activations" in attrs and (len(attrs["activations"]) == 2) != (direction == "bidirectional"):
         pytest.skip("onnxruntime takes one activation per direction")
-    scan_name = {"LSTM": "lstm_scan", "GRU": "gru_scan", "RNN": "rnn_scan"}[op]
+    # (an LSTM of rnn.PANEL_SCAN_ROWS rows or more: the scan with R in packed panels)
+    scan_name = {"LSTM": "lstm_panel_scan" if batch >= rnn.PANEL_SCAN_ROWS else "lstm_scan", "GRU": "gru_scan",
+                 "RNN": "rnn_scan"}[op]
     real, calls = getattr(_jit, scan_name)(), []
     monkeypatch.setattr(_jit, scan_name, lambda: lambda *args: (calls.append(1), real(*args)))
     rng = np.random.default_rng(3)
     data = _recurrent_model(op, direction, hidden=24, inp=7, attrs=attrs, peepholes=peepholes, rng=rng)
     dirs = 2 if direction == "bidirectional" else 1
-    feeds = {"X": rng.standard_normal((6, 3, 7)).astype(np.float32),
-             "lens": np.array([6, 2, 4] if ragged else [6, 6, 6], np.int32),
-             "H0": rng.standard_normal((dirs, 3, 24)).astype(np.float32) * 0.5}
+    feeds = {"X": rng.standard_normal((6, batch, 7)).astype(np.float32),
+             "lens": np.array([6, 2, 4][:batch] if ragged else [6] * batch, np.int32),
+             "H0": rng.standard_normal((dirs, batch, 24)).astype(np.float32) * 0.5}
     if op == "LSTM":
-        feeds["C0"] = rng.standard_normal((dirs, 3, 24)).astype(np.float32) * 0.5
+        feeds["C0"] = rng.standard_normal((dirs, batch, 24)).astype(np.float32) * 0.5
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     for a, b in zip(got, want):

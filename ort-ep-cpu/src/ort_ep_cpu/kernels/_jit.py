@@ -47,6 +47,7 @@ _lstm_cell_row_mlas: Callable | None = None  # (and the MLAS activations and the
 _lstm_cells: Callable | None = None
 _gru_scan: Callable | None = None
 _rnn_scan: Callable | None = None
+_lstm_panel_scan: Callable | None = None
 _recurrent_product: Callable | None = None  # compiled helpers of the scans (set by _load)
 _sigmoid_value: Callable | None = None
 _exp_value: Callable | None = None
@@ -578,6 +579,14 @@ def lstm_cells() -> Callable | None:
     return _lstm_cells if _load() else None
 
 
+def lstm_panel_scan() -> Callable | None:
+    """``lstm_scan`` with each step's product h @ R + rb by ``float_product``'s register blocks,
+    ``(xw, rp, rbp, p, lens, h, c, ys)``: R and rb packed by ``nn.pack_float_panels``
+    (``rp``, ``rbp``), the rest as ``lstm_scan``; or None. The blocks hold a panel's sums in
+    registers over K where ``lstm_scan``'s product loads and stores them every four rows of R."""
+    return _lstm_panel_scan if _load() else None
+
+
 def quantized_lstm_scan() -> Callable | None:
     """DynamicQuantizeLSTM's whole recurrence of one direction where its products are
     ``packed_product``'s, ``(xw, bp, r_scale, bias, p, lens, reverse, h, c, y, q, h_scale,
@@ -670,7 +679,7 @@ def _parallel_loop(numba, loop: Callable, serial: Callable, cached: bool, option
 
 def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
-    global _layer_norm_rows, _lstm_scan, _gru_scan, _rnn_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
+    global _layer_norm_rows, _lstm_scan, _lstm_panel_scan, _gru_scan, _rnn_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _dequantize_axis, _fake_quantize, _packed_product
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _fma_rows1, _fma_rows2, _fma_rows3, _fma_rows4, _fma_rows5, _fma_rows6, _float_share, _float_product
@@ -696,7 +705,7 @@ def _load_once() -> None:
                 import numba
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
-                _lstm_scan = _gru_scan = _rnn_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
+                _lstm_scan = _lstm_panel_scan = _gru_scan = _rnn_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
                 _packed_product = None
                 _packed_product_split = _packed_share = None
                 _float_share = _float_product = _float_product_split = None
@@ -801,6 +810,7 @@ def _load_once() -> None:
                 _tanh_value = numba.njit(inline="always", **elementwise)(_tanh_value_py)
                 _lstm_cell_row = numba.njit(inline="always", **elementwise)(_lstm_cell_row_py(_sigmoid_value, _tanh_value))
                 _lstm_scan = numba.njit(cache=cached, **elementwise)(_lstm_scan_py)
+                _lstm_panel_scan = numba.njit(cache=cached, **elementwise)(_lstm_panel_scan_py)
                 _lstm_cells = numba.njit(cache=cached, **elementwise)(_lstm_cells_py)
                 # onnxruntime's DynamicQuantizeLSTM: MLAS's activations, and no "contract" (its
                 # gates and cell are separate multiplies and adds); globals of the step, first
@@ -2249,6 +2259,23 @@ def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled
                 for j in range(n):
                     ys[t, b, j] = _ZERO
                 continue
+            _lstm_cell_row(z[b], p, c[b], h[b], ys[t, b])
+
+
+def _lstm_panel_scan_py(xw, rp, rbp, p, lens, h, c, ys):  # pragma: no cover - compiled by numba
+    """See ``lstm_panel_scan``."""
+    seq, batch, g = xw.shape
+    n = g // 4
+    z = np.empty((batch, g), np.float32)
+    for t in range(seq):
+        _float_share(h, rp, rbp, z, 0, rp.shape[0])  # h @ R + rb
+        for b in range(batch):
+            if t >= lens[b]:
+                for j in range(n):
+                    ys[t, b, j] = _ZERO
+                continue
+            for j in range(g):
+                z[b, j] += xw[t, b, j]
             _lstm_cell_row(z[b], p, c[b], h[b], ys[t, b])
 
 

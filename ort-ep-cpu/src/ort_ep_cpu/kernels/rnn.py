@@ -10,7 +10,7 @@ from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
 from ._util import SHAPE_CACHE_MAX, PreparedFor
-from .nn import _constant_product, _row_product
+from .nn import _constant_product, _row_product, pack_float_panels
 
 
 def _sigmoid(x, alpha, beta):
@@ -281,6 +281,8 @@ class _GRU(_Recurrent):
 
 
 _NO_PEEPHOLES = np.empty(0, np.float32)
+#: batch rows from which an LSTM's recurrence takes R in packed panels (``_jit.lstm_panel_scan``)
+PANEL_SCAN_ROWS = 3
 
 
 class _LSTM(_Recurrent):
@@ -297,6 +299,7 @@ class _LSTM(_Recurrent):
         self._single_ok = plain and self.n_dirs == 1 and self.layout == 0
         # plain gates: the compiled recurrence (_jit.lstm_scan) for float32
         self._compiled = plain and _jit.enabled()
+        self._panels: dict[tuple, tuple] = {}  # R and rb packed for ``_jit.lstm_panel_scan``
 
     def __call__(self, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None):
         if self._single_ok and p is None and sequence_lens is None and x.ndim == 3 and x.shape[0] == 1:
@@ -310,6 +313,16 @@ class _LSTM(_Recurrent):
         h, c = np.array(h, np.float32), np.array(c, np.float32)  # the state, updated in place
         ys = np.empty(xw.shape[:2] + h.shape[1:], np.float32)
         peepholes = _NO_PEEPHOLES if p is None else np.ascontiguousarray(p, np.float32)
+        panel_scan = _jit.lstm_panel_scan() if xw.shape[1] >= PANEL_SCAN_ROWS else None
+        if panel_scan is not None:  # R and rb packed once per R (the rows' register blocks)
+            key = (rt.__array_interface__["data"][0], rb.tobytes())
+            panels = self._panels.get(key)
+            if panels is None:
+                if len(self._panels) >= 4:  # (R fed at run time: each new one packed anew)
+                    self._panels.clear()
+                panels = self._panels[key] = (rt, *pack_float_panels(rt, rb))  # (rt held: its address is the key)
+            panel_scan(np.ascontiguousarray(xw), panels[1], panels[2], peepholes, lens, h, c, ys)
+            return ys, h, c
         scan(np.ascontiguousarray(xw), rt, np.ascontiguousarray(rb, np.float32), peepholes, lens, h, c, ys)
         return ys, h, c
 
