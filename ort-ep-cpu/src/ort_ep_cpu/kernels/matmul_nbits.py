@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import threads
 from ..registry import kernel
 from . import _jit
 from ._util import const_input, has_input
@@ -135,7 +136,23 @@ def _packed4_loops(prange):
 
 
 def _packed4_product(kernels, a: np.ndarray, w: _Weights) -> np.ndarray:
-    """a (M, K) @ dequantized(w)^T from the packed codes, A zero-padded to whole blocks."""
+    """a (M, K) @ dequantized(w)^T from the packed codes, A zero-padded to whole blocks. The
+    loops' ``prange`` takes the session's threads (``threads.split_threads``): numba's pool
+    otherwise runs every region on all its threads, whatever ``intra_op_num_threads`` says (a
+    4-bit MiniLM at one thread beside a busy core: 2-13x onnxruntime's time). The count is
+    the calling thread's in numba and is given back after: other loops size their own splits."""
+    import numba  # (the loops exist: numba is installed)
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(threads.split_threads(), numba.config.NUMBA_NUM_THREADS)))
+    try:
+        return _packed4_loops_run(kernels, a, w)
+    finally:
+        numba.set_num_threads(before)
+
+
+def _packed4_loops_run(kernels, a: np.ndarray, w: _Weights) -> np.ndarray:
+    """``_packed4_product``'s work on the thread count it set."""
     dot, dequantize = kernels
     m = a.shape[0]
     padded = np.zeros((m, w.blocks, w.block), _F)
