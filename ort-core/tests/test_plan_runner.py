@@ -66,7 +66,9 @@ def test_profiling_still_records_every_run(host, tmp_path):
     import json
 
     events = json.load(open(sess.end_profiling()))
-    assert sum(1 for e in events if e["cat"] == "Session") == 3
+    assert sum(1 for e in events if e["cat"] == "Session" and e["name"] == "model_run") == 3
+    assert {e["name"] for e in events if e["cat"] == "Session"} == {"model_run", "model_loading_array",
+                                                                   "session_initialization"}
     assert sum(1 for e in events if e["cat"] == "Node") == 15
 
 
