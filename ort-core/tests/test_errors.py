@@ -215,6 +215,10 @@ def test_non_str_objects_in_a_string_input_are_their_str(host):
                        (np.array(["é".encode(), 7], object), ["é", "7"]), (np.array(["x", "y"]), ["x", "y"])):
         (t,) = session.run(None, {"s": feed})
         assert t.dtype == object and t.tolist() == want and all(type(v) is str for v in t)
+    # after a run of str elements, another of the same shape holding other objects: checked too
+    session.run(None, {"s": np.array(["a", "b"], object)})
+    (t,) = session.run(None, {"s": np.array([3, None], object)})
+    assert t.tolist() == ["3", "None"]
 
 
 def test_unknown_output_name(sess):

@@ -1218,7 +1218,9 @@ class InferenceSession:
         if shapes is not None:
             for (name, dtype), value in zip(self._feed_dtypes, feeds):
                 # remembered: a host array of the declared dtype that the checks accepted as it is
-                if type(value) is np.ndarray and value.dtype == dtype and value is input_feed.get(name):
+                # (not a string input's: its elements are checked every run, see _check_input)
+                if (type(value) is np.ndarray and value.dtype == dtype and dtype.kind != "O"
+                        and value is input_feed.get(name)):
                     known = shapes[name]
                     if len(known) >= 64:  # ever new shapes: bounded, checked again
                         known.clear()
