@@ -214,6 +214,14 @@ _ONNXRUNTIME_FAILS = (
 )
 
 
+def _refused(message: str, verdict: Exception) -> InvalidGraph:
+    """The error of a model that the checker or inference refused with ``verdict``: an
+    InvalidGraphFail where onnxruntime answers FAIL (``_ONNXRUNTIME_FAILS``), else an
+    InvalidGraph."""
+    cls = InvalidGraphFail if any(words in str(verdict) for words in _ONNXRUNTIME_FAILS) else InvalidGraph
+    return cls(f"{message}: {verdict}")
+
+
 def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
     broken.
@@ -246,8 +254,7 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
             if fixed:
                 check_proto(copy)
                 return
-        cls = InvalidGraphFail if any(words in str(exc) for words in _ONNXRUNTIME_FAILS) else InvalidGraph
-        raise cls(f"model fails the ONNX checker: {exc}") from None
+        raise _refused("model fails the ONNX checker", exc) from None
     except ValueError as exc:  # e.g. > 2 GB protos; the checker cannot look at them whole
         logger.info("ONNX checker skipped: %s", exc)
 
@@ -449,13 +456,10 @@ def infer_shapes(model: onnx.ModelProto, data: bytes | None = None) -> onnx.Mode
         try:
             inferred = onnx.shape_inference.infer_shapes(source, check_type=True, strict_mode=False,
                                                          data_prop=data_prop)
-        except onnx.shape_inference.InferenceError:
-            inferred = None
         except Exception:
             inferred = None
         if inferred is None:
-            cls = InvalidGraphFail if any(words in str(exc) for words in _ONNXRUNTIME_FAILS) else InvalidGraph
-            raise cls(f"model fails type and shape inference: {exc}") from None
+            raise _refused("model fails type and shape inference", exc) from None
         logger.info("strict shape inference failed, kept the non-strict result: %s", exc)
         return inferred
     except Exception as exc:

@@ -38,19 +38,26 @@ _ACTIVATIONS = {
 }
 
 
-def _activation_names(node, defaults: list[str], n_dirs: int) -> list[list[str]]:
-    """The activations' names of each direction (a single direction's list serves both)."""
+def _names(node, defaults: list[str], n_dirs: int) -> list[str]:
+    """The node's activations' names as given (the defaults for every direction where none are)."""
     names = node.attr("activations")
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
-    per_dir = len(defaults)
-    if len(names) == per_dir and n_dirs == 2:
-        names = names * 2
-    return [names[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
+
+
+def _per_direction(items: list, per_dir: int, n_dirs: int) -> list[list]:
+    """``items`` split into each direction's ``per_dir`` (a single direction's serves both)."""
+    if len(items) == per_dir and n_dirs == 2:
+        items = items * 2
+    return [items[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+
+
+def _activation_names(node, defaults: list[str], n_dirs: int) -> list[list[str]]:
+    """The activations' names of each direction."""
+    return _per_direction(_names(node, defaults, n_dirs), len(defaults), n_dirs)
 
 
 def _activations(node, defaults: list[str], n_dirs: int):
-    names = node.attr("activations")
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults * n_dirs
+    names = _names(node, defaults, n_dirs)
     alphas = list(node.attr("activation_alpha") or [])
     betas = list(node.attr("activation_beta") or [])
     funcs = []
@@ -62,10 +69,7 @@ def _activations(node, defaults: list[str], n_dirs: int):
         a = alphas.pop(0) if n_params >= 1 and alphas else da
         b = betas.pop(0) if n_params >= 2 and betas else db
         funcs.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
-    per_dir = len(defaults)
-    if len(funcs) == per_dir and n_dirs == 2:
-        funcs = funcs * 2
-    return [funcs[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+    return _per_direction(funcs, len(defaults), n_dirs)
 
 
 def _reverse_in_length(x: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -77,8 +81,7 @@ def _reverse_in_length(x: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 def _default_activations(node, defaults: list[str]) -> bool:
     """Whether ``node`` uses its op's default activations (the compiled recurrences' only ones)."""
-    names = node.attr("activations")
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else defaults
+    names = _names(node, defaults, 1)
     per_dir = [n.lower() for n in defaults]
     return [n.lower() for n in names] in (per_dir, per_dir * 2)
 
