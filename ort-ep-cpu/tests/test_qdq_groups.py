@@ -209,8 +209,44 @@ def test_quantize_pairs_become_post_ops():
     (program,) = [p for p in _programs() if id(p) not in before]
     assert program.primitives == 7
     labels = [label.split(" node")[0] for label in program.labels]
-    assert [lab for lab in labels if not lab.startswith("the reorder")] == [
+    conversions = ("the reorder", "the quantization", "the dequantization")  # (8-bit codes: below)
+    assert [lab for lab in labels if not lab.startswith(conversions)] == [
         "Conv", "MaxPool", "Conv", "Conv", "Conv", "Conv", "GlobalAveragePool"]
+
+
+@pytest.mark.parametrize("activation", ["uint8", "int8"])
+def test_convolutions_run_on_codes(monkeypatch, activation):
+    """Where the CPU has 8-bit dot products (VNNI, AMX), each convolution runs on the codes of
+    its input as onnxruntime's QLinearConv does: oneDNN's 8-bit convolution with the input's
+    and weights' scales, its output quantized by the pair after it (the residual Add's
+    addend read as codes too), and the MaxPool between pairs of the same codes on the codes.
+    The results are onnxruntime's integer kernels' within the file's step bounds."""
+    quantizations, pool_types = [], []
+    real_conv, real_pool = _onednn.Convolution.__init__, _onednn.Pooling.__init__
+
+    def conv_spy(self, *args, quantization=None, **kwargs):
+        real_conv(self, *args, quantization=quantization, **kwargs)
+        quantizations.append(quantization)  # (after: a declined one raises above)
+
+    def pool_spy(self, *args, dtype=np.float32, **kwargs):
+        real_pool(self, *args, dtype=dtype, **kwargs)
+        pool_types.append(np.dtype(dtype))
+
+    monkeypatch.setattr(_onednn.Convolution, "__init__", conv_spy)
+    monkeypatch.setattr(_onednn.Pooling, "__init__", pool_spy)
+    gc.collect()
+    before = {id(p) for p in _programs()}
+    _check(quantized(_cnn(), activation, True), 2, levels=("ORT_DISABLE_ALL",))
+    (program,) = [p for p in _programs() if id(p) not in before]
+    if not program.integer:
+        pytest.skip("oneDNN's 8-bit convolutions on this CPU have no dot-product instructions (they would saturate)")
+    assert len(quantizations) == 5 and None not in quantizations
+    # every one is followed by a pair: its output is quantized by the primitive (the residual
+    # Adds' addends are codes of the same type)
+    assert sum(q.y_scale is not None for q in quantizations) == 5
+    codes = np.dtype(np.uint8 if activation == "uint8" else np.int8)
+    assert all(q.y_dtype == codes for q in quantizations)
+    assert pool_types == [codes, np.dtype(np.float32)]  # the MaxPool; the GlobalAveragePool
 
 
 def test_pairs_and_batch_norm_as_steps_where_not_post_ops(monkeypatch):

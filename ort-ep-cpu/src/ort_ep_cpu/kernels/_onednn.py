@@ -93,6 +93,7 @@ ELTWISE_ROUND, ELTWISE_CLIP = 0x32, 0x2E
 #: binary post-op algorithms: the output op a per-channel constant
 BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
 _ARG_SRC_1, _ARG_ATTR_MULTIPLE_POST_OP_BASE = 2, 32768  # oneDNN 3.x (2.x: 16384)
+_ARG_ATTR_SCALES, _ARG_ATTR_ZERO_POINTS = 4096, 8192
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,10 +106,37 @@ class Binary:
     values: np.ndarray
 
 
-#: a post-op: an eltwise one as (algorithm, alpha, beta), a per-channel ``Binary`` one, or
-#: ``SUM``: the output's prior content is added (y = op(x) + y), as a residual Add is
-PostOp = tuple[int, float, float] | Binary | str
-SUM = "sum"
+@dataclass(frozen=True)
+class Sum:
+    """The sum post-op: the output's prior content is added, as a residual Add is: y = op(x) +
+    ``scale`` * (y - ``zero_point``), y's prior content read in the output's data type (8-bit
+    codes, for a quantized residual's, with their scale and zero point)."""
+
+    scale: float = 1.0
+    zero_point: int = 0
+
+
+#: a post-op: an eltwise one as (algorithm, alpha, beta), a per-channel ``Binary`` one, or a
+#: ``Sum``
+PostOp = tuple[int, float, float] | Binary | Sum
+SUM = Sum()
+
+
+@dataclass(frozen=True, eq=False)
+class Quantization:
+    """An 8-bit convolution's scales and zero points, oneDNN's model of a QDQ model's
+    DequantizeLinear -> Conv -> QuantizeLinear: with x = x_scale * (codes - x_zero_point) and w =
+    w_scales * codes (one scale, or one per output channel; no zero point), the output is
+    x_scale * w_scales * (the codes' exact int32 convolution) + bias in float32, then the
+    post-ops, then (where ``y_scale`` is given) quantized: rint(y / y_scale) + y_zero_point,
+    saturated to ``y_dtype``. Measured against that formula in numpy: equal to the bit."""
+
+    x_scale: float
+    x_zero_point: int
+    w_scales: np.ndarray
+    y_scale: float | None = None
+    y_zero_point: int = 0
+    y_dtype: np.dtype = np.dtype(np.uint8)
 
 
 def post_op(activation: str, params: list[float]) -> tuple[int, float, float] | None:
@@ -591,12 +619,39 @@ class _Primitive:
                     md = self._descriptor_of(dims, _plain(len(dims)))
                     lib.check(d.dnnl_post_ops_append_binary(chain, op.algorithm, md), "binary post-op")
                     self.binary_args.append((_ARG_ATTR_MULTIPLE_POST_OP_BASE * (index + 1) | _ARG_SRC_1, md, values))
-                elif op == SUM:  # scale 1, no zero point, the output's data type
-                    lib.check(d.dnnl_post_ops_append_sum(chain, 1.0, 0, 0), "sum post-op")
+                elif isinstance(op, Sum):  # (data type 0: the output's)
+                    lib.check(d.dnnl_post_ops_append_sum(chain, op.scale, op.zero_point, 0), "sum post-op")
                 else:
                     lib.check(d.dnnl_post_ops_append_eltwise(chain, *op), f"eltwise post-op {op}")
             lib.check(d.dnnl_primitive_attr_set_post_ops(attr, chain), "set_post_ops")
         return attr
+
+    def _quantization(self, attr: _P, q: Quantization, grouped: bool) -> None:
+        """``q``'s scales and zero points set on ``attr``, their values bound as constant
+        arguments (per output channel, the weights' mask names the output-channel axes:
+        (group, M / group) of grouped weights)."""
+        lib, d = self.lib, self.lib.dnnl
+        d.dnnl_primitive_attr_set_scales_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
+        d.dnnl_primitive_attr_set_zero_points_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
+        w_scales = np.ascontiguousarray(q.w_scales, np.float32).reshape(-1)
+        scales = [(_ARG_SRC, 0, np.array([q.x_scale], np.float32)),
+                  (_ARG_WEIGHTS, (3 if grouped else 1) if w_scales.size > 1 else 0, w_scales)]
+        zero_points = [(_ARG_SRC, np.array([q.x_zero_point], np.int32))]
+        if q.y_scale is not None:
+            scales.append((_ARG_DST, 0, np.array([q.y_scale], np.float32)))
+            zero_points.append((_ARG_DST, np.array([q.y_zero_point], np.int32)))
+        for arg, mask, values in scales:
+            lib.check(d.dnnl_primitive_attr_set_scales_mask(attr, arg, mask), "set_scales_mask")
+            self._bind_values(_ARG_ATTR_SCALES | arg, values)
+        for arg, values in zero_points:
+            lib.check(d.dnnl_primitive_attr_set_zero_points_mask(attr, arg, 0), "set_zero_points_mask")
+            self._bind_values(_ARG_ATTR_ZERO_POINTS | arg, values)
+
+    def _bind_values(self, arg: int, values: np.ndarray) -> None:
+        """A 1-D constant argument read from ``values`` (kept) as they are."""
+        md = self._descriptor_of(values.shape, _TAG_A, _TYPES[values.dtype])
+        self.kept.append(values)
+        self.constant_args.append((arg, self._own("dnnl_memory_destroy", self.lib.memory(md, values.ctypes.data))))
 
     def _reorder(self, src_md: _P, dst_md: _P) -> _P:
         pd = self._own("dnnl_primitive_desc_destroy", self.lib.reorder_pd(src_md, dst_md))
@@ -729,25 +784,32 @@ class Convolution(_Primitive):
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, group: int,
                  strides, dilations, pads, y_shape: tuple[int, ...], post_ops: Sequence[PostOp] = (),
                  any_layout: bool = True, x_layout: str = "", y_layout: str = "", x_dtype: np.dtype = np.float32,
-                 packed: PackedConstants | None = None):
-        # float32 throughout, or (``x_dtype`` uint8/int8, ``w`` int8) 8-bit codes into int32
+                 packed: PackedConstants | None = None, quantization: Quantization | None = None):
+        # float32 throughout, or (``x_dtype`` uint8/int8, ``w`` int8) 8-bit codes into int32, or
+        # with ``quantization`` into float32 or 8-bit codes by its scales
         integer = np.dtype(x_dtype) != np.float32
-        super().__init__(lib, x_shape, y_shape, x_layout, y_layout, _TYPES[np.dtype(x_dtype)], _S32 if integer else _F32,
-                         packed=packed)
+        if quantization is None:
+            y_type = _S32 if integer else _F32
+        else:
+            y_type = _F32 if quantization.y_scale is None else _TYPES[np.dtype(quantization.y_dtype)]
+        super().__init__(lib, x_shape, y_shape, x_layout, y_layout, _TYPES[np.dtype(x_dtype)], y_type, packed=packed)
         w_type = _TYPES[w.dtype] if integer else _F32
         # the layout of the primitive's input and output: the given array's where it has one,
         # else oneDNN's choice (reordered from and to NCHW) or NCHW as it is
         src = self.x_md if x_layout or not any_layout else self._descriptor_of(x_shape, _TAG_ANY, _TYPES[np.dtype(x_dtype)])
-        dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY, _S32 if integer else _F32)
+        dst = self.y_md if y_layout or not any_layout else self._descriptor_of(y_shape, _TAG_ANY, y_type)
         m = w.shape[0]
         w_dims = tuple(w.shape) if group == 1 else (group, m // group) + tuple(w.shape[1:])
         b_md = None if b is None else self._descriptor_of((m,), _TAG_A)
+        attributes = self._attributes(post_ops)
+        if quantization is not None:
+            self._quantization(attributes, quantization, group > 1)
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         nd = len(strides)
         lib.check(lib.dnnl.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
             src, self._descriptor_of(w_dims, _TAG_ANY, w_type), b_md, dst, _Dims(*strides), _Dims(*(v - 1 for v in dilations)),
-            _Dims(*pads[:nd]), _Dims(*pads[nd:]), self._attributes(post_ops)),
+            _Dims(*pads[:nd]), _Dims(*pads[nd:]), attributes),
             f"convolution x{tuple(x_shape)} w{tuple(w.shape)} group {group}")
         self._finish(pd)
         if integer:
@@ -815,11 +877,14 @@ class Pooling(_Primitive):
     """2-D max or average pooling (``algorithm``: one of the ``POOLING_*`` constants; eltwise
     ``post_ops`` as for ``Convolution``) on the NCHW input as it is: oneDNN's AVX-512 pooling reads it directly (the cnn's MaxPool, once
     measured: 51 us so, 46 with reorders into and out of the blocked layout; not taken), or on
-    input and output in ``layout`` inside a group of ``onednn_group.py``."""
+    input and output in ``layout`` inside a group of ``onednn_group.py``; float32, or
+    (``dtype``) 8-bit codes in and out (MaxPool: the max of the codes is the max of the values
+    they stand for)."""
 
     def __init__(self, lib: _Library, x_shape: tuple[int, ...], algorithm: int, kernel, strides, dilations, pads,
-                 y_shape: tuple[int, ...], layout: str = "", post_ops: Sequence[PostOp] = ()):
-        super().__init__(lib, x_shape, y_shape, layout, layout)
+                 y_shape: tuple[int, ...], layout: str = "", post_ops: Sequence[PostOp] = (),
+                 dtype: np.dtype = np.float32):
+        super().__init__(lib, x_shape, y_shape, layout, layout, _TYPES[np.dtype(dtype)], _TYPES[np.dtype(dtype)])
         pd = self._own("dnnl_primitive_desc_destroy", _P())
         top, left, bottom, right = pads
         lib.check(lib.dnnl.dnnl_pooling_forward_primitive_desc_create(
@@ -866,11 +931,15 @@ class MatMul(_Primitive):
             self._constant(_ARG_BIAS, bias_md, bias.reshape(1, n))
 
 
+class NoDotProducts(OneDNNError):
+    """oneDNN's 8-bit kernel for this CPU has no 8-bit dot-product instructions."""
+
+
 def _require_dot_products(implementation: str) -> None:
     """Decline an 8-bit kernel without 8-bit dot-product instructions (AMX, VNNI): oneDNN's
     others add u8 x s8 pairs in int16 with saturation, which is not exact."""
     if "amx" not in implementation and "vnni" not in implementation:
-        raise OneDNNError(f"{implementation} may saturate int8 products (no AMX or VNNI)")
+        raise NoDotProducts(f"{implementation} may saturate int8 products (no AMX or VNNI)")
 
 
 class IntegerMatMul(_Primitive):

@@ -34,10 +34,24 @@ zero point whose only reader is a DequantizeLinear is one member with it (``Fake
 DequantizeLinear(QuantizeLinear(x)) in float32; after a convolution or pool four eltwise
 post-ops, linear, round half to even, clip, linear); a BatchNormalization with constant
 parameters is x * factor + shift (two per-channel binary post-ops, or a step). So a QDQ
-convolution with its BatchNormalization and residual Add is one oneDNN primitive. This is not
-onnxruntime's route (integer QLinearConv kernels): the results equal the QDQ graph's float32
-semantics, which onnxruntime's integer kernels meet except where a value lands within rounding
-of a tie (one step, on under 2% of the elements measured; ``tests/test_qdq_groups.py``).
+convolution with its BatchNormalization and residual Add is one oneDNN primitive.
+
+Where the CPU has 8-bit dot products (VNNI, AMX) and the layout is nhwc, the convolutions run
+on codes, as onnxruntime's QLinearConv does: a value made by a QuantizeLinear pair whose two
+nodes share their scale and zero point is exactly DequantizeLinear of 8-bit codes
+(``quant.pair_codes``), so a slot may hold those codes (``CODES``) in place of the float32
+array; a convolution of such a value with int8 weights (a DequantizeLinear of constants, no
+zero point) is oneDNN's 8-bit convolution with the scales and zero points as attributes
+(``_onednn.Quantization``), whose output is quantized by the primitive where its post-ops end
+in such a pair (a residual Add's addend then read as codes by the sum post-op), and a MaxPool
+between pairs of the same codes pools the codes. A member that wants float32 gets the codes
+dequantized, one that wants codes gets the float32 values quantized (exact: they are on the
+grid). A static-QDQ ResNet-18 (per-channel weights, one thread): 32.5 -> 10.2 ms, onnxruntime
+10.0, its outputs now onnxruntime's to the bit. Elsewhere (AVX2 without VNNI: oneDNN's 8-bit
+kernels would add u8 x s8 pairs in int16 with saturation) the group computes in float32: the
+QDQ graph's semantics, which onnxruntime's integer kernels meet except where a value lands
+within rounding of a tie (one step, on under 2% of the elements measured;
+``tests/test_qdq_groups.py``).
 
 The group's kernel makes a program per input shape at its first run. A member oneDNN declines
 for that shape (a reference implementation, say) runs its own CPU kernel on NCHW arrays, with
@@ -62,7 +76,7 @@ from ._util import dequantized_constant as _dequantized_constant
 from ._util import fixed_constant as _fixed_constant
 from .image import _text
 from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
-from .quant import FakeQuant, fake_quant
+from .quant import FakeQuant, _dequantized_weights, dequantize, fake_quant, pair_codes, quantize
 
 MS = "com.microsoft"
 
@@ -74,6 +88,10 @@ UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "
 #: one element (a scale, a shift, a bound: the same for every element in any layout); Max and Min
 #: by a constant are the clip post-op (TensorFlow exports write ReLU6 and clamps so)
 BINARY = frozenset({"Add", "Mul", "Max", "Min"})
+
+#: the slot key of a value held as the 8-bit codes it is DequantizeLinear of (nhwc), beside the
+#: layout names of its float32 forms
+CODES = "nhwc codes"
 
 #: a group needs this many oneDNN primitives (convolutions, pools) to save a reorder pair (one,
 #: where it holds a QDQ model's QuantizeLinear pair)
@@ -435,6 +453,9 @@ class _Program:
         self.slots = 0
         self.input_slots = [self._new(name, "") for name in inputs]
         self.primitives = 0  # members oneDNN runs (the rest run their own kernels)
+        # 8-bit convolutions and pools on the codes of a QDQ model's values (nhwc only; until
+        # oneDNN declines one for want of dot-product instructions)
+        self.integer = layout == "nhwc"
         for node, kernel in zip(nodes, kernels):
             if node.index not in self.absorbed:
                 self._add(node, kernel)
@@ -453,16 +474,42 @@ class _Program:
         return slot
 
     def _slot(self, name: str, layout: str) -> int:
-        """The slot of ``name`` in ``layout``, with a reorder step where it is held only in
-        the other one."""
+        """The slot of ``name`` in ``layout`` (or as ``CODES``), with a reorder step where it
+        is held only in the other one, a quantization step where its codes are wanted and a
+        dequantization step where only they are held."""
         held = self.where[name]
         if layout in held:
             return held[layout]
-        source_layout, source = next(iter(held.items()))
+        if layout == CODES:
+            scale, zero, dtype = self._codes(name)
+            source = self._slot(name, "nhwc")
+            self._step(_Quantize(scale, zero, dtype), (source,), self._new(name, CODES),
+                       f"the quantization of value {name!r}")
+            return self.where[name][CODES]
+        floats = {key: slot for key, slot in held.items() if key != CODES}
+        if not floats:
+            scale, zero, _ = self._codes(name)
+            self._step(_Dequantize(scale, zero), (held[CODES],), self._new(name, "nhwc"),
+                       f"the dequantization of value {name!r}")
+            if layout == "nhwc":
+                return held["nhwc"]
+            floats = {"nhwc": held["nhwc"]}
+        source_layout, source = next(iter(floats.items()))
         reorder = _onednn.Reorder(self.lib, self.shape[name], source_layout, layout)
         self._step(_into(reorder, self._numpy_shape(name, layout)), (source,), self._new(name, layout),
                    f"the reorder of value {name!r} into {layout or 'NCHW'}")
         return self.where[name][layout]
+
+    def _codes(self, name: str) -> tuple[np.float32, int, np.dtype] | None:
+        """(scale, zero point, type) of the 8-bit codes value ``name`` is DequantizeLinear of:
+        the output of a QuantizeLinear pair with the same parameters (``quant.pair_codes``),
+        else None."""
+        graph = self.graph
+        dq = graph.producer.get(name)
+        q = graph.producer.get(graph.nodes[dq].inputs[0]) if dq is not None and graph.nodes[dq].inputs else None
+        if q is None or graph.nodes[dq].op_type != "DequantizeLinear" or graph.nodes[dq].domain:
+            return None
+        return pair_codes(graph.nodes[q], graph)
 
     def _numpy_shape(self, name: str, layout: str) -> tuple[int, ...]:
         shape = self.shape[name]
@@ -520,8 +567,12 @@ class _Program:
         x_name = node.inputs[0]
         out = self.graph.nodes[fq.dq].outputs[0]
         self.shape[out] = self.shape[x_name]
-        layout = self._held_in([x_name])
-        self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node))
+        codes = self._codes(out) if self.integer else None
+        if codes is not None:  # the codes (a float reader dequantizes them: the pair's output)
+            self._step(_Quantize(*codes), (self._slot(x_name, "nhwc"),), self._new(out, CODES), _label(node))
+        else:
+            layout = self._held_in([x_name])
+            self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node))
         self.absorbed.add(fq.dq)
 
     def _batch_norm(self, node: NodeView) -> None:
@@ -544,7 +595,8 @@ class _Program:
 
     def _convolution(self, node: NodeView, absorb: bool) -> None:
         """The convolution's step, with the elementwise members after it that oneDNN can apply
-        as post-ops (``absorb``; see ``_post_ops``)."""
+        as post-ops (``absorb``; see ``_post_ops``): on 8-bit codes where ``_integer_form``
+        finds them, else in float32."""
         graph = self.graph
         x_name = node.inputs[0]
         x_shape = self.shape[x_name]
@@ -553,6 +605,7 @@ class _Program:
         # subnormal weights flushed, as every CPU kernel has them (_util.constant_weight)
         w = without_subnormals(np.ascontiguousarray(_constant(graph, node.inputs[1])))
         b = _constant(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        b = None if b is None else np.ascontiguousarray(b, np.float32)
         group = int(node.attr("group", 1))
         g = _GeometryCache(node).get(tuple(x_shape), node.attr("kernel_shape") or w.shape[2:])
         y_shape = (x_shape[0], w.shape[0]) + g.out
@@ -562,21 +615,65 @@ class _Program:
         post_ops, absorbed, out, addend = self._post_ops(node, y_shape) if absorb else ([], [], node.outputs[0], None)
         if first is not None:
             post_ops.insert(0, first)
-        # an input made inside the group is in oneDNN's layout; one from outside is NCHW, which
-        # the convolution reorders into the layout it chooses (NCHW as it is, for 3 channels)
-        x_layout = self.layout if self.layout in self.where[x_name] else ""
-        prim = _onednn.Convolution(self.lib, x_shape, w, None if b is None else np.ascontiguousarray(b, np.float32),
-                                   group, g.strides, g.dilations, g.pads, y_shape, post_ops,
-                                   x_layout=x_layout, y_layout=self.layout,
-                                   packed=self.packed.setdefault(node.index, _onednn.PackedConstants()))
-        x = self._slot(x_name, x_layout)
+        packed = self.packed.setdefault(node.index, _onednn.PackedConstants())
+        integer = self._integer_form(node, post_ops, absorbed, out, addend) if self.integer else None
+        prim = None
+        if integer is not None:
+            codes, quantization, integer_post_ops, x_key, y_key, addend_key = integer
+            try:
+                prim = _onednn.Convolution(self.lib, x_shape, codes, b, group, g.strides, g.dilations, g.pads, y_shape,
+                                           integer_post_ops, x_layout="nhwc", y_layout="nhwc",
+                                           x_dtype=self._codes(x_name)[2], packed=packed, quantization=quantization)
+            except _onednn.NoDotProducts:
+                self.integer = False  # (this CPU's 8-bit kernels would saturate: float32 from now on)
+            except _onednn.OneDNNError:
+                pass
+        if prim is None:
+            # an input made inside the group is in oneDNN's layout; one from outside is NCHW,
+            # which the convolution reorders into the layout it chooses (NCHW as it is, for 3
+            # channels)
+            x_key = self.layout if self.layout in self.where[x_name] or CODES in self.where[x_name] else ""
+            y_key = addend_key = self.layout
+            prim = _onednn.Convolution(self.lib, x_shape, w, b, group, g.strides, g.dilations, g.pads, y_shape, post_ops,
+                                       x_layout=x_key, y_layout=self.layout, packed=packed)
+        x = self._slot(x_name, x_key)
         y_numpy_shape = _onednn.layout_shape(y_shape, self.layout)
         if addend is None:
-            self._step(_into(prim, y_numpy_shape), (x,), self._new(out, self.layout), _label(node))
+            y_dtype = np.float32 if y_key != CODES else integer[1].y_dtype
+            self._step(_into(prim, y_numpy_shape, y_dtype), (x,), self._new(out, y_key), _label(node))
         else:
-            self._step(_SumInto(prim), (x, self._slot(addend, self.layout)), self._new(out, self.layout), _label(node))
+            self._step(_SumInto(prim), (x, self._slot(addend, addend_key)), self._new(out, y_key), _label(node))
         self.absorbed.update(absorbed)
         self.primitives += 1
+
+    def _integer_form(self, node: NodeView, post_ops: list, absorbed: list[int], out: str, addend: str | None):
+        """The convolution on 8-bit codes, as onnxruntime runs a QDQ model's (QLinearConv),
+        where its input is the output of a QuantizeLinear pair (``_codes``) and its weights a
+        DequantizeLinear of int8 constants without zero points: (weight codes, its
+        ``_onednn.Quantization``, its post-ops, the input's, output's and addend's slot keys),
+        else None. Where the post-ops end in a QuantizeLinear pair of 8-bit codes, those four
+        are the primitive's output quantization and the output is held as its codes; a
+        residual Add then adds the addend's codes with their scale and zero point (the sum
+        post-op reads them in the output's type: the same type of codes, or float32 out)."""
+        x_codes = self._codes(node.inputs[0])
+        weights = _dequantized_weights(self.graph, node.inputs[1], conv=True)
+        if x_codes is None or weights is None or weights[0].dtype != np.int8 or weights[0].ndim != 4:
+            return None
+        codes, w_scales, w_zero = weights
+        if w_zero is not None and w_zero.any():
+            return None
+        y_codes = self._codes(out) if absorbed and self.graph.producer.get(out) == absorbed[-1] else None
+        addend_codes = self._codes(addend) if addend is not None else None
+        if y_codes is not None and addend is not None and (addend_codes is None or addend_codes[2] != y_codes[2]):
+            y_codes = None  # (float32 out: the sum reads a float32 addend)
+        if y_codes is None:
+            quantization = _onednn.Quantization(float(x_codes[0]), int(x_codes[1]), w_scales)
+            return codes, quantization, post_ops, CODES, self.layout, self.layout
+        integer_post_ops = [_onednn.Sum(float(addend_codes[0]), int(addend_codes[1])) if op == _onednn.SUM else op
+                            for op in post_ops[:-4]]
+        quantization = _onednn.Quantization(float(x_codes[0]), int(x_codes[1]), w_scales, float(y_codes[0]),
+                                            int(y_codes[1]), y_codes[2])
+        return codes, quantization, integer_post_ops, CODES, CODES, CODES
 
     def _post_ops(self, node: NodeView, y_shape: tuple[int, ...],
                   pool: bool = False) -> tuple[list, list[int], str, str | None]:
@@ -662,6 +759,16 @@ class _Program:
         # the members after it that oneDNN applies as post-ops (a QDQ model's QuantizeLinear
         # pair), else none
         post_ops, absorbed, out, _ = self._post_ops(node, y_shape, pool=True)
+        x_codes = self._codes(node.inputs[0]) if self.integer and node.op_type == "MaxPool" else None
+        if x_codes is not None and len(post_ops) == 4 and self._codes(out) == x_codes:
+            # a QDQ model's MaxPool between QuantizeLinear pairs of the same codes: on the codes
+            prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
+                                   layout=self.layout, dtype=x_codes[2])
+            self._step(_into(prim, _onednn.layout_shape(y_shape, self.layout), x_codes[2]),
+                       (self._slot(node.inputs[0], CODES),), self._new(out, CODES), _label(node))
+            self.absorbed.update(absorbed)
+            self.primitives += 1
+            return
         try:
             prim = _onednn.Pooling(self.lib, x_shape, algorithm, g.kernel, g.strides, g.dilations, g.pads, y_shape,
                                    layout=self.layout, post_ops=post_ops)
@@ -763,6 +870,30 @@ class _Program:
         return [values[slot] for slot in self.output_slots]
 
 
+class _Quantize:
+    """A step quantizing a float32 array to 8-bit codes (QuantizeLinear, one scale and zero
+    point)."""
+
+    def __init__(self, scale: np.float32, zero_point: int, dtype: np.dtype):
+        self.scale = np.asarray(scale, np.float32)
+        self.zero_point = np.asarray(zero_point, dtype)
+        self.to = 2 if np.dtype(dtype) == np.uint8 else 3  # (ONNX's UINT8, INT8)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return quantize(x, self.scale, self.zero_point, self.to, 1, 0, True)
+
+
+class _Dequantize:
+    """A step turning 8-bit codes into the float32 values they stand for (DequantizeLinear)."""
+
+    def __init__(self, scale: np.float32, zero_point: int):
+        self.scale = np.asarray(scale, np.float32)
+        self.zero_point = np.asarray(zero_point)
+
+    def __call__(self, codes: np.ndarray) -> np.ndarray:
+        return dequantize(codes, self.scale, self.zero_point.astype(codes.dtype), 1, 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class _ChannelSlice:
     """Channels [start, stop) of an nhwc array, contiguous (a Split member's output)."""
@@ -778,10 +909,11 @@ def _label(node: NodeView) -> str:
     return member_label(node, "oneDNN group")
 
 
-def _into(primitive: _onednn._Primitive, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
-    """A step that runs ``primitive`` into a new float32 array of ``shape``."""
+def _into(primitive: _onednn._Primitive, shape: tuple[int, ...],
+          dtype: np.dtype = np.float32) -> Callable[[np.ndarray], np.ndarray]:
+    """A step that runs ``primitive`` into a new array of ``shape`` (float32, or 8-bit codes)."""
     def run(x: np.ndarray) -> np.ndarray:
-        y = np.empty(shape, dtype=np.float32)
+        y = np.empty(shape, dtype=dtype)
         primitive.run(x, y)
         return y
     return run

@@ -422,6 +422,20 @@ def fake_quant(node: NodeView, graph: GraphView, claimed: set[int] | None = None
                      np.float32(q_params[1] - dq_params[1]), dq_params[0], dq.index)
 
 
+def pair_codes(node: NodeView, graph: GraphView) -> tuple[np.float32, int, np.dtype] | None:
+    """(scale, zero point, type) of a ``fake_quant`` pair of QuantizeLinear ``node`` whose
+    DequantizeLinear has the same ones, with 8-bit codes, else None: the pair's output is then
+    exactly DequantizeLinear(QuantizeLinear(x)) of those codes, and an 8-bit kernel may take
+    the codes in its place (``onednn_group.py``)."""
+    if fake_quant(node, graph) is None:
+        return None
+    params = _scalar_quant(graph, node)
+    dq = graph.nodes[graph.consumers[node.outputs[0]][0]]
+    if params != _scalar_quant(graph, dq) or params[2] not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None
+    return params
+
+
 #: ops that only move or select their first input's values: a tensor on a quantization grid
 #: stays on it (the quantizer gives the Q/DQ pair after such an op the scale before it)
 _GRID_KEEPING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
