@@ -107,6 +107,25 @@ def test_pad_matches_onnxruntime(mode, pads, axes, value, rank, shapes, const):
         np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
 
 
+def test_pads_computed_each_run_are_remembered_by_value(monkeypatch):
+    """Pads that arrive as a new array each run (computed in the graph: silero-vad v4's STFT
+    padding) make the gather index once per shape and values: its making took 30 us a run.
+    Other values still get their own index."""
+    from ort_ep_cpu.kernels import shape as shape_kernels
+
+    made: list[tuple] = []
+    real = shape_kernels._pad_index
+    monkeypatch.setattr(shape_kernels, "_pad_index", lambda shape, *a: made.append(shape) or real(shape, *a))
+    data, _ = _pad_model("reflect", [0, 0, 0, 96], None, None, False, 2)
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((1, 480)).astype(np.float32)
+    for pads in ([0, 0, 0, 96], [0, 0, 0, 96], [0, 96, 0, 96], [0, 0, 0, 96]):
+        feeds = {"x": x, "pads": np.array(pads, np.int64)}  # a new array each run
+        np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert made == [(1, 480), (1, 480)]  # once per distinct pads
+
+
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"])
 @pytest.mark.parametrize("keepdims", [0, 1])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 1, 2), (2, 4, 2)])

@@ -3,7 +3,8 @@ Shape/Size nodes and the pure ops computed from them and constants run once per 
 are remembered; nodes that read data (or a second root) stay out, so a run on new values of the
 same shape is computed anew. Every run is checked against onnxruntime, across shapes that come
 back, and a remembered output handed to the caller cannot change the next runs. ``per_shape``
-keeps a Reshape target given by such a step; a feed that is writeable, or a view, is never kept."""
+keeps what it works out for a Reshape target by the target's values: a feed changed in place
+between runs, or a view whose owner changed it, is read again."""
 
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def zeros_vector(n: int, dtype: np.dtype) -> np.ndarray:
     return _constant_vector(0, n, dtype)
 
 
-#: parameters of up to this many elements are kept by identity in ``per_shape``
+#: parameters of up to this many elements are remembered by value in ``per_shape``
 _HELD_MAX_ELEMENTS = 64
 
 
@@ -215,15 +215,13 @@ def per_shape(node: NodeView, request: KernelRequest, params: range,
     """For ops whose parameter inputs (input indices ``params``) are usually fixed: a
     ``lookup(shape, *params)`` that returns ``compute(shape, *params)`` (an index, an output
     shape; it raises on bad input), worked out once per input shape and kept (Python list and
-    int work is 1-3 us per small op) while the arguments are fixed arrays, else each call.
-    Fixed: the constant arrays of the node's inputs, or small read-only arrays that own their
-    memory (no writeable view of them can exist), handed again and again: the remembered
-    outputs of a shape computation (``shape_group``: a Reshape's target from Shape -> Concat),
-    kept by identity with a reference held so that their ids stay theirs. (Only an array made
-    writeable again by its owner and changed in between would be missed.)"""
+    int work is 1-3 us per small op) while the arguments are the node's constant arrays, or
+    small arrays of the same values (by their bytes: parameters computed each run, as a
+    Reshape's target from Shape -> Concat or silero-vad v4's reflect Pad's pads, whose index
+    took 30 us to make each run), else each call."""
     consts = tuple(const_input(node, request, k) for k in params)
     cache: dict[tuple, Any] = {}
-    held: dict[tuple, tuple[tuple, Any]] = {}  # (shape, ids) -> (the arrays, their result)
+    held: dict[tuple, Any] = {}  # (shape, each argument's (type, shape, bytes)) -> result
     missing = object()
 
     def lookup(shape: tuple, *args: Any) -> Any:
@@ -237,18 +235,19 @@ def per_shape(node: NodeView, request: KernelRequest, params: range,
                     cache.clear()
                 found = cache[shape] = compute(shape, *args)
             return found
+        key = [shape]
         for a in args:
-            if a is not None and (type(a) is not np.ndarray or a.flags.writeable or a.base is not None
-                                  or a.size > _HELD_MAX_ELEMENTS):
+            if a is None:
+                key.append(None)
+            elif type(a) is np.ndarray and a.size <= _HELD_MAX_ELEMENTS:
+                key.append((a.dtype.char, a.shape, a.tobytes()))
+            else:
                 return compute(shape, *args)
-        key = (shape, *map(id, args))
-        entry = held.get(key)
-        if entry is not None and all(h is a for h, a in zip(entry[0], args)):
-            return entry[1]
-        if len(held) >= SHAPE_CACHE_MAX:
-            held.clear()
-        found = compute(shape, *args)
-        held[key] = (args, found)
+        found = held.get(tuple(key), missing)
+        if found is missing:
+            if len(held) >= SHAPE_CACHE_MAX:
+                held.clear()
+            found = held[tuple(key)] = compute(shape, *args)
         return found
 
     return lookup
