@@ -497,3 +497,52 @@ def test_ort_core_has_every_public_name_of_onnxruntime(core, tmp_path):
     for cls, (a, b) in pairs.items():
         lacking = sorted(_public(a) - _public(b) - CLASS_NOT_APPLICABLE.get(cls, set()))
         assert not lacking, f"{cls}: onnxruntime names ort_core lacks: {lacking}"
+
+
+# ------------------------------------------------------------------ environment allocators
+
+
+@pytest.mark.parametrize("allocator,arena", [("ORT_ARENA_ALLOCATOR", "1"), ("ORT_DEVICE_ALLOCATOR", "0")])
+def test_a_registered_allocator_decides_the_arena_of_sessions_that_share_it(core, monkeypatch, allocator, arena):
+    """create_and_register_allocator registers host memory for sessions with
+    session.use_env_allocators=1: the CPU provider's arena (process-wide) is then on for an
+    arena allocator, off for a device one, whatever enable_cpu_mem_arena says; other sessions
+    keep their own setting."""
+    from ort_core import devices
+
+    monkeypatch.setattr(devices, "_SHARED_ALLOCATORS", {})
+    info = core.OrtMemoryInfo("Cpu", getattr(core.OrtAllocatorType, allocator), 0, core.OrtMemType.DEFAULT)
+    assert core.create_and_register_allocator(info, core.OrtArenaCfg(0, -1, -1, -1)) is None
+    core.create_and_register_allocator_v2(CPU, info, {}, None)  # again: the registration replaced
+
+    def arena_config(shared: bool, enable_arena: bool) -> str:
+        so = core.SessionOptions()
+        so.enable_cpu_mem_arena = enable_arena
+        if shared:
+            so.add_session_config_entry("session.use_env_allocators", "1")
+        sess = session(core, two_outputs(), so)
+        np.testing.assert_array_equal(sess.run(["y"], {"x": X})[0], np.maximum(X, 0))
+        (cpu,) = [bp for bp in sess._providers if bp.ctx.name == CPU]
+        return cpu.ctx.session_config["session.enable_cpu_mem_arena"]
+
+    assert arena_config(shared=True, enable_arena=(arena == "0")) == arena
+    assert arena_config(shared=False, enable_arena=False) == "0"
+    assert arena_config(shared=False, enable_arena=True) == "1"
+
+
+def test_registering_an_allocator_outside_host_memory_is_refused_as_onnxruntime_does(core):
+    gpu = core.OrtMemoryInfo("Cuda", core.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, core.OrtMemType.DEFAULT)
+    with pytest.raises(RuntimeError, match="Only CPU devices are supported"):
+        core.create_and_register_allocator(gpu, None)
+    cpu = core.OrtMemoryInfo("Cpu", core.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, core.OrtMemType.DEFAULT)
+    with pytest.raises(RuntimeError, match="WebGpuExecutionProvider is not implemented in CreateAndRegisterAllocatorV2"):
+        core.create_and_register_allocator_v2("WebGpuExecutionProvider", cpu, {}, None)
+
+
+def test_model_metadata_fields_can_be_set_as_onnxruntime_allows(ort):
+    sess = session(ort, two_outputs())
+    meta = sess.get_modelmeta()
+    meta.producer_name = "mine"
+    assert meta.producer_name == "mine"
+    assert sess.get_modelmeta().producer_name == "mine"  # the session's one object: what was set stays
+    assert session(ort, two_outputs()).get_modelmeta().producer_name != "mine"  # another session's is its own

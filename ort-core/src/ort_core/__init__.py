@@ -32,6 +32,8 @@ from .devices import (
     OrtMemoryInfoDeviceType,
     OrtMemType,
     OrtSyncStream,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
 )
 from .errors import (
     EPFail,
@@ -383,7 +385,7 @@ __all__ = [
     "__version__", "get_all_providers", "get_available_providers", "get_device",
     "get_build_info", "get_ep_devices", "get_version_string", "hookimpl", "plugin_failures", "register",
     "registry", "set_default_logger_severity", "set_seed", "unregister",
-    "copy_tensors", "cuda_version", "disable_telemetry_events", "enable_telemetry_events", "has_collective_ops",
+    "copy_tensors", "create_and_register_allocator", "create_and_register_allocator_v2", "cuda_version", "disable_telemetry_events", "enable_telemetry_events", "has_collective_ops",
     "package_name", "preload_dlls", "print_debug_info", "register_execution_provider_library",
     "set_default_logger_callback", "set_default_logger_verbosity", "set_global_thread_pool_sizes", "unregister_execution_provider_library",
 ]

@@ -486,3 +486,47 @@ class OrtArenaCfg:
         elif args:
             raise InvalidArgument("OrtArenaCfg takes a dict of settings or 4 ints")
         self.__dict__.update(values)
+
+
+# --------------------------------------------------------------------------------------------
+# environment allocators
+# --------------------------------------------------------------------------------------------
+
+#: allocators registered for sharing between sessions (onnxruntime's environment allocators),
+#: by provider: (memory info, arena settings)
+_SHARED_ALLOCATORS: dict[str, tuple[OrtMemoryInfo, OrtArenaCfg | None]] = {}
+#: the session config entry by which a session takes the registered allocators
+USE_ENV_ALLOCATORS = "session.use_env_allocators"
+
+
+def create_and_register_allocator(mem_info: OrtMemoryInfo, arena_cfg: OrtArenaCfg | None = None) -> None:
+    """Register a host-memory allocator that sessions share (onnxruntime's
+    ``create_and_register_allocator``): a session whose config has
+    ``session.use_env_allocators`` = "1" takes it in place of its own. For the CPU provider,
+    whose arena is process-wide, that is whether the arena is used: an arena allocator
+    (``ORT_ARENA_ALLOCATOR``) turns it on for such a session whatever
+    ``enable_cpu_mem_arena`` says, a device allocator leaves it off. Registering again
+    replaces the registration. Only host memory, as onnxruntime."""
+    if not isinstance(mem_info, OrtMemoryInfo):
+        raise Fail(f"create_and_register_allocator: mem_info must be an OrtMemoryInfo, got {type(mem_info).__name__}")
+    if mem_info.device_type != OrtMemoryInfoDeviceType.CPU:
+        raise Fail("Error when creating and registering allocator: Only CPU devices are supported. Please call "
+                   "CreateAndRegisterAllocatorV2() for other device.")
+    _SHARED_ALLOCATORS["CPUExecutionProvider"] = (mem_info, arena_cfg)
+
+
+def create_and_register_allocator_v2(provider_type: str, mem_info: OrtMemoryInfo, provider_options: Mapping[str, str],
+                                     arena_cfg: OrtArenaCfg | None = None) -> None:
+    """onnxruntime's ``create_and_register_allocator_v2``: the allocator of ``provider_type``'s
+    memory, shared as ``create_and_register_allocator``'s. The CPU provider's only: the
+    device-memory providers of this family keep their own allocators (onnxruntime refuses the
+    providers it has not implemented this for, in the same words)."""
+    if provider_type != "CPUExecutionProvider":
+        raise Fail(f"Error when creating and registering allocator in create_and_register_allocator_v2: {provider_type} "
+                   "is not implemented in CreateAndRegisterAllocatorV2()")
+    create_and_register_allocator(mem_info, arena_cfg)
+
+
+def shared_allocator(provider: str) -> tuple[OrtMemoryInfo, OrtArenaCfg | None] | None:
+    """The allocator registered for ``provider``'s sessions to share, or None."""
+    return _SHARED_ALLOCATORS.get(provider)

@@ -363,8 +363,11 @@ def _fresh(arg: NodeArg) -> NodeArg:
     return NodeArg(arg.name, arg.type, list(arg.shape))
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelMetadata:
+    """The model's metadata (``InferenceSession.get_modelmeta``): the session's one object,
+    whose fields may be set, as onnxruntime's (a later call sees what was set)."""
+
     producer_name: str
     graph_name: str
     domain: str
@@ -631,6 +634,7 @@ class InferenceSession:
         **kwargs: Any,
     ) -> None:
         self._bound_names = [CPU_PROVIDER]
+        self._modelmeta: ModelMetadata | None = None  # get_modelmeta's, made at its first call
         # a snapshot, as onnxruntime keeps one: later changes to the caller's options reach
         # neither get_session_options() nor set_providers(); its cancellation flag still does
         self._given_options = sess_options
@@ -816,8 +820,8 @@ class InferenceSession:
             ctx = ProviderContext(
                 name=name, options=parsed, device=device,
                 # SessionOptions.enable_cpu_mem_arena reaches providers as this config entry
-                session_config={"session.enable_cpu_mem_arena": str(int(bool(self._options.enable_cpu_mem_arena))),
-                                **self._config},
+                # (or the kind of allocator registered to share, where the session takes it)
+                session_config={"session.enable_cpu_mem_arena": str(int(self._uses_arena(name))), **self._config},
                 intra_op_num_threads=threads,
             )
             bp = BoundProvider(ctx, spec, reg_provider.hooks)
@@ -841,6 +845,15 @@ class InferenceSession:
         if not bound:
             raise EPFail("none of the requested providers can run here: " + ", ".join(n for n, _ in requested))
         return bound
+
+    def _uses_arena(self, provider: str) -> bool:
+        """Whether ``provider``'s host memory is an arena: ``enable_cpu_mem_arena``, or where
+        the session takes the allocators registered to share (``session.use_env_allocators``)
+        and one is registered for it, whether that one is an arena allocator."""
+        shared = devices_.shared_allocator(provider) if self._config.get(devices_.USE_ENV_ALLOCATORS) == "1" else None
+        if shared is not None:
+            return shared[0].allocator_type == devices_.OrtAllocatorType.ORT_ARENA_ALLOCATOR
+        return bool(self._options.enable_cpu_mem_arena)
 
     @staticmethod
     def _pick_device(name: str, devices: Sequence[Any], options: Mapping[str, Any]):
@@ -946,6 +959,11 @@ class InferenceSession:
         return self._options
 
     def get_modelmeta(self) -> ModelMetadata:
+        if self._modelmeta is None:
+            self._modelmeta = self._metadata_of_model()
+        return self._modelmeta
+
+    def _metadata_of_model(self) -> ModelMetadata:
         m = self._model
         return ModelMetadata(
             producer_name=m.producer_name or "",
