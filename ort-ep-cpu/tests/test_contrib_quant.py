@@ -158,6 +158,25 @@ def test_dynamic_quantize_matmul(b_dtype, per_column, bias):
     _assert_float(got[0], want[0])
 
 
+def test_dynamic_quantize_matmul_takes_the_scaled_product(monkeypatch):
+    """DynamicQuantizeMatMul quantizes A, then computes as MatMulIntegerToFloat does: the
+    scaled product (oneDNN's product and one compiled pass, where they are there), not numpy's
+    passes over an int32 product; the bits of onnxruntime's result at a T5 encoder's size."""
+    from ort_ep_cpu.kernels import _integer
+
+    calls: list[tuple] = []
+    real = _integer.ConstantIntegerMatrix.scaled_times
+    monkeypatch.setattr(_integer.ConstantIntegerMatrix, "scaled_times",
+                        lambda self, a, *args, **kw: calls.append(a.shape) or real(self, a, *args, **kw))
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((1, 48, 512)).astype(F)
+    consts = {"b": _q(rng, (512, 384), I8), "sb": rng.uniform(0.01, 0.05, 384).astype(F), "zb": np.zeros(384, I8)}
+    model = _model("DynamicQuantizeMatMul", ["a", "b", "sb", "zb"], consts, {"a": a}, F)
+    got, want = _run_both(model, {"a": a})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert calls == [(48, 512)]
+
+
 @pytest.mark.parametrize("a_dtype,b_dtype", [(U8, I8), (U8, U8), (I8, I8)])
 @pytest.mark.parametrize("zero_points", [False, True])
 @pytest.mark.parametrize("size", ["small", "oneDNN's"])

@@ -80,30 +80,36 @@ def _column(v: np.ndarray | None) -> np.ndarray | None:
 # ---------------------------------------------------------------------------- matmuls
 
 
+def _integer_to_float(prepared: PreparedFor, b_constant, a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias):
+    """float32((A - za) @ (B - zb)) * a_scale * b_scale (+ bias): MatMulIntegerToFloat, and
+    DynamicQuantizeMatMul once A is quantized."""
+    matrix = prepared_matrix(prepared, b, b_zero_point, b_constant)
+    if (matrix is not None and a.dtype in (np.uint8, np.int8) and a.ndim >= 1 and a.shape[-1] == matrix.k
+            and np.size(a_scale) == 1 and np.asarray(a_scale).dtype == _F and np.ndim(b_scale) <= 1
+            and (a_zero_point is None or np.size(a_zero_point) == 1)):
+        # quantize_dynamic's form (one scale and zero point for A, constant B): oneDNN's
+        # product with the zero-point terms and the scale in one compiled pass, the same
+        # operations as below
+        scale = (np.asarray(a_scale, _F).reshape(()) * np.asarray(b_scale, _F)).astype(_F)
+        zero = None if a_zero_point is None else np.asarray(a_zero_point).reshape(())
+        y = matrix.scaled_times(a.reshape(-1, matrix.k), zero, scale)
+        if bias is not None:
+            y += bias.astype(_F)
+        return y.reshape(a.shape[:-1] + (matrix.n,))
+    acc = exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant)
+    scale = (np.asarray(a_scale, _F).reshape(_row_shape(a_scale, a)) * np.asarray(b_scale, _F)).astype(_F)
+    y = (acc.astype(_F) * scale).astype(_F)
+    if bias is not None:
+        y += bias.astype(_F)
+    return y.astype(np.asarray(a_scale).dtype, copy=False)
+
+
 @kernel("MatMulIntegerToFloat", domain=MS)
 def _matmul_integer_to_float(node, request):
     b_constant, prepared = const_input(node, request, 1), PreparedFor()
 
     def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-        matrix = prepared_matrix(prepared, b, b_zero_point, b_constant)
-        if (matrix is not None and a.dtype in (np.uint8, np.int8) and a.ndim >= 1 and a.shape[-1] == matrix.k
-                and np.size(a_scale) == 1 and np.asarray(a_scale).dtype == _F and np.ndim(b_scale) <= 1
-                and (a_zero_point is None or np.size(a_zero_point) == 1)):
-            # quantize_dynamic's form (one scale and zero point for A, constant B): oneDNN's
-            # product with the zero-point terms and the scale in one compiled pass, the same
-            # operations as below
-            scale = (np.asarray(a_scale, _F).reshape(()) * np.asarray(b_scale, _F)).astype(_F)
-            zero = None if a_zero_point is None else np.asarray(a_zero_point).reshape(())
-            y = matrix.scaled_times(a.reshape(-1, matrix.k), zero, scale)
-            if bias is not None:
-                y += bias.astype(_F)
-            return y.reshape(a.shape[:-1] + (matrix.n,))
-        acc = exact_product(prepared, a, a_zero_point, b, b_zero_point, b_constant)
-        scale = (np.asarray(a_scale, _F).reshape(_row_shape(a_scale, a)) * np.asarray(b_scale, _F)).astype(_F)
-        y = (acc.astype(_F) * scale).astype(_F)
-        if bias is not None:
-            y += bias.astype(_F)
-        return y.astype(np.asarray(a_scale).dtype, copy=False)
+        return _integer_to_float(prepared, b_constant, a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
 
     return matmul_integer_to_float
 
@@ -118,12 +124,10 @@ def _dynamic_quantize_matmul(node, request):
     b_constant, prepared = const_input(node, request, 1), PreparedFor()
 
     def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
+        # A quantized as DynamicQuantizeLinear does, then MatMulIntegerToFloat's product (its
+        # numpy passes over the int32 product took 70 of 240 us at 48 x 512 x 1024)
         qa, a_scale, a_zp = quantize_dynamic(a)
-        acc = exact_product(prepared, qa, a_zp, b, b_zero_point, b_constant)
-        y = (acc.astype(_F) * (a_scale * np.asarray(b_scale, _F)).astype(_F)).astype(_F)
-        if bias is not None:
-            y += bias.astype(_F)
-        return y
+        return _integer_to_float(prepared, b_constant, qa, b, np.asarray(a_scale, _F), b_scale, a_zp, b_zero_point, bias)
 
     return dynamic_quantize_matmul
 
