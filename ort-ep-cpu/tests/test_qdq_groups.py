@@ -247,6 +247,9 @@ def test_convolutions_run_on_codes(monkeypatch, activation):
     codes = np.dtype(np.uint8 if activation == "uint8" else np.int8)
     assert all(q.y_dtype == codes for q in quantizations)
     assert pool_types == [codes, np.dtype(np.float32)]  # the MaxPool; the GlobalAveragePool
+    # each convolution is followed by its pair at once: onnxruntime's requantization, the
+    # product unscaled (scales 1) and x_scale * w_scale / y_scale a per-channel post-op
+    assert all(q.x_scale == 1.0 and np.all(q.w_scales == 1.0) for q in quantizations)
 
 
 def test_pairs_and_batch_norm_as_steps_where_not_post_ops(monkeypatch):

