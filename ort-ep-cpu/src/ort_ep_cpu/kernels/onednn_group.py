@@ -86,12 +86,16 @@ MS = "com.microsoft"
 
 #: elementwise ops a group runs on its arrays as they are (one input; f(x) per element);
 #: HardSwish also in ort-core's domain, where its fusion writes it below opset 14; the Gelu
-#: forms in ``_gelu_post_op``
-UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh"})
+#: forms in ``_gelu_post_op``; Erf as a step (a QDQ model's Gelu, x * 0.5 * (1 + erf(x / sqrt
+#: 2)) with a pair after each op, which no fusion turns into Gelu: PP-OCR's det split in 72 groups)
+UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf"})
 #: elementwise ops of two 4-D inputs with the same channel count, or of one and a constant of
 #: one element (a scale, a shift, a bound: the same for every element in any layout); Max and Min
-#: by a constant are the clip post-op (TensorFlow exports write ReLU6 and clamps so)
-BINARY = frozenset({"Add", "Mul", "Max", "Min"})
+#: by a constant are the clip post-op (TensorFlow exports write ReLU6 and clamps so), Sub by one
+#: a linear one; Div runs as a step (x * (1 / c) is not x / c to the bit). With Clip of constant
+#: bounds they keep the hard-swish that Paddle exports write as x * Clip(x + 3, 0, 6) / 6 (with a
+#: QDQ pair after each op, PP-OCR's) inside the group: it split PP-LCNet into 35 groups.
+BINARY = frozenset({"Add", "Mul", "Max", "Min", "Sub", "Div"})
 
 #: the slot key of a value held as the 8-bit codes it is DequantizeLinear of (nhwc), beside the
 #: layout names of its float32 forms
@@ -237,14 +241,35 @@ def _unary(node: NodeView) -> bool:
     return _gelu_post_op(node) is not None
 
 
+def _clip_bounds(node: NodeView, graph: GraphView) -> tuple[float, float] | None:
+    """(min, max) of a Clip with constant bounds (attributes before opset 11, one-element
+    constant inputs or none from it on), else None."""
+    if node.domain or node.op_type != "Clip" or not node.inputs:
+        return None
+    if node.opset < 11:
+        return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
+    bounds = []
+    for k, default in ((1, -np.inf), (2, np.inf)):
+        name = node.inputs[k] if len(node.inputs) > k else ""
+        if not name:
+            bounds.append(default)
+        elif _one_element(graph, name):
+            bounds.append(float(_constant(graph, name).reshape(())))
+        else:
+            return None
+    return bounds[0], bounds[1]
+
+
 def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
     """The output channel count of an elementwise op a group can hold, else None."""
     if _unary(node):
         return values.channels(node.inputs[0]) if len(node.inputs) == 1 else None
+    if _clip_bounds(node, values.graph) is not None:
+        return values.channels(node.inputs[0])
     if len(node.inputs) != 2 or not all(node.inputs):
         return None
-    if node.op_type in ("Max", "Min") and node.opset < 8:
-        return None  # Max-6/Min-6 do not broadcast
+    if node.op_type in ("Max", "Min") and node.opset < 8 or node.op_type in ("Sub", "Div") and node.opset < 7:
+        return None  # Max-6/Min-6 do not broadcast, nor Sub-6/Div-6 without their attribute
     tensors = [name for name in node.inputs if not _one_element(values.graph, name)]
     if any(_constant(values.graph, name) is not None for name in tensors):
         # a constant tensor (e.g. a (1, C, 1, 1) scale) is bound as the graph holds it, in
@@ -287,7 +312,7 @@ def _kind(node: NodeView, values: _Values) -> str | None:
     if node.domain == MS and node.op_type == "FusedConv" or not node.domain and node.op_type == "Conv":
         channels = _conv_channels(node, values)
         kind = "primitive"
-    elif _unary(node) or not node.domain and node.op_type in BINARY:
+    elif _unary(node) or not node.domain and node.op_type in (*BINARY, "Clip"):
         channels = _elementwise_channels(node, values)
         kind = "elementwise"
     elif not node.domain and node.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool") or _is_spatial_mean(
@@ -549,8 +574,8 @@ class _Program:
             self._batch_norm(node)
             return
         names = [n for n in node.inputs if n]
-        if _unary(node) or node.op_type in BINARY:
-            if any(n not in self.where for n in names):  # a one-element constant operand
+        if _unary(node) or node.op_type in (*BINARY, "Clip"):
+            if any(n not in self.where for n in names):  # a one-element constant operand (Clip's bounds)
                 kernel = _with_constants(node, kernel, self.graph)
                 names = [n for n in names if n in self.where]
             self.shape[out] = tuple(np.broadcast_shapes(*[self.shape[n] for n in names]))
@@ -571,13 +596,22 @@ class _Program:
         x_name = node.inputs[0]
         out = self.graph.nodes[fq.dq].outputs[0]
         self.shape[out] = self.shape[x_name]
-        codes = self._codes(out) if self.integer else None
-        if codes is not None:  # the codes (a float reader dequantizes them: the pair's output)
+        codes = self._codes(out) if self.integer and self._wants_codes(out) else None
+        if codes is not None:  # the codes (a float reader would dequantize them: the pair's output)
             self._step(_Quantize(*codes), (self._slot(x_name, "nhwc"),), self._new(out, CODES), _label(node))
         else:
             layout = self._held_in([x_name])
             self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node))
         self.absorbed.add(fq.dq)
+
+    def _wants_codes(self, name: str) -> bool:
+        """Whether a reader of ``name`` may take its 8-bit codes (a convolution, a MaxPool, an
+        Add that a convolution may take as its sum post-op): a value read only by elementwise
+        members is made in float32 in one pass, where its codes would cost a dequantization
+        (PP-OCR's hard-swish chains)."""
+        graph = self.graph
+        return any(r in self.members and graph.nodes[r].op_type in ("Conv", "FusedConv", "MaxPool", "Add")
+                   for r in graph.consumers.get(name, []))
 
     def _batch_norm(self, node: NodeView) -> None:
         """An inference BatchNormalization as x * factor + shift, the per-channel vectors laid
@@ -694,7 +728,7 @@ class _Program:
                    + ops[position + 4:])
             x_scale, w_scales = np.float32(1), np.ones(1, np.float32)
             bias = None if bias_codes is None else bias_codes.astype(np.float32)  # (exact below 2^24)
-        y_codes = self._codes(out) if absorbed and graph.producer.get(out) == absorbed[-1] else None
+        y_codes = self._codes(out) if absorbed and graph.producer.get(out) == absorbed[-1] and self._wants_codes(out) else None
         addend_codes = self._codes(addend) if addend is not None else None
         if y_codes is not None and addend is not None and (addend_codes is None or addend_codes[2] != y_codes[2]):
             y_codes = None  # (float32 out: the sum reads a float32 addend)
@@ -1003,8 +1037,9 @@ class _SumInto:
 
 
 def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | None:
-    """A member as a oneDNN eltwise post-op: an activation, a Mul / Add by a one-element
-    constant (``alpha * x + beta``), or a Max / Min by one (a clip); None for others."""
+    """A member as a oneDNN eltwise post-op: an activation, a Mul / Add / Sub by a one-element
+    constant (``alpha * x + beta``), a Max / Min by one or a Clip of constant bounds (a clip);
+    None for others."""
     gelu = _gelu_post_op(node)
     if gelu is not None:
         return gelu
@@ -1018,12 +1053,17 @@ def _eltwise(node: NodeView, graph: GraphView) -> tuple[int, float, float] | Non
         if node.op_type == "HardSigmoid":
             return _onednn.post_op("HardSigmoid", [float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))])
         return _onednn.post_op(node.op_type, [])
-    if node.op_type in BINARY:
+    bounds = _clip_bounds(node, graph)
+    if bounds is not None:
+        return _onednn.post_op("Clip", list(bounds))
+    if node.op_type in BINARY and node.op_type != "Div":  # (x / c is a step: not x * (1 / c))
         scalars = [_fixed_constant(graph, n) for n in node.inputs]
         constant = next((c for c in scalars if c is not None and c.size == 1), None)
         if constant is None:
             return None
         value = float(constant.reshape(()))
+        if node.op_type == "Sub":  # x - c, or c - x
+            return (_onednn.ELTWISE_LINEAR, 1.0, -value) if scalars[1] is constant else (_onednn.ELTWISE_LINEAR, -1.0, value)
         if node.op_type == "Max":  # max(x, c) = clip(x, c, +max)
             return _onednn.post_op("Clip", [value])
         if node.op_type == "Min":  # min(x, c) = clip(x, -max, c)
