@@ -211,6 +211,34 @@ def test_max_and_min_by_a_constant_become_a_clip_post_op(op, bound):
     assert len(program.absorbed) == 2  # the LeakyRelu and the clip
 
 
+@pytest.mark.parametrize("low, high, absorbed", [(0.0, 6.0, 1), (-np.inf, 0.5, 1), (2.0, -1.0, 0)],
+                         ids=["relu6", "upper", "min_above_max"])
+def test_clip_of_constant_bounds_is_a_clip_post_op(low, high, absorbed):
+    """MobileNet's ReLU6 (Clip(0, 6) after a convolution) is the clip post-op; a Clip whose
+    min is above its max (every value is max) keeps its own kernel, outside the group."""
+    n = Net((1, 16, 12, 12))
+    a = n.op("Clip", [n.conv("x", 16, 16), n.const(np.float32(low)), n.const(np.float32(high))])
+    data = n.model(n.conv(a, 16, 16))
+    gc.collect()
+    before = set(map(id, _programs()))
+    _check(data, (1, 16, 12, 12))
+    programs = [p for p in _programs() if id(p) not in before]
+    assert sum(len(p.absorbed) for p in programs) == absorbed
+
+
+@pytest.mark.parametrize("op, first", [("Sub", False), ("Sub", True), ("Div", False), ("Div", True)])
+def test_sub_and_div_by_a_constant_join_the_group(op, first):
+    """x - c (a linear post-op), c - x, x / c and c / x (steps: x * (1 / c) is not x / c)."""
+    n = Net((1, 8, 10, 10))
+    a = n.op("Sigmoid", [n.conv("x", 8, 8)])  # (0, 1): c / x well conditioned
+    c = n.const(np.float32(1.5))
+    a = n.op(op, [c, a] if first else [a, c])
+    data = n.model(n.conv(a, 8, 8))
+    session = _session(data)
+    _check(data, (1, 8, 10, 10), session)
+    assert [sorted(ops) for ops in _groups(session).values()] == [sorted(["Conv", "Sigmoid", op, "Conv"])]
+
+
 def test_max_of_two_tensors_is_no_post_op():
     n = Net((1, 8, 10, 10))
     a, b = n.conv("x", 8, 8), n.conv("x", 8, 8)

@@ -247,7 +247,8 @@ def _clip_bounds(node: NodeView, graph: GraphView) -> tuple[float, float] | None
     if node.domain or node.op_type != "Clip" or not node.inputs:
         return None
     if node.opset < 11:
-        return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
+        bounds = [float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))]
+        return (bounds[0], bounds[1]) if bounds[0] <= bounds[1] else None
     bounds = []
     for k, default in ((1, -np.inf), (2, np.inf)):
         name = node.inputs[k] if len(node.inputs) > k else ""
@@ -257,7 +258,8 @@ def _clip_bounds(node: NodeView, graph: GraphView) -> tuple[float, float] | None
             bounds.append(float(_constant(graph, name).reshape(())))
         else:
             return None
-    return bounds[0], bounds[1]
+    # min above max (every value becomes max) or a NaN bound: the node's own kernel, outside
+    return (bounds[0], bounds[1]) if bounds[0] <= bounds[1] else None
 
 
 def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
