@@ -96,7 +96,7 @@ def load_case(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
     if name in ZOO:
         import zoo
 
-        return zoo.load(name, batch)
+        return zoo.load(name, batch, load_case)
     from real_models import fetch
 
     data = fetch(name).read_bytes()

@@ -1,6 +1,6 @@
 """Models the benchmark makes at bench time, beside the generated and the real ones: scikit-learn
-tree ensembles and a pipeline converted by skl2onnx, and a QDQ-quantized CNN made by
-onnxruntime's own quantizer. Each is built once, deterministically (fixed seeds), and kept in
+tree ensembles and a pipeline converted by skl2onnx, and QDQ-quantized models made by
+onnxruntime's own quantizer (the generated CNN and transformer, and a real PP-OCR classifier). Each is built once, deterministically (fixed seeds), and kept in
 ./models-cache/zoo (never committed).
 
 Needs scikit-learn and skl2onnx (``nox -s bench`` installs them); onnxruntime for the QDQ model.
@@ -65,46 +65,56 @@ def _estimators() -> dict[str, Callable[[], bytes]]:
     }
 
 
+def _quantized(name: str, model: bytes, inputs: Callable[[int], dict[str, np.ndarray]]) -> bytes:
+    """``model`` quantized by onnxruntime.quantization.quantize_static (QDQ, uint8
+    activations, int8 weights), calibrated on ``inputs(seed)`` for 16 seeds."""
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Inputs(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(inputs(s) for s in range(16))
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = Path(tmp) / f"{name}.onnx", Path(tmp) / f"{name}-qdq.onnx"
+        source.write_bytes(model)
+        quantize_static(str(source), str(target), Inputs(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return target.read_bytes()
+
+
 def _qdq(name: str) -> Callable[[], bytes]:
-    """The bench's generated model ``name`` (cnn, transformer), quantized by
-    onnxruntime.quantization.quantize_static (QDQ, uint8 activations, int8 weights, 16 random
-    calibration inputs)."""
+    """The bench's generated model ``name`` (cnn, transformer), quantized (``_quantized``,
+    random calibration inputs)."""
     def build() -> bytes:
-        import tempfile
-
-        import onnx
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
         from ort_core.testing import models
 
         proto = models.MODELS[name]()
-
-        class Inputs(CalibrationDataReader):
-            def __init__(self):
-                self.feeds = iter(models.random_inputs(proto, batch=1, seed=s) for s in range(16))
-
-            def get_next(self):
-                return next(self.feeds, None)
-
-        with tempfile.TemporaryDirectory() as tmp:
-            source, target = Path(tmp) / f"{name}.onnx", Path(tmp) / f"{name}-qdq.onnx"
-            onnx.save(proto, source)
-            quantize_static(str(source), str(target), Inputs(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-            return target.read_bytes()
+        return _quantized(name, proto.SerializeToString(), lambda seed: models.random_inputs(proto, batch=1, seed=seed))
 
     return build
 
 
 #: QDQ-quantized zoo models: name -> the generated model it quantizes
 QDQ = {"qdq-cnn": "cnn", "qdq-transformer": "transformer"}
+#: ... and the real ones: name -> the real model (PaddleOCR's text-direction classifier,
+#: PP-LCNet: hard-swish written as Clip/Div/Mul and squeeze-excite blocks, a pair after each op)
+QDQ_REAL = {"qdq-ocr-cls": "ocr-cls"}
 
 
-ZOO = ("hgb-classifier", "hgb-regressor", "rf-classifier", "gb-regressor", "sklearn-pipeline", *QDQ)
+ZOO = ("hgb-classifier", "hgb-regressor", "rf-classifier", "gb-regressor", "sklearn-pipeline", *QDQ, *QDQ_REAL)
 
 
-def load(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
-    """The model's bytes (built on first use) and seeded inputs for ``batch`` rows or images."""
+def load(name: str, batch: int, load_case: Callable[[str, int], tuple[bytes, dict[str, np.ndarray]]]
+         ) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The model's bytes (built on first use) and seeded inputs for ``batch`` rows or images;
+    ``load_case``: the bench's loader of the real models (for those it quantizes)."""
+    if name in QDQ_REAL:
+        return _load_real_qdq(name, batch, load_case)
     path = CACHE / f"{name}.onnx"
     if not path.is_file():
         build = _qdq(QDQ[name]) if name in QDQ else _estimators()[name]
@@ -117,3 +127,23 @@ def load(name: str, batch: int) -> tuple[bytes, dict[str, np.ndarray]]:
         return data, models.random_inputs(models.MODELS[QDQ[name]](), batch=batch)
     x = np.random.default_rng(1).standard_normal((batch, FEATURES)).astype(np.float32)
     return data, {"X": x}
+
+
+def _load_real_qdq(name: str, batch: int, load_case: Callable[[str, int], tuple[bytes, dict[str, np.ndarray]]]
+                   ) -> tuple[bytes, dict[str, np.ndarray]]:
+    """A real model quantized (``QDQ_REAL``), calibrated on its own input distribution (the
+    bench's feeds for it, uniform in [0, 1) for the OCR images, one seed each), with the
+    bench's feeds for it."""
+    base = QDQ_REAL[name]
+    model, feeds = load_case(base, batch)
+    path = CACHE / f"{name}.onnx"
+    if not path.is_file():
+        _, one = load_case(base, 1)
+
+        def inputs(seed: int) -> dict[str, np.ndarray]:
+            rng = np.random.default_rng(seed)
+            return {k: rng.random(v.shape, dtype=np.float32) if v.dtype == np.float32 else v for k, v in one.items()}
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_quantized(name, model, inputs))
+    return path.read_bytes(), feeds
