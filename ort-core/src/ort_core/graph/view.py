@@ -8,7 +8,7 @@ view mutates them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -124,6 +124,30 @@ def _convert_attribute(attr: ir.Attr, graph: GraphView, path: str) -> Any:
     return v
 
 
+class _Attributes(Mapping):
+    """A node's attributes as Python values, each converted at its first read: a forest's node
+    lists (millions of values, arrays since load) are read by its kernel as arrays
+    (``NodeView.array``); made into lists for every node view, they took 1 s of a 194 MB
+    LightGBM model's session creation."""
+
+    def __init__(self, node: ir.Node, graph: GraphView, path: str):
+        self._ir, self._graph, self._path = node.attributes, graph, path
+        self._values: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            value = self._values[name] = _convert_attribute(self._ir[name], self._graph, self._path)
+            return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ir)
+
+    def __len__(self) -> int:
+        return len(self._ir)
+
+
 class NodeView:
     """A node: op type, domain, opset version, attributes, input and output names."""
 
@@ -137,12 +161,9 @@ class NodeView:
         self.opset: int = graph.opset(self.domain)
         self.inputs: tuple[str, ...] = tuple("" if v is None else (v.name or "") for v in node.inputs)
         self.outputs: tuple[str, ...] = tuple(v.name or "" for v in node.outputs)
-        self.attributes: dict[str, Any] = {
-            name: _convert_attribute(a, graph, f"{graph.path}/{self.name}" if graph.path else self.name)
-            for name, a in node.attributes.items()
-        }
+        self.attributes: Mapping[str, Any] = _Attributes(node, graph, f"{graph.path}/{self.name}" if graph.path else self.name)
         self.subgraphs: dict[str, GraphView] = {
-            k: v for k, v in self.attributes.items() if isinstance(v, GraphView)
+            name: self.attributes[name] for name, a in node.attributes.items() if a.type == _ATTR.GRAPH
         }
         implicit: list[str] = []
         for sub in self.subgraphs.values():
@@ -153,15 +174,17 @@ class NodeView:
         return self.attributes.get(name, default)
 
     def array(self, name: str, dtype: np.dtype | type) -> np.ndarray | None:
-        """An attribute as a 1-D numpy array of ``dtype`` (a list or a tensor), None where the
-        node has no such attribute. An INTS or FLOATS list is read from the IR, where load
-        keeps lists of over ``LONG_LIST`` values as arrays: a tree ensemble's tables (a random
+        """An attribute as a 1-D numpy array of ``dtype`` (a list or a tensor; a long STRINGS
+        list as numpy str, dtype None), None where the node has no such attribute. An INTS or FLOATS
+        list is read from the IR, where load keeps lists of over ``LONG_LIST`` values as arrays: a tree ensemble's tables (a random
         forest's: 12 lists of 19-29K values) are not made into arrays from ``attributes``'
         Python lists again (8 ms)."""
         attr = self.ir.attributes.get(name)
         if attr is None:
             return None
         value = attr.value if attr.type in (_ATTR.INTS, _ATTR.FLOATS) else self.attributes[name]
+        if attr.type == _ATTR.STRINGS and isinstance(attr.value, np.ndarray):
+            value = attr.value  # (a long list: the array load keeps)
         return np.asarray(value, dtype=dtype).reshape(-1)
 
     @property
