@@ -239,6 +239,17 @@ def test_sub_and_div_by_a_constant_join_the_group(op, first):
     assert [sorted(ops) for ops in _groups(session).values()] == [sorted(["Conv", "Sigmoid", op, "Conv"])]
 
 
+@pytest.mark.parametrize("op", ["Add", "Mul", "Sub", "Div"])
+def test_a_one_element_constant_of_higher_rank_keeps_its_node_out_of_the_group(op):
+    """x op c with c of shape (1, 1, 1, 1, 1) is 5-D by broadcasting: as a scalar in the
+    group its result was 4-D (found by trying new real-model patterns)."""
+    n = Net((1, 8, 10, 10))
+    a = n.op("Relu", [n.conv("x", 8, 8)])
+    a = n.op(op, [n.conv(a, 8, 8), n.const(np.full((1, 1, 1, 1, 1), 2.0, np.float32))])
+    got = _check(n.model(a), (1, 8, 10, 10))
+    assert got[0].shape == (1, 1, 8, 10, 10)
+
+
 def test_max_of_two_tensors_is_no_post_op():
     n = Net((1, 8, 10, 10))
     a, b = n.conv("x", 8, 8), n.conv("x", 8, 8)

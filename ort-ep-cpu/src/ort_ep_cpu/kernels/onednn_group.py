@@ -285,8 +285,10 @@ def _elementwise_channels(node: NodeView, values: _Values) -> int | str | None:
 
 
 def _one_element(graph: GraphView, name: str) -> bool:
+    """Whether ``name`` is a float32 constant of one element and of rank 4 at most (a higher
+    rank would raise the result's by broadcasting: (1, 1, 1, 1, 1) made a 4-D value 5-D)."""
     constant = _constant(graph, name)
-    return constant is not None and constant.size == 1 and constant.dtype == np.float32
+    return constant is not None and constant.size == 1 and constant.dtype == np.float32 and constant.ndim <= 4
 
 
 def _resize_scales(node: NodeView, graph: GraphView) -> np.ndarray | None:
