@@ -321,3 +321,18 @@ def test_attention_takes_the_compiled_exp(op, monkeypatch):
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert calls, f"{op} did not ask for the compiled exp"
+
+
+@pytest.mark.parametrize("lo, hi", [(np.nan, 1.0), (-1.0, np.nan), (np.nan, np.nan)])
+def test_clip_with_a_nan_bound_ignores_that_bound_as_onnxruntime(lo, hi):
+    """Clip(x, NaN, 1) clips x to at most 1 in onnxruntime; numpy's clip made every value NaN
+    (found by a helper's edge-case scan)."""
+    graph = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(lo, np.float32), "lo"), onnx.numpy_helper.from_array(np.array(hi, np.float32), "hi")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    x = np.array([-2.0, -0.5, 0.5, 1.5, np.nan], np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)

@@ -368,7 +368,8 @@ def _clip_v1(node, request):
 def clip_values(y: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
                 out: np.ndarray | None = None) -> np.ndarray:
     """``y`` clipped to the bound tensors given (Clip-11 and later), into ``out`` if given
-    (which may be ``y``: see inplace.py)."""
+    (which may be ``y``: see inplace.py). A NaN bound is no bound, as onnxruntime reads it."""
+    lo, hi = (None if b is not None and b.dtype.kind == "f" and np.isnan(b).all() else b for b in (lo, hi))
     if lo is not None and hi is not None:
         # one pass; numpy clips as minimum(maximum(x, lo), hi), so min > max gives max
         return np.clip(y, _widen(lo).astype(y.dtype, copy=False), _widen(hi).astype(y.dtype, copy=False), out=out)
