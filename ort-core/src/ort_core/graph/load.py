@@ -734,17 +734,29 @@ def _take_long_lists(graph: onnx.GraphProto) -> dict[tuple[int, str], tuple[int,
     taken: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
     for k, node in enumerate(graph.node):
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.INTS and len(attr.ints) > LONG_LIST:
-                values = np.array(attr.ints, dtype=np.int64)
-                del attr.ints[:]
-            elif attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > LONG_LIST:
-                values = np.array(attr.floats, dtype=np.float32)
-                del attr.floats[:]
-            else:
-                continue
-            values.flags.writeable = False
-            taken[k, attr.name] = (attr.type, values)
+            values = _taken_list(attr, strings=False)
+            if values is not None:
+                taken[k, attr.name] = (attr.type, values)
     return taken
+
+
+def _taken_list(attr: onnx.AttributeProto, strings: bool) -> np.ndarray | None:
+    """An INTS / FLOATS (and with ``strings`` STRINGS) attribute of over ``LONG_LIST`` values as
+    a read-only int64 / float32 (/ numpy str) array, emptied in the proto; else None."""
+    if attr.type == onnx.AttributeProto.INTS and len(attr.ints) > LONG_LIST:
+        values = np.array(attr.ints, dtype=np.int64)
+        del attr.ints[:]
+    elif attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > LONG_LIST:
+        values = np.array(attr.floats, dtype=np.float32)
+        del attr.floats[:]
+    elif strings and attr.type == onnx.AttributeProto.STRINGS and len(attr.strings) > LONG_LIST:
+        # nodes_modes: numpy's str (what onnx-ir's serializer encodes), decoded in C
+        values = np.array(attr.strings, dtype=np.bytes_).astype(np.str_)
+        del attr.strings[:]
+    else:
+        return None
+    values.flags.writeable = False
+    return values
 
 
 #: ops whose long node lists the checker and shape inference do without (types only)
@@ -754,29 +766,16 @@ _FORESTS = frozenset({"TreeEnsembleClassifier", "TreeEnsembleRegressor"})
 def _take_forest_lists(graph: onnx.GraphProto) -> dict[tuple[str, str], tuple[int, np.ndarray]]:
     """``_take_long_lists`` for the main graph's TreeEnsembleClassifier/Regressor nodes (not
     their class labels, which type inference reads), their STRINGS lists too (nodes_modes, as a
-    numpy array of str: 4.8M Python strings took 1 s to decode one by one), keyed by (the node's first
-    output, the attribute's name): the checker may sort the nodes."""
+    numpy array of str: 4.8M Python strings took 1 s to decode one by one), keyed by (the
+    node's first output, the attribute's name): the checker may sort the nodes."""
     taken: dict[tuple[str, str], tuple[int, np.ndarray]] = {}
     for node in graph.node:
         if node.domain != "ai.onnx.ml" or node.op_type not in _FORESTS or not node.output or not node.output[0]:
             continue
         for attr in node.attribute:
-            if attr.name.startswith("classlabels"):
-                continue
-            if attr.type == onnx.AttributeProto.INTS and len(attr.ints) > LONG_LIST:
-                values = np.array(attr.ints, dtype=np.int64)
-                del attr.ints[:]
-            elif attr.type == onnx.AttributeProto.FLOATS and len(attr.floats) > LONG_LIST:
-                values = np.array(attr.floats, dtype=np.float32)
-                del attr.floats[:]
-            elif attr.type == onnx.AttributeProto.STRINGS and len(attr.strings) > LONG_LIST:
-                # nodes_modes: numpy's str (what onnx-ir's serializer encodes), decoded in C
-                values = np.array(attr.strings, dtype=np.bytes_).astype(np.str_)
-                del attr.strings[:]
-            else:
-                continue
-            values.flags.writeable = False
-            taken[node.output[0], attr.name] = (attr.type, values)
+            values = None if attr.name.startswith("classlabels") else _taken_list(attr, strings=True)
+            if values is not None:
+                taken[node.output[0], attr.name] = (attr.type, values)
     return taken
 
 
