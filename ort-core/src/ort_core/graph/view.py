@@ -174,11 +174,11 @@ class NodeView:
         return self.attributes.get(name, default)
 
     def array(self, name: str, dtype: np.dtype | type) -> np.ndarray | None:
-        """An attribute as a 1-D numpy array of ``dtype`` (a list or a tensor; a long STRINGS
-        list as numpy str, dtype None), None where the node has no such attribute. An INTS or FLOATS
-        list is read from the IR, where load keeps lists of over ``LONG_LIST`` values as arrays: a tree ensemble's tables (a random
-        forest's: 12 lists of 19-29K values) are not made into arrays from ``attributes``'
-        Python lists again (8 ms)."""
+        """An attribute as a 1-D numpy array of ``dtype`` (a list or a tensor), None where the
+        node has no such attribute. A list is read from the IR where load keeps it as an array
+        (INTS and FLOATS of over ``LONG_LIST`` values; a forest's STRINGS too, as numpy str): a
+        tree ensemble's tables (a random forest's: 12 lists of 19-29K values) are not made into
+        arrays from ``attributes``' Python lists again (8 ms)."""
         attr = self.ir.attributes.get(name)
         if attr is None:
             return None

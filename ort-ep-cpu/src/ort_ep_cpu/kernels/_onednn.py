@@ -188,6 +188,8 @@ class _Library:
         d.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
         d.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
         d.dnnl_post_ops_append_binary.argtypes = [_P, ctypes.c_int, _P]
+        d.dnnl_primitive_attr_set_scales_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
+        d.dnnl_primitive_attr_set_zero_points_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
         d.dnnl_memory_desc_create_with_strides.argtypes = [_P, ctypes.c_int, _P, ctypes.c_int, _P]
         i64 = ctypes.c_int64
         d.dnnl_sgemm.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, ctypes.c_float, _P, i64, _P, i64,
@@ -631,8 +633,6 @@ class _Primitive:
         arguments (per output channel, the weights' mask names the output-channel axes:
         (group, M / group) of grouped weights)."""
         lib, d = self.lib, self.lib.dnnl
-        d.dnnl_primitive_attr_set_scales_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
-        d.dnnl_primitive_attr_set_zero_points_mask.argtypes = [_P, ctypes.c_int, ctypes.c_int]
         w_scales = np.ascontiguousarray(q.w_scales, np.float32).reshape(-1)
         scales = [(_ARG_SRC, 0, np.array([q.x_scale], np.float32)),
                   (_ARG_WEIGHTS, (3 if grouped else 1) if w_scales.size > 1 else 0, w_scales)]

@@ -239,7 +239,8 @@ def per_shape(node: NodeView, request: KernelRequest, params: range,
         for a in args:
             if a is None:
                 key.append(None)
-            elif type(a) is np.ndarray and a.size <= _HELD_MAX_ELEMENTS:
+            elif type(a) is np.ndarray and a.size <= _HELD_MAX_ELEMENTS and a.dtype.kind in "biuf":
+                # (numbers only: an object array's bytes are its elements' addresses)
                 key.append((a.dtype.char, a.shape, a.tobytes()))
             else:
                 return compute(shape, *args)
