@@ -649,24 +649,24 @@ def load_model(source: ModelSource, external: Mapping[str, np.ndarray] | None = 
     # copy the model into C++ and back (a 194 MB LightGBM forest: 6.4 s of its 16 s creation)
     forest_lists = _take_forest_lists(proto.graph) if not proto.functions else {}
     try:
-        return _load_checked(proto, None if forest_lists else data, forest_lists)
+        return _load_checked(proto, None if forest_lists else data, forest_lists, proto is source)
     finally:
         if forest_lists and proto is source:  # the caller's proto: whole again
             _give_back_forest_lists(proto.graph, forest_lists)
 
 
 def _load_checked(proto: onnx.ModelProto, data: bytes | None,
-                  forest_lists: Mapping[tuple[str, str], tuple[int, np.ndarray]]) -> ir.Model:
-    """``load_model`` from the proto read (``data``: its bytes, where they are still the model),
-    the ``forest_lists`` taken out of it (given to the IR model)."""
-    read = proto
+                  forest_lists: Mapping[tuple[str, str], tuple[int, np.ndarray]], callers: bool) -> ir.Model:
+    """``load_model`` from the proto read (``data``: its bytes, where they are still the model;
+    ``callers``: whether it is the caller's ModelProto), the ``forest_lists`` taken out of it
+    (given to the IR model)."""
     try:
         check_proto(proto if data is None else data)
     except InvalidGraph as exc:
         if _UNSORTED not in str(exc):
             raise
         # nodes listed out of order (the checker's verdict: a sorted model pays nothing here)
-        if proto is read:  # (the caller's, or holding the caller's lists): sorted in a copy
+        if callers:  # the caller's: sorted in a copy
             copy = onnx.ModelProto()
             copy.CopyFrom(proto)
             proto = copy
@@ -787,6 +787,8 @@ def _give_back_forest_lists(graph: onnx.GraphProto, taken: Mapping[tuple[str, st
 def _indexed(graph: onnx.GraphProto, taken: Mapping[tuple[str, str], tuple[int, np.ndarray]]
              ) -> dict[tuple[int, str], tuple[int, np.ndarray]]:
     """``taken`` keyed by node index in ``graph`` instead of the node's first output."""
+    if not taken:  # (every load asks: no pass over the nodes for a model without forests)
+        return {}
     index = {node.output[0]: k for k, node in enumerate(graph.node) if node.output}
     return {(index[output], name): value for (output, name), value in taken.items()}
 

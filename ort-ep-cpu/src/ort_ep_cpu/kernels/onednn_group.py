@@ -521,8 +521,7 @@ class _Program:
             return self.where[name][CODES]
         floats = {key: slot for key, slot in held.items() if key != CODES}
         if not floats:
-            scale, zero, _ = self._codes(name)
-            self._step(_Dequantize(scale, zero), (held[CODES],), self._new(name, "nhwc"),
+            self._step(_Dequantize(*self._codes(name)), (held[CODES],), self._new(name, "nhwc"),
                        f"the dequantization of value {name!r}")
             if layout == "nhwc":
                 return held["nhwc"]
@@ -726,10 +725,9 @@ class _Program:
             position, fq = lead
             m = codes.shape[0]
             multiplier = np.broadcast_to(product_scale / np.float32(fq.scale), (m,)).astype(np.float32)  # onnxruntime's
+            # the multiplier in place of the pair's x * (1 / scale); its round, clip and linear kept
             ops = ([_onednn.Binary(_onednn.BINARY_MUL, multiplier)] + ops[:position]
-                   + [(_onednn.ELTWISE_ROUND, 0.0, 0.0), (_onednn.ELTWISE_CLIP, fq.lo, fq.hi),
-                      (_onednn.ELTWISE_LINEAR, float(fq.out_scale), float(np.float32(fq.shift) * fq.out_scale))]
-                   + ops[position + 4:])
+                   + _fake_quant_post_ops(fq)[1:] + ops[position + 4:])
             x_scale, w_scales = np.float32(1), np.ones(1, np.float32)
             bias = None if bias_codes is None else bias_codes.astype(np.float32)  # (exact below 2^24)
         y_codes = self._codes(out) if absorbed and graph.producer.get(out) == absorbed[-1] and self._wants_codes(out) else None
@@ -992,12 +990,12 @@ class _Quantize:
 class _Dequantize:
     """A step turning 8-bit codes into the float32 values they stand for (DequantizeLinear)."""
 
-    def __init__(self, scale: np.float32, zero_point: int):
+    def __init__(self, scale: np.float32, zero_point: int, dtype: np.dtype):
         self.scale = np.asarray(scale, np.float32)
-        self.zero_point = np.asarray(zero_point)
+        self.zero_point = np.asarray(zero_point, dtype)
 
     def __call__(self, codes: np.ndarray) -> np.ndarray:
-        return dequantize(codes, self.scale, self.zero_point.astype(codes.dtype), 1, 0)
+        return dequantize(codes, self.scale, self.zero_point, 1, 0)
 
 
 @dataclasses.dataclass(frozen=True)
