@@ -12,7 +12,7 @@ from compiled_loops import use_compiled
 from onnx import TensorProto, helper
 
 import ort_core as ort
-from ort_ep_cpu.kernels import rnn
+from ort_ep_cpu.kernels import _onednn, rnn
 
 
 def _model(op: str, gates: int, hidden: int, inp: int, dirs: int, const_r: bool, rng):
@@ -156,6 +156,7 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
                  "RNN": "rnn_scan"}[op]
     real, calls = getattr(_jit, scan_name)(), []
     monkeypatch.setattr(_jit, scan_name, lambda: lambda *args: (calls.append(1), real(*args)))
+    monkeypatch.setattr(_onednn, "USE", False)  # (whole sequences: else oneDNN's primitive)
     rng = np.random.default_rng(3)
     data = _recurrent_model(op, direction, hidden=24, inp=7, attrs=attrs, peepholes=peepholes, rng=rng)
     dirs = 2 if direction == "bidirectional" else 1
@@ -169,6 +170,90 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert len(calls) == dirs
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op, attrs, peepholes", [
+    ("LSTM", {}, False), ("LSTM", {}, True), ("LSTM", {"layout": 1}, False),
+    ("LSTM", {"activations": ["Sigmoid", "Tanh", "Tanh"]}, False),
+    ("GRU", {}, False), ("GRU", {"linear_before_reset": 1}, False), ("GRU", {"layout": 1}, False)])
+@pytest.mark.parametrize("batch, hidden", [(1, 24), (3, 24), (1, 160)])  # (160: on two threads)
+def test_onednn_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, batch, hidden, monkeypatch):
+    """LSTM and GRU of constant weights over whole sequences (no sequence_lens, or every length
+    the sequence's): one oneDNN primitive (``_onednn.Recurrence``) for the node, its gates and
+    biases reordered from ONNX's; Y, Y_h, Y_c as onnxruntime's, in either layout, with the
+    initial states fed and absent. Tolerance: rtol 1e-5, atol 1e-5 (float32)."""
+    if not _onednn.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    if "activations" in attrs and direction == "bidirectional":
+        pytest.skip("onnxruntime takes the activations of each direction")
+    made, runs = [], []
+    real_init, real_run = _onednn.Recurrence.__init__, _onednn.Recurrence.run
+    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[1]) or real_init(self, *a))
+    monkeypatch.setattr(_onednn.Recurrence, "run", lambda self, *a: runs.append(1) or real_run(self, *a))
+    rng = np.random.default_rng(5)
+    inp, seq, dirs = 7, 6, 2 if direction == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    data = _recurrent_model(op, direction, hidden=hidden, inp=inp, attrs=attrs, peepholes=peepholes,
+                            rng=np.random.default_rng(5))
+    # onnxruntime has no layout 1: its reference is the layout-0 model, fed and read transposed
+    ref_attrs = {k: v for k, v in attrs.items() if k != "layout"}
+    ref_data = _recurrent_model(op, direction, hidden=hidden, inp=inp, attrs=ref_attrs, peepholes=peepholes,
+                                rng=np.random.default_rng(5))
+    if layout:  # the model's inputs are batch-major
+        model = onnx.load_from_string(data)
+        for value in model.graph.input:
+            if value.name in ("X", "H0", "C0"):
+                value.type.tensor_type.ClearField("shape")
+        data = model.SerializeToString()
+    ref = onnxruntime.InferenceSession(ref_data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+    def batch_major(shape):
+        return (shape[1], shape[0], shape[2]) if layout else shape
+
+    for fed_states in (True, False):
+        feeds = {"X": rng.standard_normal(batch_major((seq, batch, inp))).astype(np.float32),
+                 "lens": np.full(batch, seq, np.int32)}
+        if fed_states:
+            feeds["H0"] = rng.standard_normal(batch_major((dirs, batch, hidden))).astype(np.float32) * 0.5
+            if op == "LSTM":
+                feeds["C0"] = rng.standard_normal(batch_major((dirs, batch, hidden))).astype(np.float32) * 0.5
+        else:
+            feeds["H0"] = np.zeros(batch_major((dirs, batch, hidden)), np.float32)
+            if op == "LSTM":
+                feeds["C0"] = np.zeros(batch_major((dirs, batch, hidden)), np.float32)
+        ref_feeds = {k: v.swapaxes(0, 1) if layout and v.ndim == 3 else v for k, v in feeds.items()}
+        wants = ref.run(None, ref_feeds)
+        if layout:  # Y (batch, seq, dirs, hidden), the states (batch, dirs, hidden)
+            wants = [wants[0].transpose(2, 0, 1, 3)] + [w.swapaxes(0, 1) for w in wants[1:]]
+        for a, b in zip(got.run(None, feeds), wants):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    cell = {"LSTM": _onednn.LSTM, "GRU": _onednn.LINEAR_BEFORE_RESET_GRU if attrs.get("linear_before_reset")
+            else _onednn.GRU}[op]
+    assert made == [cell] and len(runs) == 2  # one primitive, made once for the shape
+
+
+def test_onednn_recurrence_leaves_ragged_sequences_and_fed_weights(monkeypatch):
+    """Sequences of several lengths (oneDNN's primitive runs every row the whole sequence) and
+    R fed at run time (a primitive packs its weights once) keep the compiled or numpy scan."""
+    if not _onednn.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    made = []
+    real_init = _onednn.Recurrence.__init__
+    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[1]) or real_init(self, *a))
+    rng = np.random.default_rng(6)
+    data = _recurrent_model("LSTM", "forward", hidden=16, inp=5, attrs={}, peepholes=False, rng=rng)
+    feeds = {"X": rng.standard_normal((6, 3, 5)).astype(np.float32), "lens": np.array([6, 2, 4], np.int32),
+             "H0": np.zeros((1, 3, 16), np.float32), "C0": np.zeros((1, 3, 16), np.float32)}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds), want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    data, r = _model("LSTM", 4, hidden=16, inp=5, dirs=1, const_r=False, rng=rng)
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got.run(None, {"X": rng.standard_normal((6, 2, 5)).astype(np.float32), "R": r})
+    assert made == []
 
 
 def test_compiled_exp_tanh_sigmoid_are_float32_accurate():

@@ -8,8 +8,8 @@ import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
-from . import _jit
-from ._util import SHAPE_CACHE_MAX, PreparedFor
+from . import _jit, _onednn
+from ._util import SHAPE_CACHE_MAX, PreparedFor, const_input
 from .nn import _constant_product, _row_product, pack_float_panels
 
 
@@ -93,8 +93,11 @@ class _Recurrent:
     defaults = ["Tanh"]
     has_cell = False
 
-    def __init__(self, node):
+    def __init__(self, node, constant_weights: bool = False):
         self.node = node
+        # W and R initializers: the oneDNN primitive packs them once (weights fed at run time
+        # would make a primitive every run)
+        self._constant_weights = constant_weights
         direction = node.attr("direction", "forward")
         self.direction = direction.decode() if isinstance(direction, bytes) else str(direction)
         valid = ("forward", "reverse", "bidirectional")
@@ -112,6 +115,10 @@ class _Recurrent:
         self._prepared = PreparedFor()
         # input shape signatures already checked by _check_shapes (a check is ~5 us a run)
         self._checked: set[tuple] = set()
+        # the oneDNN cell (``_onednn.Recurrence``'s) that computes this node where its weights
+        # are constants, every sequence is whole and the arrays float32, or None (subclasses
+        # set it)
+        self._onednn_cell: str | None = None
 
     def _recurrence_weights(self, r: np.ndarray) -> list[np.ndarray]:
         return self._prepared.get("R", (r,), lambda: [np.ascontiguousarray(r[d].T) for d in range(r.shape[0])])
@@ -171,6 +178,10 @@ class _Recurrent:
         else:
             lens = sequence_lens.astype(np.int64)
             full = bool((lens == seq).all())
+        if full and self._onednn_cell is not None and self._constant_weights:
+            outs = self._by_onednn(x, w, r, b, initial_h, initial_c, p)
+            if outs is not None:
+                return outs
         rts = self._recurrence_weights(r)
         weights = self._input_weights(w)
         # the outputs made whole and filled per direction (np.stack's three calls took about
@@ -203,11 +214,47 @@ class _Recurrent:
             y[:, d] = yd
             y_h[d] = h
             y_c[d] = c
+        return self._outputs(y, y_h, y_c)
+
+    def _outputs(self, y, y_h, y_c):
+        """The node's outputs from Y (seq, dirs, batch, hidden) and the last states (dirs,
+        batch, hidden), in its layout."""
         if self.layout == 1:
             y = y.transpose(2, 0, 1, 3)
-            y_h, y_c = y_h.transpose(1, 0, 2), y_c.transpose(1, 0, 2)
+            y_h = y_h.transpose(1, 0, 2)
+            y_c = None if y_c is None else y_c.transpose(1, 0, 2)
         outs = (y, y_h, y_c) if self.has_cell else (y, y_h)
         return outs[0] if self.n_out == 1 else outs[: self.n_out]
+
+    def _by_onednn(self, x, w, r, b, h0, c0, p):
+        """The outputs by oneDNN's primitive for the whole sequence (x seq-major), or None where
+        it does not take these arrays (not float32, no oneDNN, a cell it declines)."""
+        arrays = (x, w, r, b, h0, c0, p)
+        if any(a is not None and a.dtype != np.float32 for a in arrays):
+            return None
+        seq, batch, _ = x.shape
+        dirs, hidden = self.n_dirs, r.shape[-1]
+        if seq == 0 or batch == 0 or hidden == 0:
+            return None
+        # the primitives of these weights, by (seq, batch); made anew for weights fed anew
+        plans = self._prepared.get("onednn", (w, r, b, p), dict)
+        plan = _onednn.plan_for(plans, (seq, batch), lambda lib: _onednn.Recurrence(
+            lib, self._onednn_cell, self.direction, x.shape, w, r, b, p))
+        if plan is None:
+            return None
+        state = (dirs, batch, hidden)
+        h0 = np.zeros(state, np.float32) if h0 is None else np.ascontiguousarray(h0)
+        y = np.empty((seq, batch, dirs * hidden), np.float32)
+        y_h = np.empty(state, np.float32)
+        if self.has_cell:
+            c0 = np.zeros(state, np.float32) if c0 is None else np.ascontiguousarray(c0)
+            y_c = np.empty(state, np.float32)
+        else:
+            c0 = y_c = None
+        plan.run(np.ascontiguousarray(x), h0, c0, y, y_h, y_c)
+        # (seq, batch, dirs * hidden) -> (seq, dirs, batch, hidden): a view for one direction
+        y = y.reshape(seq, batch, dirs, hidden).transpose(0, 2, 1, 3)
+        return self._outputs(y if dirs == 1 else np.ascontiguousarray(y), y_h, y_c)
 
     def _scan(self, xw, rt, rb, h, c, p, acts, lens, full):
         seq = xw.shape[0]
@@ -226,8 +273,8 @@ class _Recurrent:
 
 
 class _RNN(_Recurrent):
-    def __init__(self, node):
-        super().__init__(node)
+    def __init__(self, node, constant_weights: bool = False):
+        super().__init__(node, constant_weights)
         # the compiled recurrence (_jit.rnn_scan) for float32 where each direction's activation
         # is one it computes (Tanh, Relu, Sigmoid) and there is no clip: the Python step loop
         # took about 2 us a step (a bidirectional onset detector's six RNNs of 300 steps: 6.3 ms
@@ -254,11 +301,14 @@ class _GRU(_Recurrent):
     gates = 3
     defaults = ["Sigmoid", "Tanh"]
 
-    def __init__(self, node):
-        super().__init__(node)
+    def __init__(self, node, constant_weights: bool = False):
+        super().__init__(node, constant_weights)
         self.lbr = bool(node.attr("linear_before_reset", 0))
+        plain = self.clip is None and _default_activations(node, self.defaults)
+        if plain:
+            self._onednn_cell = _onednn.LINEAR_BEFORE_RESET_GRU if self.lbr else _onednn.GRU
         # the compiled recurrence (_jit.gru_scan) for float32 with the default activations
-        self._compiled = self.clip is None and _default_activations(node, self.defaults) and _jit.enabled()
+        self._compiled = plain and _jit.enabled()
 
     def _scan(self, xw, rt, rb, h, c, p, acts, lens, full):
         scan = _jit.gru_scan() if self._compiled and xw.dtype == np.float32 else None
@@ -293,10 +343,12 @@ class _LSTM(_Recurrent):
     defaults = ["Sigmoid", "Tanh", "Tanh"]
     has_cell = True
 
-    def __init__(self, node):
-        super().__init__(node)
+    def __init__(self, node, constant_weights: bool = False):
+        super().__init__(node, constant_weights)
         self.input_forget = bool(node.attr("input_forget", 0))
         plain = self.clip is None and not self.input_forget and _default_activations(node, self.defaults)
+        if plain:
+            self._onednn_cell = _onednn.LSTM
         # one direction of plain gates: a single time step (streaming models such as silero-vad
         # call LSTM once per 32 ms chunk) is one GEMM of [x, h] by [W; R] made once
         self._single_ok = plain and self.n_dirs == 1 and self.layout == 0
@@ -392,7 +444,7 @@ class _LSTM(_Recurrent):
 
 def _builder(cls):
     def build(node, request):
-        return cls(node)
+        return cls(node, const_input(node, request, 1) is not None and const_input(node, request, 2) is not None)
 
     return build
 
