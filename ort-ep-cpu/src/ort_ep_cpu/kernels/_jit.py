@@ -968,9 +968,9 @@ def _depthwise_flat_py(xp, w, b, y, starts, c0, c1):  # pragma: no cover - compi
                 acc[p] = bc
             _taps_into(acc, xp[n, c].reshape(-1), starts, w[c])
             for oy in range(oh):
-                yr = y[n, c, oy]
+                yr, row = y[n, c, oy], acc[oy * wp:oy * wp + ow]  # (a view from 0: see _lstm_cell_row_py)
                 for i in range(ow):
-                    yr[i] = acc[oy * wp + i]
+                    yr[i] = row[i]
 
 
 def _interleave_py(src, bias, y):  # pragma: no cover - compiled by numba
