@@ -47,6 +47,7 @@ import numpy as np
 
 from ort_core import CORE_DOMAIN, GraphView, Kernel, KernelRequest, NodeView, ProviderContext
 
+from .kernels._util import zero
 from .kernels.elementwise import (
     UNARY_UFUNCS,
     clip_v1_bounds,
@@ -109,7 +110,7 @@ BINARY_UFUNCS: dict[str, Any] = {
 
 
 def _relu_into(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0), out=x)
+    return np.maximum(x, zero(x.dtype), out=x)
 
 
 def _sigmoid_into(x: np.ndarray) -> np.ndarray:

@@ -365,22 +365,33 @@ def _clip_v1(node, request):
     return unary(lambda x: np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)))
 
 
+def _clip_bound(bound: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
+    """A Clip bound in ``dtype``, or None where it is absent or NaN (onnxruntime reads a NaN
+    bound as no bound). The bound is a scalar by the spec: its NaN test is on the Python value
+    (np.isnan(...).all() cost 2.5 us a bound on a tiny tensor)."""
+    if bound is None:
+        return None
+    if bound.dtype.kind == "f" and (bound.item() != bound.item() if bound.size == 1 else np.isnan(bound).all()):
+        return None
+    return bound if bound.dtype == dtype else _widen(bound).astype(dtype)
+
+
 def clip_values(y: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
                 out: np.ndarray | None = None) -> np.ndarray:
     """``y`` clipped to the bound tensors given (Clip-11 and later), into ``out`` if given
     (which may be ``y``: see inplace.py). A NaN bound is no bound, as onnxruntime reads it."""
-    lo, hi = (None if b is not None and b.dtype.kind == "f" and np.isnan(b).all() else b for b in (lo, hi))
-    if lo is not None and hi is not None:
-        # one pass; numpy clips as minimum(maximum(x, lo), hi), so min > max gives max
-        return np.clip(y, _widen(lo).astype(y.dtype, copy=False), _widen(hi).astype(y.dtype, copy=False), out=out)
+    lo, hi = _clip_bound(lo, y.dtype), _clip_bound(hi, y.dtype)
     if lo is not None:
-        return np.maximum(y, _widen(lo).astype(y.dtype, copy=False), out=out)
+        # minimum(maximum(x, lo), hi), as numpy's clip computes it (min > max gives max), by
+        # the ufuncs themselves: np.clip's Python layers cost 2 us a call on a tiny tensor
+        y = np.maximum(y, lo, out=out)
+        out = y
     if hi is not None:
-        return np.minimum(y, _widen(hi).astype(y.dtype, copy=False), out=out)
-    if out is None or out is y:
-        return y
-    out[...] = y
-    return out
+        y = np.minimum(y, hi, out=out)
+    elif lo is None and out is not None and out is not y:
+        out[...] = y
+        return out
+    return y
 
 
 @kernel("Clip", since=11)

@@ -14,7 +14,7 @@ from ort_core import CORE_DOMAIN
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit
-from ._util import normalize_axis
+from ._util import normalize_axis, zero
 from .elementwise import (
     JIT_FLOATS,
     binary,
@@ -47,7 +47,7 @@ def _compiled_activation(name: str, x: np.ndarray, alpha: float, beta: float = 1
 
 @kernel("Relu")
 def _relu(node, request):
-    return unary(lambda x: np.maximum(x, x.dtype.type(0)))
+    return unary(lambda x: np.maximum(x, zero(x.dtype)))
 
 
 @kernel("LeakyRelu")

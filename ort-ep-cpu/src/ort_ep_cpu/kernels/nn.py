@@ -24,7 +24,7 @@ from .. import threads
 from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _blas, _jit, _onednn
-from ._util import SHAPE_CACHE_MAX, as_dtype, as_float32, constant_weight, data_address, zeros_vector
+from ._util import SHAPE_CACHE_MAX, as_dtype, as_float32, constant_weight, data_address, zero, zeros_vector
 from .elementwise import JIT_FLOATS, hard_sigmoid_into
 from .elementwise import sigmoid as elementwise_sigmoid
 from .elementwise import tanh as elementwise_tanh
@@ -567,7 +567,7 @@ def make_activation(name: str, params: list[float]) -> Activation | None:
     if not name:
         return None
     if name == "Relu":
-        return lambda y: np.maximum(y, 0, out=y)
+        return lambda y: np.maximum(y, zero(y.dtype), out=y)
     if name == "Tanh":
         return lambda y: elementwise_tanh(y, out=y)
     if name == "Sigmoid":
