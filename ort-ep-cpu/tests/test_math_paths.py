@@ -336,3 +336,25 @@ def test_clip_with_a_nan_bound_ignores_that_bound_as_onnxruntime(lo, hi):
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+@pytest.mark.parametrize("bounds", ["both", "min", "max", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_clip_bounds_on_every_rank_as_onnxruntime(shape, bounds, dtype):
+    """Clip-13 with both, one or no bound, a 0-d input among the ranks (the ufuncs the kernel
+    calls answer a 0-d input with a scalar, which their out= refuses: the ONNX kit's expanded
+    DynamicQuantizeLinear clips a 0-d zero point) and an integer type: onnxruntime's values."""
+    names = {"both": ["x", "lo", "hi"], "min": ["x", "lo"], "max": ["x", "", "hi"], "none": ["x"]}[bounds]
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.INT32
+    graph = helper.make_graph(
+        [helper.make_node("Clip", names, ["y"])], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [onnx.numpy_helper.from_array(np.array(-1, dtype), "lo"), onnx.numpy_helper.from_array(np.array(2, dtype), "hi")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    for values in ([-3, 0, 5, 1, -1, 2], [7]):
+        x = np.resize(np.array(values, dtype), shape)
+        want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

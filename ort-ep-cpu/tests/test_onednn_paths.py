@@ -368,6 +368,7 @@ def test_matmul_shape_mismatch_names_the_shapes(runs):
 def test_sessions_give_blas_one_thread_and_restore_it():
     from ort_ep_cpu import threads
 
+    gc.collect()  # an earlier test's session still awaiting collection would end in between
     libraries = threads.blas_libraries(refresh=True)
     before = [lib.get_num_threads() for lib in libraries]
     options = ort.SessionOptions()

@@ -744,13 +744,17 @@ class _Primitive:
         # and the arena often hands a node the same buffers run after run)
         return [x_mem, y_mem, scratch, offset, steps, None, None, None]
 
+    def _take(self) -> list:
+        """A binding (``_bind``'s) no other caller holds; the run gives it back to ``free``."""
+        try:
+            return self.free.pop()
+        except IndexError:
+            return self._bind()
+
     def run(self, x: np.ndarray, y: np.ndarray) -> None:
         lib = self.lib
         d = lib.dnnl
-        try:
-            binding = self.free.pop()
-        except IndexError:
-            binding = self._bind()
+        binding = self._take()
         try:
             x_mem, y_mem, scratch, scratch_bytes, steps, x_at, y_at, base_at = binding
             stream = lib.stream(self.most_threads)
@@ -1039,10 +1043,7 @@ class Recurrence(_Primitive):
             c: np.ndarray | None) -> None:
         lib = self.lib
         d = lib.dnnl
-        try:
-            binding = self.free.pop()
-        except IndexError:
-            binding = self._bind()
+        binding = self._take()
         try:
             memories, count, args, scratch, scratch_bytes, last = binding
             stream = lib.stream(self.most_threads)

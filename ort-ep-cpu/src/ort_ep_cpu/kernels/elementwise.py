@@ -384,8 +384,8 @@ def clip_values(y: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
     if lo is not None:
         # minimum(maximum(x, lo), hi), as numpy's clip computes it (min > max gives max), by
         # the ufuncs themselves: np.clip's Python layers cost 2 us a call on a tiny tensor
-        y = np.maximum(y, lo, out=out)
-        out = y
+        # (a 0-d input's result is a numpy scalar, which out= refuses: made an array)
+        y = out = np.asarray(np.maximum(y, lo, out=out))
     if hi is not None:
         y = np.minimum(y, hi, out=out)
     elif lo is None and out is not None and out is not y:
