@@ -208,8 +208,8 @@ def test_erf_op_compiled_is_float32_accurate_also_near_zero(monkeypatch):
     if not _jit.enabled():
         pytest.skip("numba is not installed")
     calls = []
-    loop = _jit.erf()
-    monkeypatch.setattr(_jit, "erf", lambda: lambda x, y: (calls.append(1), loop(x, y)))
+    real = _jit.erf
+    monkeypatch.setattr(_jit, "erf", lambda in_place=False, parts=1: lambda *a: (calls.append(parts), real(in_place, parts)(*a)))
     x = np.concatenate([np.linspace(-6, 6, 100001), np.geomspace(1e-30, 1e-2, 1000)]).astype(np.float32)
     node = helper.make_node("Erf", ["x"], ["y"])
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
@@ -220,3 +220,26 @@ def test_erf_op_compiled_is_float32_accurate_also_near_zero(monkeypatch):
     assert calls
     truth = np.array([math.erf(v) for v in x.astype(np.float64)])
     assert np.max(np.abs(y - truth) / np.maximum(np.abs(truth), 1e-38)) < 4e-7
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_erf_splits_large_arrays_over_the_threads_to_the_same_values(in_place, monkeypatch):
+    """An Erf of 64K values or more runs its compiled loop in ``split_parts`` blocks on as many
+    threads (a QDQ transformer's (8, 64, 512) Erf: 172 -> 88 us on two); each value is the
+    serial loop's, to the bit, for an array that does not divide evenly."""
+    if not _jit.enabled():
+        pytest.skip("numba is not installed")
+    from ort_ep_cpu import threads
+    from ort_ep_cpu.kernels import elementwise
+
+    monkeypatch.setattr(threads, "split_threads", lambda: 2)
+    x = np.random.default_rng(4).standard_normal((3, 65537)).astype(np.float32) * 3
+    serial = np.empty_like(x)
+    _jit.erf(False, 1)(x.reshape(-1), serial.reshape(-1), 1)
+    parts = []
+    real = _jit.erf
+    monkeypatch.setattr(_jit, "erf", lambda in_place=False, p=1: parts.append(p) or real(in_place, p))
+    got = x.copy() if in_place else np.empty_like(x)
+    elementwise.erf_into(got if in_place else x, got)
+    assert parts == [2]
+    np.testing.assert_array_equal(got, serial)

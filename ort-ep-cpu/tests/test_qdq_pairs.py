@@ -67,6 +67,29 @@ def test_a_pair_is_one_fused_step_equal_to_the_two_ops(monkeypatch, compiled, to
     assert used or not compiled  # the compiled loop was asked for (numpy: USE off, it answers None)
 
 
+@pytest.mark.parametrize("to,q_zero,dq_zero,dq_factor", PAIRS[:2])
+def test_a_large_pair_splits_over_the_threads_to_the_same_values(monkeypatch, to, q_zero, dq_zero, dq_factor):
+    """A pair over 64K values or more runs its compiled pass in ``split_parts`` blocks on as
+    many threads; the values stay onnx.reference's exactly (ties, saturation), for a length that
+    does not divide evenly."""
+    from ort_ep_cpu import threads
+    from ort_ep_cpu.kernels import _jit
+
+    if not _jit.enabled():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(threads, "split_threads", lambda: 2)
+    parts = []
+    real = _jit.fake_quantize
+    monkeypatch.setattr(_jit, "fake_quantize", lambda p=1: parts.append(p) or real(p))
+    scale = 0.0125
+    data = _pair_model(to, q_zero, dq_zero, dq_factor, scale)
+    x = (np.random.default_rng(9).standard_normal(3 * 65537) * 300 * scale).astype(np.float32)
+    x[::7] = np.round(x[::7] / scale) * scale + np.float32(scale / 2)  # ties
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ReferenceEvaluator(data).run(None, {"x": x})[0])
+    assert parts == [2]
+
+
 def test_a_pair_whose_quantized_value_is_read_elsewhere_stays_two_nodes():
     """The Q's output is a graph output too: the pair cannot hide it."""
     data = _pair_model(TensorProto.UINT8, 128, 128, 1.0, 0.02)

@@ -55,6 +55,9 @@ _tanh_value: Callable | None = None
 _erf_value: Callable | None = None
 _erf: Callable | None = None
 _erf_in_place: Callable | None = None
+_erf_split: Callable | None = None
+_fake_quantize_split: Callable | None = None
+_erf_in_place_split: Callable | None = None
 _quantize: Callable | None = None
 _dequantize: Callable | None = None
 _dequantize_axis: Callable | None = None
@@ -216,14 +219,18 @@ def interleave() -> Callable | None:
     return _interleave if _load() else None
 
 
-def erf(in_place: bool = False) -> Callable | None:
-    """The compiled float32 erf loop ``(x, y)`` over flat arrays (absolute error under
-    1.5e-7, as the Gelu loop's), or ``(x,)`` into x where ``in_place``, or None. With y = x
-    the two-array loop fails LLVM's run-time overlap check and runs scalar (3x slower: 72
-    against 24 us on a transformer's (64, 512) GELU input), as ``activation``'s do."""
+def erf(in_place: bool = False, parts: int = 1) -> Callable | None:
+    """The compiled float32 erf loop ``(x, y, parts)`` over flat arrays (absolute error under
+    1.5e-7, as the Gelu loop's), or ``(x, parts)`` into x where ``in_place``, or None. With y =
+    x the two-array loop fails LLVM's run-time overlap check and runs scalar (3x slower: 72
+    against 24 us on a transformer's (64, 512) GELU input), as ``activation``'s do. For
+    ``parts`` > 1 (``split_parts``), the one that splits the array into ``parts`` blocks on as
+    many threads (a QDQ transformer's (8, 64, 512) Erf: 176 us on one)."""
     if not _load():
         return None
-    return _erf_in_place if in_place else _erf
+    if parts <= 1 or _forked:
+        return _erf_in_place if in_place else _erf
+    return _split(_erf_in_place_split if in_place else _erf_split)
 
 
 def quantize() -> Callable | None:
@@ -248,11 +255,15 @@ def dequantize_axis() -> Callable | None:
     return _dequantize_axis if _load() else None
 
 
-def fake_quantize() -> Callable | None:
-    """The compiled loop ``(x, scale, lo, hi, shift, out_scale, y)``: y = (clip(rint(x /
+def fake_quantize(parts: int = 1) -> Callable | None:
+    """The compiled loop ``(x, scale, lo, hi, shift, out_scale, y, parts)``: y = (clip(rint(x /
     scale), lo, hi) + shift) * out_scale over flat float32 arrays (``quant.FakeQuant``: a
-    QuantizeLinear and its DequantizeLinear in one pass), or None."""
-    return _fake_quantize if _load() else None
+    QuantizeLinear and its DequantizeLinear in one pass), or None. For ``parts`` > 1
+    (``split_parts``), the one that splits the array into ``parts`` blocks on as many threads (a
+    QDQ transformer's (8, 64, 512) pairs: 40 us each on one)."""
+    if not _load():
+        return None
+    return _fake_quantize if parts <= 1 or _forked else _split(_fake_quantize_split)
 
 
 def packed_product(parts: int = 1) -> Callable | None:
@@ -687,7 +698,7 @@ def _load_once() -> None:
     global _minus_zero_points, _panel_rows, _codes_product, _codes_product_split, _codes_share, _pack_code_pair
     global _quad_rows1, _quad_rows2, _quad_rows3, _quad_rows4, _quad_share, _quad_product, _quad_product_split
     global _quantized_lstm_quad_scan, _quantized_lstm_buffers, _quantized_lstm_after_product
-    global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
+    global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _erf_split, _erf_in_place_split, _fake_quantize_split, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
     global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
@@ -710,7 +721,7 @@ def _load_once() -> None:
                 _packed_product_split = _packed_share = None
                 _float_share = _float_product = _float_product_split = None
                 _codes_product = _codes_product_split = _codes_share = None
-                _quantized_lstm_step = _quantized_lstm_scan = _quantized_lstm_quad_scan = _erf_in_place = _integer_to_float = _small_conv = _conv_combine = None
+                _quantized_lstm_step = _quantized_lstm_scan = _quantized_lstm_quad_scan = _erf_in_place = _erf_split = _erf_in_place_split = _fake_quantize_split = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
                 _sigmoid_in_place = _tanh_in_place = _quick_gelu = _exp = _exp_in_place = None
@@ -901,6 +912,15 @@ def _load_once() -> None:
                 _gelu_rows_split = _parallel_loop(numba, _gelu_rows_split_py, _gelu_rows, cached, elementwise,
                                                   (np.zeros((2, 2), np.float32), np.zeros(0, np.float32),
                                                    np.zeros((2, 2), np.float32), False, 2))
+                f32 = np.float32(1)
+                _fake_quantize_split = _parallel_loop(numba, _fake_quantize_split_py, _fake_quantize, cached, elementwise,
+                                                      (np.zeros(4, np.float32), f32, f32, f32, f32, f32,
+                                                       np.zeros(4, np.float32), 2))
+                # the serial erf loops are the blocks' (compiled above)
+                flat = np.zeros(4, np.float32)
+                _erf_split = _parallel_loop(numba, _erf_split_py, _erf, cached, elementwise, (flat, flat.copy(), 2))
+                _erf_in_place_split = _parallel_loop(numba, _erf_in_place_split_py, _erf_in_place, cached, elementwise,
+                                                     (flat, 2))
                 # the probes started numba's OpenMP pool, which set this thread's OpenMP count
                 threads.openmp_count_changed()
             _tried = True
@@ -1139,14 +1159,30 @@ def _gelu_value_py(v):  # pragma: no cover - compiled by numba
     return _HALF * v * (_ONE + _erf_value(v * _RSQRT2))
 
 
-def _erf_py(x, y):  # pragma: no cover - compiled by numba
+def _erf_py(x, y, parts):  # pragma: no cover - compiled by numba
+    """See ``erf``: on the calling thread (``parts`` is not read)."""
     for i in range(x.size):
         y[i] = _erf_value(x[i])
 
 
-def _erf_in_place_py(x):  # pragma: no cover - compiled by numba
+def _erf_in_place_py(x, parts):  # pragma: no cover - compiled by numba
     for i in range(x.size):
         x[i] = _erf_value(x[i])
+
+
+def _erf_split_py(x, y, parts):  # pragma: no cover - compiled by numba
+    """See ``erf``: ``parts`` blocks at once (``prange``), each a slice (indexed from 0)."""
+    n = x.size
+    for part in _prange(parts):
+        first, end = n * part // parts, n * (part + 1) // parts
+        _erf(x[first:end], y[first:end], 1)
+
+
+def _erf_in_place_split_py(x, parts):  # pragma: no cover - compiled by numba
+    n = x.size
+    for part in _prange(parts):
+        first, end = n * part // parts, n * (part + 1) // parts
+        _erf_in_place(x[first:end], 1)
 
 
 def _quantize_py(x, scale, zero_point, lo, hi, y):  # pragma: no cover - compiled by numba
@@ -1180,8 +1216,17 @@ def _dequantize_axis_py(x, scale, zero_point, by_row, y):  # pragma: no cover - 
                 y[r, i] = (np.float32(x[r, i]) - zero_point[i]) * scale[i]
 
 
-def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y):  # pragma: no cover - compiled by numba
-    """y = (clip(rint(x / scale), lo, hi) + shift) * out_scale over flat float32 arrays."""
+def _fake_quantize_split_py(x, scale, lo, hi, shift, out_scale, y, parts):  # pragma: no cover - compiled by numba
+    """See ``fake_quantize``: ``parts`` blocks at once (``prange``), each a slice."""
+    n = x.size
+    for part in _prange(parts):
+        first, end = n * part // parts, n * (part + 1) // parts
+        _fake_quantize(x[first:end], scale, lo, hi, shift, out_scale, y[first:end], 1)
+
+
+def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y, parts):  # pragma: no cover - compiled by numba
+    """y = (clip(rint(x / scale), lo, hi) + shift) * out_scale over flat float32 arrays, on
+    the calling thread (``parts`` is not read)."""
     for i in range(x.size):
         q = np.rint(x[i] / scale)
         q = q if q >= lo else lo  # NaN too (QuantizeLinear's type minimum)

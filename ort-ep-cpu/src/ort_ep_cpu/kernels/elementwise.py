@@ -234,10 +234,11 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     loop 13 us), others by scipy."""
     if not (x.dtype == out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous and _jit.enabled()):
         return special.erf(x, out=out)
+    parts = _jit.split_parts(x.size, x.size)
     if out is x:
-        _jit.erf(in_place=True)(x.reshape(-1))
+        _jit.erf(True, parts)(x.reshape(-1), parts)
     else:
-        _jit.erf()(x.reshape(-1), out.reshape(-1))
+        _jit.erf(False, parts)(x.reshape(-1), out.reshape(-1), parts)
     return out
 
 

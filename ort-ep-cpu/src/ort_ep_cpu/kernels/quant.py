@@ -352,11 +352,12 @@ class FakeQuant:
     dq: int
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        loop = _jit.fake_quantize()
+        parts = _jit.split_parts(x.size, x.size)
+        loop = _jit.fake_quantize(parts)
         if loop is not None:
             y = np.empty(x.shape, np.float32)
             loop(x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1), self.scale, self.lo,
-                 self.hi, self.shift, self.out_scale, y.reshape(-1))
+                 self.hi, self.shift, self.out_scale, y.reshape(-1), parts)
             return y
         q = x / self.scale
         np.rint(q, out=q)
