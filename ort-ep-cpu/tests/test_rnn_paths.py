@@ -302,3 +302,28 @@ def test_the_checked_shape_signatures_are_bounded(monkeypatch):
         for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert len(made) == 1 and 0 < len(made[0]._checked) <= 4
+
+
+def _run_lstm(session, feeds):
+    return session.run(None, feeds)
+
+
+def test_onednn_recurrence_in_a_forked_child_takes_the_compiled_scan():
+    """A session whose LSTM ran on oneDNN's primitive in the parent runs in a child forked from
+    it (GNU OpenMP's threads do not survive fork: the parent's primitive would wait for them):
+    the child takes the compiled or numpy scan, with the parent's values within tolerance, and
+    lives."""
+    if not _onednn.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    from parallel_runs import in_forked_child
+
+    rng = np.random.default_rng(8)
+    data = _recurrent_model("LSTM", "forward", hidden=160, inp=7, attrs={}, peepholes=False, rng=rng)
+    feeds = {"X": rng.standard_normal((6, 1, 7)).astype(np.float32), "lens": np.full(1, 6, np.int32),
+             "H0": np.zeros((1, 1, 160), np.float32), "C0": np.zeros((1, 1, 160), np.float32)}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2  # (hidden 160: the primitive's two threads)
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    want = session.run(None, feeds)
+    for a, b in zip(in_forked_child(_run_lstm, session, feeds, timeout=60), want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
