@@ -240,10 +240,11 @@ class _Recurrent:
         dirs, hidden = self.n_dirs, r.shape[-1]
         if seq == 0 or batch == 0 or hidden == 0:
             return None
-        # the primitives of these weights, by (seq, batch); made anew for weights fed anew
-        plans = self._prepared.get("onednn", (w, r, b, p), dict)
+        # the primitives of these weights by (seq, batch), and the weights in oneDNN's layouts
+        # for all of them; made anew for weights fed anew
+        plans, packed = self._prepared.get("onednn", (w, r, b, p), lambda: ({}, _onednn.PackedConstants()))
         plan = _onednn.plan_for(plans, (seq, batch), lambda lib: _onednn.Recurrence(
-            lib, self._onednn_cell, self.direction, x.shape, w, r, b, p))
+            lib, self._onednn_cell, self.direction, x.shape, w, r, b, p, packed))
         if plan is None:
             return None
         state = (dirs, batch, hidden)
