@@ -180,8 +180,8 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
 @pytest.mark.parametrize("batch, hidden", [(1, 24), (3, 24), (1, 160)])  # (160: on two threads)
 def test_onednn_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, batch, hidden, monkeypatch):
     """LSTM and GRU of constant weights over whole sequences (no sequence_lens, or every length
-    the sequence's): one oneDNN primitive (``_onednn.Recurrence``) for the node, its gates and
-    biases reordered from ONNX's; Y, Y_h, Y_c as onnxruntime's, in either layout, with the
+    the sequence's): one oneDNN primitive (``_onednn.Recurrence``) for the node from a shape's
+    second run (its first is the compiled scan's), its gates and biases reordered from ONNX's; Y, Y_h, Y_c as onnxruntime's, in either layout, with the
     initial states fed and absent. Tolerance: rtol 1e-5, atol 1e-5 (float32)."""
     if not _onednn.available():
         pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
@@ -227,12 +227,13 @@ def test_onednn_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, 
         wants = ref.run(None, ref_feeds)
         if layout:  # Y (batch, seq, dirs, hidden), the states (batch, dirs, hidden)
             wants = [wants[0].transpose(2, 0, 1, 3)] + [w.swapaxes(0, 1) for w in wants[1:]]
-        for a, b in zip(got.run(None, feeds), wants):
-            assert a.shape == b.shape
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        for _ in range(2):  # (a shape's first run is the compiled scan's, its second the primitive's)
+            for a, b in zip(got.run(None, feeds), wants):
+                assert a.shape == b.shape
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     cell = {"LSTM": _onednn.LSTM, "GRU": _onednn.LINEAR_BEFORE_RESET_GRU if attrs.get("linear_before_reset")
             else _onednn.GRU}[op]
-    assert made == [cell] and len(runs) == 2  # one primitive, made once for the shape
+    assert made == [cell] and len(runs) == 3  # one primitive, made at the shape's second run
 
 
 def test_onednn_recurrence_leaves_ragged_sequences_and_fed_weights(monkeypatch):
@@ -248,11 +249,14 @@ def test_onednn_recurrence_leaves_ragged_sequences_and_fed_weights(monkeypatch):
     feeds = {"X": rng.standard_normal((6, 3, 5)).astype(np.float32), "lens": np.array([6, 2, 4], np.int32),
              "H0": np.zeros((1, 3, 16), np.float32), "C0": np.zeros((1, 3, 16), np.float32)}
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    for a, b in zip(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds), want):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        for a, b in zip(got.run(None, feeds), want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     data, r = _model("LSTM", 4, hidden=16, inp=5, dirs=1, const_r=False, rng=rng)
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    got.run(None, {"X": rng.standard_normal((6, 2, 5)).astype(np.float32), "R": r})
+    for _ in range(2):
+        got.run(None, {"X": rng.standard_normal((6, 2, 5)).astype(np.float32), "R": r})
     assert made == []
 
 
@@ -324,7 +328,8 @@ def test_onednn_recurrence_in_a_forked_child_takes_the_compiled_scan():
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2  # (hidden 160: the primitive's two threads)
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    want = session.run(None, feeds)
+    session.run(None, feeds)
+    want = session.run(None, feeds)  # (the shape's second run: the primitive's)
     for a, b in zip(in_forked_child(_run_lstm, session, feeds, timeout=60), want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -348,8 +353,30 @@ def test_onednn_recurrence_packs_its_weights_once_for_every_sequence_length(monk
     for seq in (6, 9, 4):
         feeds = {"X": rng.standard_normal((seq, 2, 5)).astype(np.float32), "lens": np.full(2, seq, np.int32),
                  "H0": np.zeros((2, 2, 16), np.float32), "C0": np.zeros((2, 2, 16), np.float32)}
-        for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        for _ in range(2):  # (the second run makes the shape's primitive)
+            for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
         counts.append(len(packs))
     assert len(made) == 3
     assert counts[0] == 4 and counts[1] == counts[2] == 4  # W, R, bias, peepholes: packed once
+
+
+def test_onednn_recurrence_is_not_made_for_a_shape_seen_once(monkeypatch):
+    """A shape's first run takes the compiled scan; only a shape seen again gets a primitive (a
+    speech model fed ever new lengths would pay a primitive's making, 2.5-20 ms at hidden 512,
+    at every run)."""
+    if not _onednn.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    made = []
+    real_init = _onednn.Recurrence.__init__
+    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[3]) or real_init(self, *a))
+    rng = np.random.default_rng(11)
+    data = _recurrent_model("GRU", "forward", hidden=16, inp=5, attrs={}, peepholes=False, rng=rng)
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for seq in (3, 4, 5, 6, 4):
+        feeds = {"X": rng.standard_normal((seq, 1, 5)).astype(np.float32), "lens": np.full(1, seq, np.int32),
+                 "H0": np.zeros((1, 1, 16), np.float32)}
+        for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert made == [(4, 1, 5)]  # the one length seen twice

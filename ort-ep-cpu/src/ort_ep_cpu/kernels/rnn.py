@@ -119,6 +119,10 @@ class _Recurrent:
         # are constants, every sequence is whole and the arrays float32, or None (subclasses
         # set it)
         self._onednn_cell: str | None = None
+        # (seq, batch) shapes run once: a shape's first run takes the compiled scan and its
+        # second makes the primitive (a stream of ever new lengths, as a speech model's,
+        # would make one every run: 2.5-20 ms each at hidden 512)
+        self._seen_shapes: set[tuple[int, int]] = set()
 
     def _recurrence_weights(self, r: np.ndarray) -> list[np.ndarray]:
         return self._prepared.get("R", (r,), lambda: [np.ascontiguousarray(r[d].T) for d in range(r.shape[0])])
@@ -243,6 +247,11 @@ class _Recurrent:
         # the primitives of these weights by (seq, batch), and the weights in oneDNN's layouts
         # for all of them; made anew for weights fed anew
         plans, packed = self._prepared.get("onednn", (w, r, b, p), lambda: ({}, _onednn.PackedConstants()))
+        if (seq, batch) not in plans and (seq, batch) not in self._seen_shapes:
+            if len(self._seen_shapes) >= SHAPE_CACHE_MAX:
+                self._seen_shapes.clear()
+            self._seen_shapes.add((seq, batch))
+            return None
         plan = _onednn.plan_for(plans, (seq, batch), lambda lib: _onednn.Recurrence(
             lib, self._onednn_cell, self.direction, x.shape, w, r, b, p, packed))
         if plan is None:
