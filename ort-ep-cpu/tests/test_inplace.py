@@ -180,7 +180,7 @@ def test_erf_in_place_takes_the_one_array_loop(tracer, monkeypatch):
     feeds = {"x": _f32(1, 3, 8, 8)}
     got = _session(data).run(None, feeds)
     assert tracer.shares("op", 0)
-    assert used == [(True,)]
+    assert used == [(True, 1)]  # (in_place, parts: a small array on one thread)
     _expect_onnxruntime(data, feeds, got)
 
 
