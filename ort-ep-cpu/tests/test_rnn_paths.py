@@ -172,6 +172,17 @@ def test_compiled_recurrence_matches_onnxruntime(op, attrs, peepholes, direction
     assert len(calls) == dirs
 
 
+def _primitives_made(monkeypatch, argument: int) -> list:
+    """Skips where oneDNN is absent; else spies on ``_onednn.Recurrence``: the list grows by
+    argument ``argument`` of each primitive made (1: the cell, 3: the input shape)."""
+    if not _onednn.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
+    made: list = []
+    real_init = _onednn.Recurrence.__init__
+    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[argument]) or real_init(self, *a))
+    return made
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("op, attrs, peepholes", [
     ("LSTM", {}, False), ("LSTM", {}, True), ("LSTM", {"layout": 1}, False),
@@ -183,13 +194,10 @@ def test_onednn_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, 
     the sequence's): one oneDNN primitive (``_onednn.Recurrence``) for the node from a shape's
     second run (its first is the compiled scan's), its gates and biases reordered from ONNX's; Y, Y_h, Y_c as onnxruntime's, in either layout, with the
     initial states fed and absent. Tolerance: rtol 1e-5, atol 1e-5 (float32)."""
-    if not _onednn.available():
-        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
     if "activations" in attrs and direction == "bidirectional":
         pytest.skip("onnxruntime takes the activations of each direction")
-    made, runs = [], []
-    real_init, real_run = _onednn.Recurrence.__init__, _onednn.Recurrence.run
-    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[1]) or real_init(self, *a))
+    made, runs = _primitives_made(monkeypatch, 1), []
+    real_run = _onednn.Recurrence.run
     monkeypatch.setattr(_onednn.Recurrence, "run", lambda self, *a: runs.append(1) or real_run(self, *a))
     rng = np.random.default_rng(5)
     inp, seq, dirs = 7, 6, 2 if direction == "bidirectional" else 1
@@ -239,11 +247,7 @@ def test_onednn_recurrence_matches_onnxruntime(op, attrs, peepholes, direction, 
 def test_onednn_recurrence_leaves_ragged_sequences_and_fed_weights(monkeypatch):
     """Sequences of several lengths (oneDNN's primitive runs every row the whole sequence) and
     R fed at run time (a primitive packs its weights once) keep the compiled or numpy scan."""
-    if not _onednn.available():
-        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
-    made = []
-    real_init = _onednn.Recurrence.__init__
-    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[1]) or real_init(self, *a))
+    made = _primitives_made(monkeypatch, 1)
     rng = np.random.default_rng(6)
     data = _recurrent_model("LSTM", "forward", hidden=16, inp=5, attrs={}, peepholes=False, rng=rng)
     feeds = {"X": rng.standard_normal((6, 3, 5)).astype(np.float32), "lens": np.array([6, 2, 4], np.int32),
@@ -339,12 +343,9 @@ def test_onednn_recurrence_packs_its_weights_once_for_every_sequence_length(monk
     weights its primitive for the first length packed into oneDNN's layouts
     (``_onednn.PackedConstants``): repacking them made a new length's first run of a
     bidirectional hidden-512 LSTM cost 7-22 ms more instead of about 2.5."""
-    if not _onednn.available():
-        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
-    packs, made = [], []
-    real_pack, real_init = _onednn._Primitive._pack, _onednn.Recurrence.__init__
+    made, packs = _primitives_made(monkeypatch, 3), []
+    real_pack = _onednn._Primitive._pack
     monkeypatch.setattr(_onednn._Primitive, "_pack", lambda self, *a: packs.append(1) or real_pack(self, *a))
-    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(1) or real_init(self, *a))
     rng = np.random.default_rng(10)
     data = _recurrent_model("LSTM", "bidirectional", hidden=16, inp=5, attrs={}, peepholes=True, rng=rng)
     ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
@@ -365,11 +366,7 @@ def test_onednn_recurrence_is_not_made_for_a_shape_seen_once(monkeypatch):
     """A shape's first run takes the compiled scan; only a shape seen again gets a primitive (a
     speech model fed ever new lengths would pay a primitive's making, 2.5-20 ms at hidden 512,
     at every run)."""
-    if not _onednn.available():
-        pytest.skip("oneDNN (onednn-cpu-gomp) is not installed")
-    made = []
-    real_init = _onednn.Recurrence.__init__
-    monkeypatch.setattr(_onednn.Recurrence, "__init__", lambda self, *a: made.append(a[3]) or real_init(self, *a))
+    made = _primitives_made(monkeypatch, 3)
     rng = np.random.default_rng(11)
     data = _recurrent_model("GRU", "forward", hidden=16, inp=5, attrs={}, peepholes=False, rng=rng)
     ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
