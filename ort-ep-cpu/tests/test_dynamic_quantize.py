@@ -31,7 +31,9 @@ def _inputs() -> dict[str, np.ndarray]:
     # range [-2.55, 2.55]: scale 0.02, so k + 0.5 steps are ties (rounded half to even)
     ties = np.concatenate([(np.arange(-127, 127, dtype=np.float32) + np.float32(0.5)) * np.float32(0.02),
                            np.array([-2.55, 2.55], np.float32)])
-    return {"noise": noise, "ties": ties, "positive": np.abs(noise) + 1, "zeros": np.zeros((3, 5), np.float32)}
+    return {"noise": noise, "ties": ties, "positive": np.abs(noise) + 1, "zeros": np.zeros((3, 5), np.float32),
+            "negative": -np.abs(noise) - 0.25, "signed zeros": np.array([-0.0, 0.0, -0.0], np.float32),
+            "one value": np.full((2, 3), 1.75, np.float32), "wide": noise * np.float32(1e30)}
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
@@ -45,3 +47,4 @@ def test_codes_scale_and_zero_point_equal_onnxruntime(monkeypatch, compiled, cas
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
     assert used or not compiled  # the compiled pass was asked for (numpy: USE off, it answers None)
+
