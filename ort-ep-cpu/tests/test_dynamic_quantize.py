@@ -47,4 +47,3 @@ def test_codes_scale_and_zero_point_equal_onnxruntime(monkeypatch, compiled, cas
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
     assert used or not compiled  # the compiled pass was asked for (numpy: USE off, it answers None)
-
