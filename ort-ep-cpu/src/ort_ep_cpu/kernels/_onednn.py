@@ -963,8 +963,8 @@ class Recurrence(_Primitive):
     full length, float32. ``w`` (D, G*H, I), ``r`` (D, G*H, H), ``b`` (D, 2*G*H) or None and
     ``p`` (D, 3H) or None as ONNX gives them (its gate order, W's and R's biases apart), kept
     in oneDNN's layouts (shared with the node's primitives for other shapes through ``packed``:
-    a bidirectional hidden-512 LSTM's first run at a new sequence length 16-24 -> about 2 ms
-    more than the next). ``run(x, h0, c0, y, h, c)``: x (T, N, I), the initial states (D, N, H)
+    repacked, a new sequence length's first run of a bidirectional hidden-512 LSTM cost 7-22
+    ms more than the next, shared about 2.5). ``run(x, h0, c0, y, h, c)``: x (T, N, I), the initial states (D, N, H)
     (``c0``/``c`` None for a GRU), y (T, N, D*H) with the directions side by side, the last
     states (D, N, H); all C-contiguous. oneDNN computes each step's product and cell in one
     parallel region: an LSTM of hidden 256, 24 steps, batch 1, two threads, 188 us against
@@ -1000,6 +1000,8 @@ class Recurrence(_Primitive):
             lib.check(create(ctypes.byref(pd), lib.engine, _FORWARD_INFERENCE, DIRECTIONS[direction], self.x_md, state,
                              w_md, r_md, bias_md, self.y_md, state, 0, attr), what)
         self._finish(pd)
+        if self.reorder_x is not None or self.reorder_y is not None:  # (``run`` binds the arrays as they are)
+            raise OneDNNError(f"{what}: oneDNN wants its input or output in another layout")
         order = _GATES[cell]
 
         def per_gate(weights: np.ndarray, k: int) -> np.ndarray:  # (D, G*H, K) -> (1, D, K, G, H)

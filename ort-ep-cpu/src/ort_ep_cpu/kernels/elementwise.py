@@ -388,7 +388,7 @@ def clip_values(y: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None,
         # (a 0-d input's result is a numpy scalar, which out= refuses: made an array)
         y = out = np.asarray(np.maximum(y, lo, out=out))
     if hi is not None:
-        y = np.minimum(y, hi, out=out)
+        y = np.asarray(np.minimum(y, hi, out=out))
     elif lo is None and out is not None and out is not y:
         out[...] = y
         return out
