@@ -509,6 +509,20 @@ def _fresh_and_reused(data: bytes, x: np.ndarray, session) -> tuple:
     return fresh.run(None, {"x": x})[0], session.run(None, {"x": x})[0], _onednn.info()["reason"]
 
 
+def test_kept_plans_are_not_handed_out_once_onednn_is_off(monkeypatch):
+    """``plan_for`` answers None while ``USE`` is off (a child forked after oneDNN loaded: its
+    ``_after_fork``), also for a plan kept from before, and makes none: a kernel that did not
+    ask ``USE`` itself would otherwise run the parent's plan in the child and hang there."""
+    kept = object()
+    plans = {(1, 2): kept}
+    made = []
+    assert _onednn.plan_for(plans, (1, 2), lambda lib: made.append(1)) is (kept if _onednn.USE else None)
+    monkeypatch.setattr(_onednn, "USE", False)
+    assert _onednn.plan_for(plans, (1, 2), lambda lib: made.append(1)) is None
+    assert _onednn.plan_for(plans, (3, 4), lambda lib: made.append(1)) is None
+    assert made == [] and plans == {(1, 2): kept}
+
+
 def test_a_forked_child_runs_the_numpy_paths_instead_of_hanging(runs):
     data = _model("Conv", (1, 8, 12, 12), {"pads": [1, 1, 1, 1]}, (16, 8, 3, 3))
     x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)

@@ -402,7 +402,12 @@ def plan_for(plans: dict, key, make: Callable[[_Library], _Primitive | None]) ->
     """The primitive kept in ``plans`` under ``key`` (an input shape), made by ``make(library)``
     at the first ask; None, kept as well, where oneDNN is not installed, ``make`` declines
     (returns None) or oneDNN does not implement it (the caller then runs its numpy path).
-    Past ``MAX_PLANS`` shapes the oldest is dropped (a run still using it keeps it alive)."""
+    Past ``MAX_PLANS`` shapes the oldest is dropped (a run still using it keeps it alive).
+    None whenever ``USE`` is off, kept plans too: in a process forked after oneDNN was loaded a
+    plan made before the fork would wait for OpenMP threads the child does not have (an LSTM
+    path that did not ask ``USE`` itself hung such a child)."""
+    if not USE:
+        return None
     plan = plans.get(key, False)
     if plan is False:
         lib = library()
