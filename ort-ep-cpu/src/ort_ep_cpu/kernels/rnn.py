@@ -233,10 +233,7 @@ class _Recurrent:
     def _by_onednn(self, x, w, r, b, h0, c0, p):
         """The outputs by oneDNN's primitive for the whole sequence (x seq-major), or None where
         it does not take these arrays (not float32, no oneDNN, a cell it declines); None in a
-        process forked after oneDNN was loaded (``_onednn.USE`` off: a primitive made before
-        the fork would wait for OpenMP threads the child does not have)."""
-        if not _onednn.USE:
-            return None
+        process forked after oneDNN was loaded (``_onednn.plan_for`` hands out no plan there)."""
         arrays = (x, w, r, b, h0, c0, p)
         if any(a is not None and a.dtype != np.float32 for a in arrays):
             return None
