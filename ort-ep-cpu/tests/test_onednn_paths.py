@@ -658,6 +658,74 @@ def test_small_products_of_several_rows_keep_numpy(monkeypatch, a_shape, b_shape
     assert bool(calls) == taken
 
 
+def _batched_runs(monkeypatch) -> list[tuple]:
+    """The (a, b, y) shapes of each ``BatchedMatMul`` run."""
+    seen: list[tuple] = []
+    real = _onednn.BatchedMatMul.run
+
+    def spy(self, a, b, y):
+        seen.append((a.shape, b.shape, y.shape))
+        return real(self, a, b, y)
+
+    monkeypatch.setattr(_onednn.BatchedMatMul, "run", spy)
+    return seen
+
+
+@pytest.mark.parametrize("a_shape, b_shape, transpose_b", [
+    ((1, 6, 40, 16), (1, 6, 16, 40), False),
+    ((1, 6, 40, 16), (1, 6, 16, 40), True),  # B a Transpose's view (attention's K^T): read strided
+    ((2, 1, 8, 16), (1, 3, 16, 8), False),  # batch axes broadcast both ways
+    ((2, 3, 2, 5, 7), (2, 1, 2, 7, 4), False),  # rank 5
+])
+def test_batched_products_of_run_time_operands_take_onednn(monkeypatch, a_shape, b_shape, transpose_b):
+    monkeypatch.setattr(nn, "ONEDNN_MIN_BATCHED_MACS", 0)
+    seen = _batched_runs(monkeypatch)
+    nodes, w = [], "w"
+    w_shape = b_shape
+    if transpose_b:
+        perm = [*range(len(b_shape) - 2), len(b_shape) - 1, len(b_shape) - 2]
+        w_shape = tuple(b_shape[p] for p in perm)
+        nodes.append(helper.make_node("Transpose", ["w"], ["wt"], perm=perm))
+        w = "wt"
+    nodes.append(helper.make_node("MatMul", ["x", w], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(a_shape)),
+                                           helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    feeds = {"w": np.random.default_rng(3).standard_normal(w_shape).astype(np.float32)}
+    got = _check(data, a_shape, feeds=feeds)
+    assert len(seen) == 1 and seen[0][2] == got.shape
+
+
+def test_small_batched_products_keep_numpy(monkeypatch):
+    """As shipped: (1, 4, 32, 16) @ (1, 4, 16, 32), 65K multiply-adds, is numpy's; (2, 4, 64,
+    64) @ (2, 4, 64, 64), 2M, oneDNN's."""
+    seen = _batched_runs(monkeypatch)
+    for a_shape, b_shape in (((1, 4, 32, 16), (1, 4, 16, 32)), ((2, 4, 64, 64), (2, 4, 64, 64))):
+        _check(_runtime_product_model("MatMul", a_shape, b_shape, {}), a_shape,
+               feeds={"w": np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)})
+    assert seen == [((2, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64))]
+
+
+def test_attention_heads_take_onednn_batched_products(monkeypatch):
+    """com.microsoft MultiHeadAttention's Q K^T and P V (the latter written straight into the
+    (B, S, N, H) output's transposed view) through oneDNN, as onnxruntime computes them."""
+    monkeypatch.setattr(nn, "ONEDNN_MIN_BATCHED_MACS", 0)
+    seen = _batched_runs(monkeypatch)
+    batch, seq, heads, head = 2, 24, 3, 8
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain="com.microsoft", num_heads=heads)
+    infos = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, seq, heads * head]) for n in "qkv"]
+    graph = helper.make_graph([node], "g", infos, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)]).SerializeToString()
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal((batch, seq, heads * head)).astype(np.float32) for n in "qkv"}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+    assert [y for _, _, y in seen] == [(batch, heads, seq, seq), (batch, heads, seq, head)]
+
+
 def test_sgemm_overwrites_its_output_and_runs_on_one_thread():
     lib = _onednn.library()
     rng = np.random.default_rng(4)

@@ -11,7 +11,7 @@ import onnx
 from ..registry import kernel
 from ._util import constant_weight, ones_vector
 from .elementwise import exp
-from .nn import _constant_product, matmul
+from .nn import _constant_product, batched_product, matmul
 from .reduce import EXP_SUM_TINY, row_sums
 
 
@@ -19,6 +19,14 @@ def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """(B, S, H*D) -> (B, H, S, D)."""
     b, s, hidden = x.shape
     return x.reshape(b, s, n_heads, hidden // n_heads).transpose(0, 2, 1, 3)
+
+
+def _product(a: np.ndarray, b: np.ndarray, plans: dict, out: np.ndarray | None = None) -> np.ndarray:
+    """The heads' batched product a @ b (into ``out`` where given): oneDNN's on the session's
+    threads where ``batched_product`` takes it, else numpy's (one BLAS call a head, on one
+    thread while oneDNN is in use)."""
+    y = batched_product(a, b, plans, out)
+    return np.matmul(a, b, out=out) if y is None else y
 
 
 def _allowed_bias(allowed: np.ndarray, dtype) -> np.ndarray:
@@ -36,6 +44,7 @@ def _attention_builder(node, request):
     left = int(node.attr("left_window_size", -1))
     right = int(node.attr("right_window_size", -1))
     n_out = len(node.outputs)
+    plans: dict = {}  # oneDNN's batched products, by shapes and strides
 
     def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):
         if (past_key is None) != (past_value is None):
@@ -88,7 +97,7 @@ def _attention_builder(node, request):
         if hq != hk:  # grouped / multi-query attention: each KV head serves hq/hk query heads
             k = np.repeat(k, hq // hk, axis=1)
             v = np.repeat(v, hq // hk, axis=1)
-        scores = np.matmul(q * root, np.swapaxes(k * root, 2, 3)).astype(dt, copy=False)
+        scores = _product(q * root, np.swapaxes(k * root, 2, 3), plans).astype(dt, copy=False)
         if softcap > 0:
             scores = softcap * np.tanh(scores / softcap)
         qk_out = scores
@@ -113,7 +122,7 @@ def _attention_builder(node, request):
                 probs = np.where(empty, 0, probs).astype(probs.dtype, copy=False)
         if mode == 3:
             qk_out = probs
-        y = np.matmul(probs.astype(dt, copy=False), v).astype(dt, copy=False)  # bfloat16 matmul gives float32
+        y = _product(probs.astype(dt, copy=False), v, plans).astype(dt, copy=False)  # bfloat16 matmul gives float32
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], sq, -1)
         outs = (y, present_k, present_v, qk_out.astype(dt, copy=False))
@@ -318,6 +327,7 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
     fill = np.float32(node.attr("mask_filter_value", -10000.0))
     causal = bool(node.attr("unidirectional", 0))
     cache: dict[tuple, np.ndarray] = {}  # per run shape: ones vectors, causal masks
+    plans: dict = {}  # oneDNN's batched products, by shapes and strides
 
     def cached(key: tuple, make) -> np.ndarray:
         value = cache.get(key)
@@ -384,7 +394,7 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
         ones = ones_vector(kv_seq, np.dtype(f32))
 
         def scores():
-            s = np.matmul(qh, kh)  # (B, N, S, L), contiguous
+            s = _product(qh, kh, plans)  # (B, N, S, L), contiguous
             for b in biases:
                 s += b
             return s
@@ -402,7 +412,7 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
                 exp(probs, out=probs)
             sums = row_sums(probs, ones)
         out = np.empty((batch, seq, heads, v_head), f32)
-        np.matmul(probs, vh, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)
+        _product(probs, vh, plans, out=out.transpose(0, 2, 1, 3))  # straight into (B, S, N, Hv)
         np.reciprocal(sums, out=sums)
         out *= sums.transpose(0, 2, 1, 3)  # normalise the (S, Hv) outputs, not the (S, L) probabilities
         out = out.reshape(batch, seq, v_hidden)

@@ -97,6 +97,46 @@ def onednn_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return y
 
 
+#: batched products of two run-time operands (attention's Q K^T and P V) take oneDNN's matmul
+#: from this many multiply-adds in all: below, numpy's BLAS call per batch index is as quick
+#: (us numpy / oneDNN, two threads: (8, 4, 32, 16) @ (8, 4, 16, 32) 12.2 / 11.0, (2, 4, 64, 64)
+#: @ (2, 4, 64, 64) 38.9 / 23.7, (1, 6, 400, 64) @ (1, 6, 64, 400) 1285 / 627; one thread
+#: 11.7 / 14.4, 38.6 / 40.8, 1243 / 1116)
+ONEDNN_MIN_BATCHED_MACS = 1 << 20
+
+
+def batched_product(a: np.ndarray, b: np.ndarray, plans: dict, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a`` (..., M, K) @ ``b`` (..., K, N), float32 of one rank >= 3 whose batch axes are
+    equal or 1, by oneDNN's matmul on the session's threads (``_onednn.BatchedMatMul``, kept in
+    ``plans`` per shapes and strides), into ``out`` (a float32 array or view of the product's
+    shape) or a new array; None where it is not taken (no oneDNN, other dtypes or ranks, an
+    empty or small product: ``ONEDNN_MIN_BATCHED_MACS``, negative strides), ``out`` untouched."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != b.ndim or a.ndim < 3 or not _onednn.USE:
+        return None
+    m, k = a.shape[-2:]
+    k_b, n = b.shape[-2:]
+    if k != k_b or a.size == 0 or b.size == 0:
+        return None  # numpy's matmul names the mismatch; empty products are numpy's
+    batch = []
+    for da, db in zip(a.shape[:-2], b.shape[:-2]):
+        if da != db and da != 1 and db != 1:
+            return None
+        batch.append(max(da, db))
+    y_shape = (*batch, m, n)
+    if int(np.prod(y_shape, dtype=np.int64)) * k < ONEDNN_MIN_BATCHED_MACS or min(a.strides) < 0 or min(b.strides) < 0:
+        return None
+    if out is not None and (out.shape != y_shape or out.dtype != np.float32 or min(out.strides) < 0):
+        return None
+    y = np.empty(y_shape, np.float32) if out is None else out
+    key = (a.shape, a.strides, b.shape, b.strides, y.strides)
+    plan = _onednn.plan_for(plans, key, lambda lib: _onednn.BatchedMatMul(
+        lib, (a.shape, a.strides), (b.shape, b.strides), (y.shape, y.strides)))
+    if plan is None:
+        return None
+    plan.run(a, b, y)
+    return y
+
+
 #: products (rows x K x N multiply-adds) smaller than this keep numpy's BLAS call (on one
 #: thread while oneDNN is in use): a oneDNN matmul call costs about 18 us however small, so the
 #: crossover lies between 0.5M and 0.85M MACs (measured, us numpy / oneDNN: 8x128x128 4 / 19;
@@ -266,6 +306,7 @@ def _matmul(node, request):
     product = _constant_product(b_ready if b_float32 is None else b_float32)
     row_product = _row_product(b_ready)
     integer_product = qdq_integer_matmul(node, request)  # a QDQ MatMul: 8-bit codes
+    batched_plans: dict = {}  # oneDNN's products of two run-time operands, by shapes and strides
 
     def matmul_kernel(a, b):
         if b is b_given and b_float32 is not None and a.dtype == np.float16:
@@ -282,6 +323,10 @@ def _matmul(node, request):
                 return y
         if b is b_given and product is not None and a.ndim >= 1:
             y = product(a)
+            if y is not None:
+                return y
+        if b is not b_given:
+            y = batched_product(a, b, batched_plans)
             if y is not None:
                 return y
         y = matmul(a, b_ready if b is b_given else b)
