@@ -110,6 +110,7 @@ _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
 _rows_times_kn_part: Callable | None = None  # the compiled _rows_times_kn_part_py (set by _load)
+_rows_times_kn_add: Callable | None = None  # the compiled _rows_times_kn_add_py (set by _load)
 _rows_times_kn_split: Callable | None = None
 _rows_times_nk_split: Callable | None = None
 _normalize_rows: Callable | None = None
@@ -705,7 +706,7 @@ def _load_once() -> None:
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
     global _exp, _exp_in_place, _exp_point, _log1p_unit, _softplus_value
-    global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split
+    global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split, _rows_times_kn_add
     global _nan_max, _linear_finish, _scatter_rows
     global _softmax_rows_split, _softmax_block, _gelu_rows_split, _gelu_block, _layer_norm_rows_split, _layer_norm_block
     if _tried:
@@ -726,6 +727,7 @@ def _load_once() -> None:
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
                 _sigmoid_in_place = _tanh_in_place = _quick_gelu = _exp = _exp_in_place = None
                 _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
+                _rows_times_kn_add = None
                 _bilinear = _nan_max = _linear_finish = _scatter_rows = None
                 _softmax_rows_split = _softmax_block = _gelu_rows_split = _gelu_block = None
                 _layer_norm_rows_split = _layer_norm_block = None
@@ -863,8 +865,9 @@ def _load_once() -> None:
                 rows_probe = (np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), False, 2)
                 _softmax_rows_split = _parallel_loop(numba, _softmax_rows_split_py, _softmax_rows, cached,
                                                      reductions, rows_probe)
-                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 # the shares are globals of the products: compiled first
+                _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
+                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
                 _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
@@ -1474,17 +1477,13 @@ def _rows_times_kn_py(a, w, bias, y, parts):  # pragma: no cover - compiled by n
     """See ``row_products``: y[r] = bias + sum_k a[r, k] * w[k] (vectorised over N), on the
     calling thread (``parts`` is not read). (Two rows
     a pass over w measured no faster here, and slowed one row by a fifth.)"""
-    m, k = a.shape
+    m = a.shape[0]
     n = w.shape[1]
     for r in range(m):
         yr = y[r]
         for j in range(n):
             yr[j] = bias[j] if bias.shape[0] else _F(0.0)
-        for kk in range(k):
-            v = a[r, kk]
-            wk = w[kk]
-            for j in range(n):
-                yr[j] += v * wk[j]
+    _rows_times_kn_add(a, w, y, 0, a.shape[1])
 
 
 def _rows_times_nk_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
@@ -1565,13 +1564,25 @@ def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - co
 
 def _rows_times_kn_part_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
     """y = a[:, first:end] @ w[first:end] (K's block ``first`` to ``end``; no bias)."""
+    y[:] = _F(0.0)
+    _rows_times_kn_add(a, w, y, first, end)
+
+
+def _rows_times_kn_add_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
+    """y += a[:, first:end] @ w[first:end], four of W's rows a pass over y (its loads and
+    stores were two of the three memory operations of each multiply-add: one row, 256 x 512,
+    6.9 -> 5.4 us; 128 x 128 1.8 -> 0.9)."""
     m = a.shape[0]
     n = w.shape[1]
+    last4 = end - (end - first) % 4
     for r in range(m):
         yr = y[r]
-        for j in range(n):
-            yr[j] = _F(0.0)
-        for kk in range(first, end):
+        for kk in range(first, last4, 4):
+            v0, v1, v2, v3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+            w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
+            for j in range(n):
+                yr[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+        for kk in range(last4, end):
             v = a[r, kk]
             wk = w[kk]
             for j in range(n):
