@@ -65,6 +65,7 @@ def _product_model(op: str, a_shape, k: int, n: int, attrs: dict, bias: bool) ->
 @pytest.mark.parametrize("threads", [1, 2])
 def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op, a_shape, k, n, attrs, bias, compiled,
                                                                  threads):
+    monkeypatch.setattr(nn, "COMPILED_PRODUCT_MIN_MACS", 0)  # the forms at every size
     asked = use_compiled(monkeypatch, True, "float_product")
     data = _product_model(op, a_shape, k, n, attrs, bias)
     a = np.random.default_rng(8).standard_normal(a_shape).astype(np.float32)
@@ -80,6 +81,23 @@ def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op,
     assert bool(asked) == compiled
     macs = int(np.prod(a_shape)) * n
     assert all(call == ((threads,) if macs >= nn.ROW_SPLIT_MACS and threads > 1 else (1,)) for call in asked)
+
+
+@pytest.mark.parametrize("rows,k,n,compiled", [
+    (64, 128, 128, True),  # 1M multiply-adds
+    (16, 128, 64, False),  # 131K: numpy's call is the quicker
+    (256, 256, 8, False),  # 524K, but B narrower than a panel
+    (256, 256, 16, True),
+])
+def test_the_compiled_product_takes_large_products_of_a_panel_or_more(monkeypatch, rows, k, n, compiled):
+    """As shipped: ``COMPILED_PRODUCT_MIN_MACS`` multiply-adds and B at least one 16-column panel
+    wide; others are numpy's (or oneDNN's) product. Values: onnxruntime's."""
+    asked = use_compiled(monkeypatch, True, "float_product")
+    data = _product_model("MatMul", (rows, k), k, n, {}, False)
+    a = np.random.default_rng(9).standard_normal((rows, k)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    _close(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0], want)
+    assert bool(asked) == compiled
 
 
 @pytest.mark.parametrize("rows", [1, 8])

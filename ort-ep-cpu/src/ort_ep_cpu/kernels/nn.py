@@ -166,6 +166,14 @@ def pack_float_panels(b: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarra
     return packed, padded
 
 
+#: the compiled product (``_ConstantProduct``) from this many multiply-adds and one 16-column
+#: panel of B: below, numpy's BLAS call is the quicker (one BLAS thread, us compiled / numpy:
+#: 16 x 128 x 64 5.7 / 3.3, 64 x 256 x 16 8.5 / 6.4, 64 x 128 x 64 11.7 / 10.9 at 512K,
+#: 64 x 128 x 128 18.7 / 24.0 at 1M), and a narrower B fills a fraction of the panel it is
+#: padded to (256 x 256 x 1 20.7 / 4.4, x 8 21.2 / 11.2)
+COMPILED_PRODUCT_MIN_MACS = 1 << 19
+
+
 class _ConstantProduct:
     """``a @ b`` for a float32 ``a`` (..., K) and the constant float32 ``b`` (K, N), plus a
     constant ``bias`` (N,) and an activation post-op. More than ``COMPILED_PRODUCT_ROWS`` rows
@@ -188,7 +196,8 @@ class _ConstantProduct:
         if a.shape[-1] != k:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
-        if rows > COMPILED_PRODUCT_ROWS and n and self.post_op is None:
+        if (rows > COMPILED_PRODUCT_ROWS and n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS
+                and self.post_op is None):
             y = self._compiled(a, rows, k, n)
             if y is not None:
                 return y
