@@ -707,6 +707,21 @@ def test_small_batched_products_keep_numpy(monkeypatch):
     assert seen == [((2, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64))]
 
 
+@pytest.mark.parametrize("a_shape, b_shape, asked, call", [
+    ((1, 1, 256), (1, 256, 96), False, None),  # a decoder step's 24K multiply-adds: np.matmul as it is
+    ((1, 6, 256), (1, 256, 512), True, (False, False, 6, 512, 256)),  # B of batch 1: one matrix, oneDNN's sgemm
+])
+def test_small_run_time_products_skip_the_other_paths(monkeypatch, a_shape, b_shape, asked, call):
+    calls = _sgemm_calls(monkeypatch)
+    batched = []
+    real = nn.batched_product
+    monkeypatch.setattr(nn, "batched_product", lambda *args: batched.append(1) or real(*args))
+    _check(_runtime_product_model("MatMul", a_shape, b_shape, {}), a_shape,
+           feeds={"w": np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)})
+    assert bool(batched) == asked
+    assert calls == ([call] if call else [])
+
+
 def test_attention_heads_take_onednn_batched_products(monkeypatch):
     """com.microsoft MultiHeadAttention's Q K^T and P V (the latter written straight into the
     (B, S, N, H) output's transposed view) through oneDNN, as onnxruntime computes them."""

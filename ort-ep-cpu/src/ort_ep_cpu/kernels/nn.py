@@ -38,6 +38,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     correctly rounded one, onnxruntime 9)."""
     if a.dtype == np.float16 and b.dtype == np.float16:
         return as_dtype(matmul(as_float32(a), as_float32(b)), a.dtype)
+    if 2 < b.ndim <= a.ndim and b.shape[0] == 1 and all(d == 1 for d in b.shape[:-2]):
+        # a B of batch 1 (decoders' (1, 1, K) @ (1, K, N)) is one matrix: numpy's batched
+        # matmul took 8 us where the matrix product takes 2
+        b = b.reshape(b.shape[-2:])
     y = onednn_product(a, b)
     if y is not None:
         return y
@@ -113,18 +117,16 @@ def batched_product(a: np.ndarray, b: np.ndarray, plans: dict, out: np.ndarray |
     empty or small product: ``ONEDNN_MIN_BATCHED_MACS``, negative strides), ``out`` untouched."""
     if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != b.ndim or a.ndim < 3 or not _onednn.USE:
         return None
-    m, k = a.shape[-2:]
-    k_b, n = b.shape[-2:]
-    if k != k_b or a.size == 0 or b.size == 0:
+    *a_batch, m, k = a.shape
+    *b_batch, k_b, n = b.shape
+    batch = [max(da, db) for da, db in zip(a_batch, b_batch)]
+    # (math.prod: np.prod of a tuple cost 2 us a call, on every small product)
+    if k != k_b or math.prod(batch) * m * k * n < ONEDNN_MIN_BATCHED_MACS or a.size == 0 or b.size == 0:
         return None  # numpy's matmul names the mismatch; empty products are numpy's
-    batch = []
-    for da, db in zip(a.shape[:-2], b.shape[:-2]):
-        if da != db and da != 1 and db != 1:
-            return None
-        batch.append(max(da, db))
-    y_shape = (*batch, m, n)
-    if int(np.prod(y_shape, dtype=np.int64)) * k < ONEDNN_MIN_BATCHED_MACS or min(a.strides) < 0 or min(b.strides) < 0:
+    if any(da != db and da != 1 and db != 1 for da, db in zip(a_batch, b_batch)) or min(a.strides) < 0 \
+            or min(b.strides) < 0:
         return None
+    y_shape = (*batch, m, n)
     if out is not None and (out.shape != y_shape or out.dtype != np.float32 or min(out.strides) < 0):
         return None
     y = np.empty(y_shape, np.float32) if out is None else out
@@ -305,6 +307,13 @@ def _row_product(w: np.ndarray | None, transposed: bool = False, bias: np.ndarra
     return _RowProduct(w, transposed, bias)
 
 
+#: products of two run-time operands under this many multiply-adds (A's size times N) are
+#: numpy's call as they are: oneDNN's paths (``onednn_product``, ``batched_product``) start
+#: above it, and asking them cost more than such a product ((1, 1, 256) @ (1, 256, 96): the
+#: kernel 6.4 us, np.matmul 2.9)
+SMALL_RUNTIME_PRODUCT_MACS = ONEDNN_MIN_GEMV_WEIGHTS
+
+
 @kernel("MatMul")
 def _matmul(node, request):
     from .quant import qdq_integer_matmul  # noqa: PLC0415  (quant imports this module)
@@ -318,6 +327,9 @@ def _matmul(node, request):
     batched_plans: dict = {}  # oneDNN's products of two run-time operands, by shapes and strides
 
     def matmul_kernel(a, b):
+        if b is not b_given and a.dtype == b.dtype and a.dtype in JIT_FLOATS and b.ndim \
+                and a.size * b.shape[-1] < SMALL_RUNTIME_PRODUCT_MACS:
+            return np.matmul(a, b)  # (a decoder step's; the other paths' checks cost twice the product)
         if b is b_given and b_float32 is not None and a.dtype == np.float16:
             a32 = as_float32(a)
             y = product(a32) if product is not None and a.ndim >= 1 else None
