@@ -7,6 +7,7 @@ output dtype is the input's, as ONNX requires.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +27,7 @@ def is_small_float(dtype: np.dtype) -> bool:
 #: numpy's float16 ufunc loops convert each element to float32 and back one at a time: the
 #: kernels compute float16 in float32 and round once, the same result (see ``_KEEPS_DTYPE``)
 _HALF = np.dtype(np.float16)
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _rounded_to_half(y) -> np.ndarray:
@@ -133,25 +135,26 @@ def compiled_quick_gelu(x: np.ndarray, alpha: float) -> np.ndarray | None:
     if loop is None:
         return None
     y = np.empty_like(x)
-    loop(x.reshape(-1), np.float32(alpha), y.reshape(-1))
+    loop(x.ravel(), _scalars(_FLOAT32, alpha, 0.0)[0], y.ravel())
     return y
 
 
 def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
     """``loops`` (``_jit.sigmoid``, ``_jit.tanh`` or ``_jit.exp``) over contiguous float32 ``x`` into a new
-    array or ``out`` (its in-place loop where ``out`` is ``x``), or None where it does not apply."""
-    if x.dtype != np.float32 or not x.flags.c_contiguous or out is not None and not out.flags.c_contiguous:
+    array or ``out`` (its in-place loop where ``out`` is ``x``), or None where it does not apply.
+    (ravel, not reshape(-1): a view of a contiguous array either way, 50 against 190 ns.)"""
+    if x.dtype != _FLOAT32 or not x.flags.c_contiguous or out is not None and not out.flags.c_contiguous:
         return None
     if out is x:
         loop = loops(in_place=True)
         if loop is not None:
-            loop(x.reshape(-1))
+            loop(x.ravel())
         return None if loop is None else x
     loop = loops()
     if loop is None:
         return None
-    y = np.empty_like(x) if out is None else out
-    loop(x.reshape(-1), y.reshape(-1))
+    y = np.empty(x.shape, _FLOAT32) if out is None else out
+    loop(x.ravel(), y.ravel())
     return y
 
 
@@ -159,16 +162,23 @@ def _compiled_unary(loops: Callable, x: np.ndarray, out: np.ndarray | None) -> n
 JIT_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
+@functools.lru_cache(maxsize=256)
+def _scalars(dtype: np.dtype, alpha: float, beta: float) -> tuple:
+    """``alpha`` and ``beta`` as numpy scalars of ``dtype``, made once (each np.float32(v) cost
+    0.2 us a call, a tenth of a small activation's)."""
+    return dtype.type(alpha), dtype.type(beta)
+
+
 def compiled_pass(loop: str, x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> bool:
     """Run the compiled activation loop ``loop`` (see ``_jit.activation``) over flat views of
     ``x`` and ``y`` (its in-place form when ``y`` is ``x``) if it applies: float32/float64,
     both contiguous, numba there. Whether it ran."""
     if y.dtype in JIT_FLOATS and x.flags.c_contiguous and y.flags.c_contiguous and _jit.enabled():
-        t = y.dtype.type
+        a, b = _scalars(y.dtype, alpha, beta)
         if y is x:
-            _jit.activation(loop + "_in_place")(x.reshape(-1), t(alpha), t(beta))
+            _jit.activation(loop + "_in_place")(x.ravel(), a, b)
         else:
-            _jit.activation(loop)(x.reshape(-1), y.reshape(-1), t(alpha), t(beta))
+            _jit.activation(loop)(x.ravel(), y.ravel(), a, b)
         return True
     return False
 
@@ -236,9 +246,9 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return special.erf(x, out=out)
     parts = _jit.split_parts(x.size, x.size)
     if out is x:
-        _jit.erf(True, parts)(x.reshape(-1), parts)
+        _jit.erf(True, parts)(x.ravel(), parts)
     else:
-        _jit.erf(False, parts)(x.reshape(-1), out.reshape(-1), parts)
+        _jit.erf(False, parts)(x.ravel(), out.ravel(), parts)
     return out
 
 

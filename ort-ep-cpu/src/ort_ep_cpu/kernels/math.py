@@ -29,6 +29,7 @@ from .fused import gelu as fused_gelu
 
 # float16 inputs of multi-step activations are computed in float32: one rounding at the end
 _HALF = (np.float16,)
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _float_attr(node, name: str, default: float) -> float:
@@ -39,9 +40,9 @@ def _compiled_activation(name: str, x: np.ndarray, alpha: float, beta: float = 1
     """The float32-only ``_jit.activation`` loop ``name`` over ``x`` into a new array by
     ``compiled_pass``, or None (another dtype or layout, or numba absent: the caller's numpy
     formula)."""
-    if x.dtype != np.float32 or not _jit.enabled():
+    if x.dtype != _FLOAT32 or not _jit.enabled():
         return None
-    y = np.empty_like(x)
+    y = np.empty(x.shape, _FLOAT32)
     return y if compiled_pass(name, x, y, alpha, beta) else None
 
 
