@@ -66,6 +66,7 @@ def _product_model(op: str, a_shape, k: int, n: int, attrs: dict, bias: bool) ->
 def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op, a_shape, k, n, attrs, bias, compiled,
                                                                  threads):
     monkeypatch.setattr(nn, "COMPILED_PRODUCT_MIN_MACS", 0)  # the forms at every size
+    monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)
     asked = use_compiled(monkeypatch, True, "float_product")
     data = _product_model(op, a_shape, k, n, attrs, bias)
     a = np.random.default_rng(8).standard_normal(a_shape).astype(np.float32)

@@ -119,6 +119,7 @@ def test_the_constant_weights_take_one_product_with_the_bias_in_it(monkeypatch, 
     else:
         if _jit.float_product() is None:
             pytest.skip("numba is not installed")
+        monkeypatch.setattr(nn, "COMPILED_PRODUCT_MIN_MACS", 0)  # this product is small
         pack, product = nn.pack_float_panels, _jit.float_product
         monkeypatch.setattr(nn, "pack_float_panels", lambda b, bias: made.append(bias) or pack(b, bias))
         monkeypatch.setattr(_jit, "float_product", lambda parts=1: runs.append(parts) or product(parts))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import numpy as np
 import onnx
@@ -38,6 +39,7 @@ def runs(monkeypatch):
     monkeypatch.setattr(nn, "SMALL_DEPTHWISE_MACS", 0)
     monkeypatch.setattr(nn, "SMALL_CONV_PIXEL_MACS", 0)
     monkeypatch.setattr(nn, "COMPILED_PRODUCT_WEIGHTS", 0)  # not the compiled few-row loops
+    monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)  # nor numpy's call for small MatMuls
     monkeypatch.setattr(_jit, "float_product", lambda parts=1: None)  # nor the compiled float32 product
     seen: list[tuple[str, str]] = []
     real = _onednn._Primitive.run
@@ -636,6 +638,7 @@ def test_products_of_run_time_operands_take_onednn_sgemm(monkeypatch, op, a_shap
     # every size of several rows (ONEDNN_MIN_SGEMM_* below): the operand forms
     monkeypatch.setattr(nn, "ONEDNN_MIN_SGEMM_MACS", 0)
     monkeypatch.setattr(nn, "ONEDNN_MIN_SGEMM_WEIGHTS", 0)
+    monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)
     calls = _sgemm_calls(monkeypatch)
     w = np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)
     x_shape = (a_shape[1], a_shape[0], *a_shape[2:]) if transpose_a else a_shape
@@ -679,6 +682,7 @@ def _batched_runs(monkeypatch) -> list[tuple]:
 ])
 def test_batched_products_of_run_time_operands_take_onednn(monkeypatch, a_shape, b_shape, transpose_b):
     monkeypatch.setattr(nn, "ONEDNN_MIN_BATCHED_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)
     seen = _batched_runs(monkeypatch)
     nodes, w = [], "w"
     w_shape = b_shape
@@ -888,3 +892,56 @@ def test_conv_transpose_adds_its_bias_once(runs, x_shape, w_shape):
             want = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
     assert runs and all(kind == "Deconvolution" for kind, _ in runs)
+
+
+def _init(name: str, shape, dtype=np.float32, seed: int = 0) -> onnx.TensorProto:
+    values = np.random.default_rng(seed).standard_normal(shape) * (1 if dtype == np.float32 else 20)
+    return onnx.numpy_helper.from_array(values.astype(dtype), name)
+
+
+@pytest.mark.parametrize("case", ["Conv", "MaxPool", "AveragePool", "ConvTranspose", "LSTM", "ConvInteger", "MatMul"])
+def test_plans_do_not_keep_a_run_s_input_alive(runs, monkeypatch, case):
+    """A plan made at two threads keeps its maker, to make its one-thread twin later: the
+    makers held the first run's input array (each oneDNN node kept one: memory the caller had
+    dropped). Each input must be freed once the caller drops it."""
+    monkeypatch.setattr(nn, "ONEDNN_MIN_BATCHED_MACS", 0)
+    monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)
+    x_type, x_shape, inits, feeds = np.float32, (1, 16, 12, 12), [], {}
+    if case == "Conv":
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+        inits = [_init("w", (8, 16, 3, 3))]
+    elif case in ("MaxPool", "AveragePool"):
+        nodes = [helper.make_node(case, ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    elif case == "ConvTranspose":
+        nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])]
+        inits = [_init("w", (16, 8, 2, 2))]
+    elif case == "LSTM":
+        x_shape = (5, 1, 16)  # (hidden 128: 65K multiply-adds a step, two threads)
+        nodes = [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=128)]
+        inits = [_init("w", (1, 512, 16)), _init("r", (1, 512, 128), seed=1)]
+    elif case == "ConvInteger":
+        x_type = np.uint8
+        nodes = [helper.make_node("ConvInteger", ["x", "w"], ["y"])]
+        inits = [_init("w", (8, 16, 3, 3), np.int8)]
+    else:
+        x_shape = (2, 3, 64, 64)  # (1.5M multiply-adds: two threads)
+        nodes = [helper.make_node("MatMul", ["x", "b"], ["y"])]
+        feeds["b"] = np.random.default_rng(2).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(x_type)), list(x_shape))]
+    inputs += [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+                              inits)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    alive = []
+    for _ in range(3):  # (an LSTM's primitive is made at a shape's second run)
+        x = (rng.standard_normal(x_shape) * 20).astype(x_type) if x_type == np.float32 else \
+            rng.integers(0, 255, x_shape).astype(x_type)
+        session.run(None, {"x": x, **feeds})
+        alive.append(weakref.ref(x))
+        del x
+    gc.collect()
+    assert [ref() is None for ref in alive] == [True] * 3

@@ -455,7 +455,8 @@ class ConstantIntegerConvolution:
             return None
         plan = None
         if _onednn.USE:
-            plan = _onednn.plan_for(self.plans, (x.shape, x.dtype.char), lambda lib: self._plan(lib, x, geometry))
+            x_shape, x_dtype = x.shape, x.dtype  # (the maker is kept with the plan: not this run's array)
+            plan = _onednn.plan_for(self.plans, (x_shape, x_dtype.char), lambda lib: self._plan(lib, x_shape, x_dtype, geometry))
         if plan is None:
             return self._columns(x, x_zero_point, geometry)
         primitive, shape4, y_shape, unit = plan
@@ -501,15 +502,16 @@ class ConstantIntegerConvolution:
             product(self.rows16, columns, np.int32(zx), scratch, y[image], parts)
         return y.reshape((n, self.m) + geometry.out)
 
-    def _plan(self, lib, x: np.ndarray, geometry) -> tuple:
-        """(the primitive, its input and output shapes, conv(1, .) of one image) for x's shape."""
-        g2, shape4 = _as_2d(x.shape, geometry)  # 1-D convolutions as one row
+    def _plan(self, lib, x_shape: tuple[int, ...], x_dtype: np.dtype, geometry) -> tuple:
+        """(the primitive, its input and output shapes, conv(1, .) of one image) for an input of
+        ``x_shape`` and ``x_dtype``."""
+        g2, shape4 = _as_2d(x_shape, geometry)  # 1-D convolutions as one row
         y_shape = (shape4[0], self.weights.shape[0]) + g2.out
         w4 = self.weights.reshape(self.weights.shape[:2] + g2.kernel)
         primitive = _onednn.Convolution(lib, shape4, w4, None, self.group, g2.strides, g2.dilations, g2.pads, y_shape,
-                                        x_dtype=x.dtype, packed=self.packed)
+                                        x_dtype=x_dtype, packed=self.packed)
         unit = np.empty(y_shape, np.int32)
-        primitive.run(np.ones(shape4, x.dtype), unit)
+        primitive.run(np.ones(shape4, x_dtype), unit)
         return primitive, shape4, y_shape, unit[:1].copy()
 
     def _combine(self, out: np.ndarray, unit: np.ndarray, zx: int) -> np.ndarray:

@@ -72,11 +72,13 @@ def _conv_transpose(node, request):
         end = [f - bg - o for f, bg, o in zip(full, begin, out_spatial)]
         y_shape = (x.shape[0], w.shape[1] * group, *out_spatial)
 
+        x_shape = x.shape  # (``make`` is kept with the plan: not this run's array)
+
         def make(lib):
-            if (w.size * math.prod(x.shape[2:]) * x.shape[0] < ONEDNN_MIN_MACS or min(out_spatial) <= 0
+            if (w.size * math.prod(x_shape[2:]) * x_shape[0] < ONEDNN_MIN_MACS or min(out_spatial) <= 0
                     or y_shape[1] < ONEDNN_MIN_OUTPUT_CHANNELS):
                 return None
-            return _onednn.Deconvolution(lib, x.shape, np.ascontiguousarray(w), b, group, strides, dilations,
+            return _onednn.Deconvolution(lib, x_shape, np.ascontiguousarray(w), b, group, strides, dilations,
                                          list(begin) + end, y_shape, packed=packed)
 
         plan = _onednn.plan_for(onednn, x.shape, make)

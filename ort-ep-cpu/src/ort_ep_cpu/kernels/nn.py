@@ -130,9 +130,11 @@ def batched_product(a: np.ndarray, b: np.ndarray, plans: dict, out: np.ndarray |
     if out is not None and (out.shape != y_shape or out.dtype != np.float32 or min(out.strides) < 0):
         return None
     y = np.empty(y_shape, np.float32) if out is None else out
-    key = (a.shape, a.strides, b.shape, b.strides, y.strides)
-    plan = _onednn.plan_for(plans, key, lambda lib: _onednn.BatchedMatMul(
-        lib, (a.shape, a.strides), (b.shape, b.strides), (y.shape, y.strides)))
+    a_form, b_form, y_form = (a.shape, a.strides), (b.shape, b.strides), (y_shape, y.strides)
+    # (the maker is kept with the plan, to make its one-thread twin: it must hold the forms,
+    # not this run's arrays, which it kept alive)
+    plan = _onednn.plan_for(plans, (a_form, b_form, y_form),
+                            lambda lib: _onednn.BatchedMatMul(lib, a_form, b_form, y_form))
     if plan is None:
         return None
     plan.run(a, b, y)
@@ -307,11 +309,12 @@ def _row_product(w: np.ndarray | None, transposed: bool = False, bias: np.ndarra
     return _RowProduct(w, transposed, bias)
 
 
-#: products of two run-time operands under this many multiply-adds (A's size times N) are
-#: numpy's call as they are: oneDNN's paths (``onednn_product``, ``batched_product``) start
-#: above it, and asking them cost more than such a product ((1, 1, 256) @ (1, 256, 96): the
-#: kernel 6.4 us, np.matmul 2.9)
-SMALL_RUNTIME_PRODUCT_MACS = ONEDNN_MIN_GEMV_WEIGHTS
+#: MatMuls under this many multiply-adds (A's size times N) that the compiled few-row loops do
+#: not take are numpy's call as they are: oneDNN's paths and the compiled product start above
+#: it, and asking them cost more than such a product ((1, 1, 256) @ (1, 256, 96) of two
+#: run-time operands: the kernel 6.4 us, np.matmul 2.9; (1, 16, 7) @ a constant (7, 7) 3.9 us a
+#: node, onnxruntime's 0.5)
+SMALL_PRODUCT_MACS = ONEDNN_MIN_GEMV_WEIGHTS
 
 
 @kernel("MatMul")
@@ -327,30 +330,34 @@ def _matmul(node, request):
     batched_plans: dict = {}  # oneDNN's products of two run-time operands, by shapes and strides
 
     def matmul_kernel(a, b):
-        if b is not b_given and a.dtype == b.dtype and a.dtype in JIT_FLOATS and b.ndim \
-                and a.size * b.shape[-1] < SMALL_RUNTIME_PRODUCT_MACS:
-            return np.matmul(a, b)  # (a decoder step's; the other paths' checks cost twice the product)
-        if b is b_given and b_float32 is not None and a.dtype == np.float16:
-            a32 = as_float32(a)
-            y = product(a32) if product is not None and a.ndim >= 1 else None
-            return as_dtype(matmul(a32, b_float32) if y is None else y, a.dtype)
-        if b is b_given and integer_product is not None:
-            y = integer_product(a)
-            if y is not None:
-                return y
-        if b is b_given and row_product is not None:
-            y = row_product(a)
-            if y is not None:
-                return y
-        if b is b_given and product is not None and a.ndim >= 1:
-            y = product(a)
-            if y is not None:
-                return y
-        if b is not b_given:
+        small = a.dtype == b.dtype and a.dtype in JIT_FLOATS and b.ndim and a.size * b.shape[-1] < SMALL_PRODUCT_MACS
+        if b is b_given:
+            if b_float32 is not None and a.dtype == np.float16:
+                a32 = as_float32(a)
+                y = product(a32) if product is not None and a.ndim >= 1 else None
+                return as_dtype(matmul(a32, b_float32) if y is None else y, a.dtype)
+            if integer_product is not None:
+                y = integer_product(a)
+                if y is not None:
+                    return y
+            if row_product is not None:
+                y = row_product(a)
+                if y is not None:
+                    return y
+            if small:  # (no other path takes it; asking them cost more than the product)
+                return np.matmul(a, b_ready)
+            if product is not None and a.ndim >= 1:
+                y = product(a)
+                if y is not None:
+                    return y
+            y = matmul(a, b_ready)
+        else:
+            if small:  # (a decoder step's; the other paths' checks cost twice the product)
+                return np.matmul(a, b)
             y = batched_product(a, b, batched_plans)
             if y is not None:
                 return y
-        y = matmul(a, b_ready if b is b_given else b)
+            y = matmul(a, b)
         # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
         return y if y.dtype == a.dtype else y.astype(a.dtype)
 
@@ -1140,17 +1147,18 @@ def _as_2d(x_shape: tuple, g: _Geometry) -> tuple[_Geometry, tuple]:
     return g, x_shape
 
 
-def _takes_onednn(x: np.ndarray, w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
-    """Whether a convolution (float32, constant weights) goes to oneDNN. Depthwise ones do
+def _takes_onednn(x_shape: tuple[int, ...], w: np.ndarray, group: int, g: _Geometry, threads: int) -> bool:
+    """Whether a convolution (float32, constant weights) of an input of ``x_shape`` goes to
+    oneDNN. Depthwise ones do
     with more than one thread, or without numba: oneDNN's loop is parallel where numba's is
     not, but slower on one core (240-channel 5x5 on 8x12x80: 5.2 ms numba, 7.8 oneDNN at one
     thread; at two, 6.8 and 3.4)."""
-    if x.ndim not in (3, 4, 5):
+    if len(x_shape) not in (3, 4, 5):
         return False
-    macs = w.size * math.prod(g.out) * x.shape[0]
+    macs = w.size * math.prod(g.out) * x_shape[0]
     if g.pointwise and group == 1:
-        return x.shape[1] >= ONEDNN_POINTWISE_MIN_CHANNELS and macs >= ONEDNN_POINTWISE_MIN_MACS
-    depthwise = group > 1 and group == x.shape[1] == w.shape[0]
+        return x_shape[1] >= ONEDNN_POINTWISE_MIN_CHANNELS and macs >= ONEDNN_POINTWISE_MIN_MACS
+    depthwise = group > 1 and group == x_shape[1] == w.shape[0]
     return macs >= ONEDNN_MIN_MACS and (threads > 1 or not depthwise or not _jit.enabled())
 
 
@@ -1265,16 +1273,18 @@ def build_conv(node, request, activation_name: str = "", activation_params: list
     def onednn_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: _Geometry) -> np.ndarray | None:
         """The convolution by oneDNN (constant float32 weights and bias, 1-D or 2-D, large
         enough), or None where it is not taken."""
+        x_shape = x.shape  # (``make`` is kept with the plan: not this run's array)
+
         def make(lib: _onednn._Library) -> _onednn.Convolution | None:
-            if not _takes_onednn(x, w, group, g, lib.threads()):
+            if not _takes_onednn(x_shape, w, group, g, lib.threads()):
                 return None
-            g2, shape4 = _as_2d(x.shape, g)
+            g2, shape4 = _as_2d(x_shape, g)
             w4 = w.reshape(w.shape[:2] + g2.kernel)  # (a 1-D or column kernel as a row)
             return _onednn.Convolution(lib, shape4, np.ascontiguousarray(w4), b, group, g2.strides, g2.dilations,
                                        g2.pads, (shape4[0], w.shape[0]) + g2.out, () if post_op is None else (post_op,),
                                        any_layout=not (g.pointwise and group == 1), packed=packed)
 
-        plan = _onednn.plan_for(onednn, x.shape, make)
+        plan = _onednn.plan_for(onednn, x_shape, make)
         if plan is None:
             return None
         y = np.empty((x.shape[0], w.shape[0]) + g.out, dtype=np.float32)
@@ -1420,10 +1430,12 @@ def _onednn_pooling(plans: dict, x: np.ndarray, g: _Geometry, algorithm: int,
     if x.dtype != np.float32 or not _onednn.USE:
         return None
 
+    x_shape = x.shape  # (``make`` is kept with the plan: not this run's array)
+
     def make(lib: _onednn._Library) -> _onednn.Pooling | None:
-        if x.ndim not in (3, 4) or x.size < ONEDNN_MIN_POOL or (applies is not None and not applies()):
+        if len(x_shape) not in (3, 4) or math.prod(x_shape) < ONEDNN_MIN_POOL or (applies is not None and not applies()):
             return None
-        g2, shape4 = _as_2d(x.shape, g)
+        g2, shape4 = _as_2d(x_shape, g)
         return _onednn.Pooling(lib, shape4, algorithm, g2.kernel, g2.strides, g2.dilations, g2.pads, shape4[:2] + g2.out)
 
     plan = _onednn.plan_for(plans, x.shape, make)
@@ -1510,8 +1522,9 @@ def _avg_pool(node, request):
             return as_dtype(avg_pool(as_float32(x)), x.dtype)
         g = geometry.get(x.shape, kernel_shape)
         # oneDNN counts all padding in or none; ceil_mode's extra end padding is not to be counted
+        spatial = x.shape[2:]  # (the lambda is kept with the plan: not this run's array)
         y = _onednn_pooling(onednn, x, g, algorithm, lambda: not include_pad or list(g.pads) == list(
-            conv_pads(node, x.shape[2:], kernel_shape, strides, dilations)))
+            conv_pads(node, spatial, kernel_shape, strides, dilations)))
         if y is not None:
             return y
         y = _separable_unpadded(x, g, np.add, 0)

@@ -249,8 +249,9 @@ class _Recurrent:
                 self._seen_shapes.clear()
             self._seen_shapes.add((seq, batch))
             return None
+        x_shape = x.shape  # (the maker is kept with the plan: not this run's array)
         plan = _onednn.plan_for(plans, (seq, batch), lambda lib: _onednn.Recurrence(
-            lib, self._onednn_cell, self.direction, x.shape, w, r, b, p, packed))
+            lib, self._onednn_cell, self.direction, x_shape, w, r, b, p, packed))
         if plan is None:
             return None
         state = (dirs, batch, hidden)
