@@ -603,6 +603,25 @@ def test_slice_random_configurations_match_onnxruntime(shape, starts, ends, axes
     _check(_model("Slice", [("x", F, x.shape)], [("y", F, None)], {}, inits, opset=13), {"x": x}, rtol=0, atol=0)
 
 
+def test_slice_axes_out_of_range_are_named():
+    """An axes value outside [-rank, rank) fed at run time (onnxruntime's shape inference
+    refuses a constant one at load): the error says which value and the valid range (it was
+    an IndexError, "tuple index out of range")."""
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+        + [helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in ("starts", "ends", "axes")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feeds = {"x": x, "starts": np.array([0]), "ends": np.array([1])}
+    with pytest.raises(ort.Fail, match=r"Slice.*axes value 3 is out of range for input data of rank 2 "
+                                            r"\(valid: \[-2, 1\]\)"):
+        session.run(None, {**feeds, "axes": np.array([3])})
+    assert session.run(None, {**feeds, "axes": np.array([-1])})[0].shape == (2, 1)  # the session still runs
+
+
 @pytest.mark.parametrize("num_outputs", [1, 2, 3])
 def test_split_num_outputs_including_one_matches_onnxruntime(num_outputs):
     # a single-output Split must return the array itself, not a one-element list

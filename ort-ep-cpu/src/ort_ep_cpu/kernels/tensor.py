@@ -192,6 +192,9 @@ def _slice_index(shape: tuple, starts, ends, axes, steps) -> tuple:
         s, e, st = int(s), int(e), int(st)
         if st == 0:
             raise ValueError("Slice: steps must not be 0")
+        if not -len(shape) <= int(a) < len(shape):
+            raise ValueError(f"Slice: axes value {int(a)} is out of range for input data of rank {len(shape)} "
+                             f"(valid: [{-len(shape)}, {len(shape) - 1}])")
         axis = normalize_axis(int(a), len(shape))
         dim = shape[axis]
         # ONNX clamps after adding dim to negatives: [0, dim] going forward, [-1, dim - 1]
