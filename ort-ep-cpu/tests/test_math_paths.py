@@ -377,3 +377,37 @@ def test_clip_bounds_on_every_rank_as_onnxruntime(shape, bounds, dtype):
         got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("a_shape, b_shape, split", [
+    ((8, 64, 512), (8, 64, 512), True),
+    ((8, 64, 512), (), True),  # a scalar
+    ((8, 64, 512), (512,), True),  # a bias along the last axis
+    ((1, 1, 512), (8, 64, 512), "commutative"),  # the large one second: Add and Mul only
+    ((8, 64, 512), (8, 1, 512), False),  # other broadcasts: numpy's
+    ((64, 512), (1, 1, 1), False),  # a one-value b of higher rank widens the output: numpy's
+    ((64, 511), (64, 511), False),  # under SPLIT_BINARY_MIN
+])
+def test_large_float32_arithmetic_splits_over_the_threads_to_numpy_s_values(op, a_shape, b_shape, split,
+                                                                               monkeypatch):
+    """Add / Sub / Mul / Div of float32 arrays of ``SPLIT_BINARY_MIN`` values or more: the
+    compiled loops on two threads (``_jit.binary_split``) for a same-shape, one-value or
+    last-axis b, each value numpy's to the bit; other forms numpy's ufunc."""
+    calls = use_compiled(monkeypatch, True, "binary_split")
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = (rng.standard_normal(b_shape) + 3).astype(np.float32)
+    graph = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape)),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"a": a, "b": b})[0]
+    want = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](a, b)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    taken = split is True or (split == "commutative" and op in ("Add", "Mul"))
+    assert bool(calls) == taken
