@@ -105,3 +105,42 @@ def test_qdq_whisper_encoder_matches_onnxruntime_at_every_level(variant):
                 level, np.count_nonzero(steps), np.count_nonzero(spread))
         assert float(np.abs(got[0] - want[0]).max()) <= 0.15, level
         np.testing.assert_array_equal(got[0] > 0.5, want[0] > 0.5)
+
+
+def _recurrent_feeds(name: str, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    if name == "g2p-lstm-encoder":  # g2p-id's LSTM encoder: a one-hot word of 24 of 28 graphemes
+        return {"input_1": np.eye(28, dtype=np.float32)[rng.integers(0, 28, (1, 24))]}
+    # ddddocr's CRNN (a bidirectional LSTM over the image's columns): grey, height 64, /255
+    return {"input1": rng.random((1, 1, 64, 120 + 40 * seed), dtype=np.float32)}
+
+
+@pytest.mark.parametrize("name", ["g2p-lstm-encoder", "ocr-ddddocr-lstm"])
+def test_recurrent_models_match_onnxruntime_on_repeated_runs(name, monkeypatch):
+    """A session's LSTM runs on oneDNN's RNN primitive from the second run of a shape (the
+    first keeps the compiled scan): the one-run tests above never reach it. Three runs of two
+    sizes at two levels and two threads, each against onnxruntime (rtol 1e-4 of the output's
+    range), and the primitive seen to run where oneDNN is installed."""
+    from ort_ep_cpu.kernels import _onednn
+
+    path = str(fetch_or_skip(name))
+    recurrences = []
+    real = _onednn.Recurrence.run
+    monkeypatch.setattr(_onednn.Recurrence, "run", lambda self, *a: recurrences.append(1) or real(self, *a))
+    reference = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        options.intra_op_num_threads = 2
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        for seed in (0, 1):
+            feeds = _recurrent_feeds(name, seed)
+            want = reference.run(None, feeds)
+            for run in range(3):
+                got = session.run(None, feeds)
+                for k, (g, w) in enumerate(zip(got, want)):
+                    assert g.shape == w.shape, (level, seed, run, k)
+                    err = float(np.abs(g.astype(np.float64) - w).max())
+                    assert err <= 1e-4 * float(np.abs(w).max()) + 1e-6, (level, seed, run, k, err)
+    if _onednn.available():
+        assert recurrences
