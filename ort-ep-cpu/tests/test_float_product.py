@@ -84,17 +84,18 @@ def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op,
     assert all(call == ((threads,) if macs >= nn.ROW_SPLIT_MACS and threads > 1 else (1,)) for call in asked)
 
 
-@pytest.mark.parametrize("rows,k,n,compiled", [
-    (64, 128, 128, True),  # 1M multiply-adds
-    (16, 128, 64, False),  # 131K: numpy's call is the quicker
-    (256, 256, 8, False),  # 524K, but B narrower than a panel
-    (256, 256, 16, True),
+@pytest.mark.parametrize("op,rows,k,n,compiled", [
+    ("MatMul", 64, 128, 128, True),  # 1M multiply-adds
+    ("MatMul", 16, 128, 64, False),  # 131K: numpy's call is the quicker
+    ("MatMul", 256, 256, 8, False),  # 524K, but B narrower than a panel
+    ("MatMul", 256, 256, 16, True),
+    ("Gemm", 8, 512, 10, True),  # with a bias, whatever the size (numpy's needs a pass more)
 ])
-def test_the_compiled_product_takes_large_products_of_a_panel_or_more(monkeypatch, rows, k, n, compiled):
-    """As shipped: ``COMPILED_PRODUCT_MIN_MACS`` multiply-adds and B at least one 16-column panel
-    wide; others are numpy's (or oneDNN's) product. Values: onnxruntime's."""
+def test_the_compiled_product_takes_large_products_of_a_panel_or_more(monkeypatch, op, rows, k, n, compiled):
+    """As shipped: without a bias, ``COMPILED_PRODUCT_MIN_MACS`` multiply-adds and B at least
+    one 16-column panel wide; others are numpy's (or oneDNN's) product. Values: onnxruntime's."""
     asked = use_compiled(monkeypatch, True, "float_product")
-    data = _product_model("MatMul", (rows, k), k, n, {}, False)
+    data = _product_model(op, (rows, k), k, n, {}, op == "Gemm")
     a = np.random.default_rng(9).standard_normal((rows, k)).astype(np.float32)
     want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     _close(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0], want)

@@ -713,7 +713,8 @@ def test_small_batched_products_keep_numpy(monkeypatch):
 
 @pytest.mark.parametrize("a_shape, b_shape, asked, call", [
     ((1, 1, 256), (1, 256, 96), False, None),  # a decoder step's 24K multiply-adds: np.matmul as it is
-    ((1, 6, 256), (1, 256, 512), True, (False, False, 6, 512, 256)),  # B of batch 1: one matrix, oneDNN's sgemm
+    ((1, 6, 256), (1, 256, 512), False, (False, False, 6, 512, 256)),  # B of batch 1: one matrix, oneDNN's sgemm
+    ((2, 1, 64, 64), (1, 3, 64, 64), True, None),  # batch axes broadcast both ways: 1.6M multiply-adds
 ])
 def test_small_run_time_products_skip_the_other_paths(monkeypatch, a_shape, b_shape, asked, call):
     calls = _sgemm_calls(monkeypatch)

@@ -38,7 +38,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     correctly rounded one, onnxruntime 9)."""
     if a.dtype == np.float16 and b.dtype == np.float16:
         return as_dtype(matmul(as_float32(a), as_float32(b)), a.dtype)
-    if 2 < b.ndim <= a.ndim and b.shape[0] == 1 and all(d == 1 for d in b.shape[:-2]):
+    if 2 < b.ndim <= a.ndim and b.shape[0] == 1 and math.prod(b.shape[:-2]) == 1:
         # a B of batch 1 (decoders' (1, 1, K) @ (1, K, N)) is one matrix: numpy's batched
         # matmul took 8 us where the matrix product takes 2
         b = b.reshape(b.shape[-2:])
@@ -170,11 +170,13 @@ def pack_float_panels(b: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarra
     return packed, padded
 
 
-#: the compiled product (``_ConstantProduct``) from this many multiply-adds and one 16-column
-#: panel of B: below, numpy's BLAS call is the quicker (one BLAS thread, us compiled / numpy:
-#: 16 x 128 x 64 5.7 / 3.3, 64 x 256 x 16 8.5 / 6.4, 64 x 128 x 64 11.7 / 10.9 at 512K,
-#: 64 x 128 x 128 18.7 / 24.0 at 1M), and a narrower B fills a fraction of the panel it is
-#: padded to (256 x 256 x 1 20.7 / 4.4, x 8 21.2 / 11.2)
+#: the compiled product (``_ConstantProduct``) of a product without bias from this many
+#: multiply-adds and one 16-column panel of B: below, numpy's BLAS call is the quicker (one
+#: BLAS thread, us compiled / numpy: 16 x 128 x 64 5.7 / 3.3, 64 x 256 x 16 8.5 / 6.4, 64 x
+#: 128 x 64 11.7 / 10.9 at 512K, 64 x 128 x 128 18.7 / 24.0 at 1M), and a narrower B fills a
+#: fraction of the panel it is padded to (256 x 256 x 1 20.7 / 4.4, x 8 21.2 / 11.2). With a
+#: bias (Gemm) the compiled product adds it in its block and numpy needs a pass more: an MLP's
+#: 8 x 512 -> 10 head 5.2 us compiled, 7.7 by numpy, so those keep the compiled product
 COMPILED_PRODUCT_MIN_MACS = 1 << 19
 
 
@@ -200,8 +202,8 @@ class _ConstantProduct:
         if a.shape[-1] != k:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
-        if (rows > COMPILED_PRODUCT_ROWS and n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS
-                and self.post_op is None):
+        if (rows > COMPILED_PRODUCT_ROWS and self.post_op is None
+                and (self.bias is not None or n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS)):
             y = self._compiled(a, rows, k, n)
             if y is not None:
                 return y
@@ -354,9 +356,12 @@ def _matmul(node, request):
         else:
             if small:  # (a decoder step's; the other paths' checks cost twice the product)
                 return np.matmul(a, b)
-            y = batched_product(a, b, batched_plans)
-            if y is not None:
-                return y
+            # (of equal batch axes, a.size * N is the product's size: under the threshold oneDNN
+            # would decline it, and asking cost 1.3 us on each of attention's small products)
+            if a.shape[:-2] != b.shape[:-2] or a.size * b.shape[-1] >= ONEDNN_MIN_BATCHED_MACS:
+                y = batched_product(a, b, batched_plans)
+                if y is not None:
+                    return y
             y = matmul(a, b)
         # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
         return y if y.dtype == a.dtype else y.astype(a.dtype)
