@@ -686,11 +686,7 @@ class _Primitive:
         plain = array if array.dtype == dtype else array.astype(dtype)  # held until the reorder has read it
         if plain.strides and min(plain.strides) < 0:
             plain = np.ascontiguousarray(plain)
-        strides = _Dims(*(s // plain.itemsize for s in plain.strides))
-        plain_md = _P()
-        lib.check(lib.dnnl.dnnl_memory_desc_create_with_strides(ctypes.byref(plain_md), plain.ndim, _Dims(*plain.shape),
-                                                                  _TYPES[plain.dtype], strides), "strided memory desc")
-        self._own("dnnl_memory_desc_destroy", plain_md)
+        plain_md = self._strided_descriptor(plain.shape, plain.strides, plain.dtype)
         source = lib.memory(plain_md, plain.ctypes.data)
         reorder = self._reorder(plain_md, md)
         try:
@@ -705,6 +701,15 @@ class _Primitive:
             lib.dnnl.dnnl_primitive_destroy(reorder)
             lib.dnnl.dnnl_memory_destroy(source)
         return memory
+
+    def _strided_descriptor(self, shape: tuple[int, ...], strides: tuple[int, ...],
+                            dtype: np.dtype = np.dtype(np.float32)) -> _P:
+        """A descriptor (owned) of ``shape`` with numpy's byte ``strides``, of ``dtype``."""
+        md = self._own("dnnl_memory_desc_destroy", _P())
+        self.lib.check(self.lib.dnnl.dnnl_memory_desc_create_with_strides(
+            ctypes.byref(md), len(shape), _Dims(*shape), _TYPES[np.dtype(dtype)],
+            _Dims(*(s // np.dtype(dtype).itemsize for s in strides))), f"strided memory desc {shape}")
+        return md
 
     def _bind_binary(self) -> None:
         """The binary post-ops' per-channel operands as constant arguments (their arrays kept)."""
@@ -1011,14 +1016,6 @@ class BatchedMatMul(_Primitive):
         self._finish(pd)
         if self.reorder_x is not None or self.reorder_y is not None:  # (``run`` binds the arrays as they are)
             raise OneDNNError(f"matmul {a_shape} @ {b_shape}: oneDNN wants another layout")
-
-    def _strided_descriptor(self, shape: tuple[int, ...], strides: tuple[int, ...]) -> _P:
-        """A float32 descriptor of ``shape`` with numpy's byte ``strides``."""
-        md = self._own("dnnl_memory_desc_destroy", _P())
-        self.lib.check(self.lib.dnnl.dnnl_memory_desc_create_with_strides(
-            ctypes.byref(md), len(shape), _Dims(*shape), _F32, _Dims(*(s // 4 for s in strides))),
-            f"strided memory desc {shape}")
-        return md
 
     def _bind(self) -> list:
         return self._bind_arrays(((_ARG_SRC, self.x_md), (_ARG_WEIGHTS, self.b_md), (_ARG_DST, self.y_md)))
