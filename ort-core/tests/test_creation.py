@@ -44,6 +44,8 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 I64 = np.int64
 F32 = np.float32
 x234 = np.arange(24, dtype=F32).reshape(2, 3, 4)
+#: values for QuantizeLinear: halves (round to even), both saturations, a NaN
+QX = np.array([[-300.0, -2.5, -0.5, 0.0], [0.5, 1.5, 2.5, 3.49], [0.015, 1e6, np.nan, -1e-3]], F32)[None].repeat(2, 0)
 
 # (op, opset, attributes, inputs): forms of every op the numpy folding covers, and some it defers
 CASES = [
@@ -87,6 +89,16 @@ CASES = [
     ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([7], np.int32))}, [np.array([4], I64)]),
     ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([True]))}, [np.array([], I64)]),
     ("ConstantOfShape", 13, {"value": numpy_helper.from_array(np.array([1.5], np.float16))}, [np.array([2, 0], I64)]),
+    ("QuantizeLinear", 13, {}, [QX, np.array(0.02, F32), np.array(128, np.uint8)]),
+    ("QuantizeLinear", 13, {}, [QX, np.array(0.02, F32)]),  # no zero point: uint8
+    ("QuantizeLinear", 21, {}, [QX, np.array([0.01], F32), np.array([-3], np.int8)]),
+    ("QuantizeLinear", 13, {"axis": 0}, [QX, np.array([0.01, 0.02, 0.05], F32), np.array([0, -5, 7], np.int8)]),
+    ("QuantizeLinear", 13, {"axis": -1}, [QX, np.array([0.001, 0.002, 0.003, 0.004], F32),
+                                          np.array([0, 10, 100, 1000], np.int16)]),
+    ("QuantizeLinear", 21, {"output_dtype": TensorProto.UINT16}, [QX, np.array(0.0001, F32)]),
+    ("QuantizeLinear", 21, {"block_size": 2, "axis": 2}, [QX, np.full((3, 2), 0.01, F32)]),  # blocked: deferred
+    ("QuantizeLinear", 19, {}, [QX, np.array(0.1, F32), np.array(0, np.int8)]),
+    ("QuantizeLinear", 13, {}, [np.array([0.5, -2.5], np.float16), np.array(0.1, np.float16)]),  # float16: deferred
 ]
 
 
@@ -667,6 +679,96 @@ def test_a_loaded_model_holds_no_proto_tensors():
     np.testing.assert_array_equal(tensors["tb2"].numpy(), c)
     assert tensors["half"].numpy().dtype == np.float16 and tensors["half"].dtype == ir.DataType.FLOAT16
     np.testing.assert_array_equal(tensors["half"].numpy(), b16)
+
+
+def _value_types_model() -> onnx.ModelProto:
+    """value_info entries of every kind load meets: plain ones (fixed, symbolic, unknown and
+    zero dims, no shape), one with a doc string, a dimension denotation, a type denotation, a
+    sequence type, one naming an initializer, one naming a graph output that its own output
+    entry contradicts, and one in an If branch."""
+    then = helper.make_graph([helper.make_node("Neg", ["a"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    then.value_info.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, ["B", 4]))
+    other = helper.make_graph([helper.make_node("Abs", ["a"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Shape", ["a"], ["s"]),
+             helper.make_node("Add", ["a", "w"], ["b"]), helper.make_node("Sigmoid", ["b"], ["c"]),
+             helper.make_node("SequenceConstruct", ["c"], ["seq"]), helper.make_node("Neg", ["c"], ["d"]),
+             helper.make_node("Identity", ["d"], ["y"]), helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("If", ["flag"], ["z"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", None]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("f", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(4, F32), "w")])
+    documented = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["B", 4])
+    documented.doc_string = "the sum"
+    denoted = helper.make_tensor_value_info("c", TensorProto.FLOAT, ["B", 4])
+    denoted.type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
+    typed = helper.make_tensor_value_info("d", TensorProto.FLOAT, ["B", 0])
+    typed.type.denotation = "TENSOR"
+    graph.value_info.extend([
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, ["B", 4]), documented, denoted, typed,
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, [4]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [7, 7]),
+        helper.make_tensor_value_info("s", TensorProto.INT64, None),
+    ])
+    graph.value_info.append(helper.make_value_info(
+        "seq", helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["B", 4]))))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _value_types(model: ir.Model) -> list[tuple]:
+    seen = []
+    for graph in model.graphs():
+        values = [*graph.inputs, *graph.initializers.values(), *(v for n in graph for v in n.outputs), *graph.outputs]
+        for v in values:
+            shape = None if v.shape is None else [(d, getattr(d, "denotation", None)) for d in v.shape.dims]
+            denotations = None if v.shape is None else [v.shape.get_denotation(k) for k in range(len(v.shape))]
+            seen.append((v.name, repr(v.type), None if v.type is None else v.type.denotation, repr(shape),
+                         denotations, v.doc_string, dict(v.metadata_props), v.shape is not None and v.shape.frozen))
+    return seen
+
+
+@pytest.mark.parametrize("name, proto", [("value-types", _value_types_model()), *_corpus()],
+                         ids=["value-types", *(n for n, _ in _corpus())])
+def test_value_types_read_apart_from_onnx_ir_are_onnx_irs(monkeypatch, name, proto):
+    """Every value's type, shape (dims, denotations, frozen), doc string and metadata after load
+    are what onnx-ir's deserializer gives when it reads every value_info entry itself."""
+    data = proto.SerializeToString()
+    ours = _value_types(load_model(data))
+    monkeypatch.setattr(load, "_take_value_types", lambda graph: {})
+    assert ours == _value_types(load_model(data))
+
+
+#: every detached data type, each in raw bytes and in its typed field (helper.make_tensor's
+#: two forms), with values at the type's edges
+_DETACH_VALUES = [np.array(v, t) for v, t in [
+    ([1.5, -0.0, np.inf, np.nan, 3e-45], F32), ([1e300, -2.5, np.nan], np.float64), ([1.5, -65504, np.inf], np.float16),
+    ([-128, 0, 127], np.int8), ([-32768, 32767], np.int16), ([-2**31, 2**31 - 1], np.int32),
+    ([-2**63, 2**63 - 1], I64), ([0, 255], np.uint8), ([0, 65535], np.uint16), ([0, 2**32 - 1], np.uint32),
+    ([0, 2**64 - 1], np.uint64), ([True, False], np.bool_), ([1 + 2j, -3j], np.complex64), ([1e200 - 1j], np.complex128),
+]]
+
+
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize("array", _DETACH_VALUES, ids=lambda a: str(a.dtype))
+def test_detached_tensors_hold_what_onnx_ir_reads(array, raw):
+    """Load's own reading of a proto tensor's bytes or typed field (``_detached``) gives the
+    array, type and dtype that onnx-ir's ``numpy()`` gives, for every type it detaches."""
+    array = array.reshape(1, -1)
+    proto = helper.make_tensor("t", helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
+                               array.tobytes() if raw else array.reshape(-1).tolist(), raw=raw)
+    before = ir.serde.TensorProtoTensor(proto)
+    after = load._detached(before)
+    assert not isinstance(after, ir.serde.TensorProtoTensor)
+    assert after.dtype == before.dtype and after.name == "t"
+    got, want = after.numpy(), before.numpy()
+    assert got.dtype == want.dtype and got.shape == want.shape == array.shape
+    assert got.tobytes() == want.tobytes()
 
 
 # --------------------------------------------------------------------------------------------
