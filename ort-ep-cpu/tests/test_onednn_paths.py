@@ -711,20 +711,51 @@ def test_small_batched_products_keep_numpy(monkeypatch):
     assert seen == [((2, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64))]
 
 
-@pytest.mark.parametrize("a_shape, b_shape, asked, call", [
-    ((1, 1, 256), (1, 256, 96), False, None),  # a decoder step's 24K multiply-adds: np.matmul as it is
-    ((1, 6, 256), (1, 256, 512), False, (False, False, 6, 512, 256)),  # B of batch 1: one matrix, oneDNN's sgemm
-    ((2, 1, 64, 64), (1, 3, 64, 64), True, None),  # batch axes broadcast both ways: 1.6M multiply-adds
+@pytest.mark.parametrize("a_shape, b_shape, asked, taken, call", [
+    ((1, 1, 256), (1, 256, 96), False, False, None),  # a decoder step's 24K multiply-adds: np.matmul as it is
+    # B of batch 1: one matrix, oneDNN's sgemm (the batched product, asked, declines 786K)
+    ((1, 6, 256), (1, 256, 512), True, False, (False, False, 6, 512, 256)),
+    ((2, 1, 64, 64), (1, 3, 64, 64), True, True, None),  # batch axes broadcast both ways: 1.6M multiply-adds
 ])
-def test_small_run_time_products_skip_the_other_paths(monkeypatch, a_shape, b_shape, asked, call):
+def test_small_run_time_products_skip_the_other_paths(monkeypatch, a_shape, b_shape, asked, taken, call):
+    """Which paths a run-time product asks (none for the smallest) and takes."""
     calls = _sgemm_calls(monkeypatch)
+    seen = _batched_runs(monkeypatch)
     batched = []
     real = nn.batched_product
     monkeypatch.setattr(nn, "batched_product", lambda *args: batched.append(1) or real(*args))
     _check(_runtime_product_model("MatMul", a_shape, b_shape, {}), a_shape,
            feeds={"w": np.random.default_rng(3).standard_normal(b_shape).astype(np.float32)})
     assert bool(batched) == asked
+    assert bool(seen) == taken
     assert calls == ([call] if call else [])
+
+
+@pytest.mark.parametrize("a_shape, b_shape, declined", [
+    ((1, 4, 32, 16), (1, 4, 16, 32), True),  # equal batch axes, 65K multiply-adds: declined at once
+    ((1, 6, 256), (1, 256, 512), True),  # 786K
+    ((4, 64, 64), (4, 64, 64), False),  # 1M: taken
+    ((2, 1, 64, 64), (1, 3, 64, 64), False),  # broadcast batch axes: the full checks (1.6M: taken)
+])
+def test_the_batched_product_declines_small_equal_batch_products_before_its_checks(monkeypatch, a_shape, b_shape,
+                                                                                   declined):
+    """Under ``ONEDNN_MIN_BATCHED_MACS`` with equal batch axes the answer comes before the dtype
+    and shape checks (attention's head products ask for every head pair)."""
+    checked = []
+    real_use = _onednn.USE
+
+    class Watched:
+        def __bool__(self):
+            checked.append(1)
+            return bool(real_use)
+
+    monkeypatch.setattr(_onednn, "USE", Watched())
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    y = nn.batched_product(a, b, {})
+    assert (y is None) == declined and bool(checked) != declined
+    if y is not None:
+        np.testing.assert_allclose(y, np.matmul(a, b), rtol=TOL, atol=TOL)
 
 
 def test_attention_heads_take_onednn_batched_products(monkeypatch):

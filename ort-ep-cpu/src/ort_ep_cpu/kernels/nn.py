@@ -115,7 +115,13 @@ def batched_product(a: np.ndarray, b: np.ndarray, plans: dict, out: np.ndarray |
     ``plans`` per shapes and strides), into ``out`` (a float32 array or view of the product's
     shape) or a new array; None where it is not taken (no oneDNN, other dtypes or ranks, an
     empty or small product: ``ONEDNN_MIN_BATCHED_MACS``, negative strides), ``out`` untouched."""
-    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != b.ndim or a.ndim < 3 or not _onednn.USE:
+    if a.ndim != b.ndim or a.ndim < 3:
+        return None
+    # of equal batch axes, a.size * N is the product's size: the quick answer for attention's
+    # small head products and a decoder's steps (the full checks below cost 1.3 us each)
+    if a.shape[:-2] == b.shape[:-2] and a.size * b.shape[-1] < ONEDNN_MIN_BATCHED_MACS:
+        return None
+    if a.dtype != np.float32 or b.dtype != np.float32 or not _onednn.USE:
         return None
     *a_batch, m, k = a.shape
     *b_batch, k_b, n = b.shape
@@ -356,12 +362,9 @@ def _matmul(node, request):
         else:
             if small:  # (a decoder step's; the other paths' checks cost twice the product)
                 return np.matmul(a, b)
-            # (of equal batch axes, a.size * N is the product's size: under the threshold oneDNN
-            # would decline it, and asking cost 1.3 us on each of attention's small products)
-            if a.shape[:-2] != b.shape[:-2] or a.size * b.shape[-1] >= ONEDNN_MIN_BATCHED_MACS:
-                y = batched_product(a, b, batched_plans)
-                if y is not None:
-                    return y
+            y = batched_product(a, b, batched_plans)
+            if y is not None:
+                return y
             y = matmul(a, b)
         # ml_dtypes (bfloat16, float8) matmul comes back as float32; ONNX keeps the input type
         return y if y.dtype == a.dtype else y.astype(a.dtype)
