@@ -88,12 +88,18 @@ _LAZY = {
     "ModelCompiler": "epcontext", "OrtCompileApiFlags": "epcontext",
     "OrtExecutionProviderDevicePolicy": "policy",
     "OrtEpAssignedNode": "assignment", "OrtEpAssignedSubgraph": "assignment",
-    "OrtEpContextDataBuffer": "epcontext",
+    "OrtEpContextDataBuffer": "epcontext", "OrtEpContextData": "epcontext", "OrtExternalInitializerInfo": "epcontext",
 }
 
 if TYPE_CHECKING:
     from .assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
-    from .epcontext import ModelCompiler, OrtCompileApiFlags, OrtEpContextDataBuffer
+    from .epcontext import (
+        ModelCompiler,
+        OrtCompileApiFlags,
+        OrtEpContextData,
+        OrtEpContextDataBuffer,
+        OrtExternalInitializerInfo,
+    )
     from .graph.view import GraphView, NodeView, ValueView
     from .optimizer.fusion import CORE_DOMAIN
     from .partition import CopyPlacement, NodePlacement, Placement
@@ -378,7 +384,7 @@ __all__ = [
     "Kernel", "KernelRequest", "LoraAdapter", "MemoryInfo", "ModelCompiler", "ModelLoadCanceled", "ModelMetadata", "NoModel", "NoSuchFile",
     "NoSuchProvider", "NodeArg", "NodePlacement", "NodeView", "NotImplemented", "OptionSpec",
     "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId",
-    "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpContextDataBuffer", "OrtMemType", "OrtMemoryInfo",
+    "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpContextData", "OrtEpContextDataBuffer", "OrtExternalInitializerInfo", "OrtMemType", "OrtMemoryInfo",
     "OrtMemoryInfoDeviceType", "OrtSparseFormat", "OrtValueVector", "SparseTensor", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
     "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtSyncStream", "OrtValue", "Placement", "PluginFailure", "ProviderContext", "ProviderSpec",
     "RunOptions", "RuntimeException", "SessionOptions", "SubgraphRunner", "ValueView",

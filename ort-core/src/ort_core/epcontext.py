@@ -19,7 +19,10 @@ Session config keys (onnxruntime's names):
   puts that file name in the attribute.
 
 ``ModelCompiler`` (onnxruntime's name) is the explicit form: it compiles a model for the
-providers of a ``SessionOptions`` and writes the context model to a file or returns its bytes.
+providers of a ``SessionOptions`` and writes the context model to a file, returns its bytes or
+gives them to a write function; the side files go beside the model, to the directory of
+``set_ep_context_binary_information``, or to a ``set_ep_context_data_write_func`` callback, and
+``get_initializer_location_func`` places initializers in the user's own external files.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,6 +106,58 @@ class OrtEpContextDataBuffer:
         if int(offset) < 0 or int(offset) + len(chunk) > len(self._data):
             raise InvalidArgument(f"OrtEpContextDataBuffer.write: {len(chunk)} bytes at {offset} exceed {len(self._data)}")
         self._data[int(offset):int(offset) + len(chunk)] = chunk
+
+
+class OrtEpContextData:
+    """One compiled blob as a ``ModelCompiler.set_ep_context_data_write_func`` callback sees it
+    (onnxruntime's name): ``size`` bytes, copied out with ``read(offset, length)``. The view is
+    valid during the callback only."""
+
+    def __init__(self, data: bytes):
+        self._data: memoryview | None = memoryview(data)
+
+    @property
+    def size(self) -> int:
+        return 0 if self._data is None else len(self._data)
+
+    def read(self, offset: int = 0, length: int | None = None) -> bytes:
+        """``length`` bytes (all that follow where None) from ``offset``."""
+        if self._data is None:
+            raise InvalidArgument("OrtEpContextData.read: the data is valid only during its write callback")
+        offset = int(offset)
+        length = len(self._data) - offset if length is None else int(length)
+        if offset < 0 or length < 0 or offset + length > len(self._data):
+            raise InvalidArgument(f"OrtEpContextData.read: {length} bytes at offset {offset} are outside its "
+                                  f"{len(self._data)} bytes")
+        return bytes(self._data[offset:offset + length])
+
+    def _close(self) -> None:
+        self._data = None
+
+
+class OrtExternalInitializerInfo:
+    """Where an initializer's data lies in an external file (onnxruntime's name): ``filepath``
+    (relative to the model's folder), ``file_offset`` and ``byte_size`` in bytes. A
+    ``ModelCompiler``'s ``get_initializer_location_func`` returns one to keep an initializer
+    out of the compiled model."""
+
+    def __init__(self, filepath: str | os.PathLike, file_offset: int, byte_size: int):
+        if int(file_offset) < 0 or int(byte_size) < 0:
+            raise InvalidArgument(f"OrtExternalInitializerInfo: file_offset {file_offset} and byte_size {byte_size} "
+                                  "must not be negative")
+        self.filepath = os.fspath(filepath)
+        self.file_offset = int(file_offset)
+        self.byte_size = int(byte_size)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, OrtExternalInitializerInfo)
+                and (self.filepath, self.file_offset, self.byte_size) == (other.filepath, other.file_offset, other.byte_size))
+
+    def __hash__(self) -> int:
+        return hash((self.filepath, self.file_offset, self.byte_size))
+
+    def __repr__(self) -> str:
+        return f"OrtExternalInitializerInfo({self.filepath!r}, {self.file_offset}, {self.byte_size})"
 
 
 #: (read_func, max_size) of the session being made (``set_ep_context_data_read_func``)
@@ -308,10 +363,8 @@ def save_context_model(
     """Write the context model and its side files (beside it); initializers of at least
     ``size_threshold`` bytes go to ``external_initializers`` (relative to the model) when given."""
     path = Path(path)
+    write_side_files(files, path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            (path.parent / name).write_bytes(data)
         if external_initializers:
             if os.path.isabs(external_initializers) or ".." in Path(external_initializers).parts:
                 raise InvalidArgument(
@@ -323,6 +376,16 @@ def save_context_model(
             onnx.save_model(proto, str(path))
     except OSError as exc:
         raise Fail(f"cannot write the context model {str(path)!r}: {exc}") from exc
+
+
+def write_side_files(files: Mapping[str, bytes], folder: Path) -> None:
+    """The compiled blobs that are not embedded, as files in ``folder`` (made where missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+    except OSError as exc:
+        raise Fail(f"cannot write the compiled data files in {str(folder)!r}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,6 +401,12 @@ class OrtCompileApiFlags(OrtFlags):
     ERROR_IF_OUTPUT_FILE_EXISTS = 2
 
 
+#: a ``get_initializer_location_func``: (name, value, its location in the input model or None)
+#: -> where the compiled model reads it from, or None to keep it in the model
+GetInitializerLocationFunc = Callable[[str, Any, "OrtExternalInitializerInfo | None"],
+                                      "OrtExternalInitializerInfo | None"]
+
+
 class ModelCompiler:
     """Compile a model for the providers of ``sess_options`` into an EPContext model
     (onnxruntime's ``ModelCompiler``).
@@ -345,7 +414,12 @@ class ModelCompiler:
     The providers are those given to ``sess_options.add_provider`` /
     ``add_provider_for_devices``, or chosen by its selection policy. ``compile_to_file`` writes
     the context model (side files beside it unless ``embed_compiled_data_into_model``);
-    ``compile_to_bytes`` returns it with every blob embedded, so the bytes stand alone.
+    ``compile_to_bytes`` and ``compile_to_stream`` give its bytes, with every blob embedded
+    unless ``set_ep_context_binary_information`` names a directory for the side files or
+    ``set_ep_context_data_write_func`` a callback that takes them.
+    ``get_initializer_location_func`` (not with ``external_initializers_file_path``) is asked
+    for each initializer, by name, whether it stays in the model or where in the caller's own
+    file it lies.
     """
 
     def __init__(
@@ -357,7 +431,7 @@ class ModelCompiler:
         external_initializers_size_threshold: int = 1024,
         flags: int = OrtCompileApiFlags.NONE,
         graph_optimization_level: Any = None,
-        get_initializer_location_func: Any = None,
+        get_initializer_location_func: GetInitializerLocationFunc | None = None,
     ):
         from .session import GraphOptimizationLevel, SessionOptions
 
@@ -374,8 +448,12 @@ class ModelCompiler:
                 f"ModelCompiler cannot load a model from {type(input_model_path_or_bytes).__name__}: "
                 "give a path or bytes")
         if get_initializer_location_func is not None:
-            raise InvalidArgument("ModelCompiler: get_initializer_location_func is not supported by ort-core; "
-                                  "use external_initializers_file_path")
+            if external_initializers_file_path:  # (onnxruntime's ValueError, in its words)
+                raise InvalidArgument("Cannot initialize ModelCompiler with both `external_initializers_file_path` "
+                                      "and `get_initializer_location_func`")
+            if not callable(get_initializer_location_func):
+                raise InvalidArgument("ModelCompiler: get_initializer_location_func must be callable, got "
+                                      f"{type(get_initializer_location_func).__name__}")
         self._options = sess_options
         self._model = input_model_path_or_bytes
         self._embed = bool(embed_compiled_data_into_model)
@@ -384,6 +462,32 @@ class ModelCompiler:
         self._flags = int(flags)
         self._level = (GraphOptimizationLevel.ORT_DISABLE_ALL if graph_optimization_level is None
                        else GraphOptimizationLevel(int(graph_optimization_level)))
+        self._locate = get_initializer_location_func
+        self._binary_place: tuple[Path, str] | None = None  # set_ep_context_binary_information's
+        self._data_write: Callable[[str, OrtEpContextData], None] | None = None
+
+    def set_ep_context_binary_information(self, output_directory: str | os.PathLike, model_name: str) -> None:
+        """The directory and model name for the compiled blobs' side files where the model
+        itself goes to bytes or a stream (as onnxruntime: a directory with a last part and no
+        extension, ``out`` rather than ``out/``, is refused as not a directory)."""
+        directory, name = os.fspath(output_directory), os.fspath(model_name)
+        if not directory or not name:
+            raise InvalidArgument("set_ep_context_binary_information: output_dir or model_name is empty")
+        if not directory.endswith(("/", os.sep)) and Path(directory).name and not Path(directory).suffix:
+            raise InvalidArgument(f"set_ep_context_binary_information: output_dir {directory!r} is not a valid "
+                                  "directory (end it with a path separator)")
+        self._binary_place = (Path(directory), Path(name).stem)
+
+    def set_ep_context_data_write_func(self, write_func: Callable[[str, OrtEpContextData], None]) -> None:
+        """Give each compiled blob that is not embedded to ``write_func(name, data)`` instead
+        of writing its file; ``name`` is what the EPContext node records, which a session's
+        ``set_ep_context_data_read_func`` is asked for."""
+        if not callable(write_func):
+            raise InvalidArgument(f"set_ep_context_data_write_func needs a callable, got {type(write_func).__name__}")
+        self._data_write = write_func
+
+    def clear_ep_context_data_write_func(self) -> None:
+        self._data_write = None
 
     def _session(self):
         from .session import InferenceSession
@@ -400,7 +504,76 @@ class ModelCompiler:
         if not exported and self._flags & OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED:
             raise EPFail("ModelCompiler: no provider compiled any node (ERROR_IF_NO_NODES_COMPILED); providers: "
                          + ", ".join(session.get_providers()))
+        if self._locate is not None:
+            self._place_initializers(proto)
         return proto, files
+
+    def _place_initializers(self, proto: onnx.ModelProto) -> None:
+        """Ask ``get_initializer_location_func`` about each initializer of the compiled model
+        (by name, as onnxruntime asks), and point those it places at their file."""
+        from .graph.load import proto_graphs
+        from .memory import OrtValue
+
+        before = self._input_locations()
+        tensors = [t for g in proto_graphs(proto.graph) for t in g.initializer]
+        for tensor in sorted(tensors, key=lambda t: t.name):
+            value = OrtValue.ortvalue_from_numpy(onnx.numpy_helper.to_array(tensor))
+            try:
+                place = self._locate(tensor.name, value, before.get(tensor.name))
+            except Exception as exc:
+                raise Fail(f"ModelCompiler: get_initializer_location_func raised on initializer {tensor.name!r}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+            if place is None:
+                continue
+            if not isinstance(place, OrtExternalInitializerInfo):
+                raise InvalidArgument(f"ModelCompiler: get_initializer_location_func returned "
+                                      f"{type(place).__name__} for initializer {tensor.name!r}; return an "
+                                      "OrtExternalInitializerInfo or None")
+            for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                          "string_data"):
+                tensor.ClearField(field)
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, text in (("location", place.filepath), ("offset", str(place.file_offset)),
+                              ("length", str(place.byte_size))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, text
+
+    def _input_locations(self) -> dict[str, OrtExternalInitializerInfo]:
+        """The input model's initializers that lie in external files, by name (their
+        locations, read from the model file without the data)."""
+        if not isinstance(self._model, (str, os.PathLike)):
+            return {}
+        from .graph.load import proto_graphs
+
+        try:
+            model = onnx.load(os.fspath(self._model), load_external_data=False)
+        except Exception:  # the session read it already; a second reading that fails adds nothing
+            return {}
+        found = {}
+        for graph in proto_graphs(model.graph):
+            for tensor in graph.initializer:
+                if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                    continue
+                entries = {e.key: e.value for e in tensor.external_data}
+                found[tensor.name] = OrtExternalInitializerInfo(entries.get("location", ""), int(entries.get("offset", 0)),
+                                                                int(entries.get("length", 0)))
+        return found
+
+    def _deliver(self, files: Mapping[str, bytes], folder: Path) -> None:
+        """The side files to the data write function, else into ``folder``."""
+        if self._data_write is None:
+            write_side_files(files, folder)
+            return
+        for name, blob in files.items():
+            data = OrtEpContextData(blob)
+            try:
+                self._data_write(name, data)
+            except Exception as exc:
+                raise Fail(f"ModelCompiler: the EPContext data write function raised on {name!r}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                data._close()
 
     def compile_to_file(self, output_model_path: str | os.PathLike | None = None) -> None:
         """Write the compiled model to ``output_model_path`` (default ``<input stem>_ctx.onnx``)."""
@@ -416,14 +589,32 @@ class ModelCompiler:
         if path.exists() and self._flags & OrtCompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS:
             raise InvalidArgument(f"compile_to_file: {str(path)!r} exists (ERROR_IF_OUTPUT_FILE_EXISTS)")
         proto, files = self._compiled(self._embed, path.stem)
-        save_context_model(proto, files, path, self._external, self._threshold)
+        self._deliver(files, path.parent)
+        save_context_model(proto, {}, path, self._external, self._threshold)
 
     def compile_to_bytes(self) -> bytes:
-        """The compiled model's bytes, every compiled blob embedded in its EPContext node."""
+        """The compiled model's bytes. Its blobs are embedded unless the compiler was made
+        with ``embed_compiled_data_into_model=False`` (the default) and given a place for them:
+        ``set_ep_context_binary_information`` or ``set_ep_context_data_write_func``."""
         if self._external:
             raise InvalidArgument("compile_to_bytes: external_initializers_file_path applies to compile_to_file only")
-        proto, _ = self._compiled(True, "")
+        placed = self._data_write is not None or self._binary_place is not None
+        embed = self._embed or not placed
+        folder, stem = self._binary_place or (Path("."), "model")
+        proto, files = self._compiled(embed, stem)
+        if files:
+            self._deliver(files, folder)
         return proto.SerializeToString()
+
+    def compile_to_stream(self, write_function: Callable[[bytes], Any]) -> None:
+        """``compile_to_bytes``'s model, given to ``write_function(bytes)``."""
+        if not callable(write_function):
+            raise InvalidArgument(f"compile_to_stream needs a callable, got {type(write_function).__name__}")
+        data = self.compile_to_bytes()
+        try:
+            write_function(data)
+        except Exception as exc:
+            raise Fail(f"ModelCompiler.compile_to_stream: the write function raised: {type(exc).__name__}: {exc}") from exc
 
 
 def _text(value: Any) -> str:

@@ -269,6 +269,14 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attr.graphs
 
 
+def proto_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every graph nested in its nodes' attributes, outermost first."""
+    yield graph
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            yield from proto_graphs(sub)
+
+
 def _list_initializers_as_inputs(graph: onnx.GraphProto) -> bool:
     """List the initializers of ``graph`` that are not graph inputs as inputs (for the
     checker's copy only, of a model below IR version 4); whether any was missing."""
