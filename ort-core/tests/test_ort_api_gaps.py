@@ -290,13 +290,110 @@ def test_only_execute_path_to_fetches_prunes(ort):
         sess.run(["y", "z"], {"x": X}, ro)
 
 
-def test_lora_adapters_are_refused_naming_why(core):
-    with pytest.raises(core.NotImplemented, match="LoRA"):
+def lora_model() -> bytes:
+    """y = x @ w + (x @ lora_a) @ lora_b, the LoRA weights inputs whose initializers (rank 0)
+    are the defaults: what an adapter's parameters are fed to."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("MatMul", ["x", "lora_a"], ["xa"]),
+             helper.make_node("MatMul", ["xa", "lora_b"], ["xab"]), helper.make_node("Add", ["xw", "xab"], ["y"])]
+    inits = [numpy_helper.from_array(np.eye(3, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.zeros((3, 0), np.float32), "lora_a"),
+             numpy_helper.from_array(np.zeros((0, 3), np.float32), "lora_b")]
+    inputs = [tensor_info("x", ["N", 3]), tensor_info("lora_a", [3, "r"]), tensor_info("lora_b", ["r", 3])]
+    return make_model(nodes, inputs, [tensor_info("y", None)], inits).SerializeToString()
+
+
+LORA_A = np.arange(6, dtype=np.float32).reshape(3, 2) / 4
+LORA_B = np.array([[1.0, -1.0, 2.0], [0.5, 0.0, -3.0]], np.float32)
+
+
+def test_lora_adapters_feed_their_parameters_by_name(ort, tmp_path):
+    fmt = ort.AdapterFormat()
+    assert (fmt.get_format_version(), fmt.get_adapter_version(), fmt.get_parameters()) == (1, 0, {})
+    fmt.set_adapter_version(3)
+    fmt.set_model_version(7)
+    fmt.set_parameters({"lora_a": ort.OrtValue.ortvalue_from_numpy(LORA_A),
+                        "lora_b": ort.OrtValue.ortvalue_from_numpy(LORA_B)})
+    path = str(tmp_path / "a.onnx_adapter")
+    fmt.export_adapter(path)
+    back = ort.AdapterFormat.read_adapter(path)
+    assert (back.get_format_version(), back.get_adapter_version(), back.get_model_version()) == (1, 3, 7)
+    params = back.get_parameters()
+    np.testing.assert_array_equal(params["lora_a"].numpy(), LORA_A)
+    np.testing.assert_array_equal(params["lora_b"].numpy(), LORA_B)
+
+    sess = session(ort, lora_model())
+    np.testing.assert_array_equal(sess.run(None, {"x": X})[0], X)  # the defaults: no adaptation
+    adapter = ort.LoraAdapter()
+    adapter.Load(path)
+    ro = ort.RunOptions()
+    ro.add_active_adapter(adapter)
+    want = X + X @ LORA_A @ LORA_B
+    np.testing.assert_allclose(sess.run(None, {"x": X}, ro)[0], want, rtol=1e-6)
+    # the adapter's value over a feed of the same name, as onnxruntime's
+    np.testing.assert_allclose(sess.run(None, {"x": X, "lora_a": np.zeros((3, 2), np.float32)}, ro)[0], want,
+                               rtol=1e-6)
+    other = ort.AdapterFormat()
+    other.set_parameters({"nope": ort.OrtValue.ortvalue_from_numpy(LORA_A)})
+    other.export_adapter(str(tmp_path / "b.onnx_adapter"))
+    stray = ort.LoraAdapter()
+    stray.Load(str(tmp_path / "b.onnx_adapter"))
+    ro = ort.RunOptions()
+    ro.add_active_adapter(stray)
+    with pytest.raises(Exception, match="Invalid input name: nope"):
+        sess.run(None, {"x": X}, ro)
+    (tmp_path / "bad.onnx_adapter").write_bytes(b"garbage" * 10)
+    with pytest.raises(Exception, match="(?i)not .*valid lora"):
+        ort.LoraAdapter().Load(str(tmp_path / "bad.onnx_adapter"))
+
+
+def test_lora_adapter_files_interchange_with_onnxruntime(core, tmp_path):
+    """Files written by either load in the other, with the same versions and parameters (of
+    several element types and ranks, an empty one included)."""
+    import ml_dtypes
+    import onnxruntime
+
+    arrays = {"f": LORA_A, "h": LORA_B.astype(np.float16), "i": np.array([[-3, 4]], np.int64),
+              "u": np.arange(5, dtype=np.uint8), "e": np.zeros((2, 0), np.float32), "d": np.array([2.5], np.float64),
+              "b": np.array([1.5, -2.0], ml_dtypes.bfloat16)}
+    for writer, reader in ((onnxruntime, core), (core, onnxruntime)):
+        fmt = writer.AdapterFormat()
+        fmt.set_adapter_version(11)
+        fmt.set_model_version(2)
+        fmt.set_parameters({k: writer.OrtValue.ortvalue_from_numpy(v) for k, v in arrays.items()
+                            if writer is core or k != "b"})  # (onnxruntime's OrtValue has no bfloat16)
+        path = str(tmp_path / f"{writer.__name__}.onnx_adapter")
+        fmt.export_adapter(path)
+        back = reader.AdapterFormat.read_adapter(path)
+        assert (back.get_format_version(), back.get_adapter_version(), back.get_model_version()) == (1, 11, 2)
+        params = back.get_parameters()
+        assert set(params) == set(arrays) - ({"b"} if writer is onnxruntime else set())
+        for name, value in params.items():
+            if name == "b" and reader is onnxruntime:  # (no numpy for its bfloat16 OrtValue)
+                assert value.data_type() == "tensor(bfloat16)" and value.shape() == [2]
+                continue
+            got = value.numpy()
+            assert got.dtype == arrays[name].dtype and got.shape == arrays[name].shape, name
+            assert got.tobytes() == arrays[name].tobytes(), name
+
+
+def test_lora_adapters_refuse_what_they_cannot_use(core, tmp_path):
+    with pytest.raises(core.InvalidArgument, match="needs an ort_core.LoraAdapter"):
         core.RunOptions().add_active_adapter(object())
-    with pytest.raises(core.NotImplemented, match="LoRA"):
-        core.LoraAdapter()
-    with pytest.raises(core.NotImplemented, match="LoRA"):
-        core.AdapterFormat.read_adapter("a.onnx_adapter")
+    with pytest.raises(core.InvalidArgument, match="no adapter loaded"):
+        core.RunOptions().add_active_adapter(core.LoraAdapter())
+    with pytest.raises(core.NoSuchFile, match="not found"):
+        core.LoraAdapter().Load(str(tmp_path / "missing.onnx_adapter"))
+    fmt = core.AdapterFormat()
+    with pytest.raises(core.InvalidArgument, match="strings"):
+        fmt.set_parameters({"t": np.array(["a"])})
+    with pytest.raises(core.InvalidArgument, match="scalar"):  # onnxruntime writes it, then cannot read it
+        fmt.set_parameters({"s": np.array(2.5, np.float32)})
+    fmt.set_parameters({"a": LORA_A})
+    fmt.export_adapter(str(tmp_path / "a.onnx_adapter"))
+    data = (tmp_path / "a.onnx_adapter").read_bytes()
+    (tmp_path / "cut.onnx_adapter").write_bytes(data[: len(data) // 2])
+    with pytest.raises(core.InvalidGraph, match="not a valid LoRA adapter file"):
+        core.LoraAdapter().Load(str(tmp_path / "cut.onnx_adapter"))
 
 
 # ------------------------------------------------------------------ IOBinding and OrtValue
@@ -459,19 +556,17 @@ def test_register_execution_provider_library(core, tmp_path, capsys):
 NOT_APPLICABLE = {
     # onnxruntime's implementation modules and helpers, not API
     "capi", "contextlib", "onnxruntime_validation", "import_capi_exception",
-    # native allocators shared between sessions: ort_core's allocators are each provider's
-    # (hookspecs.ort_create_allocator); there is no process-wide allocator to register
-    "create_and_register_allocator", "create_and_register_allocator_v2",
     # onnxruntime 1.32's model-package format (multi-variant packages of EP-compiled models)
     "ModelPackage", "ModelPackageComponentContext", "ModelPackageContext", "ModelPackageOptions",
     "ModelPackageWriteMode",
-    # views handed to onnxruntime's write/initializer callbacks of its compile API, which
-    # ort_core's ModelCompiler does not have
-    "OrtEpContextData", "OrtExternalInitializerInfo",
     # onnxruntime's Python wrapper class of its C++ binding, an internal of IOBinding
     "SessionIOBinding",
 }
-CLASS_NOT_APPLICABLE: dict[str, set[str]] = {}
+CLASS_NOT_APPLICABLE: dict[str, set[str]] = {
+    # the instance attribute holding onnxruntime's wrapper of the user's function for its C++
+    # binding (the function itself is the constructor's argument, as here)
+    "ModelCompiler": {"get_initializer_location_func_wrapper"},
+}
 
 
 def _public(obj) -> set[str]:
@@ -483,6 +578,8 @@ def test_ort_core_has_every_public_name_of_onnxruntime(core, tmp_path):
 
     missing = sorted(_public(onnxruntime) - _public(core) - NOT_APPLICABLE)
     assert not missing, f"onnxruntime names ort_core lacks: {missing}"
+    stale = sorted(NOT_APPLICABLE & _public(core))
+    assert not stale, f"allow-listed as not applicable, yet ort_core has them: {stale}"
     sess_ort = session(onnxruntime, two_outputs())
     sess_core = session(core, two_outputs())
     pairs = {
@@ -493,6 +590,10 @@ def test_ort_core_has_every_public_name_of_onnxruntime(core, tmp_path):
         "OrtValue": (onnxruntime.OrtValue.ortvalue_from_numpy(X), core.OrtValue.ortvalue_from_numpy(X)),
         "OrtEpDevice": (onnxruntime.get_ep_devices()[0], core.get_ep_devices()[0]),
         "OrtHardwareDevice": (onnxruntime.get_ep_devices()[0].device, core.get_ep_devices()[0].device),
+        "ModelCompiler": (onnxruntime.ModelCompiler(onnxruntime.SessionOptions(), two_outputs()),
+                          core.ModelCompiler(core.SessionOptions(), two_outputs())),
+        "AdapterFormat": (onnxruntime.AdapterFormat(), core.AdapterFormat()),
+        "LoraAdapter": (onnxruntime.LoraAdapter(), core.LoraAdapter()),
     }
     for cls, (a, b) in pairs.items():
         lacking = sorted(_public(a) - _public(b) - CLASS_NOT_APPLICABLE.get(cls, set()))

@@ -88,6 +88,27 @@ def test_fused_group_without_cycle(host, registry):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], chain_expected(x), rtol=1e-6)
 
 
+def test_a_fused_group_takes_an_overridable_initializer_as_an_input(host, registry):
+    """An initializer that is also a graph input (a feed may replace it: LoRA weights, a
+    threshold) is an input of the fused group and its model, not a constant baked into the
+    compiled group: the fed value is used, and the default where none is fed."""
+    fused = FakeDeviceProvider("FusedExecutionProvider", ops={"Add", "Relu", "Mul"}, fuse=True)
+    ort.register(fused, "fused")
+    model = chain_model()
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4]))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["FusedExecutionProvider", CPU])
+    assert {p.name: p.group for p in sess.get_placement().nodes}["mul"] == 0
+    group = [i for i, n in enumerate(sess._graph.nodes) if n.name in ("add", "relu1", "mul", "relu2")]
+    assert sess._graph.group_io(group)[0] == ("x", "w")
+    exported = sess._graph.group_to_model(group)
+    assert [i.name for i in exported.graph.input] == ["x", "w"] and not exported.graph.initializer
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], chain_expected(x), rtol=1e-6)
+    w = np.array([0.5, 1.0, -1.0, 2.0], np.float32)
+    want = np.maximum(np.maximum(x + w, 0) * w, 0) - x
+    np.testing.assert_allclose(sess.run(None, {"x": x, "w": w})[0], want, rtol=1e-6)
+
+
 def test_warning_line_summarises_fallback(host, fake, caplog):
     with caplog.at_level(logging.WARNING, logger="ort_core"):
         ort.InferenceSession(chain_model(), providers=[FAKE, CPU])

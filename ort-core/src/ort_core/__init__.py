@@ -89,6 +89,7 @@ _LAZY = {
     "OrtExecutionProviderDevicePolicy": "policy",
     "OrtEpAssignedNode": "assignment", "OrtEpAssignedSubgraph": "assignment",
     "OrtEpContextDataBuffer": "epcontext", "OrtEpContextData": "epcontext", "OrtExternalInitializerInfo": "epcontext",
+    "AdapterFormat": "lora", "LoraAdapter": "lora",
 }
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
         OrtExternalInitializerInfo,
     )
     from .graph.view import GraphView, NodeView, ValueView
+    from .lora import AdapterFormat, LoraAdapter
     from .optimizer.fusion import CORE_DOMAIN
     from .partition import CopyPlacement, NodePlacement, Placement
     from .policy import OrtExecutionProviderDevicePolicy
@@ -319,26 +321,6 @@ def disable_telemetry_events() -> None:
 def has_collective_ops() -> bool:
     """False: no collective (multi-device communication) ops are built in."""
     return False
-
-
-class AdapterFormat:
-    """onnxruntime's LoRA adapter file format: refused, ort-core has no adapter support."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise OrtNotImplemented("AdapterFormat: ort-core has no LoRA adapter support; merge the adapter into the "
-                             "model's initializers (SessionOptions.add_initializer)")
-
-    @staticmethod
-    def read_adapter(file_path: str) -> AdapterFormat:
-        return AdapterFormat()
-
-
-class LoraAdapter:
-    """onnxruntime's LoRA adapter: refused, ort-core has no adapter support."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise OrtNotImplemented("LoraAdapter: ort-core has no LoRA adapter support; merge the adapter into the "
-                             "model's initializers (SessionOptions.add_initializer)")
 
 
 def get_build_info() -> str:

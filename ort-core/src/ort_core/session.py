@@ -28,6 +28,7 @@ from .binding import IOBinding
 from .errors import EPFail, Fail, InvalidArgument, InvalidGraph, NoSuchProvider, OrtError
 from .graph.load import MAP_TYPES, ModelSource, load_model
 from .graph.view import GraphView
+from .lora import LoraAdapter, with_adapters
 from .memory import OrtValue
 from .partition import CPU_PROVIDER, BoundProvider, NodePlacement, Placement, partition
 from .plan import Plan, PlanRunner, _claim_io
@@ -323,14 +324,15 @@ class RunOptions:
         #: run only the nodes the requested outputs need (onnxruntime runs them all by default)
         self.only_execute_path_to_fetches: bool = False
         self._config: dict[str, str] = {}
+        self._adapters: list[LoraAdapter] = []  # add_active_adapter's
 
-    def add_active_adapter(self, adapter: Any) -> None:
-        """Refused: ort-core has no LoRA adapters (see ``LoraAdapter``)."""
-        from .errors import NotImplemented as OrtNotImplemented
-
-        raise OrtNotImplemented("RunOptions.add_active_adapter: ort-core has no LoRA adapter support (onnxruntime's "
-                             ".onnx_adapter format binds parameters inside its own kernels); merge the adapter "
-                             "into the model's initializers (SessionOptions.add_initializer)")
+    def add_active_adapter(self, adapter: LoraAdapter) -> None:
+        """Feed ``adapter``'s parameters (a loaded ``LoraAdapter``) to the runs made with these
+        options, by name; adapters added later win where names repeat."""
+        if not isinstance(adapter, LoraAdapter):
+            raise InvalidArgument(f"add_active_adapter needs an ort_core.LoraAdapter, got {type(adapter).__name__}")
+        adapter.parameters  # noqa: B018  (refused here when nothing was loaded)
+        self._adapters.append(adapter)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -1016,6 +1018,8 @@ class InferenceSession:
         ``output_memory`` (name -> (memory, its transfer)) stay in that memory."""
         if run_options is not None and run_options.terminate:
             raise Fail("Exiting due to terminate flag being set to true (run_options.terminate): run refused")
+        if run_options is not None and run_options._adapters:
+            input_feed = with_adapters(input_feed, run_options._adapters, {c[0] for c in self._input_checks})
         feeds = self._checked_feeds(input_feed)
         if feeds is not None and output_memory is None:
             plan = self._plan  # host arrays in (what _checked_feeds passes), host arrays out

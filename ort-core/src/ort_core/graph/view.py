@@ -301,8 +301,10 @@ class GraphView:
 
     # ------------------------------------------------------------ groups
     def group_io(self, indices: Iterable[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Boundary of a group of nodes: (values it reads from outside, excluding initializers;
-        values it produces that are read outside or are graph outputs)."""
+        """Boundary of a group of nodes: (values it reads from outside, excluding the constant
+        initializers; values it produces that are read outside or are graph outputs). An
+        initializer that is also a graph input (overridable: a feed may replace it, as an
+        active LoRA adapter's parameters do) is an input of the group, not a constant of it."""
         group = set(indices)
         ordered = sorted(group)
         produced: set[str] = set()
@@ -314,7 +316,7 @@ class GraphView:
                     name
                     and name not in produced
                     and name not in inputs
-                    and not (self.defines(name) and self.value(name).is_initializer)
+                    and not (self.defines(name) and self._is_constant_initializer(name))
                 ):
                     inputs.append(name)
             produced.update(n for n in node.outputs if n)
@@ -338,7 +340,7 @@ class GraphView:
         for i in ordered:
             node = self.nodes[i]
             for name in (*node.inputs, *node.implicit_inputs):
-                if name and name not in used_initializers and self._is_initializer(name):
+                if name and name not in used_initializers and self._is_constant_initializer(name):
                     used_initializers.append(name)
         initializers = []
         for name in used_initializers:
@@ -357,11 +359,13 @@ class GraphView:
         model.ir_version = self.ir_version
         return model
 
-    def _is_initializer(self, name: str) -> bool:
+    def _is_constant_initializer(self, name: str) -> bool:
+        """An initializer no feed can replace (not also a graph input)."""
         try:
-            return self.value(name).is_initializer
+            value = self.value(name)
         except KeyError:
             return False
+        return value.is_initializer and not value.is_graph_input
 
     def _value_info(self, name: str) -> onnx.ValueInfoProto:
         value = self.value(name)
