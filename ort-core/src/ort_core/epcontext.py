@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -556,8 +557,13 @@ class ModelCompiler:
                 if tensor.data_location != onnx.TensorProto.EXTERNAL:
                     continue
                 entries = {e.key: e.value for e in tensor.external_data}
+                if "length" in entries:
+                    size = int(entries["length"])
+                else:  # (the data runs to the end of the file: the tensor's own byte count)
+                    itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+                    size = itemsize * math.prod(tensor.dims)
                 found[tensor.name] = OrtExternalInitializerInfo(entries.get("location", ""), int(entries.get("offset", 0)),
-                                                                int(entries.get("length", 0)))
+                                                                size)
         return found
 
     def _deliver(self, files: Mapping[str, bytes], folder: Path) -> None:
