@@ -376,6 +376,24 @@ def test_lora_adapter_files_interchange_with_onnxruntime(core, tmp_path):
             assert got.tobytes() == arrays[name].tobytes(), name
 
 
+def test_lora_adapters_apply_to_bound_runs_too(core, tmp_path):
+    """``run_with_iobinding`` with the options feeds the adapter as ``run`` does (onnxruntime
+    1.32 ignores active adapters in a bound run: its output there is the unadapted model's)."""
+    fmt = core.AdapterFormat()
+    fmt.set_parameters({"lora_a": LORA_A, "lora_b": LORA_B})
+    fmt.export_adapter(str(tmp_path / "a.onnx_adapter"))
+    adapter = core.LoraAdapter()
+    adapter.Load(str(tmp_path / "a.onnx_adapter"))
+    ro = core.RunOptions()
+    ro.add_active_adapter(adapter)
+    sess = session(core, lora_model())
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", X)
+    binding.bind_output("y")
+    sess.run_with_iobinding(binding, ro)
+    np.testing.assert_allclose(binding.copy_outputs_to_cpu()[0], X + X @ LORA_A @ LORA_B, rtol=1e-6)
+
+
 def test_lora_adapters_refuse_what_they_cannot_use(core, tmp_path):
     with pytest.raises(core.InvalidArgument, match="needs an ort_core.LoraAdapter"):
         core.RunOptions().add_active_adapter(object())
