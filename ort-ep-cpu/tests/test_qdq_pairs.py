@@ -187,3 +187,27 @@ def test_each_quantize_nodes_parameters_are_read_once_per_session(monkeypatch):
     session = ort.InferenceSession(_pair_model(TensorProto.UINT8, 128, 128, 1.0, 0.0125), providers=["CPUExecutionProvider"])
     assert len({p.group for p in session.get_placement().nodes if p.name != "neg"}) == 1  # the pair, fused
     assert sorted(reads) == [1, 2]
+
+
+@pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_ALL"])
+def test_a_pair_on_a_constant_weight_runs_at_every_level(level):
+    """A float weight quantized at run time (QuantizeLinear of an initializer, then its
+    DequantizeLinear, as quantize_static writes some weights): with nothing folded
+    (ORT_DISABLE_ALL) the pair was claimed as a group reading the weight as an input, which a
+    group never gets: the run failed with KeyError naming the weight (a QDQ PP-OCR classifier)."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["w", "s", "z"], ["wq"]),
+             helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
+             helper.make_node("MatMul", ["x", "wd"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ReferenceEvaluator(data).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -463,7 +463,12 @@ def fake_quant_pairs(graph: GraphView, claimed: Iterable[int]) -> list[tuple[int
     claimed = set(claimed)
     pairs = []
     for i in sorted(claimed):
-        fq = fake_quant(graph.nodes[i], graph, claimed)
+        node = graph.nodes[i]
+        if node.inputs and node.inputs[0] and fixed_constant(graph, node.inputs[0]) is not None:
+            # a constant's pair (a weight quantized at run time: nothing folded it, as at
+            # ORT_DISABLE_ALL) stays two nodes: a group reads no constant as an input
+            continue
+        fq = fake_quant(node, graph, claimed)
         if fq is not None:
             pairs.append((i, fq.dq))
     return pairs
