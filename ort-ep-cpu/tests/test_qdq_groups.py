@@ -349,6 +349,64 @@ def _paddle_activations() -> onnx.ModelProto:
     return n.model(n.conv(x, 8, 8))
 
 
+def _paddle_lcnet_hard_swish(convs: int = 3) -> onnx.ModelProto:
+    """PP-LCNet's hard swish as Paddle exports it, x * Clip(x + 3, 0, 6) / 6 (the Mul before
+    the Div), after each of ``convs`` convolutions (every other one depthwise), the last one
+    read by a GlobalAveragePool (which takes float32, not codes: its pair is in the chain)."""
+    n = Net(3, 16, seed=6)
+    x, c_in = "x", 3
+    for k in range(convs):
+        c_out = 8 if k % 2 == 0 else c_in
+        x = n.conv(x, c_in, c_out, group=1 if k % 2 == 0 else c_in)
+        clipped = n.op("Clip", [n.op("Add", [x, n.const(3.0)]), n.const(0.0), n.const(6.0)])
+        x = n.op("Div", [n.op("Mul", [x, clipped]), n.const(6.0)])
+        c_in = c_out
+    return n.model(n.conv(n.op("GlobalAveragePool", [x]), c_in, 4, k=1))
+
+
+def test_a_qdq_hard_swish_is_one_compiled_step(monkeypatch):
+    """Its Add, Mul and Div with their Q/DQ pairs (quantize_static drops the Clip) run as one
+    compiled pass whose outputs are the steps' own, bit for bit, and onnxruntime's within the
+    file's steps."""
+    data = quantized(_paddle_lcnet_hard_swish(), "uint8", True)
+    x = np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    made = []
+    real = onednn_group._HardSwishChain.__init__
+
+    def counted(self, *args):
+        made.append(args)
+        real(self, *args)
+
+    monkeypatch.setattr(onednn_group._HardSwishChain, "__init__", counted)
+    fused = _session(data).run(None, {"x": x})[0]
+    assert len(made) == 3
+    assert any(args[4] is None for args in made) and any(args[4] is not None for args in made)  # both ends
+    monkeypatch.setattr(onednn_group._jit, "qdq_hard_swish", lambda: None)
+    assert np.array_equal(_session(data).run(None, {"x": x})[0], fused)
+    assert len(made) == 3  # (no loop: no fusion)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = exact_reference.session(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    off = np.abs(fused.astype(np.float64) - want) / _step(data)
+    assert off.max() <= STEPS + 1e-3 and (off > 0.5).mean() <= OFF_FRACTION, off.max()
+
+
+def test_a_hard_swish_chain_value_read_elsewhere_is_not_fused(monkeypatch):
+    """A value between the chain's steps that another node reads (here the Mul's, by a
+    second elementwise branch) keeps the steps apart: the fused pass would not make it."""
+    n = Net(3, 16, seed=7)
+    x = n.conv("x", 3, 8)
+    clipped = n.op("Clip", [n.op("Add", [x, n.const(3.0)]), n.const(0.0), n.const(6.0)])
+    product = n.op("Mul", [x, clipped])
+    y = n.op("Add", [n.op("Div", [product, n.const(6.0)]), n.op("Mul", [product, n.const(0.5)])])
+    data = quantized(n.model(n.conv(y, 8, 4)), "uint8", True)
+    made = []
+    monkeypatch.setattr(onednn_group, "_HardSwishChain", lambda *args: made.append(args))
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _session(data).run(None, {"x": x})
+    assert made == []
+
+
 @pytest.mark.parametrize("quantize", [False, True], ids=["float", "qdq"])
 def test_written_out_hard_swish_and_gelu_stay_in_the_group(quantize):
     """Clip of constant bounds, Div / Sub by a constant and Erf are group members: a written-out

@@ -66,6 +66,8 @@ _quantize: Callable | None = None
 _dequantize: Callable | None = None
 _dequantize_axis: Callable | None = None
 _fake_quantize: Callable | None = None
+_fake_quantize_value: Callable | None = None  # the scalar pair, a global of the loops below (set by _load)
+_qdq_hard_swish: Callable | None = None
 _packed_product: Callable | None = None
 _quantized_lstm_quad_scan: Callable | None = None
 _quantized_lstm_buffers: Callable | None = None  # the scans' inline helpers
@@ -281,6 +283,15 @@ def fake_quantize(parts: int = 1) -> Callable | None:
     if not _load():
         return None
     return _fake_quantize if parts <= 1 or _forked else _split(_fake_quantize_split)
+
+
+def qdq_hard_swish() -> Callable | None:
+    """The compiled loop ``(x, add, pair1, pair2, divisor, last, pair3, y)`` over flat float32
+    arrays, or None: a QDQ model's hard swish spelled out, each step's Q/DQ pair in float32
+    (``FakeQuant``'s arithmetic, each pair a (scale, lo, hi, shift, out_scale) float32 tuple):
+    a = pair1(x + add), b = pair2(x * a), y = b / divisor, then y = pair3(y) where ``last``.
+    One pass where the steps took five or six (``onednn_group._HardSwishChain``)."""
+    return _qdq_hard_swish if _load() else None
 
 
 def packed_product(parts: int = 1) -> Callable | None:
@@ -709,6 +720,7 @@ def _load_once() -> None:
     global _depthwise, _depthwise_flat, _hard_sigmoid_value, _gelu_rows, _gelu_value, _taps_into, _interleave, _tried
     global _layer_norm_rows, _lstm_scan, _lstm_panel_scan, _gru_scan, _rnn_scan, _recurrent_product, _sigmoid_value, _exp_value, _tanh_value
     global _erf_value, _erf, _quantize, _dequantize, _dequantize_axis, _fake_quantize, _packed_product
+    global _fake_quantize_value, _qdq_hard_swish
     global _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4, _prange, _packed_share, _packed_product_split
     global _fma_rows1, _fma_rows2, _fma_rows3, _fma_rows4, _fma_rows5, _fma_rows6, _float_share, _float_product
     global _float_product_split
@@ -735,6 +747,7 @@ def _load_once() -> None:
             except ImportError:  # optional dependency
                 _depthwise = _depthwise_flat = _gelu_rows = _interleave = _layer_norm_rows = None
                 _lstm_scan = _lstm_panel_scan = _gru_scan = _rnn_scan = _erf = _quantize = _dequantize = _dequantize_axis = _fake_quantize = None
+                _fake_quantize_value = _qdq_hard_swish = None
                 _packed_product = None
                 _packed_product_split = _packed_share = None
                 _float_share = _float_product = _float_product_split = None
@@ -780,7 +793,9 @@ def _load_once() -> None:
                 _quantize = numba.njit(cache=cached, **elementwise)(_quantize_py)
                 _dequantize = numba.njit(cache=cached, **elementwise)(_dequantize_py)
                 _dequantize_axis = numba.njit(cache=cached, **elementwise)(_dequantize_axis_py)
+                _fake_quantize_value = numba.njit(inline="always", **elementwise)(_fake_quantize_value_py)
                 _fake_quantize = numba.njit(cache=cached, **elementwise)(_fake_quantize_py)
+                _qdq_hard_swish = numba.njit(cache=cached, **elementwise)(_qdq_hard_swish_py)
                 # the register blocks are globals of the product's loop: made first
                 from . import _vector_ir
                 _madd_rows1, _madd_rows2, _madd_rows3, _madd_rows4 = (_vector_ir.madd_block(rows) for rows in (1, 2, 3, 4))
@@ -1334,14 +1349,32 @@ def _fake_quantize_split_py(x, scale, lo, hi, shift, out_scale, y, parts):  # pr
         _fake_quantize(x[first:end], scale, lo, hi, shift, out_scale, y[first:end], 1)
 
 
+def _fake_quantize_value_py(v, scale, lo, hi, shift, out_scale):  # pragma: no cover - compiled by numba
+    """(clip(rint(v / scale), lo, hi) + shift) * out_scale: one value's Q/DQ pair in float32."""
+    q = np.rint(v / scale)
+    q = q if q >= lo else lo  # NaN too (QuantizeLinear's type minimum)
+    q = hi if q > hi else q
+    return (q + shift) * out_scale
+
+
 def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y, parts):  # pragma: no cover - compiled by numba
     """y = (clip(rint(x / scale), lo, hi) + shift) * out_scale over flat float32 arrays, on
     the calling thread (``parts`` is not read)."""
     for i in range(x.size):
-        q = np.rint(x[i] / scale)
-        q = q if q >= lo else lo  # NaN too (QuantizeLinear's type minimum)
-        q = hi if q > hi else q
-        y[i] = (q + shift) * out_scale
+        y[i] = _fake_quantize_value(x[i], scale, lo, hi, shift, out_scale)
+
+
+def _qdq_hard_swish_py(x, add, pair1, pair2, divisor, last, pair3, y):  # pragma: no cover - compiled by numba
+    """See ``qdq_hard_swish``: the steps' float32 operations in their order, value by value."""
+    s1, lo1, hi1, sh1, o1 = pair1
+    s2, lo2, hi2, sh2, o2 = pair2
+    s3, lo3, hi3, sh3, o3 = pair3
+    for i in range(x.size):
+        v = x[i]
+        a = _fake_quantize_value(v + add, s1, lo1, hi1, sh1, o1)
+        b = _fake_quantize_value(v * a, s2, lo2, hi2, sh2, o2)
+        c = b / divisor
+        y[i] = _fake_quantize_value(c, s3, lo3, hi3, sh3, o3) if last else c
 
 
 _U32 = np.uint32

@@ -66,7 +66,7 @@ A group forms only where oneDNN is in use and chooses one of ``_onednn.LAYOUTS``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ import numpy as np
 from ort_core import CORE_DOMAIN, Kernel, KernelRequest
 from ort_core.graph.view import GraphView, NodeView
 
-from . import _onednn
+from . import _jit, _onednn
 from ._util import GroupMembers, MemberError, member_label, without_subnormals
 from ._util import dequantized_constant as _dequantized_constant
 from ._util import fixed_constant as _fixed_constant
@@ -483,6 +483,7 @@ class _Program:
         self.where: dict[str, dict[str, int]] = {}  # value -> {layout ("" for NCHW): slot}
         self.steps: list[tuple[Callable, tuple[int, ...], int]] = []
         self.labels: list[str] = []  # per step, what it is: errors name the member node
+        self.step_nodes: list[NodeView | None] = []  # per step, the member it computes alone (if one)
         self.slots = 0
         self.input_slots = [self._new(name, "") for name in inputs]
         self.primitives = 0  # members oneDNN runs (the rest run their own kernels)
@@ -493,12 +494,14 @@ class _Program:
             if node.index not in self.absorbed:
                 self._add(node, kernel)
         self.output_slots = [self._slot(name, "") for name in outputs]
+        self._fuse_hard_swish_chains()
         self._schedule_frees()
 
     # ---------------------------------------------------------------- building
-    def _step(self, fn: Callable, ins: tuple[int, ...], out: int, label: str) -> None:
+    def _step(self, fn: Callable, ins: tuple[int, ...], out: int, label: str, node: NodeView | None = None) -> None:
         self.steps.append((fn, ins, out))
         self.labels.append(label)
+        self.step_nodes.append(node)
 
     def _new(self, name: str, layout: str) -> int:
         slot = self.slots
@@ -590,7 +593,7 @@ class _Program:
         else:
             raise _onednn.OneDNNError(f"{node.name}: no output shape for input shape {self.shape[node.inputs[0]]}")
         ins = tuple(self._slot(n, layout) for n in names)
-        self._step(_single(kernel), ins, self._new(out, layout), _label(node))
+        self._step(_single(kernel), ins, self._new(out, layout), _label(node), node)
 
     def _fake_quant(self, node: NodeView) -> None:
         """A QuantizeLinear and its DequantizeLinear as one step, in either layout (one scale
@@ -604,7 +607,7 @@ class _Program:
             self._step(_Quantize(*codes), (self._slot(x_name, "nhwc"),), self._new(out, CODES), _label(node))
         else:
             layout = self._held_in([x_name])
-            self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node))
+            self._step(fq, (self._slot(x_name, layout),), self._new(out, layout), _label(node), node)
         self.absorbed.add(fq.dq)
 
     def _wants_codes(self, name: str) -> bool:
@@ -924,6 +927,76 @@ class _Program:
             self._step(_ChannelSlice(start, start + size), (x,), self._new(name, "nhwc"), _label(node))
             start += size
 
+    def _fuse_hard_swish_chains(self) -> None:
+        """Each QDQ hard swish written out as PP-OCR's backbones have it, x -> Add(x, 3) (its
+        Clip dropped by the pair after it) -> pair -> Mul(x, .) -> pair -> Div(., 6) [-> pair],
+        as one compiled step (``_HardSwishChain``) where the values between the steps are read
+        by the next step only: five or six passes over the activation (about 5 us each on
+        PP-LCNet's) become one."""
+        if _jit.qdq_hard_swish() is None:
+            return
+        readers: dict[int, int] = {}
+        for _, ins, _ in self.steps:
+            for slot in ins:
+                readers[slot] = readers.get(slot, 0) + 1
+        for slot in self.output_slots:
+            readers[slot] = readers.get(slot, 0) + 2  # (an output is never fused away)
+        k = 0
+        while k + 5 <= len(self.steps):
+            chain = self._hard_swish_chain(k, readers)
+            if chain is None:
+                k += 1
+                continue
+            count, fused, x_slot = chain
+            out = self.steps[k + count - 1][2]
+            label = f"{self.labels[k]} (and the {count - 1} steps of its hard swish after it)"
+            self.steps[k:k + count] = [(fused, (x_slot,), out)]
+            self.labels[k:k + count] = [label]
+            self.step_nodes[k:k + count] = [None]
+            k += 1
+
+    def _hard_swish_chain(self, k: int, readers: Mapping[int, int]) -> tuple[int, _HardSwishChain, int] | None:
+        """(steps taken, the fused step, the slot of x) for the chain that starts at step
+        ``k``, or None."""
+        steps, nodes = self.steps[k:k + 6], self.step_nodes[k:k + 6]
+        add, mul, div = nodes[0], nodes[2], nodes[4]
+        if not (_is_op(add, "Add") and _is_op(mul, "Mul") and _is_op(div, "Div")):
+            return None
+        pairs = [steps[j][0] for j in (1, 3)] + ([steps[5][0]] if len(steps) > 5 else [])
+        if not all(isinstance(p, FakeQuant) for p in pairs[:2]):
+            return None
+        if len(steps[0][1]) != 1:
+            return None
+        (x_slot,), outs = steps[0][1], [s[2] for s in steps]
+        if (steps[1][1] != (outs[0],) or sorted(steps[2][1]) != sorted((x_slot, outs[1]))
+                or steps[3][1] != (outs[2],) or steps[4][1] != (outs[3],)):
+            return None
+        if any(readers.get(outs[j], 0) != 1 for j in range(4)):
+            return None
+        offset = self._scalar_operand(add, either=True)
+        divisor = self._scalar_operand(div, either=False)
+        if offset is None or divisor is None:
+            return None
+        last = (len(steps) > 5 and isinstance(pairs[-1], FakeQuant) and steps[5][1] == (outs[4],)
+                and readers.get(outs[4], 0) == 1)
+        originals = [s[0] for s in steps[:6 if last else 5]]
+        mul_x_first = steps[2][1][0] == x_slot
+        fused = _HardSwishChain(offset, pairs[0], pairs[1], divisor, pairs[2] if last else None, originals,
+                                mul_x_first)
+        return (6 if last else 5), fused, x_slot
+
+    def _scalar_operand(self, node: NodeView, either: bool) -> np.float32 | None:
+        """The one-element float32 constant operand of the binary ``node`` (its second input;
+        either input where ``either``) whose other operand is a value of the group, or None."""
+        a, b = node.inputs
+        constant = _constant(self.graph, b)
+        if constant is None and either:
+            a, constant = b, _constant(self.graph, a)
+        if (constant is None or constant.size != 1 or constant.dtype != np.float32 or constant.ndim > 4
+                or _constant(self.graph, a) is not None):
+            return None
+        return np.float32(constant.reshape(()))
+
     def _schedule_frees(self) -> None:
         """Each step drops the slots no later step reads (the outputs are kept)."""
         last: dict[int, int] = {}
@@ -958,6 +1031,44 @@ class _Program:
         except Exception as error:
             raise MemberError(f"{self.labels[k]}: {type(error).__name__}: {error}") from error
         return [values[slot] for slot in self.output_slots]
+
+
+def _is_op(node: NodeView | None, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and not node.domain
+
+
+class _HardSwishChain:
+    """A QDQ hard swish's steps as one compiled pass (``_jit.qdq_hard_swish``): the float32
+    operations of the steps it replaces, in their order, so its output is theirs bit for bit;
+    those steps (``originals``) run instead where the loop is not there or x is not float32."""
+
+    def __init__(self, offset: np.float32, pair1: FakeQuant, pair2: FakeQuant, divisor: np.float32,
+                 pair3: FakeQuant | None, originals: Sequence[Callable], mul_x_first: bool):
+        self.offset, self.divisor = offset, divisor
+        self.pairs = tuple(_pair_tuple(p) for p in (pair1, pair2, pair3 or pair1))
+        self.last = pair3 is not None
+        self.originals, self.mul_x_first = list(originals), mul_x_first
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        loop = _jit.qdq_hard_swish()
+        if loop is None or x.dtype != np.float32:
+            return self._stepwise(x)
+        x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, np.float32)
+        loop(x.reshape(-1), self.offset, self.pairs[0], self.pairs[1], self.divisor, self.last, self.pairs[2],
+             y.reshape(-1))
+        return y
+
+    def _stepwise(self, x: np.ndarray) -> np.ndarray:
+        add, pair1, mul, pair2, div, *last = self.originals
+        a = pair1(add(x))
+        b = pair2(mul(x, a) if self.mul_x_first else mul(a, x))
+        y = div(b)
+        return last[0](y) if last else y
+
+
+def _pair_tuple(fq: FakeQuant) -> tuple[np.float32, ...]:
+    return (np.float32(fq.scale), np.float32(fq.lo), np.float32(fq.hi), np.float32(fq.shift), np.float32(fq.out_scale))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
