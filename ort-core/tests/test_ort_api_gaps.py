@@ -573,7 +573,7 @@ def test_register_execution_provider_library(core, tmp_path, capsys):
 # onnxruntime's public names that cannot apply to ort_core, each with why
 NOT_APPLICABLE = {
     # onnxruntime's implementation modules and helpers, not API
-    "capi", "contextlib", "onnxruntime_validation", "import_capi_exception",
+    "contextlib", "onnxruntime_validation", "import_capi_exception",
     # onnxruntime 1.32's model-package format (multi-variant packages of EP-compiled models)
     "ModelPackage", "ModelPackageComponentContext", "ModelPackageContext", "ModelPackageOptions",
     "ModelPackageWriteMode",

@@ -134,7 +134,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    # (``capi``, onnxruntime's module paths, is imported at its first use, as the names above)
+    return sorted(set(globals()) | set(_LAZY) | {"capi"})
 
 # The providers of this project's family; get_all_providers() lists them and any other
 # provider installed here, as onnxruntime lists every provider its build knows.
