@@ -349,33 +349,39 @@ def _paddle_activations() -> onnx.ModelProto:
     return n.model(n.conv(x, 8, 8))
 
 
-def _paddle_lcnet_hard_swish(convs: int = 3) -> onnx.ModelProto:
+def _paddle_lcnet_hard_swish(convs: int = 3, divide_first: bool = False) -> onnx.ModelProto:
     """PP-LCNet's hard swish as Paddle exports it, x * Clip(x + 3, 0, 6) / 6 (the Mul before
     the Div), after each of ``convs`` convolutions (every other one depthwise), the last one
-    read by a GlobalAveragePool (which takes float32, not codes: its pair is in the chain)."""
+    read by a GlobalAveragePool (which takes float32, not codes: its pair is in the chain).
+    ``divide_first``: x * (Clip(x + 3, 0, 6) / 6), the other spelling."""
     n = Net(3, 16, seed=6)
     x, c_in = "x", 3
     for k in range(convs):
         c_out = 8 if k % 2 == 0 else c_in
         x = n.conv(x, c_in, c_out, group=1 if k % 2 == 0 else c_in)
         clipped = n.op("Clip", [n.op("Add", [x, n.const(3.0)]), n.const(0.0), n.const(6.0)])
-        x = n.op("Div", [n.op("Mul", [x, clipped]), n.const(6.0)])
+        if divide_first:
+            x = n.op("Mul", [x, n.op("Div", [clipped, n.const(6.0)])])
+        else:
+            x = n.op("Div", [n.op("Mul", [x, clipped]), n.const(6.0)])
         c_in = c_out
     return n.model(n.conv(n.op("GlobalAveragePool", [x]), c_in, 4, k=1))
 
 
-def test_a_qdq_hard_swish_is_one_compiled_step(monkeypatch):
+@pytest.mark.parametrize("divide_first", [False, True], ids=["mul-then-div", "div-then-mul"])
+def test_a_qdq_hard_swish_is_one_compiled_step(monkeypatch, divide_first):
     """Its Add, Mul and Div with their Q/DQ pairs (quantize_static drops the Clip) run as one
     compiled pass whose outputs are the steps' own, bit for bit, and onnxruntime's within the
     file's steps."""
-    data = quantized(_paddle_lcnet_hard_swish(), "uint8", True)
+    data = quantized(_paddle_lcnet_hard_swish(divide_first=divide_first), "uint8", True)
     x = np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)
     made = []
     real = onednn_group._HardSwishChain.__init__
 
-    def counted(self, *args):
+    def counted(self, *args, **kwargs):
         made.append(args)
-        real(self, *args)
+        real(self, *args, **kwargs)
+        assert self.divide_first == divide_first
 
     monkeypatch.setattr(onednn_group._HardSwishChain, "__init__", counted)
     fused = _session(data).run(None, {"x": x})[0]

@@ -286,11 +286,12 @@ def fake_quantize(parts: int = 1) -> Callable | None:
 
 
 def qdq_hard_swish() -> Callable | None:
-    """The compiled loop ``(x, add, pair1, pair2, divisor, last, pair3, y)`` over flat float32
-    arrays, or None: a QDQ model's hard swish spelled out, each step's Q/DQ pair in float32
-    (``FakeQuant``'s arithmetic, each pair a (scale, lo, hi, shift, out_scale) float32 tuple):
-    a = pair1(x + add), b = pair2(x * a), y = b / divisor, then y = pair3(y) where ``last``.
-    One pass where the steps took five or six (``onednn_group._HardSwishChain``)."""
+    """The compiled loop ``(x, add, pair1, pair2, divisor, divide_first, last, pair3, y)`` over
+    flat float32 arrays, or None: a QDQ model's hard swish spelled out, each step's Q/DQ pair in
+    float32 (``FakeQuant``'s arithmetic, each pair a (scale, lo, hi, shift, out_scale) float32
+    tuple): a = pair1(x + add), then b = pair2(x * a), y = b / divisor, or where
+    ``divide_first`` b = pair2(a / divisor), y = x * b; then y = pair3(y) where ``last``. One
+    pass where the steps took five or six (``onednn_group._HardSwishChain``)."""
     return _qdq_hard_swish if _load() else None
 
 
@@ -1364,7 +1365,7 @@ def _fake_quantize_py(x, scale, lo, hi, shift, out_scale, y, parts):  # pragma: 
         y[i] = _fake_quantize_value(x[i], scale, lo, hi, shift, out_scale)
 
 
-def _qdq_hard_swish_py(x, add, pair1, pair2, divisor, last, pair3, y):  # pragma: no cover - compiled by numba
+def _qdq_hard_swish_py(x, add, pair1, pair2, divisor, divide_first, last, pair3, y):  # pragma: no cover - compiled by numba
     """See ``qdq_hard_swish``: the steps' float32 operations in their order, value by value."""
     s1, lo1, hi1, sh1, o1 = pair1
     s2, lo2, hi2, sh2, o2 = pair2
@@ -1372,8 +1373,10 @@ def _qdq_hard_swish_py(x, add, pair1, pair2, divisor, last, pair3, y):  # pragma
     for i in range(x.size):
         v = x[i]
         a = _fake_quantize_value(v + add, s1, lo1, hi1, sh1, o1)
-        b = _fake_quantize_value(v * a, s2, lo2, hi2, sh2, o2)
-        c = b / divisor
+        if divide_first:
+            c = v * _fake_quantize_value(a / divisor, s2, lo2, hi2, sh2, o2)
+        else:
+            c = _fake_quantize_value(v * a, s2, lo2, hi2, sh2, o2) / divisor
         y[i] = _fake_quantize_value(c, s3, lo3, hi3, sh3, o3) if last else c
 
 

@@ -929,8 +929,8 @@ class _Program:
 
     def _fuse_hard_swish_chains(self) -> None:
         """Each QDQ hard swish written out as PP-OCR's backbones have it, x -> Add(x, 3) (its
-        Clip dropped by the pair after it) -> pair -> Mul(x, .) -> pair -> Div(., 6) [-> pair],
-        as one compiled step (``_HardSwishChain``) where the values between the steps are read
+        Clip dropped by the pair after it) -> pair -> Mul(x, .) -> pair -> Div(., 6) [-> pair]
+        (or with the Div before the Mul), as one compiled step (``_HardSwishChain``) where the values between the steps are read
         by the next step only: five or six passes over the activation (about 5 us each on
         PP-LCNet's) become one."""
         if _jit.qdq_hard_swish() is None:
@@ -959,8 +959,14 @@ class _Program:
         """(steps taken, the fused step, the slot of x) for the chain that starts at step
         ``k``, or None."""
         steps, nodes = self.steps[k:k + 6], self.step_nodes[k:k + 6]
-        add, mul, div = nodes[0], nodes[2], nodes[4]
-        if not (_is_op(add, "Add") and _is_op(mul, "Mul") and _is_op(div, "Div")):
+        add = nodes[0]
+        if _is_op(nodes[2], "Mul") and _is_op(nodes[4], "Div"):
+            mul_at, div_at = 2, 4
+        elif _is_op(nodes[2], "Div") and _is_op(nodes[4], "Mul"):
+            mul_at, div_at = 4, 2
+        else:
+            return None
+        if not _is_op(add, "Add"):
             return None
         pairs = [steps[j][0] for j in (1, 3)] + ([steps[5][0]] if len(steps) > 5 else [])
         if not all(isinstance(p, FakeQuant) for p in pairs[:2]):
@@ -968,21 +974,22 @@ class _Program:
         if len(steps[0][1]) != 1:
             return None
         (x_slot,), outs = steps[0][1], [s[2] for s in steps]
-        if (steps[1][1] != (outs[0],) or sorted(steps[2][1]) != sorted((x_slot, outs[1]))
-                or steps[3][1] != (outs[2],) or steps[4][1] != (outs[3],)):
+        if (steps[1][1] != (outs[0],) or steps[3][1] != (outs[2],)
+                or sorted(steps[mul_at][1]) != sorted((x_slot, outs[mul_at - 1]))
+                or steps[div_at][1] != (outs[div_at - 1],)):
             return None
         if any(readers.get(outs[j], 0) != 1 for j in range(4)):
             return None
         offset = self._scalar_operand(add, either=True)
-        divisor = self._scalar_operand(div, either=False)
+        divisor = self._scalar_operand(nodes[div_at], either=False)
         if offset is None or divisor is None:
             return None
         last = (len(steps) > 5 and isinstance(pairs[-1], FakeQuant) and steps[5][1] == (outs[4],)
                 and readers.get(outs[4], 0) == 1)
         originals = [s[0] for s in steps[:6 if last else 5]]
-        mul_x_first = steps[2][1][0] == x_slot
+        mul_x_first = steps[mul_at][1][0] == x_slot
         fused = _HardSwishChain(offset, pairs[0], pairs[1], divisor, pairs[2] if last else None, originals,
-                                mul_x_first)
+                                mul_x_first, divide_first=div_at < mul_at)
         return (6 if last else 5), fused, x_slot
 
     def _scalar_operand(self, node: NodeView, either: bool) -> np.float32 | None:
@@ -1043,8 +1050,8 @@ class _HardSwishChain:
     those steps (``originals``) run instead where the loop is not there or x is not float32."""
 
     def __init__(self, offset: np.float32, pair1: FakeQuant, pair2: FakeQuant, divisor: np.float32,
-                 pair3: FakeQuant | None, originals: Sequence[Callable], mul_x_first: bool):
-        self.offset, self.divisor = offset, divisor
+                 pair3: FakeQuant | None, originals: Sequence[Callable], mul_x_first: bool, divide_first: bool):
+        self.offset, self.divisor, self.divide_first = offset, divisor, divide_first
         self.pairs = tuple(_pair_tuple(p) for p in (pair1, pair2, pair3 or pair1))
         self.last = pair3 is not None
         self.originals, self.mul_x_first = list(originals), mul_x_first
@@ -1055,15 +1062,19 @@ class _HardSwishChain:
             return self._stepwise(x)
         x = np.ascontiguousarray(x)
         y = np.empty(x.shape, np.float32)
-        loop(x.reshape(-1), self.offset, self.pairs[0], self.pairs[1], self.divisor, self.last, self.pairs[2],
-             y.reshape(-1))
+        loop(x.reshape(-1), self.offset, self.pairs[0], self.pairs[1], self.divisor, self.divide_first, self.last,
+             self.pairs[2], y.reshape(-1))
         return y
 
     def _stepwise(self, x: np.ndarray) -> np.ndarray:
-        add, pair1, mul, pair2, div, *last = self.originals
+        add, pair1, first, pair2, second, *last = self.originals
         a = pair1(add(x))
-        b = pair2(mul(x, a) if self.mul_x_first else mul(a, x))
-        y = div(b)
+        if self.divide_first:
+            b = pair2(first(a))
+            y = second(x, b) if self.mul_x_first else second(b, x)
+        else:
+            b = pair2(first(x, a) if self.mul_x_first else first(a, x))
+            y = second(b)
         return last[0](y) if last else y
 
 
