@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
+from onnx import external_data_helper
 
 from ._enum import OrtFlags
 from .errors import EPFail, Fail, InvalidArgument, InvalidGraph
@@ -512,7 +513,7 @@ class ModelCompiler:
     def _place_initializers(self, proto: onnx.ModelProto) -> None:
         """Ask ``get_initializer_location_func`` about each initializer of the compiled model
         (by name, as onnxruntime asks), and point those it places at their file."""
-        from .graph.load import proto_graphs
+        from .graph.load import _TYPED_FIELDS, proto_graphs
         from .memory import OrtValue
 
         before = self._input_locations()
@@ -530,8 +531,7 @@ class ModelCompiler:
                 raise InvalidArgument(f"ModelCompiler: get_initializer_location_func returned "
                                       f"{type(place).__name__} for initializer {tensor.name!r}; return an "
                                       "OrtExternalInitializerInfo or None")
-            for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
-                          "string_data"):
+            for field in ("raw_data", *_TYPED_FIELDS):
                 tensor.ClearField(field)
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.EXTERNAL
@@ -554,16 +554,15 @@ class ModelCompiler:
         found = {}
         for graph in proto_graphs(model.graph):
             for tensor in graph.initializer:
-                if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                if not external_data_helper.uses_external_data(tensor):
                     continue
-                entries = {e.key: e.value for e in tensor.external_data}
-                if "length" in entries:
-                    size = int(entries["length"])
+                info = external_data_helper.ExternalDataInfo(tensor)
+                if info.length:
+                    size = int(info.length)
                 else:  # (the data runs to the end of the file: the tensor's own byte count)
                     itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
                     size = itemsize * math.prod(tensor.dims)
-                found[tensor.name] = OrtExternalInitializerInfo(entries.get("location", ""), int(entries.get("offset", 0)),
-                                                                size)
+                found[tensor.name] = OrtExternalInitializerInfo(info.location, int(info.offset or 0), size)
         return found
 
     def _deliver(self, files: Mapping[str, bytes], folder: Path) -> None:

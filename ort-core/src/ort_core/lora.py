@@ -223,7 +223,7 @@ class LoraAdapter:
         return self._parameters
 
 
-def with_adapters(feeds: Mapping[str, Any], adapters: list[LoraAdapter], input_names: set[str]) -> dict[str, Any]:
+def with_adapters(feeds: Mapping[str, Any], adapters: list[LoraAdapter], input_names: frozenset[str]) -> dict[str, Any]:
     """``feeds`` with the active adapters' parameters, in the order they were added (a later
     adapter's, and any adapter's over a feed's, as onnxruntime's); a parameter that names no
     input of the model is refused."""

@@ -1019,7 +1019,7 @@ class InferenceSession:
         if run_options is not None and run_options.terminate:
             raise Fail("Exiting due to terminate flag being set to true (run_options.terminate): run refused")
         if run_options is not None and run_options._adapters:
-            input_feed = with_adapters(input_feed, run_options._adapters, {c[0] for c in self._input_checks})
+            input_feed = with_adapters(input_feed, run_options._adapters, self._input_names)
         feeds = self._checked_feeds(input_feed)
         if feeds is not None and output_memory is None:
             plan = self._plan  # host arrays in (what _checked_feeds passes), host arrays out

@@ -766,12 +766,11 @@ def _set_value_types(graph: ir.Graph, taken: Mapping[str, tuple[int, list[int | 
     entries, read last, decide) nor on graph inputs."""
     if not taken:
         return
-    skipped = {id(v) for v in graph.outputs} | {id(v) for v in graph.inputs}
     values = [v for node in graph for v in node.outputs]
     values.extend(graph.initializers.values())
     for value in values:
         entry = taken.get(value.name)
-        if entry is None or id(value) in skipped:
+        if entry is None or value.is_graph_input() or value.is_graph_output():
             continue
         elem_type, dims = entry
         value.shape = None if dims is None else ir.Shape(dims, frozen=True)
