@@ -336,13 +336,13 @@ def test_products_of_few_rows_by_small_weights_run_compiled(monkeypatch, op, a_s
     assert all(parts == (2 if macs >= nn.ROW_SPLIT_MACS else 1) for parts in seen)  # _check: 2 threads
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 9])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9])
 @pytest.mark.parametrize("parts", [1, 2, 3])
 @pytest.mark.parametrize("bias", [False, True])
 def test_row_products_every_row_count_and_share(rows, parts, bias):
-    """The compiled row products (four rows a pass, then three, two or one; split into ``parts``
-    blocks of W's rows for nk, of K for kn) against a float64 product, for odd K and N that
-    leave every share and pass a remainder."""
+    """The compiled row products (four rows a pass, then three, two or one, each by fours of W's
+    rows and then its last ones; split into ``parts`` blocks of W's rows for nk, of K for kn)
+    against a float64 product, for odd K and N that leave every share and pass a remainder."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")
     loops = _jit.row_products(parts)
     if loops is None:

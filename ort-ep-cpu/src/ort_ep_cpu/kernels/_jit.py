@@ -115,6 +115,7 @@ _softmax_block: Callable | None = None  # the compiled _softmax_block_py (set by
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
+_nk_four_rows = _nk_three_rows = _nk_two_rows = None  # its row blocks, globals of it (set by _load)
 _rows_times_kn_part: Callable | None = None  # the compiled _rows_times_kn_part_py (set by _load)
 _rows_times_kn_add: Callable | None = None  # the compiled _rows_times_kn_add_py (set by _load)
 _rows_times_kn_split: Callable | None = None
@@ -735,6 +736,7 @@ def _load_once() -> None:
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
     global _exp, _exp_in_place, _exp_point, _log1p_unit, _softplus_value
+    global _nk_four_rows, _nk_three_rows, _nk_two_rows
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split, _rows_times_kn_add
     global _nan_max, _linear_finish, _scatter_rows
     global _binary_flat, _binary_rows, _binary_flat_split, _binary_rows_split
@@ -902,6 +904,10 @@ def _load_once() -> None:
                 # the shares are globals of the products: compiled first
                 _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
+                # the row blocks are globals of the share: compiled first
+                _nk_four_rows = numba.njit(inline="always", **reductions)(_nk_four_rows_py)
+                _nk_three_rows = numba.njit(inline="always", **reductions)(_nk_three_rows_py)
+                _nk_two_rows = numba.njit(inline="always", **reductions)(_nk_two_rows_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
                 _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
@@ -1643,56 +1649,27 @@ def _rows_times_nk_split_py(a, w, bias, y, parts):  # pragma: no cover - compile
 
 
 def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - compiled by numba
-    """y[:, first:end] of ``_rows_times_nk_py``: each dot vectorised over K, four rows a pass
-    over W's rows (each weight loaded once for four dots: the product is bound by reading W),
-    then three, two or one (three rows in one pass, not two then one: 34 -> 27.5 us for 3 x 256 x
-    768 on one thread)."""
-    m, k = a.shape
+    """y[:, first:end] of ``_rows_times_nk_py``: each dot vectorised over K; four, three or two
+    rows of a at once, each pass reading four of W's rows (every weight loaded once for all the
+    rows, every value of a once for four dots: 12-16 sums in registers), then the last row
+    alone (one row by four of W's rows measured no faster: it is bound by reading W). Three rows
+    in one pass, not two then one: 34 -> 27.5 us for 3 x 256 x 768 on one thread; four of W's
+    rows a pass, not one (us, one thread, old / now: 4 x 512 x 256 20.4 / 11.8, 3 x 256 x 768 24
+    / 16, 2 x 1024 x 1024 91 / 63)."""
+    m = a.shape[0]
     r = 0
     while r + 4 <= m:
-        a0, a1, a2, a3 = a[r], a[r + 1], a[r + 2], a[r + 3]
-        for j in range(first, end):
-            wj = w[j]
-            t0 = t1 = t2 = t3 = _F(0.0)
-            for kk in range(k):
-                v = wj[kk]
-                t0 += a0[kk] * v
-                t1 += a1[kk] * v
-                t2 += a2[kk] * v
-                t3 += a3[kk] * v
-            y[r, j] = t0
-            y[r + 1, j] = t1
-            y[r + 2, j] = t2
-            y[r + 3, j] = t3
+        _nk_four_rows(a, w, y, r, first, end)
         r += 4
     if r + 3 <= m:
-        a0, a1, a2 = a[r], a[r + 1], a[r + 2]
-        for j in range(first, end):
-            wj = w[j]
-            t0 = t1 = t2 = _F(0.0)
-            for kk in range(k):
-                v = wj[kk]
-                t0 += a0[kk] * v
-                t1 += a1[kk] * v
-                t2 += a2[kk] * v
-            y[r, j] = t0
-            y[r + 1, j] = t1
-            y[r + 2, j] = t2
+        _nk_three_rows(a, w, y, r, first, end)
         r += 3
     elif r + 2 <= m:
-        a0, a1 = a[r], a[r + 1]
-        for j in range(first, end):
-            wj = w[j]
-            t0 = t1 = _F(0.0)
-            for kk in range(k):
-                v = wj[kk]
-                t0 += a0[kk] * v
-                t1 += a1[kk] * v
-            y[r, j] = t0
-            y[r + 1, j] = t1
+        _nk_two_rows(a, w, y, r, first, end)
         r += 2
     if r < m:
         a0 = a[r]
+        k = a.shape[1]
         for j in range(first, end):
             wj = w[j]
             t0 = _F(0.0)
@@ -1705,6 +1682,128 @@ def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - co
                 y[r, j] += bias[j]
 
 
+def _nk_four_rows_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 4, first:end] = a[r:r + 4] @ w[first:end].T, by fours of W's rows (see
+    ``_rows_times_nk_share_py``)."""
+    k = a.shape[1]
+    a0, a1, a2, a3 = a[r], a[r + 1], a[r + 2], a[r + 3]
+    j = first
+    while j + 4 <= end:
+        w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = _F(0.0)
+        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = _F(0.0)
+        for kk in range(k):
+            u0, u1, u2, u3 = w0[kk], w1[kk], w2[kk], w3[kk]
+            v = a0[kk]
+            s00 += v * u0
+            s01 += v * u1
+            s02 += v * u2
+            s03 += v * u3
+            v = a1[kk]
+            s10 += v * u0
+            s11 += v * u1
+            s12 += v * u2
+            s13 += v * u3
+            v = a2[kk]
+            s20 += v * u0
+            s21 += v * u1
+            s22 += v * u2
+            s23 += v * u3
+            v = a3[kk]
+            s30 += v * u0
+            s31 += v * u1
+            s32 += v * u2
+            s33 += v * u3
+        y[r, j], y[r, j + 1], y[r, j + 2], y[r, j + 3] = s00, s01, s02, s03
+        y[r + 1, j], y[r + 1, j + 1], y[r + 1, j + 2], y[r + 1, j + 3] = s10, s11, s12, s13
+        y[r + 2, j], y[r + 2, j + 1], y[r + 2, j + 2], y[r + 2, j + 3] = s20, s21, s22, s23
+        y[r + 3, j], y[r + 3, j + 1], y[r + 3, j + 2], y[r + 3, j + 3] = s30, s31, s32, s33
+        j += 4
+    for jj in range(j, end):
+        wj = w[jj]
+        t0 = t1 = t2 = t3 = _F(0.0)
+        for kk in range(k):
+            v = wj[kk]
+            t0 += a0[kk] * v
+            t1 += a1[kk] * v
+            t2 += a2[kk] * v
+            t3 += a3[kk] * v
+        y[r, jj], y[r + 1, jj], y[r + 2, jj], y[r + 3, jj] = t0, t1, t2, t3
+
+
+def _nk_three_rows_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 3, first:end], as ``_nk_four_rows_py``."""
+    k = a.shape[1]
+    a0, a1, a2 = a[r], a[r + 1], a[r + 2]
+    j = first
+    while j + 4 <= end:
+        w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = s20 = s21 = s22 = s23 = _F(0.0)
+        for kk in range(k):
+            u0, u1, u2, u3 = w0[kk], w1[kk], w2[kk], w3[kk]
+            v = a0[kk]
+            s00 += v * u0
+            s01 += v * u1
+            s02 += v * u2
+            s03 += v * u3
+            v = a1[kk]
+            s10 += v * u0
+            s11 += v * u1
+            s12 += v * u2
+            s13 += v * u3
+            v = a2[kk]
+            s20 += v * u0
+            s21 += v * u1
+            s22 += v * u2
+            s23 += v * u3
+        y[r, j], y[r, j + 1], y[r, j + 2], y[r, j + 3] = s00, s01, s02, s03
+        y[r + 1, j], y[r + 1, j + 1], y[r + 1, j + 2], y[r + 1, j + 3] = s10, s11, s12, s13
+        y[r + 2, j], y[r + 2, j + 1], y[r + 2, j + 2], y[r + 2, j + 3] = s20, s21, s22, s23
+        j += 4
+    for jj in range(j, end):
+        wj = w[jj]
+        t0 = t1 = t2 = _F(0.0)
+        for kk in range(k):
+            v = wj[kk]
+            t0 += a0[kk] * v
+            t1 += a1[kk] * v
+            t2 += a2[kk] * v
+        y[r, jj], y[r + 1, jj], y[r + 2, jj] = t0, t1, t2
+
+
+def _nk_two_rows_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 2, first:end], as ``_nk_four_rows_py``."""
+    k = a.shape[1]
+    a0, a1 = a[r], a[r + 1]
+    j = first
+    while j + 4 <= end:
+        w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = _F(0.0)
+        for kk in range(k):
+            u0, u1, u2, u3 = w0[kk], w1[kk], w2[kk], w3[kk]
+            v = a0[kk]
+            s00 += v * u0
+            s01 += v * u1
+            s02 += v * u2
+            s03 += v * u3
+            v = a1[kk]
+            s10 += v * u0
+            s11 += v * u1
+            s12 += v * u2
+            s13 += v * u3
+        y[r, j], y[r, j + 1], y[r, j + 2], y[r, j + 3] = s00, s01, s02, s03
+        y[r + 1, j], y[r + 1, j + 1], y[r + 1, j + 2], y[r + 1, j + 3] = s10, s11, s12, s13
+        j += 4
+    for jj in range(j, end):
+        wj = w[jj]
+        t0 = t1 = _F(0.0)
+        for kk in range(k):
+            v = wj[kk]
+            t0 += a0[kk] * v
+            t1 += a1[kk] * v
+        y[r, jj], y[r + 1, jj] = t0, t1
+
+
 def _rows_times_kn_part_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
     """y = a[:, first:end] @ w[first:end] (K's block ``first`` to ``end``; no bias)."""
     y[:] = _F(0.0)
@@ -1714,20 +1813,38 @@ def _rows_times_kn_part_py(a, w, y, first, end):  # pragma: no cover - compiled 
 def _rows_times_kn_add_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
     """y += a[:, first:end] @ w[first:end], four of W's rows a pass over y (its loads and
     stores were two of the three memory operations of each multiply-add: one row, 256 x 512,
-    6.9 -> 5.4 us; 128 x 128 1.8 -> 0.9)."""
+    6.9 -> 5.4 us; 128 x 128 1.8 -> 0.9). Several rows take each four of W's rows in turn,
+    read once from memory for all of them (the rows one after another read W once a row: 3 x
+    512 x 256 24.3 -> 20.7 us, 4 x 1024 x 1024 218 -> 181). One row keeps the plain pass (the
+    rows' loop inside cost it 2-6%)."""
     m = a.shape[0]
     n = w.shape[1]
     last4 = end - (end - first) % 4
-    for r in range(m):
-        yr = y[r]
+    if m == 1:
+        y0 = y[0]
         for kk in range(first, last4, 4):
-            v0, v1, v2, v3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+            v0, v1, v2, v3 = a[0, kk], a[0, kk + 1], a[0, kk + 2], a[0, kk + 3]
             w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
             for j in range(n):
-                yr[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+                y0[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
         for kk in range(last4, end):
-            v = a[r, kk]
+            v = a[0, kk]
             wk = w[kk]
+            for j in range(n):
+                y0[j] += v * wk[j]
+        return
+    for kk in range(first, last4, 4):
+        w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
+        for r in range(m):
+            yr = y[r]
+            v0, v1, v2, v3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+            for j in range(n):
+                yr[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+    for kk in range(last4, end):
+        wk = w[kk]
+        for r in range(m):
+            v = a[r, kk]
+            yr = y[r]
             for j in range(n):
                 yr[j] += v * wk[j]
 
