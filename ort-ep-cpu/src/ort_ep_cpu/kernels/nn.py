@@ -29,6 +29,8 @@ from .elementwise import JIT_FLOATS, hard_sigmoid_into
 from .elementwise import sigmoid as elementwise_sigmoid
 from .elementwise import tanh as elementwise_tanh
 
+_FLOAT32 = np.dtype(np.float32)
+
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul, with (..., K) @ (K, N) done as one (rows, K) @ (K, N) GEMM: one big BLAS call
@@ -294,18 +296,24 @@ class _RowProduct:
         self.bias = np.empty(0, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
 
     def __call__(self, a: np.ndarray) -> np.ndarray | None:
-        if a.dtype != np.float32 or a.ndim < 1 or a.shape[-1] != self.k or not a.flags.c_contiguous:
+        shape = a.shape
+        if a.dtype != _FLOAT32 or not shape or shape[-1] != self.k or not a.flags.c_contiguous:
             return None
         rows = a.size // self.k
-        if not 0 < rows <= COMPILED_PRODUCT_ROWS:
+        if rows > COMPILED_PRODUCT_ROWS or not rows:
             return None
         parts = threads.split_threads() if rows * self.w.size >= ROW_SPLIT_MACS else 1
         loops = _jit.row_products(parts)
         if loops is None:
             return None
-        y = np.empty(a.shape[:-1] + (self.n,), np.float32)
-        loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y.reshape(rows, self.n), parts)
-        return y
+        y = np.empty((rows, self.n), _FLOAT32)
+        # a Gemm's (rows, K) as it is: its reshapes cost a fifth of a small product's call
+        # (1 x 64 -> 32: 2.0 -> 1.5 us a call, the loop 0.5)
+        if len(shape) == 2:
+            loops[self.transposed](a, self.w, self.bias, y, parts)
+            return y
+        loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y, parts)
+        return y.reshape(shape[:-1] + (self.n,))
 
 
 def _row_product(w: np.ndarray | None, transposed: bool = False, bias: np.ndarray | None = None) -> _RowProduct | None:
