@@ -116,6 +116,7 @@ _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
 _nk_four_rows = _nk_three_rows = _nk_two_rows = None  # its row blocks, globals of it (set by _load)
+_kn_four_rows_add = _kn_three_rows_add = _kn_two_rows_add = None  # _rows_times_kn_add_py's (set by _load)
 _rows_times_kn_part: Callable | None = None  # the compiled _rows_times_kn_part_py (set by _load)
 _rows_times_kn_add: Callable | None = None  # the compiled _rows_times_kn_add_py (set by _load)
 _rows_times_kn_split: Callable | None = None
@@ -736,7 +737,7 @@ def _load_once() -> None:
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
     global _exp, _exp_in_place, _exp_point, _log1p_unit, _softplus_value
-    global _nk_four_rows, _nk_three_rows, _nk_two_rows
+    global _nk_four_rows, _nk_three_rows, _nk_two_rows, _kn_four_rows_add, _kn_three_rows_add, _kn_two_rows_add
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split, _rows_times_kn_add
     global _nan_max, _linear_finish, _scatter_rows
     global _binary_flat, _binary_rows, _binary_flat_split, _binary_rows_split
@@ -902,6 +903,10 @@ def _load_once() -> None:
                 _softmax_rows_split = _parallel_loop(numba, _softmax_rows_split_py, _softmax_rows, cached,
                                                      reductions, rows_probe)
                 # the shares are globals of the products: compiled first
+                # the row blocks are globals of the pass: compiled first
+                _kn_four_rows_add = numba.njit(inline="always", **reductions)(_kn_four_rows_add_py)
+                _kn_three_rows_add = numba.njit(inline="always", **reductions)(_kn_three_rows_add_py)
+                _kn_two_rows_add = numba.njit(inline="always", **reductions)(_kn_two_rows_add_py)
                 _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 # the row blocks are globals of the share: compiled first
@@ -1811,42 +1816,112 @@ def _rows_times_kn_part_py(a, w, y, first, end):  # pragma: no cover - compiled 
 
 
 def _rows_times_kn_add_py(a, w, y, first, end):  # pragma: no cover - compiled by numba
-    """y += a[:, first:end] @ w[first:end], four of W's rows a pass over y (its loads and
-    stores were two of the three memory operations of each multiply-add: one row, 256 x 512,
-    6.9 -> 5.4 us; 128 x 128 1.8 -> 0.9). Several rows take each four of W's rows in turn,
-    read once from memory for all of them (the rows one after another read W once a row: 3 x
-    512 x 256 24.3 -> 20.7 us, 4 x 1024 x 1024 218 -> 181). One row keeps the plain pass (the
-    rows' loop inside cost it 2-6%)."""
+    """y += a[:, first:end] @ w[first:end]: four, three or two rows of a at once, then the last
+    one alone, each pass over y taking four of W's rows (its loads and stores were two of the
+    three memory operations of each multiply-add: one row, 256 x 512, 6.9 -> 5.4 us; 128 x 128
+    1.8 -> 0.9). The rows of a pass share each weight they load (the rows one after another
+    read all of W once a row: us, one thread, 3 x 256 x 768 24.7 -> 14.6, 3 x 1024 x 1024 129
+    -> 68, 4 x 512 x 256 19.7 -> 16.1)."""
     m = a.shape[0]
-    n = w.shape[1]
-    last4 = end - (end - first) % 4
-    if m == 1:
-        y0 = y[0]
+    r = 0
+    while r + 4 <= m:
+        _kn_four_rows_add(a, w, y, r, first, end)
+        r += 4
+    if r + 3 <= m:
+        _kn_three_rows_add(a, w, y, r, first, end)
+        r += 3
+    elif r + 2 <= m:
+        _kn_two_rows_add(a, w, y, r, first, end)
+        r += 2
+    if r < m:
+        n = w.shape[1]
+        yr = y[r]
+        last4 = end - (end - first) % 4
         for kk in range(first, last4, 4):
-            v0, v1, v2, v3 = a[0, kk], a[0, kk + 1], a[0, kk + 2], a[0, kk + 3]
+            v0, v1, v2, v3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
             w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
             for j in range(n):
-                y0[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+                yr[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
         for kk in range(last4, end):
-            v = a[0, kk]
+            v = a[r, kk]
             wk = w[kk]
             for j in range(n):
-                y0[j] += v * wk[j]
-        return
+                yr[j] += v * wk[j]
+
+
+def _kn_four_rows_add_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 4] += a[r:r + 4, first:end] @ w[first:end] (see ``_rows_times_kn_add_py``)."""
+    n = w.shape[1]
+    y0, y1, y2, y3 = y[r], y[r + 1], y[r + 2], y[r + 3]
+    last4 = end - (end - first) % 4
     for kk in range(first, last4, 4):
         w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
-        for r in range(m):
-            yr = y[r]
-            v0, v1, v2, v3 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
-            for j in range(n):
-                yr[j] += v0 * w0[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j]
+        a00, a01, a02, a03 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+        a10, a11, a12, a13 = a[r + 1, kk], a[r + 1, kk + 1], a[r + 1, kk + 2], a[r + 1, kk + 3]
+        a20, a21, a22, a23 = a[r + 2, kk], a[r + 2, kk + 1], a[r + 2, kk + 2], a[r + 2, kk + 3]
+        a30, a31, a32, a33 = a[r + 3, kk], a[r + 3, kk + 1], a[r + 3, kk + 2], a[r + 3, kk + 3]
+        for j in range(n):
+            u0, u1, u2, u3 = w0[j], w1[j], w2[j], w3[j]
+            y0[j] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+            y1[j] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+            y2[j] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
+            y3[j] += a30 * u0 + a31 * u1 + a32 * u2 + a33 * u3
     for kk in range(last4, end):
         wk = w[kk]
-        for r in range(m):
-            v = a[r, kk]
-            yr = y[r]
-            for j in range(n):
-                yr[j] += v * wk[j]
+        b0, b1, b2, b3 = a[r, kk], a[r + 1, kk], a[r + 2, kk], a[r + 3, kk]
+        for j in range(n):
+            u = wk[j]
+            y0[j] += b0 * u
+            y1[j] += b1 * u
+            y2[j] += b2 * u
+            y3[j] += b3 * u
+
+
+def _kn_three_rows_add_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 3], as ``_kn_four_rows_add_py``."""
+    n = w.shape[1]
+    y0, y1, y2 = y[r], y[r + 1], y[r + 2]
+    last4 = end - (end - first) % 4
+    for kk in range(first, last4, 4):
+        w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
+        a00, a01, a02, a03 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+        a10, a11, a12, a13 = a[r + 1, kk], a[r + 1, kk + 1], a[r + 1, kk + 2], a[r + 1, kk + 3]
+        a20, a21, a22, a23 = a[r + 2, kk], a[r + 2, kk + 1], a[r + 2, kk + 2], a[r + 2, kk + 3]
+        for j in range(n):
+            u0, u1, u2, u3 = w0[j], w1[j], w2[j], w3[j]
+            y0[j] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+            y1[j] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+            y2[j] += a20 * u0 + a21 * u1 + a22 * u2 + a23 * u3
+    for kk in range(last4, end):
+        wk = w[kk]
+        b0, b1, b2 = a[r, kk], a[r + 1, kk], a[r + 2, kk]
+        for j in range(n):
+            u = wk[j]
+            y0[j] += b0 * u
+            y1[j] += b1 * u
+            y2[j] += b2 * u
+
+
+def _kn_two_rows_add_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r:r + 2], as ``_kn_four_rows_add_py``."""
+    n = w.shape[1]
+    y0, y1 = y[r], y[r + 1]
+    last4 = end - (end - first) % 4
+    for kk in range(first, last4, 4):
+        w0, w1, w2, w3 = w[kk], w[kk + 1], w[kk + 2], w[kk + 3]
+        a00, a01, a02, a03 = a[r, kk], a[r, kk + 1], a[r, kk + 2], a[r, kk + 3]
+        a10, a11, a12, a13 = a[r + 1, kk], a[r + 1, kk + 1], a[r + 1, kk + 2], a[r + 1, kk + 3]
+        for j in range(n):
+            u0, u1, u2, u3 = w0[j], w1[j], w2[j], w3[j]
+            y0[j] += a00 * u0 + a01 * u1 + a02 * u2 + a03 * u3
+            y1[j] += a10 * u0 + a11 * u1 + a12 * u2 + a13 * u3
+    for kk in range(last4, end):
+        wk = w[kk]
+        b0, b1 = a[r, kk], a[r + 1, kk]
+        for j in range(n):
+            u = wk[j]
+            y0[j] += b0 * u
+            y1[j] += b1 * u
 
 
 def _rows_times_kn_split_py(a, w, bias, y, parts):  # pragma: no cover - compiled by numba
