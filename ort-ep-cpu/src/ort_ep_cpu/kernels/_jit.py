@@ -902,17 +902,16 @@ def _load_once() -> None:
                 rows_probe = (np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), False, 2)
                 _softmax_rows_split = _parallel_loop(numba, _softmax_rows_split_py, _softmax_rows, cached,
                                                      reductions, rows_probe)
-                # the shares are globals of the products: compiled first
-                # the row blocks are globals of the pass: compiled first
+                # the row blocks are globals of the passes, and the passes and shares globals of
+                # the products: compiled first
                 _kn_four_rows_add = numba.njit(inline="always", **reductions)(_kn_four_rows_add_py)
                 _kn_three_rows_add = numba.njit(inline="always", **reductions)(_kn_three_rows_add_py)
                 _kn_two_rows_add = numba.njit(inline="always", **reductions)(_kn_two_rows_add_py)
-                _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
-                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
-                # the row blocks are globals of the share: compiled first
                 _nk_four_rows = numba.njit(inline="always", **reductions)(_nk_four_rows_py)
                 _nk_three_rows = numba.njit(inline="always", **reductions)(_nk_three_rows_py)
                 _nk_two_rows = numba.njit(inline="always", **reductions)(_nk_two_rows_py)
+                _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
+                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
                 _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
