@@ -1819,8 +1819,8 @@ def _rows_times_kn_add_py(a, w, y, first, end):  # pragma: no cover - compiled b
     one alone, each pass over y taking four of W's rows (its loads and stores were two of the
     three memory operations of each multiply-add: one row, 256 x 512, 6.9 -> 5.4 us; 128 x 128
     1.8 -> 0.9). The rows of a pass share each weight they load (the rows one after another
-    read all of W once a row: us, one thread, 3 x 256 x 768 24.7 -> 14.6, 3 x 1024 x 1024 129
-    -> 68, 4 x 512 x 256 19.7 -> 16.1)."""
+    read all of W once a row: us, one thread, three runs: 3 x 256 x 768 28.5-34.4 -> 14.3-20.1,
+    3 x 1024 x 1024 166-185 -> 84-95, 4 x 512 x 256 30-37 -> 15-22; one row unchanged)."""
     m = a.shape[0]
     r = 0
     while r + 4 <= m:
