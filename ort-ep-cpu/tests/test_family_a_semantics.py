@@ -543,6 +543,29 @@ def test_softmax_of_large_logits_warns_nothing():
     assert_same(ours, ref)
 
 
+def test_compiled_softmax_rows_find_the_max_at_every_position():
+    """The row loop's max (eight running maxima, then the rest one by one) finds a row's
+    largest value wherever it is, for every row length up to 19: a value 500 above the rest
+    gets all the weight (a max that missed it would leave exp(500 - max) clamped, and the row
+    wrong); NaN first or later gives numpy's NaN row; every split gives the same values."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    from ort_ep_cpu.kernels import _jit
+
+    for n in range(1, 20):
+        x = np.zeros((n, n), np.float32)
+        x[np.arange(n), np.arange(n)] = 500.0  # row j: the max at position j
+        for parts in (1, 2):
+            y = np.empty_like(x)
+            _jit.softmax_rows(parts)(x, y, False, parts)
+            np.testing.assert_array_equal(y, np.eye(n, dtype=np.float32))
+        if n > 1:
+            for at in (0, n - 1):
+                x[0, at] = np.nan
+                _jit.softmax_rows(1)(x, y, False, 1)
+                assert np.isnan(y[0]).all() and not np.isnan(y[1:]).any()
+                x[0, at] = 500.0 if at == 0 else 0.0
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 def test_softmax_by_the_compiled_rows(op, monkeypatch):
     """float32 inputs of every size take the compiled row loop (``_jit.softmax_rows``; up to
@@ -572,7 +595,7 @@ def test_softmax_by_the_compiled_rows(op, monkeypatch):
         assert np.all(masked == (0.0 if op == "Softmax" else -np.inf))
     assert calls
     # the last one (86K values) split into blocks of rows on the session's threads
-    assert calls[-1] == (min(threads.usable(), 2) if _jit.SPLIT_MIN_ELEMENTS <= 86400 else 1)
+    assert calls[-1] == (min(threads.usable(), 2) if _jit.SPLIT_MIN_TRANSCENDENTAL <= 86400 else 1)
     # an axis followed by ones only (attention weights (1, S, 1)) is the last one
     calls.clear()
     x = (rng.standard_normal((2, 40, 1, 1)) * 4).astype(np.float32)

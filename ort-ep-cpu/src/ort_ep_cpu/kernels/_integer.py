@@ -215,7 +215,7 @@ class ConstantIntegerMatrix:
             # the compiled passes take (``_jit.integer_to_float``, DynamicQuantizeLSTM's steps)
             offsets = np.unique(self.offset)
             self.one_offset = np.int32(offsets[0]) if offsets.size == 1 else None
-            self.plans: dict[tuple, _onednn.IntegerMatMul | None] = {}
+            self.plans: dict[tuple, _onednn.IntegerMatMul | _onednn.ScaledIntegerMatMul | None] = {}
             self.packed = _onednn.PackedConstants()  # the codes in oneDNN's layout, for every row count
         # B - zb for ``_exact``, made at its first use: packed for the compiled product, else
         # as float32 with the largest column sum of its magnitudes
@@ -253,6 +253,18 @@ class ConstantIntegerMatrix:
         return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
                                 lambda lib: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype, self.packed))
 
+    def scaled_plan(self, rows: int, a_dtype: np.dtype, per_column: bool) -> _onednn.ScaledIntegerMatMul | None:
+        """oneDNN's float32 (A - za) @ (B - zb) * scale of ``rows`` rows of ``a_dtype`` codes, a
+        scale per column (``per_column``) or one, where B has one zero point; None where oneDNN
+        does not take it (``scaled_times`` then converts oneDNN's int32 sums in its own pass).
+        Made once per shape."""
+        if not self.onednn or a_dtype not in (np.uint8, np.int8) or self.one_offset is None:
+            return None
+        # B - zb = Bs + offset: the codes oneDNN holds (``_codes_s8``) with zero point -offset
+        return _onednn.plan_for(self.plans, ("scaled", rows, np.dtype(a_dtype).char, per_column),
+                                lambda lib: _onednn.ScaledIntegerMatMul(lib, rows, self._codes_s8(), a_dtype,
+                                                                        -int(self.one_offset), per_column, self.packed))
+
     def _codes_s8(self) -> np.ndarray:
         """B's codes as int8, Bs = B - 128 for uint8 (B itself for int8), for oneDNN to read as
         it packs them: made when needed and not kept (oneDNN keeps its packed copy), by one
@@ -265,11 +277,17 @@ class ConstantIntegerMatrix:
     def scaled_times(self, a: np.ndarray, a_zero_point, scale: np.ndarray, onednn_only: bool = False
                      ) -> np.ndarray | None:
         """float32((A - za) @ (B - zb)) * scale for a scalar za and a float32 ``scale`` (one, or
-        one per column): onnxruntime's MatMulIntegerToFloat arithmetic. oneDNN's bare product
-        and one compiled pass (``_jit.integer_to_float``: the zero-point terms and the scale)
-        where both are there, else ``times`` and two numpy passes; ``onednn_only`` as in
-        ``times``."""
+        one per column): onnxruntime's MatMulIntegerToFloat arithmetic. oneDNN's product with the
+        zero points and the scale (``scaled_plan``) where it takes them, else its bare product
+        and one compiled pass (``_jit.integer_to_float``: the zero-point terms and the scale),
+        else ``times`` and two numpy passes; ``onednn_only`` as in ``times``."""
         m = a.shape[0]
+        scale = np.ascontiguousarray(scale, np.float32).reshape(-1)
+        plan = self.scaled_plan(m, a.dtype, scale.size > 1) if self.takes_onednn(m, a.dtype) else None
+        if plan is not None:
+            y = np.empty((m, self.n), np.float32)
+            plan.run(np.ascontiguousarray(a), 0 if a_zero_point is None else int(a_zero_point), scale, y)
+            return y
         to_float = _jit.integer_to_float() if self.onednn and self.one_offset is not None else None
         plan = self.codes_plan(m, a.dtype) if to_float is not None and self.takes_onednn(m, a.dtype) else None
         if plan is not None:
@@ -277,7 +295,7 @@ class ConstantIntegerMatrix:
             plan.run(np.ascontiguousarray(a), acc)
             y = np.empty((m, self.n), np.float32)
             za = np.int32(0 if a_zero_point is None else int(a_zero_point))
-            to_float(acc, a, za, self.column_sums, self.one_offset, np.ascontiguousarray(scale, np.float32).reshape(-1), y)
+            to_float(acc, a, za, self.column_sums, self.one_offset, scale, y)
             return y
         acc = self.times(a, a_zero_point, onednn_only=onednn_only)
         if acc is None:
@@ -291,7 +309,7 @@ class ConstantIntegerMatrix:
         if self._no_column_sums is None:
             self._no_column_sums = np.zeros(self.n, np.int32)
         y = np.empty((m, self.n), np.float32)
-        to_float(acc, a, np.int32(0), self._no_column_sums, np.int32(0), np.ascontiguousarray(scale, np.float32).reshape(-1), y)
+        to_float(acc, a, np.int32(0), self._no_column_sums, np.int32(0), scale, y)
         return y
 
     def takes_onednn(self, rows: int, a_dtype: np.dtype) -> bool:

@@ -293,7 +293,7 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     loop 13 us), others by scipy."""
     if not (x.dtype == out.dtype == np.float32 and x.flags.c_contiguous and out.flags.c_contiguous and _jit.enabled()):
         return special.erf(x, out=out)
-    parts = _jit.split_parts(x.size, x.size)
+    parts = _jit.split_parts(x.size, x.size, _jit.SPLIT_MIN_TRANSCENDENTAL)
     if out is x:
         _jit.erf(True, parts)(x.ravel(), parts)
     else:

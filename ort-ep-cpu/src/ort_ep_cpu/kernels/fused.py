@@ -93,7 +93,7 @@ def gelu(x: np.ndarray, bias: np.ndarray | None = None, tanh_form: bool = False)
         xc = np.ascontiguousarray(x).reshape(-1, h)
         y = np.empty(x.shape, dtype=np.float32)
         b = _NO_BIAS if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        parts = _jit.split_parts(x.size, xc.shape[0])
+        parts = _jit.split_parts(x.size, xc.shape[0], _jit.SPLIT_MIN_TRANSCENDENTAL)
         _jit.gelu_rows(parts)(xc, b, y.reshape(-1, h), tanh_form, parts)
         return y
     if bias is not None:

@@ -238,7 +238,7 @@ def _compiled_rows(x: np.ndarray, axis: int, log: bool) -> np.ndarray | None:
     if axis != x.ndim - 1 and any(d != 1 for d in x.shape[axis + 1:]):
         return None  # (an axis followed by ones only is the last one: attention weights (1, S, 1))
     n = x.shape[axis]
-    parts = _jit.split_parts(x.size, x.size // n)
+    parts = _jit.split_parts(x.size, x.size // n, _jit.SPLIT_MIN_TRANSCENDENTAL)
     rows = _jit.softmax_rows(parts)
     if rows is None:
         return None
