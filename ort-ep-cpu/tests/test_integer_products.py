@@ -247,6 +247,27 @@ def test_scaled_times_takes_onednns_scaled_product(a_dtype, b_dtype, zb, rows, m
     assert all(isinstance(getattr(plan, "threaded", plan), _onednn.ScaledIntegerMatMul) for plan in scaled)
 
 
+def test_small_products_on_amx_take_one_thread():
+    """An 8-bit product that runs on AMX tiles takes one thread below
+    ``_onednn.AMX_ONE_THREAD_MACS`` multiply-adds with weights of at most
+    ``AMX_ONE_THREAD_WEIGHTS`` bytes (64 x 128 x 128, two threads: 12.3 us, one: 7.3), the
+    session's threads for more work or larger weights (read from memory in a large model); both
+    paths (int32 sums, scaled float32), and the same bits."""
+    rng = np.random.default_rng(11)
+    small = _integer.ConstantIntegerMatrix(_codes(rng, (128, 128), I8), None)
+    plan = small.scaled_plan(64, np.dtype(U8), False)
+    if plan is None or "amx" not in plan.implementation:
+        pytest.skip("oneDNN's 8-bit products do not run on AMX tiles here")
+    assert plan.most_threads == 1 and small.codes_plan(64, np.dtype(U8)).most_threads == 1
+    large = _integer.ConstantIntegerMatrix(_codes(rng, (512, 1024), I8), None)
+    assert 48 * 512 * 1024 >= _onednn.AMX_ONE_THREAD_MACS
+    assert large.scaled_plan(48, np.dtype(U8), False).most_threads == 0
+    assert 8 * 512 * 1024 < _onednn.AMX_ONE_THREAD_MACS and 512 * 1024 > _onednn.AMX_ONE_THREAD_WEIGHTS
+    assert large.scaled_plan(8, np.dtype(U8), False).most_threads == 0
+    a = _codes(rng, (64, 128), U8)
+    np.testing.assert_array_equal(small.times(a, np.asarray(3, U8)), _want(a, 3, small.b, None))
+
+
 @pytest.mark.parametrize("per_column", [False, True])
 def test_scaled_times_without_onednn_converts_in_one_compiled_pass(per_column, monkeypatch):
     """MatMulIntegerToFloat's float32(exact product) * scale where oneDNN does not take the

@@ -250,8 +250,8 @@ class ConstantIntegerMatrix:
         them in its own compiled loop; None where oneDNN does not take it. Made once per shape."""
         if not self.onednn or a_dtype not in (np.uint8, np.int8):
             return None
-        return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char),
-                                lambda lib: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype, self.packed))
+        return _onednn.plan_for(self.plans, (rows, np.dtype(a_dtype).char), lambda lib: _onednn.integer_product(
+            lib, lambda: _onednn.IntegerMatMul(lib, rows, self._codes_s8(), a_dtype, self.packed), rows, self.k, self.n))
 
     def scaled_plan(self, rows: int, a_dtype: np.dtype, per_column: bool) -> _onednn.ScaledIntegerMatMul | None:
         """oneDNN's float32 (A - za) @ (B - zb) * scale of ``rows`` rows of ``a_dtype`` codes, a
@@ -261,9 +261,9 @@ class ConstantIntegerMatrix:
         if not self.onednn or a_dtype not in (np.uint8, np.int8) or self.one_offset is None:
             return None
         # B - zb = Bs + offset: the codes oneDNN holds (``_codes_s8``) with zero point -offset
-        return _onednn.plan_for(self.plans, ("scaled", rows, np.dtype(a_dtype).char, per_column),
-                                lambda lib: _onednn.ScaledIntegerMatMul(lib, rows, self._codes_s8(), a_dtype,
-                                                                        -int(self.one_offset), per_column, self.packed))
+        return _onednn.plan_for(self.plans, ("scaled", rows, np.dtype(a_dtype).char, per_column), lambda lib: _onednn.integer_product(
+            lib, lambda: _onednn.ScaledIntegerMatMul(lib, rows, self._codes_s8(), a_dtype, -int(self.one_offset), per_column,
+                                                     self.packed), rows, self.k, self.n))
 
     def _codes_s8(self) -> np.ndarray:
         """B's codes as int8, Bs = B - 128 for uint8 (B itself for int8), for oneDNN to read as

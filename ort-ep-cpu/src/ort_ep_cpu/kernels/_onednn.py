@@ -973,6 +973,32 @@ class Pooling(_Primitive):
 ONE_THREAD_MACS = 1 << 18
 
 
+#: 8-bit products that run on AMX tiles with fewer multiply-adds than this, and weights of at
+#: most ``AMX_ONE_THREAD_WEIGHTS`` bytes, take one thread (``integer_product``): the tiles make
+#: the sums so fast that a second thread's fork and join cost more than it saves. Measured on a
+#: Xeon with AMX, float32 output, weights in cache, us, one thread / two: 64 x 128 x 128 7.3 /
+#: 12.3; 64 x 256 x 256 10.4 / 13.1; 128 x 256 x 256 16.8 / 18.3; 64 x 512 x 512 22.4 / 18.8;
+#: 48 x 512 x 1024 30.0 / 20.2; 512 x 768 x 768 326 / 156.
+AMX_ONE_THREAD_MACS = 1 << 24
+#: ... larger weights come from memory in a model of many (they are evicted between runs), and
+#: two threads read them at twice the rate: t5-encoder-int8's 512 x 384 products at one thread
+#: took its ratio to onnxruntime from 1.72 to 1.95; qdq-transformer's 128 x 128 ones 1.96 ->
+#: 1.78 (two processes each, alternated with onnxruntime)
+AMX_ONE_THREAD_WEIGHTS = 1 << 16
+
+
+def integer_product(lib: _Library, make: Callable[[], _Primitive], m: int, k: int, n: int) -> _Primitive:
+    """``make()``'s 8-bit (m, k) @ (k, n) product, made again at one thread where it runs on
+    AMX tiles and is small (``AMX_ONE_THREAD_MACS``, ``AMX_ONE_THREAD_WEIGHTS``): which kernel
+    oneDNN takes is known once a primitive is made."""
+    plan = make()
+    if (plan.most_threads != 1 and "amx" in plan.implementation and m * k * n < AMX_ONE_THREAD_MACS
+            and k * n <= AMX_ONE_THREAD_WEIGHTS):
+        with lib.one_thread():
+            plan = make()
+    return plan
+
+
 def _most_threads(m: int, k: int, n: int) -> int:
     """The most threads an (m, k) @ (k, n) product runs on: one for small ones of several rows
     (``ONE_THREAD_MACS``), else the session's count (0)."""
