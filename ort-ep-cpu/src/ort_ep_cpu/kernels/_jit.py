@@ -116,7 +116,7 @@ _row_max: Callable | None = None  # the compiled _row_max_py, a global of _softm
 _rows_times_kn: Callable | None = None
 _rows_times_nk: Callable | None = None
 _rows_times_nk_share: Callable | None = None  # the compiled _rows_times_nk_share_py (set by _load)
-_nk_four_rows = _nk_three_rows = _nk_two_rows = None  # its row blocks, globals of it (set by _load)
+_nk_four_rows = _nk_three_rows = _nk_two_rows = _nk_one_row = None  # its row blocks, globals of it (set by _load)
 _kn_four_rows_add = _kn_three_rows_add = _kn_two_rows_add = None  # _rows_times_kn_add_py's (set by _load)
 _rows_times_kn_part: Callable | None = None  # the compiled _rows_times_kn_part_py (set by _load)
 _rows_times_kn_add: Callable | None = None  # the compiled _rows_times_kn_add_py (set by _load)
@@ -744,7 +744,7 @@ def _load_once() -> None:
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
     global _exp, _exp_in_place, _exp_point, _log1p_unit, _softplus_value
-    global _nk_four_rows, _nk_three_rows, _nk_two_rows, _kn_four_rows_add, _kn_three_rows_add, _kn_two_rows_add
+    global _nk_four_rows, _nk_three_rows, _nk_two_rows, _nk_one_row, _kn_four_rows_add, _kn_three_rows_add, _kn_two_rows_add
     global _rows_times_nk_share, _rows_times_kn_part, _rows_times_kn_split, _rows_times_nk_split, _rows_times_kn_add
     global _nan_max, _linear_finish, _scatter_rows
     global _binary_flat, _binary_rows, _binary_flat_split, _binary_rows_split
@@ -918,6 +918,7 @@ def _load_once() -> None:
                 _nk_four_rows = numba.njit(inline="always", **reductions)(_nk_four_rows_py)
                 _nk_three_rows = numba.njit(inline="always", **reductions)(_nk_three_rows_py)
                 _nk_two_rows = numba.njit(inline="always", **reductions)(_nk_two_rows_py)
+                _nk_one_row = numba.njit(inline="always", **reductions)(_nk_one_row_py)
                 _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
@@ -1679,10 +1680,10 @@ def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - co
     """y[:, first:end] of ``_rows_times_nk_py``: each dot vectorised over K; four, three or two
     rows of a at once, each pass reading four of W's rows (every weight loaded once for all the
     rows, every value of a once for four dots: 12-16 sums in registers), then the last row
-    alone (one row by four of W's rows measured no faster: it is bound by reading W). Three rows
-    in one pass, not two then one: 34 -> 27.5 us for 3 x 256 x 768 on one thread; four of W's
-    rows a pass, not one (us, one thread, old / now: 4 x 512 x 256 20.4 / 11.8, 3 x 256 x 768 24
-    / 16, 2 x 1024 x 1024 91 / 63)."""
+    alone, also by fours of W's rows (``_nk_one_row``). Three rows in one pass, not two then
+    one: 34 -> 27.5 us for 3 x 256 x 768 on one thread; four of W's rows a pass, not one (us,
+    one thread, old / now: 4 x 512 x 256 20.4 / 11.8, 3 x 256 x 768 24 / 16, 2 x 1024 x 1024 91
+    / 63)."""
     m = a.shape[0]
     r = 0
     while r + 4 <= m:
@@ -1695,18 +1696,40 @@ def _rows_times_nk_share_py(a, w, bias, y, first, end):  # pragma: no cover - co
         _nk_two_rows(a, w, y, r, first, end)
         r += 2
     if r < m:
-        a0 = a[r]
-        k = a.shape[1]
-        for j in range(first, end):
-            wj = w[j]
-            t0 = _F(0.0)
-            for kk in range(k):
-                t0 += a0[kk] * wj[kk]
-            y[r, j] = t0
+        _nk_one_row(a, w, y, r, first, end)
     if bias.shape[0]:
         for r in range(m):
             for j in range(first, end):
                 y[r, j] += bias[j]
+
+
+def _nk_one_row_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
+    """y[r, first:end] = a[r] @ w[first:end].T, four of W's rows a pass: four sums in flight,
+    where one dot at a time waited on its one running sum (the same sums: each dot's own
+    order is unchanged). One thread, us, one / four a pass, on an AVX-512 Xeon: 1 x 1536 x 128
+    9.2 / 7.2; 1 x 512 x 512 14.3 / 10.9; 1 x 256 x 1024 15.0 / 11.9; 1 x 1024 x 1024 (W from
+    memory) 145 / 144."""
+    k = a.shape[1]
+    a0 = a[r]
+    j = first
+    while j + 4 <= end:
+        w0, w1, w2, w3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        s0 = s1 = s2 = s3 = _F(0.0)
+        for kk in range(k):
+            v = a0[kk]
+            s0 += v * w0[kk]
+            s1 += v * w1[kk]
+            s2 += v * w2[kk]
+            s3 += v * w3[kk]
+        y[r, j], y[r, j + 1], y[r, j + 2], y[r, j + 3] = s0, s1, s2, s3
+        j += 4
+    while j < end:
+        wj = w[j]
+        t0 = _F(0.0)
+        for kk in range(k):
+            t0 += a0[kk] * wj[kk]
+        y[r, j] = t0
+        j += 1
 
 
 def _nk_four_rows_py(a, w, y, r, first, end):  # pragma: no cover - compiled by numba (inlined)
