@@ -982,8 +982,8 @@ ONE_THREAD_MACS = 1 << 18
 AMX_ONE_THREAD_MACS = 1 << 24
 #: ... larger weights come from memory in a model of many (they are evicted between runs), and
 #: two threads read them at twice the rate: t5-encoder-int8's 512 x 384 products at one thread
-#: took its ratio to onnxruntime from 1.72 to 1.95; qdq-transformer's 128 x 128 ones 1.96 ->
-#: 1.78 (two processes each, alternated with onnxruntime)
+#: took its ratio to onnxruntime from 1.71-1.72 to 1.94-1.97; qdq-transformer's 128 x 128 ones
+#: 1.93-1.96 -> 1.77-1.78 (two processes each, alternated with onnxruntime)
 AMX_ONE_THREAD_WEIGHTS = 1 << 16
 
 
