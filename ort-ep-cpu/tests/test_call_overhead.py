@@ -233,3 +233,53 @@ def test_split_loops_that_wait_on_a_late_thread_go_to_one_thread_for_a_while(mon
     for k in range(threads.SPLIT_SAMPLE * threads.STALLS_IN_A_ROW):  # later stalls, seen by the sample
         run(k)
     assert threads.split_threads() == 1 and threads._alone_seconds == 60.0  # the base spell again
+
+
+def test_openmp_workers_are_kept_off_the_calling_threads_cpu(monkeypatch):
+    """``threads.place_workers`` (called by ``split_threads`` before each split loop): the
+    calling thread's OpenMP workers may run on every usable CPU but the caller's, moved again
+    when the caller is seen on another CPU, and set free when the last session ends. (In a VM
+    after a pause, a worker woken on the caller's CPU waited there for the scheduler's tick
+    while the caller spun at the region's end: 7-8 ms for a 30 us loop.)"""
+    import os
+    import threading
+
+    from ort_ep_cpu.kernels import _jit
+
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("one usable CPU: no loop is split")
+    loops = _jit.row_products(2)
+    if loops is None:
+        pytest.skip("numba is not installed: no OpenMP pool")
+    import numba
+
+    if numba.threading_layer() != "omp":
+        loops[0](np.ones((1, 4), np.float32), np.ones((4, 4), np.float32), np.zeros(0, np.float32),
+                 np.empty((1, 4), np.float32), 2)  # starts numba's pool
+        if numba.threading_layer() != "omp":
+            pytest.skip(f"numba's pool is {numba.threading_layer()!r}, not GNU OpenMP's")
+    me = threading.get_ident()
+    monkeypatch.setattr(threads, "_alone_until", 0.0)
+    threads._pools.pop(me, None)
+    threads.limit(2, blas=0)
+    try:
+        assert threads.split_threads() == 2
+        pool = threads._pools[me]
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+        assert pool.workers and set(pool.workers) <= tasks - {threading.get_native_id()}
+        assert pool.away_from in allowed
+        for worker in pool.workers:
+            assert os.sched_getaffinity(worker) == allowed - {pool.away_from}
+        other = min(allowed - {pool.away_from})
+        monkeypatch.setattr(threads, "_sched_getcpu", lambda: other)  # the caller moved
+        threads.split_threads()
+        assert pool.away_from == other
+        for worker in pool.workers:
+            assert os.sched_getaffinity(worker) == allowed - {other}
+    finally:
+        threads.restore()
+    if threads._live == 0:  # no other session lives in this process: the workers are free again
+        assert me not in threads._pools
+        for worker in pool.workers:
+            assert os.sched_getaffinity(worker) == allowed

@@ -481,6 +481,7 @@ class Stallable:
         sampled = self.runs > 1 and (self.watch > 0 or self.stalls or self.runs % IDLE_SAMPLE == 0)
         self.watch -= self.runs > 1
         cpu = time.thread_time() if sampled else 0.0
+        threads.place_workers()
         result = self.threaded.run(*args)
         elapsed = time.perf_counter() - start
         cpu_used = time.thread_time() - cpu if sampled else 0.0
