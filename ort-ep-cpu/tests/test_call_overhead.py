@@ -283,3 +283,25 @@ def test_openmp_workers_are_kept_off_the_calling_threads_cpu(monkeypatch):
         assert me not in threads._pools
         for worker in pool.workers:
             assert os.sched_getaffinity(worker) == allowed
+
+
+def test_a_gone_openmp_worker_is_never_touched(monkeypatch):
+    """A thread id recorded for a pool whose thread has ended may name another process's thread
+    by now: ``place_workers`` gives up on that pool (it is left as it is), and the release at
+    the last session's end skips it; neither sets that id's affinity."""
+    import os
+    import threading
+
+    calls: list[int] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: calls.append(tid))
+    gone = max(int(t) for t in os.listdir("/proc/self/task")) + 1_000_000  # no thread of this process
+    me = threading.get_ident()
+    pool = threads._Pool((gone,), size=max(threads._count, threads._cores))
+    monkeypatch.setitem(threads._pools, me, pool)
+    monkeypatch.setattr(threads, "_sched_getcpu", lambda: 0)
+    monkeypatch.setattr(threads, "_cores", max(threads._cores, 2))
+    threads.place_workers()
+    assert calls == [] and threads._pools[me] is None
+    threads._pools[me] = pool
+    threads._release_workers()
+    assert calls == [] and me not in threads._pools

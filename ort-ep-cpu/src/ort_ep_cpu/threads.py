@@ -174,11 +174,20 @@ def place_workers() -> None:
         others = os.sched_getaffinity(0) - {cpu}
         if others:
             for worker in pool.workers:
-                os.sched_setaffinity(worker, others)
+                _set_affinity(worker, others)
         pool.away_from = cpu
     except OSError as error:  # a worker gone, or the calls not allowed: the pool is left as it is
         logger.debug("OpenMP workers not placed: %s", error)
         _pools[threading.get_ident()] = None
+
+
+def _set_affinity(worker: int, cpus: set[int]) -> None:
+    """``cpus`` for the thread ``worker`` of this process. A thread id is the system's: once a
+    pool's thread has ended (its calling thread gone) the id may name another process's thread,
+    which must not be touched, so a gone worker raises ProcessLookupError instead."""
+    if not os.path.exists(f"/proc/self/task/{worker}"):
+        raise ProcessLookupError(f"thread {worker} is not this process's")
+    os.sched_setaffinity(worker, cpus)
 
 
 def _release_workers() -> None:
@@ -187,8 +196,8 @@ def _release_workers() -> None:
     for pool in _pools.values():
         for worker in pool.workers if pool else ():
             try:
-                os.sched_setaffinity(worker, allowed)
-            except OSError:
+                _set_affinity(worker, allowed)
+            except OSError:  # (a gone worker among them)
                 pass
     _pools.clear()
 
