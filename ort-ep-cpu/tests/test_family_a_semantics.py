@@ -670,7 +670,7 @@ def test_floating_point_results_come_without_numpy_warnings_as_in_onnxruntime():
 def _split_row_loops(x: np.ndarray) -> list[np.ndarray]:
     from ort_ep_cpu.kernels import fused, reduce
 
-    return [reduce.softmax(x, -1), fused.gelu(x), reduce.compiled_layer_norm(x, None, None, x[0], None, 1e-5, False)[0]]
+    return [reduce.softmax(x, -1), fused.gelu(x), reduce.CompiledLayerNorm(1e-5)(x, None, None, x[0], None, False)[0]]
 
 
 def _largest_differences(x: np.ndarray, want: list[np.ndarray]) -> list[float]:

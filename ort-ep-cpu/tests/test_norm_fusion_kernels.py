@@ -263,3 +263,31 @@ def test_ocr_rec_layernorms_fuse(tmp_path, opset):
     x = np.random.default_rng(0).random((1, 3, 48, 320), dtype=np.float32)
     want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_layer_norm_checks_each_new_parameter_array_once():
+    """``reduce.CompiledLayerNorm`` checks bias, gamma and beta for the arrays last seen, not at
+    every call: arrays not seen before are checked again (a gamma of another length, or a
+    strided one, is declined: None, the numpy path runs), and the fit ones give the LayerNorm
+    of 2-D and 3-D inputs."""
+    from ort_ep_cpu.kernels import _jit, reduce
+
+    if not _jit.enabled():
+        pytest.skip("numba is not installed: no compiled rows")
+    norm = reduce.CompiledLayerNorm(1e-5)
+    gamma, beta = _f(H), _f(H)
+
+    def want(x):
+        mean = x.mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * gamma + beta
+
+    for x in (_f(3, H), _f(2, 5, H)):
+        y, total = norm(x, None, None, gamma, beta, total=False)
+        assert total is None and y.shape == x.shape
+        np.testing.assert_allclose(y, want(x), rtol=1e-5, atol=1e-5)
+    assert norm.fit[1] is gamma
+    assert norm(_f(3, H), None, None, _f(H + 1), beta, total=False) is None  # another gamma: checked
+    assert norm(_f(3, H), None, None, _f(2 * H)[::2], beta, total=False) is None  # strided
+    assert norm(_f(3, H + 1), None, None, gamma, beta, total=False) is None  # the fit ones at another length
+    y, _ = norm(x, None, None, gamma, beta, total=False)
+    np.testing.assert_allclose(y, want(x), rtol=1e-5, atol=1e-5)

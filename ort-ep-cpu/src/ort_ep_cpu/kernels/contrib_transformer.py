@@ -15,7 +15,7 @@ from . import _jit, attention, elementwise
 from ._util import as_dtype, as_float32
 from .elementwise import compiled_quick_gelu
 from .fused import gelu
-from .reduce import compiled_layer_norm
+from .reduce import CompiledLayerNorm
 
 MS = "com.microsoft"
 
@@ -97,10 +97,11 @@ def _skip_simplified_layer_normalization(node, request):
     n_out = len(node.outputs)
     if n_out > 1 and node.outputs[1]:
         raise NotImplementedError(f"SkipSimplifiedLayerNormalization {node.name!r}: output 1 (mean) is not produced")
+    compiled_layer_norm = CompiledLayerNorm(eps, rms=True)
 
     def skip_simplified(x, skip, gamma, bias=None):
         if n_out == 1 or n_out == 4 and not node.outputs[2]:  # the compiled rows give no 1 / RMS
-            compiled = compiled_layer_norm(x, skip, bias, gamma, None, eps, total=n_out == 4, rms=True)
+            compiled = compiled_layer_norm(x, skip, bias, gamma, None, total=n_out == 4)
             if compiled is not None:
                 y, total = compiled
                 return y if n_out == 1 else (y, None, None, total)
@@ -124,12 +125,13 @@ def _simplified_layer_normalization(node, request):
     eps = np.float32(node.attr("epsilon", 1e-5))
     axis = int(node.attr("axis", -1))
     n_out = len(node.outputs)  # ["y", ""] is two outputs, the second omitted
+    compiled_layer_norm = CompiledLayerNorm(eps, rms=True)
 
     def simplified(x, scale):
         rank = x.ndim
         first = axis + rank if axis < 0 else axis
         if (n_out == 1 or not node.outputs[1]) and first == rank - 1:  # the compiled rows give no 1 / RMS
-            compiled = compiled_layer_norm(x, None, None, scale, None, eps, total=False, rms=True)
+            compiled = compiled_layer_norm(x, None, None, scale, None, total=False)
             if compiled is not None:
                 return compiled[0] if n_out == 1 else (compiled[0], None)
         axes = tuple(range(first, rank))

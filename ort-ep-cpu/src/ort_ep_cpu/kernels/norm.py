@@ -14,7 +14,7 @@ import numpy as np
 
 from ..registry import kernel
 from ._util import normalize_axis
-from .reduce import compiled_layer_norm
+from .reduce import CompiledLayerNorm
 
 
 def _stat_dtype(x: np.ndarray):
@@ -230,6 +230,7 @@ def _skip_layer_norm(node, request):
     n_out = len(node.outputs)
     name = node.name
     mean_weights: dict[tuple[int, np.dtype], np.ndarray] = {}  # 1/hidden: row means as one BLAS GEMV
+    compiled_layer_norm = CompiledLayerNorm(eps)
 
     def skip_layer_norm(x, skip, gamma, beta=None, bias=None):
         hidden = x.shape[-1]
@@ -241,7 +242,7 @@ def _skip_layer_norm(node, request):
             raise ValueError(f"SkipLayerNormalization {name!r}: input skip has shape {skip.shape}; its last "
                              f"axis must be {hidden}, the last axis of input {x.shape}")
         if not wanted[1] and not wanted[2]:  # the compiled rows give no mean or inv_std
-            compiled = compiled_layer_norm(x, skip, bias, gamma, beta, eps, total=wanted[3])
+            compiled = compiled_layer_norm(x, skip, bias, gamma, beta, total=wanted[3])
             if compiled is not None:
                 y, total = compiled
                 return y if n_out == 1 else (y, None, None, total)[:n_out]
