@@ -79,13 +79,19 @@ def _lstm_step_model(hidden: int, inp: int, const_r: bool, rng, **attrs):
 @pytest.mark.parametrize("const_r", [True, False])
 # tf2onnx writes the default activations out (the g2p decoder): still the single-step path
 @pytest.mark.parametrize("attrs", [{}, {"activations": ["Sigmoid", "Tanh", "Tanh"]}], ids=["implicit", "explicit"])
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled_cells", "numpy_cells"])
+@pytest.mark.parametrize("compiled", ["step", "cells", "numpy"], ids=["compiled_step", "compiled_cells", "numpy_cells"])
 def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, compiled, monkeypatch):
     """One time step (the streaming case) takes one GEMM of [x, h] by [W; R], its gates by the
     compiled cell or numpy: Y, Y_h and Y_c match onnxruntime, carrying the state over three
     runs, and the fed states are left as they were; with R fed at run time and changing, the
-    stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it)."""
-    cells = use_compiled(monkeypatch, compiled, "lstm_cells")
+    stacked weights are remade (never stale). Y_h is not a view of Y (a caller may write it).
+    Where the product is not split (``ROW_SPLIT_MACS``), the product and the cells are one
+    compiled call (``_jit.lstm_step``; x of 5 values, not a multiple of the four rows a pass);
+    where it is, the row product then the compiled cells."""
+    if compiled == "cells":  # the product large enough to be split
+        monkeypatch.setattr(rnn, "ROW_SPLIT_MACS", 1)
+    steps = use_compiled(monkeypatch, compiled != "numpy", "lstm_step")
+    cells = use_compiled(monkeypatch, compiled != "numpy", "lstm_cells")
     calls = []
     step = rnn._LSTM._single_step
     monkeypatch.setattr(rnn._LSTM, "_single_step", lambda self, *a: calls.append(1) or step(self, *a))
@@ -107,7 +113,8 @@ def test_lstm_single_step_matches_onnxruntime(batch, const_r, attrs, compiled, m
         assert all(np.array_equal(feeds[k], fed[k]) for k in feeds)
         h, c = outs[1], outs[2]
     assert len(calls) == 3  # the single-step path ran
-    assert cells or not compiled  # the compiled cell was asked for (numpy: USE off, it answers None)
+    # the compiled loop taken was asked for (numpy: USE off, it answers None)
+    assert bool(steps) == (compiled != "numpy") and bool(cells) == (compiled == "cells")
 
 
 def _recurrent_model(op: str, direction: str, hidden: int, inp: int, attrs: dict, peepholes: bool, rng):

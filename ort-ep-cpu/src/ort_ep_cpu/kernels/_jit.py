@@ -45,6 +45,7 @@ _quantized_lstm_scan: Callable | None = None
 _lstm_cell_row: Callable | None = None
 _lstm_cell_row_mlas: Callable | None = None  # (and the MLAS activations and their helpers, set by _load)
 _lstm_cells: Callable | None = None
+_lstm_step: Callable | None = None
 _gru_scan: Callable | None = None
 _rnn_scan: Callable | None = None
 _lstm_panel_scan: Callable | None = None
@@ -628,6 +629,16 @@ def lstm_cells() -> Callable | None:
     return _lstm_cells if _load() else None
 
 
+def lstm_step() -> Callable | None:
+    """The compiled float32 single LSTM time step, default activations, ``(x, h, wr, bias, p,
+    c, h_out, y)``, or None: z = [x, h] @ wr + bias per row (x (B, I), h (B, H), wr the (I + H,
+    4H) [W; R] transposed, the gates in order i, o, f, c), then ``lstm_cells``' update of c in
+    place into h_out and y (B, H). One call where the step took three (the product, the cells)
+    and a concatenation and a copy between: four calls whose Python cost, in a model, was half
+    of silero-vad's LSTM step (21 us there, 8 us alone)."""
+    return _lstm_step if _load() else None
+
+
 def lstm_panel_scan() -> Callable | None:
     """``lstm_scan`` with each step's product h @ R + rb by ``float_product``'s register blocks,
     ``(xw, rp, rbp, p, lens, h, c, ys)``: R and rb packed by ``nn.pack_float_panels``
@@ -739,7 +750,7 @@ def _load_once() -> None:
     global _quantized_lstm_quad_scan, _quantized_lstm_buffers, _quantized_lstm_after_product
     global _quantized_lstm_step, _quantized_lstm_scan, _erf_in_place, _erf_split, _erf_in_place_split, _fake_quantize_split, _lstm_cell_row, _integer_to_float, _small_conv, _conv_combine
     global _float32_from_bits, _lstm_cell_row_mlas, _mlas_logistic_value, _mlas_tanh_value, _fma, _rational
-    global _lstm_cells, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
+    global _lstm_cells, _lstm_step, _half_to_float, _float_to_half, _pairwise_coupling, _roi_align, _grid_taps
     global _grid_linear, _grid_axis, _plane_taps, _top_k_rows, _softmax_rows
     global _rows_times_kn, _rows_times_nk, _normalize_rows, _scale_rows, _sigmoid, _tanh, _bilinear
     global _sigmoid_in_place, _tanh_in_place, _logistic_point, _tanh_point, _gelu_tanh_value, _quick_gelu
@@ -765,6 +776,7 @@ def _load_once() -> None:
                 _codes_product = _codes_product_split = _codes_share = None
                 _quantized_lstm_step = _quantized_lstm_scan = _quantized_lstm_quad_scan = _erf_in_place = _erf_split = _erf_in_place_split = _fake_quantize_split = _integer_to_float = _small_conv = _conv_combine = None
                 _lstm_cells = _half_to_float = _float_to_half = _pairwise_coupling = _roi_align = _grid_taps = _grid_linear = _top_k_rows = None
+                _lstm_step = None
                 _softmax_rows = _rows_times_kn = _rows_times_nk = _normalize_rows = _scale_rows = _sigmoid = _tanh = None
                 _sigmoid_in_place = _tanh_in_place = _quick_gelu = _exp = _exp_in_place = None
                 _rows_times_nk_share = _rows_times_kn_part = _rows_times_kn_split = _rows_times_nk_split = None
@@ -920,6 +932,8 @@ def _load_once() -> None:
                 _nk_two_rows = numba.njit(inline="always", **reductions)(_nk_two_rows_py)
                 _nk_one_row = numba.njit(inline="always", **reductions)(_nk_one_row_py)
                 _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
+                # (the cell arithmetic as ``_lstm_cells``': not reassociated; the product is a call)
+                _lstm_step = numba.njit(cache=cached, **elementwise)(_lstm_step_py)
                 _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
                 _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
@@ -2682,6 +2696,21 @@ def _lstm_cells_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
     """See ``lstm_cells``."""
     for b in range(z.shape[0]):
         _lstm_cell_row(z[b], p, c[b], h[b], y[b])
+
+
+def _lstm_step_py(x, h, wr, bias, p, c, h_out, y):  # pragma: no cover - compiled by numba
+    """See ``lstm_step``: the products by ``_rows_times_kn_add`` (compiled apart, with its own
+    reassociated sums), x's rows then h's, each by fours of wr's rows."""
+    batch, inputs = x.shape
+    g = wr.shape[1]
+    z = np.empty((batch, g), np.float32)
+    for b in range(batch):
+        for j in range(g):
+            z[b, j] = bias[j]
+    _rows_times_kn_add(x, wr[:inputs], z, 0, inputs)
+    _rows_times_kn_add(h, wr[inputs:], z, 0, h.shape[1])
+    for b in range(batch):
+        _lstm_cell_row(z[b], p, c[b], h_out[b], y[b])
 
 
 def _lstm_scan_py(xw, rt, rb, p, lens, h, c, ys):  # pragma: no cover - compiled by numba

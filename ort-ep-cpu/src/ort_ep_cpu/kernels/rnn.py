@@ -10,7 +10,7 @@ from .._lazy import special  # scipy.special, imported at first use
 from ..registry import kernel
 from . import _jit, _onednn
 from ._util import SHAPE_CACHE_MAX, PreparedFor, const_input
-from .nn import _constant_product, _row_product, pack_float_panels
+from .nn import COMPILED_PRODUCT_ROWS, ROW_SPLIT_MACS, _constant_product, _row_product, pack_float_panels
 
 
 def _sigmoid(x, alpha, beta):
@@ -408,6 +408,17 @@ class _LSTM(_Recurrent):
         batch, n = x.shape[1], r.shape[-1]
         h = np.zeros((batch, n), x.dtype) if initial_h is None else initial_h[0]
         c = np.zeros((batch, n), x.dtype) if initial_c is None else initial_c[0]
+        step = _jit.lstm_step() if self._compiled and row_product is not None else None
+        if (step is not None and x.dtype == h.dtype == c.dtype == np.float32 and batch <= COMPILED_PRODUCT_ROWS
+                and batch * wr.size < ROW_SPLIT_MACS):
+            # the product on one thread (as the row loops would take it), and the cells, in one
+            # compiled call
+            c_new = np.array(c, np.float32)  # the initial state stays as fed
+            h_new = np.empty((1, batch, n), np.float32)
+            y = np.empty((1, 1, batch, n), np.float32)
+            step(np.ascontiguousarray(x[0]), np.ascontiguousarray(h), wr, bias, _NO_PEEPHOLES, c_new, h_new[0], y[0, 0])
+            outs = (y, h_new, c_new.reshape(1, batch, n))
+            return y if self.n_out == 1 else outs[: self.n_out]
         xh = np.concatenate((x[0], h), axis=1)
         # gate order i, o, f, c; one or two rows: the product and the bias in one compiled call
         z = None if row_product is None else row_product(xh)
