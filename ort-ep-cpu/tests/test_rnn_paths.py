@@ -384,3 +384,34 @@ def test_onednn_recurrence_is_not_made_for_a_shape_seen_once(monkeypatch):
         for a, b in zip(got.run(None, feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert made == [(4, 1, 5)]  # the one length seen twice
+
+
+@pytest.mark.parametrize("seq", [1, 3], ids=["single_step", "scan"])
+def test_lstm_gates_far_below_zero_give_no_subnormal_state(seq):
+    """An input gate's logistic under float32's smallest normal value is 0 in the compiled cells
+    (``_jit._SIGMOID_FLOOR``), as onnxruntime's LSTM gives it: computed, it was subnormal, and so
+    was the cell state made from it, whose arithmetic runs in microcode (silero-vad's LSTM step
+    2.5x slower in the model). Gates just above the floor keep their (normal) values."""
+    pytest.importorskip("numba", reason="numba (optional) is not installed")
+    hidden, inp = 8, 4
+    w = np.zeros((1, 4 * hidden, inp), np.float32)
+    r = np.zeros((1, 4 * hidden, hidden), np.float32)
+    b = np.zeros((1, 8 * hidden), np.float32)
+    b[0, :hidden] = np.linspace(-100, -80, hidden)  # the input gate: e^-100 to e^-80
+    b[0, hidden:2 * hidden] = 5.0  # the output gate open
+    b[0, 3 * hidden:4 * hidden] = 1.0  # the cell candidate tanh(1)
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=hidden)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, 1, inp])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")],
+                              [onnx.numpy_helper.from_array(v, n) for v, n in ((w, "W"), (r, "R"), (b, "B"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    data, feeds = model.SerializeToString(), {"X": np.zeros((seq, 1, inp), np.float32)}
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    tiny = np.finfo(np.float32).tiny
+    for g, w_ in zip(got, want):
+        assert not ((g != 0) & (np.abs(g) < tiny)).any(), g
+        np.testing.assert_allclose(g, w_, rtol=0, atol=1e-30)
+    c = got[2].ravel()
+    assert (c[:5] == 0).all() and (c[5:] > 0).all()  # e^-88.6 and below: 0; e^-85.7 and above: kept
