@@ -142,12 +142,11 @@ def _pool_workers(size: int) -> tuple[int, ...] | None:
 
 def place_workers() -> None:
     """Before a region on two or more OpenMP threads: keep the calling thread's OpenMP workers
-    off the CPU it runs on. Why: in a VM, after an idle spell the other vCPU is descheduled by
-    the host, so Linux wakes a sleeping worker on the caller's own CPU, where the caller, done
-    with its share, spins at the region's end until the scheduler's tick preempts it. A 1 x 288
-    x 1024 row product on two threads after 0.3 s pauses took 7-8 ms, and the run after it 4
-    ms, in most tries on a 2-vCPU VM; with the workers kept off the caller's CPU, 0.2-0.35 ms
-    and 23 us. The CPU is read each time (0.1 us) and the workers moved only when it changed."""
+    off the CPU it runs on. Why: on a 2-vCPU VM, after an idle spell, Linux woke a sleeping
+    worker on the caller's own CPU (the other one idle), where the caller, done with its share,
+    spun at the region's end until the scheduler preempted it. A 1 x 288 x 1024 row product on
+    two threads after 0.3 s pauses took 7-8 ms, and the run after it 4 ms, in most tries; with
+    the workers kept off the caller's CPU, 0.2-0.35 ms and 23 us (the loop's own time). The CPU is read each time (0.1 us) and the workers moved only when it changed."""
     global _sched_getcpu
     pool = _pools.get(threading.get_ident(), False)
     if pool is None or _forked:
