@@ -261,7 +261,7 @@ def test_openmp_workers_are_kept_off_the_calling_threads_cpu(monkeypatch):
             pytest.skip(f"numba's pool is {numba.threading_layer()!r}, not GNU OpenMP's")
     me = threading.get_ident()
     monkeypatch.setattr(threads, "_alone_until", 0.0)
-    threads._pools.pop(me, None)
+    threads._release_workers()  # (earlier tests may have placed them: their own CPUs back first)
     threads.limit(2, blas=0)
     try:
         assert threads.split_threads() == 2
@@ -296,7 +296,7 @@ def test_a_gone_openmp_worker_is_never_touched(monkeypatch):
     monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: calls.append(tid))
     gone = max(int(t) for t in os.listdir("/proc/self/task")) + 1_000_000  # no thread of this process
     me = threading.get_ident()
-    pool = threads._Pool((gone,), size=max(threads._count, threads._cores))
+    pool = threads._Pool((gone,), size=max(threads._count, threads._cores), before={gone: {0}})
     monkeypatch.setitem(threads._pools, me, pool)
     monkeypatch.setattr(threads, "_sched_getcpu", lambda: 0)
     monkeypatch.setattr(threads, "_cores", max(threads._cores, 2))

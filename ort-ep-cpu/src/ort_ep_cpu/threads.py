@@ -101,12 +101,14 @@ OPENMP_LIBRARY = "libgomp.so.1"
 
 class _Pool:
     """The OpenMP pool of one calling thread, as ``place_workers`` knows it: its workers' thread
-    ids, the team size they were found at, and the CPU they were last kept off (-1: none)."""
+    ids, the team size they were found at, the CPU they were last kept off (-1: none), and each
+    worker's CPUs before the first move (given back by ``_release_workers``)."""
 
-    __slots__ = ("workers", "size", "away_from")
+    __slots__ = ("workers", "size", "away_from", "before")
 
-    def __init__(self, workers: tuple[int, ...], size: int):
+    def __init__(self, workers: tuple[int, ...], size: int, before: dict[int, set[int]] | None = None):
         self.workers, self.size, self.away_from = workers, size, -1
+        self.before = before if before is not None else {}
 
 
 _pools: dict[int, _Pool | None] = {}  # calling thread's ident -> its pool (None: placing failed)
@@ -146,7 +148,8 @@ def place_workers() -> None:
     worker on the caller's own CPU (the other one idle), where the caller, done with its share,
     spun at the region's end until the scheduler preempted it. A 1 x 288 x 1024 row product on
     two threads after 0.3 s pauses took 7-8 ms, and the run after it 4 ms, in most tries; with
-    the workers kept off the caller's CPU, 0.2-0.35 ms and 23 us (the loop's own time). The CPU is read each time (0.1 us) and the workers moved only when it changed."""
+    the workers kept off the caller's CPU, 0.2-0.35 ms and 23 us (the loop's own time). The
+    CPU is read each time (0.1 us) and the workers moved only when it changed."""
     global _sched_getcpu
     pool = _pools.get(threading.get_ident(), False)
     if pool is None or _forked:
@@ -169,7 +172,7 @@ def place_workers() -> None:
             if workers is None:  # (numba and oneDNN load it when their first loops are made)
                 _pools[threading.get_ident()] = None
                 return
-            pool = _pools[threading.get_ident()] = _Pool(workers, size)
+            pool = _pools[threading.get_ident()] = _Pool(workers, size, {w: os.sched_getaffinity(w) for w in workers})
         others = os.sched_getaffinity(0) - {cpu}
         if others:
             for worker in pool.workers:
@@ -190,12 +193,11 @@ def _set_affinity(worker: int, cpus: set[int]) -> None:
 
 
 def _release_workers() -> None:
-    """The last session ended: every pool's workers may run on any of the process's CPUs again."""
-    allowed = os.sched_getaffinity(0)
+    """The last session ended: every pool's workers get back the CPUs they had before."""
     for pool in _pools.values():
-        for worker in pool.workers if pool else ():
+        for worker, cpus in pool.before.items() if pool else ():
             try:
-                _set_affinity(worker, allowed)
+                _set_affinity(worker, cpus)
             except OSError:  # (a gone worker among them)
                 pass
     _pools.clear()
