@@ -238,9 +238,9 @@ def test_split_loops_that_wait_on_a_late_thread_go_to_one_thread_for_a_while(mon
 def test_openmp_workers_are_kept_off_the_calling_threads_cpu(monkeypatch):
     """``threads.place_workers`` (called by ``split_threads`` before each split loop): the
     calling thread's OpenMP workers may run on every usable CPU but the caller's, moved again
-    when the caller is seen on another CPU, and set free when the last session ends. (In a VM
-    after a pause, a worker woken on the caller's CPU waited there until the scheduler preempted
-    the caller, which spun at the region's end: 7-8 ms for a 30 us loop.)"""
+    when the caller is seen on another CPU, and given back their CPUs when the last session
+    ends. (In a VM after a pause, a worker woken on the caller's CPU waited there until the
+    scheduler preempted the caller, which spun at the region's end: 7-8 ms for a 30 us loop.)"""
     import os
     import threading
 
