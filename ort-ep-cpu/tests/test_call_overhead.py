@@ -305,3 +305,35 @@ def test_a_gone_openmp_worker_is_never_touched(monkeypatch):
     threads._pools[me] = pool
     threads._release_workers()
     assert calls == [] and me not in threads._pools
+
+
+@pytest.mark.parametrize("name,value", [("OMP_PROC_BIND", "close"), ("OMP_PLACES", "cores"),
+                                        ("GOMP_CPU_AFFINITY", "0-1")])
+def test_openmp_threads_bound_by_the_environment_are_left_where_they_are(name, value, monkeypatch):
+    """Where the environment binds OpenMP's threads itself, ``place_workers`` moves none of
+    them (``OMP_PROC_BIND=false`` binds nothing, and placing goes on)."""
+    import os
+    import threading
+
+    calls: list[int] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda tid, cpus: calls.append(tid))
+    monkeypatch.setattr(threads, "_pool_workers", lambda size: (threading.get_native_id() + 1,))
+    monkeypatch.setattr(threads, "_set_affinity", lambda worker, cpus: calls.append(worker))
+    monkeypatch.setattr(threads, "_sched_getcpu", lambda: 0)
+    monkeypatch.setattr(threads, "_cores", max(threads._cores, 2))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: {0, 1})
+    me = threading.get_ident()
+    monkeypatch.delitem(threads._pools, me, raising=False)
+    for variable in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("OMP_PROC_BIND", "false")
+    try:
+        threads.place_workers()
+        assert calls and threads._pools[me] is not None  # placed
+        calls.clear()
+        del threads._pools[me]
+        monkeypatch.setenv(name, value)
+        threads.place_workers()
+        assert calls == [] and threads._pools[me] is None
+    finally:
+        threads._pools.pop(me, None)  # (the next test's placing starts afresh)

@@ -167,6 +167,9 @@ def place_workers() -> None:
         _pools[threading.get_ident()] = None
         return
     try:
+        if pool is False and _bound_by_user():
+            _pools[threading.get_ident()] = None
+            return
         if pool is False or pool.size < size:
             workers = _pool_workers(size)
             if workers is None:  # (numba and oneDNN load it when their first loops are made)
@@ -181,6 +184,14 @@ def place_workers() -> None:
     except OSError as error:  # a worker gone, or the calls not allowed: the pool is left as it is
         logger.debug("OpenMP workers not placed: %s", error)
         _pools[threading.get_ident()] = None
+
+
+def _bound_by_user() -> bool:
+    """Whether the environment binds OpenMP's threads itself (``OMP_PROC_BIND`` other than
+    false, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY``): then ``place_workers`` leaves them there."""
+    env = os.environ
+    bind = env.get("OMP_PROC_BIND", "").strip().lower()
+    return bool(bind and bind != "false" or env.get("OMP_PLACES") or env.get("GOMP_CPU_AFFINITY"))
 
 
 def _set_affinity(worker: int, cpus: set[int]) -> None:
