@@ -4,6 +4,9 @@ recurrence loops over time."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from .._lazy import special  # scipy.special, imported at first use
@@ -413,12 +416,8 @@ class _LSTM(_Recurrent):
                 and batch * wr.size < ROW_SPLIT_MACS):
             # the product on one thread (as the row loops would take it), and the cells, in one
             # compiled call
-            c_new = np.array(c, np.float32)  # the initial state stays as fed
-            h_new = np.empty((1, batch, n), np.float32)
-            y = np.empty((1, 1, batch, n), np.float32)
-            step(np.ascontiguousarray(x[0]), np.ascontiguousarray(h), wr, bias, _NO_PEEPHOLES, c_new, h_new[0], y[0, 0])
-            outs = (y, h_new, c_new.reshape(1, batch, n))
-            return y if self.n_out == 1 else outs[: self.n_out]
+            return self._compiled_cells(c, lambda c_new, h_row, y_row: step(
+                np.ascontiguousarray(x[0]), np.ascontiguousarray(h), wr, bias, _NO_PEEPHOLES, c_new, h_row, y_row))
         xh = np.concatenate((x[0], h), axis=1)
         # gate order i, o, f, c; one or two rows: the product and the bias in one compiled call
         z = None if row_product is None else row_product(xh)
@@ -427,12 +426,8 @@ class _LSTM(_Recurrent):
             z += bias
         cells = _jit.lstm_cells() if z.dtype == np.float32 and self._compiled else None
         if cells is not None:  # the gate arithmetic below in one compiled call
-            c_new = np.array(c, np.float32)  # the initial state stays as fed
-            h_new = np.empty((1, batch, n), np.float32)
-            y = np.empty((1, 1, batch, n), np.float32)
-            cells(np.ascontiguousarray(z), _NO_PEEPHOLES, c_new, h_new[0], y[0, 0])
-            outs = (y, h_new, c_new.reshape(1, batch, n))
-            return y if self.n_out == 1 else outs[: self.n_out]
+            return self._compiled_cells(c, lambda c_new, h_row, y_row: cells(
+                np.ascontiguousarray(z), _NO_PEEPHOLES, c_new, h_row, y_row))
         iof = special.expit(z[:, : 3 * n])
         c_new = iof[:, 2 * n :] * c
         c_new += iof[:, :n] * np.tanh(z[:, 3 * n :])
@@ -441,6 +436,18 @@ class _LSTM(_Recurrent):
             return h_new.reshape(1, 1, batch, n)
         outs = (h_new.reshape(1, 1, batch, n), h_new.reshape(1, batch, n).copy(), c_new.reshape(1, batch, n))
         return outs[: self.n_out]
+
+    def _compiled_cells(self, c: np.ndarray, compute: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> Any:
+        """The single step's outputs (Y, Y_h, Y_c as many as the node has) where a compiled call
+        ``compute(c_new, h_row, y_row)`` updates the cell state c_new (a copy of ``c``: the
+        initial state stays as fed) in place and writes the new h into h_row and y_row."""
+        batch, n = c.shape
+        c_new = np.array(c, np.float32)
+        h_new = np.empty((1, batch, n), np.float32)
+        y = np.empty((1, 1, batch, n), np.float32)
+        compute(c_new, h_new[0], y[0, 0])
+        outs = (y, h_new, c_new.reshape(1, batch, n))
+        return y if self.n_out == 1 else outs[: self.n_out]
 
     def step(self, xw, h, c, rt, rb, p, acts):
         f, g, hact = acts
