@@ -337,3 +337,34 @@ def test_openmp_threads_bound_by_the_environment_are_left_where_they_are(name, v
         assert calls == [] and threads._pools[me] is None
     finally:
         threads._pools.pop(me, None)  # (the next test's placing starts afresh)
+
+
+def test_a_pool_found_again_at_a_larger_size_keeps_its_workers_first_cpus(monkeypatch):
+    """A session asking for more threads than the pool was found at makes ``place_workers``
+    find it again: the workers it had already moved are given back, at the release, the CPUs
+    they had before the first move, not the ones it gave them."""
+    import os
+    import threading
+
+    cpus = {101: {0, 1}, 102: {0, 1}}  # the fake workers' CPUs, as sched_getaffinity reads them
+    monkeypatch.setattr(os, "sched_getaffinity", lambda tid: cpus.get(tid, {0, 1}))
+    monkeypatch.setattr(threads, "_set_affinity", lambda worker, allowed: cpus.__setitem__(worker, set(allowed)))
+    monkeypatch.setattr(threads, "_sched_getcpu", lambda: 0)
+    monkeypatch.setattr(threads, "_bound_by_user", lambda: False)
+    found = [(101,)]
+    monkeypatch.setattr(threads, "_pool_workers", lambda size: found[0])
+    me = threading.get_ident()
+    monkeypatch.setattr(threads, "_count", 0)
+    monkeypatch.setattr(threads, "_cores", 2)
+    threads._pools.pop(me, None)
+    try:
+        threads.place_workers()
+        assert cpus[101] == {1}  # moved off CPU 0
+        found[0] = (101, 102)
+        monkeypatch.setattr(threads, "_count", 3)  # a session at three threads: found again
+        threads.place_workers()
+        assert cpus == {101: {1}, 102: {1}} and threads._pools[me].size == 3
+        threads._release_workers()
+        assert cpus == {101: {0, 1}, 102: {0, 1}}
+    finally:
+        threads._pools.pop(me, None)

@@ -106,9 +106,8 @@ class _Pool:
 
     __slots__ = ("workers", "size", "away_from", "before")
 
-    def __init__(self, workers: tuple[int, ...], size: int, before: dict[int, set[int]] | None = None):
-        self.workers, self.size, self.away_from = workers, size, -1
-        self.before = before if before is not None else {}
+    def __init__(self, workers: tuple[int, ...], size: int, before: dict[int, set[int]]):
+        self.workers, self.size, self.away_from, self.before = workers, size, -1, before
 
 
 _pools: dict[int, _Pool | None] = {}  # calling thread's ident -> its pool (None: placing failed)
@@ -175,7 +174,10 @@ def place_workers() -> None:
             if workers is None:  # (numba and oneDNN load it when their first loops are made)
                 _pools[threading.get_ident()] = None
                 return
-            pool = _pools[threading.get_ident()] = _Pool(workers, size, {w: os.sched_getaffinity(w) for w in workers})
+            # (a pool found again at a larger size: the workers moved before keep their first CPUs)
+            known = {} if pool is False else pool.before
+            before = {w: known[w] if w in known else os.sched_getaffinity(w) for w in workers}
+            pool = _pools[threading.get_ident()] = _Pool(workers, size, before)
         others = os.sched_getaffinity(0) - {cpu}
         if others:
             for worker in pool.workers:
