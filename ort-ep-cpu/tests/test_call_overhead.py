@@ -285,6 +285,21 @@ def test_openmp_workers_are_kept_off_the_calling_threads_cpu(monkeypatch):
             assert os.sched_getaffinity(worker) == allowed
 
 
+def test_one_thread_sessions_move_no_openmp_worker(monkeypatch):
+    """``place_workers`` in a one-thread session: no loop is split there, so no pool is probed
+    and no worker moved (it had sized the pool by the cores and pinned workers no loop used)."""
+    import threading
+
+    monkeypatch.setattr(threads, "_alone_until", 0.0)
+    threads._release_workers()
+    threads.limit(1, blas=0)
+    try:
+        assert threads.split_threads() == 1
+        assert threading.get_ident() not in threads._pools
+    finally:
+        threads.restore()
+
+
 def test_a_gone_openmp_worker_is_never_touched(monkeypatch):
     """A thread id recorded for a pool whose thread has ended may name another process's thread
     by now: ``place_workers`` gives up on that pool (it is left as it is), and the release at

@@ -151,7 +151,7 @@ def place_workers() -> None:
     CPU is read each time (0.1 us) and the workers moved only when it changed."""
     global _sched_getcpu
     pool = _pools.get(threading.get_ident(), False)
-    if pool is None or _forked:
+    if pool is None or _forked or _count == 1:  # (one thread a session: no loop is split)
         return
     getcpu = _sched_getcpu
     if getcpu is None:
