@@ -932,9 +932,9 @@ def _load_once() -> None:
                 _nk_two_rows = numba.njit(inline="always", **reductions)(_nk_two_rows_py)
                 _nk_one_row = numba.njit(inline="always", **reductions)(_nk_one_row_py)
                 _rows_times_kn_add = numba.njit(cache=cached, **reductions)(_rows_times_kn_add_py)
+                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 # (the cell arithmetic as ``_lstm_cells``': not reassociated; the product is a call)
                 _lstm_step = numba.njit(cache=cached, **elementwise)(_lstm_step_py)
-                _rows_times_kn = numba.njit(cache=cached, **reductions)(_rows_times_kn_py)
                 _rows_times_nk_share = numba.njit(cache=cached, **reductions)(_rows_times_nk_share_py)
                 _rows_times_kn_part = numba.njit(cache=cached, **reductions)(_rows_times_kn_part_py)
                 _rows_times_nk = numba.njit(cache=cached, **reductions)(_rows_times_nk_py)
@@ -2708,15 +2708,11 @@ def _lstm_cells_py(z, p, c, h, y):  # pragma: no cover - compiled by numba
 
 
 def _lstm_step_py(x, h, wr, bias, p, c, h_out, y):  # pragma: no cover - compiled by numba
-    """See ``lstm_step``: the products by ``_rows_times_kn_add`` (compiled apart, with its own
-    reassociated sums), x's rows then h's, each by fours of wr's rows."""
+    """See ``lstm_step``: z = x @ W + bias by ``_rows_times_kn``, then h's product added by
+    ``_rows_times_kn_add`` (both compiled apart, with their own reassociated sums)."""
     batch, inputs = x.shape
-    g = wr.shape[1]
-    z = np.empty((batch, g), np.float32)
-    for b in range(batch):
-        for j in range(g):
-            z[b, j] = bias[j]
-    _rows_times_kn_add(x, wr[:inputs], z, 0, inputs)
+    z = np.empty((batch, wr.shape[1]), np.float32)
+    _rows_times_kn(x, wr[:inputs], bias, z, 1)
     _rows_times_kn_add(h, wr[inputs:], z, 0, h.shape[1])
     for b in range(batch):
         _lstm_cell_row(z[b], p, c[b], h_out[b], y[b])
