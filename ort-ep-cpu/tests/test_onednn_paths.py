@@ -314,7 +314,7 @@ def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra
     ("Gemm", (4, 16), (24, 16), {"transB": 1}, (24,), True),  # four rows a pass over W
     ("Gemm", (5, 16), (16, 24), {}, (24,), False),  # five rows: oneDNN's (numpy's) GEMM
     ("Gemm", (3, 600), (300, 600), {"transB": 1}, (300,), True),  # over ROW_SPLIT_MACS: split
-    ("MatMul", (1, 3, 600), (600, 300), {}, None, True),
+    ("MatMul", (1, 3, 600), (600, 300), {}, None, "panels"),  # split (K, N) weights: float_product's panels
     ("Gemm", (1, 16), (16, 24), {}, (1, 24 * 1), True),
     ("MatMul", (16,), (16, 24), {}, None, True),
     ("MatMul", (1, 2, 16), (16, 24), {}, None, True),
@@ -324,16 +324,20 @@ def test_fused_gemm_activation_is_a_post_op(runs, monkeypatch, activation, extra
 def test_products_of_few_rows_by_small_weights_run_compiled(monkeypatch, op, a_shape, b_shape, attrs, c_shape, compiled):
     """Up to four rows by constant weights under COMPILED_PRODUCT_WEIGHTS: the compiled row
     loops (``_jit.row_products``) with the bias (and a FusedGemm's activation after them),
-    onnxruntime's values."""
+    onnxruntime's values; split (K, N) weights by ``_jit.float_product``'s packed panels (the
+    row loops' split over K was slower on two threads than on one)."""
     pytest.importorskip("numba", reason="numba (optional) is not installed")
-    seen = []
-    real = _jit.row_products
+    seen, panels = [], []
+    real, real_panels = _jit.row_products, _jit.float_product
     monkeypatch.setattr(_jit, "row_products", lambda parts=1: seen.append(parts) or real(parts))
+    monkeypatch.setattr(_jit, "float_product", lambda parts=1: panels.append(parts) or real_panels(parts))
     domain = "com.microsoft" if op == "FusedGemm" else ""
     _check(_product_model(op, a_shape, b_shape, attrs, c_shape, domain=domain), a_shape)
-    assert bool(seen) == compiled
+    assert bool(seen) == (compiled is True)
+    if compiled is not False:  # (five rows and more may take the panels as the multi-row product)
+        assert bool(panels) == (compiled == "panels")
     macs = int(np.prod(a_shape)) * (b_shape[0] if attrs.get("transB") else b_shape[1])
-    assert all(parts == (2 if macs >= nn.ROW_SPLIT_MACS else 1) for parts in seen)  # _check: 2 threads
+    assert all(parts == (2 if macs >= nn.ROW_SPLIT_MACS else 1) for parts in seen + panels)  # _check: 2 threads
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 9])
