@@ -164,12 +164,12 @@ def _arg(op_type: str, fn):
         def run(x):
             a = axis + x.ndim if axis < 0 else axis
             w = x.astype(np.float32) if _small(x.dtype) else x
+            # (numpy's keepdims: np.expand_dims after it cost 1.7 us, twice the search on (1, 30))
             if last:  # the last occurrence: search the reversed axis and map back
-                y = (w.shape[a] - 1) - fn(np.flip(w, axis=a), axis=a)
+                y = (w.shape[a] - 1) - fn(np.flip(w, axis=a), axis=a, keepdims=keepdims)
             else:
-                y = fn(w, axis=a)
-            y = y.astype(np.int64, copy=False)
-            return np.expand_dims(y, a) if keepdims else y
+                y = fn(w, axis=a, keepdims=keepdims)
+            return y.astype(np.int64, copy=False)
 
         return run
 
@@ -286,7 +286,7 @@ def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
     w = x.astype(np.float32) if _small(x.dtype) else x
-    index = np.expand_dims(np.argmax(w, axis=axis), axis)  # the first maximum wins
+    index = np.argmax(w, axis=axis, keepdims=True)  # the first maximum wins
     y = np.zeros(x.shape, dtype=x.dtype)
     np.put_along_axis(y, index, np.ones((), dtype=x.dtype), axis=axis)
     return y
