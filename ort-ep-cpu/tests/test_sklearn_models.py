@@ -113,3 +113,81 @@ def test_linear_classifier_compiled_finish_equals_the_numpy_path(post, labels, m
     for a, b in zip(got, expected):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def _fitted(name: str):
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import SVC, SVR
+
+    x, y = make_classification(n_samples=120, n_features=6, n_informative=4, n_classes=3, n_clusters_per_class=1,
+                               random_state=1)
+    x = x.astype(np.float32)
+    model = {"forest-classifier": lambda: RandomForestClassifier(n_estimators=4, max_depth=3, random_state=0),
+             "forest-regressor": lambda: RandomForestRegressor(n_estimators=4, max_depth=3, random_state=0),
+             "logistic": lambda: LogisticRegression(),
+             "svc-rbf": lambda: SVC(probability=True, random_state=0),
+             "svr-rbf": lambda: SVR()}[name]()
+    model.fit(x, y.astype(np.float32) if name.endswith("regressor") or name.startswith("svr") else y)
+    from skl2onnx.common.data_types import FloatTensorType
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onx = skl2onnx.convert_sklearn(model, initial_types=[("x", FloatTensorType([None, 6]))],
+                                       options={id(model): {"zipmap": False}} if hasattr(model, "classes_") else None,
+                                       target_opset={"": 17, "ai.onnx.ml": 3})
+    return onx.SerializeToString(), x
+
+
+def _same_as_onnxruntime(data: bytes, x: np.ndarray) -> None:
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["forest-classifier", "forest-regressor", "logistic", "svc-rbf", "svr-rbf"])
+def test_ml_models_take_an_empty_batch(name):
+    """Zero rows: onnxruntime's empty outputs (the tree and SVM kernels'
+    ``reshape(0, -1)`` failed: -1 cannot be worked out from zero elements)."""
+    data, x = _fitted(name)
+    _same_as_onnxruntime(data, x[:0])
+
+
+@pytest.mark.parametrize("name", ["svc-rbf", "svr-rbf"])
+def test_rbf_svm_of_an_infinite_feature_is_onnxruntimes(name):
+    """A row holding +-inf: the RBF kernel is 0 there (an infinite distance), as onnxruntime's
+    sum of squared differences gives it; the expansion |x|^2 - 2 x.sv + |sv|^2 made it NaN."""
+    data, x = _fitted(name)
+    x = x[:8].copy()
+    x[1, 0], x[2, 3], x[3, :2] = np.inf, -np.inf, (np.inf, -np.inf)
+    _same_as_onnxruntime(data, x)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_linear_classifier_labels_of_nan_scores_are_onnxruntimes(compiled, monkeypatch):
+    """Scores holding NaN (inputs with infinities of both signs): the label is
+    ``std::max_element``'s, as onnxruntime's (a NaN is never the maximum after the first
+    place; a row starting with NaN gives the first class), where numpy's argmax took the
+    first NaN."""
+    from ort_ep_cpu.kernels import _jit
+
+    if compiled and _jit.linear_finish() is None:
+        pytest.skip("numba is not installed")
+    if not compiled:
+        monkeypatch.setattr(_jit, "USE", False)
+    data, x = _fitted("logistic")
+    x = np.repeat(x[:16], 4, axis=0)
+    rng = np.random.default_rng(2)
+    for row in range(0, len(x), 2):  # infinities of both signs in two features: some scores NaN
+        x[row, rng.choice(6, 2, replace=False)] = (np.inf, -np.inf)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert np.isnan(want[1]).any(axis=1).sum() >= 8  # the case is there
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7, equal_nan=True)

@@ -545,7 +545,7 @@ def normalize_rows() -> Callable | None:
 def linear_finish() -> Callable | None:
     """The compiled ai.onnx.ml LinearClassifier finish ``(scores, intercepts, softmax, best,
     out)``, or None: per row of the float64 ``scores`` (changed in place) the intercepts added,
-    the first maximum's index into ``best`` (the first NaN, as numpy's argmax), then into the
+    the first maximum's index into ``best`` (``ml.first_max``'s), then into the
     float32 ``out`` the softmax over the row (``softmax`` 1) or the scores themselves (0). One
     call where numpy made eight (most of a one-row run)."""
     return _linear_finish if _load() else None
@@ -2019,15 +2019,11 @@ def _linear_finish_py(scores, intercepts, softmax, best, out):  # pragma: no cov
             scores[r, j] += intercepts[j]
         at = 0
         top = scores[r, 0]
-        if top == top:
-            for j in range(1, k):
-                v = scores[r, j]
-                if v != v:
-                    at = j
-                    break
-                if v > top:
-                    top = v
-                    at = j
+        for j in range(1, k):  # std::max_element's: a NaN is never greater, nor is any value than it
+            v = scores[r, j]
+            if top < v:
+                top = v
+                at = j
         best[r] = at
         if softmax == 1:
             m = _nan_max(scores[r])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -168,6 +169,15 @@ def as_dtype(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 #: elements per pass of ``without_subnormals``
 _SUBNORMAL_CHUNK = 1 << 16
+
+
+def as_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as the (rows, features) matrix the ai.onnx.ml ops read: up to 1-D, one row; else
+    the first axis the rows and the others flattened. The features are counted, not left to
+    ``reshape(rows, -1)``, which cannot work them out for zero rows (an empty batch)."""
+    if x.ndim <= 1:
+        return x.reshape(1, -1)
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
 
 def has_input(node: NodeView, k: int) -> bool:

@@ -18,7 +18,7 @@ from ..registry import kernel
 from . import _jit
 from ._delegate import DELEGATED, reference_kernel
 from ._ort_math import probit
-from .elementwise import whole_power
+from ._util import as_rows
 
 ML = "ai.onnx.ml"
 
@@ -345,7 +345,7 @@ def _feature_vectorizer(node, request):
         parts = []
         for k, x in enumerate(xs):
             r = np.asarray(x, dtype=np.float32)
-            r = r.reshape(1, -1) if r.ndim <= 1 else r.reshape(r.shape[0], -1)
+            r = as_rows(r)
             want = dims[k] if k < len(dims) else r.shape[1]
             if r.shape[1] < want:  # pad short inputs with zeros, cut long ones
                 r = np.pad(r, ((0, 0), (0, want - r.shape[1])))
@@ -588,62 +588,24 @@ def _linear_classifier(node, request):
             finish(scores, intercepts, finish_softmax, best, probabilities)
             return [best if plain_labels else labels[best], probabilities]
         scores += intercepts
-        best = scores.argmax(axis=1)
+        best = first_max(scores)
         return [best if plain_labels else labels[best], post(scores).astype(np.float32)]
 
     return Kernel(run=classify)
 
 
-_SVM_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+def first_max(scores: np.ndarray) -> np.ndarray:
+    """Each row's index of its first maximum as onnxruntime's classifiers find it
+    (``std::max_element``): a NaN is never greater than the running maximum, and nothing is
+    greater than a NaN in the first place, so a row starting with NaN gives 0 and a later NaN
+    is passed over (numpy's argmax returns the first NaN's index)."""
+    nan = np.isnan(scores)
+    if not nan.any():
+        return scores.argmax(axis=1)
+    best = np.where(nan, -np.inf, scores).argmax(axis=1)
+    best[nan[:, 0]] = 0
+    return best
 
 
-def _svm_kernel(kind: str, gamma: float, coef0: float, degree: float):
-    """K(X, SV) for all samples and support vectors at once: (N, F) x (S, F) -> (N, S)."""
-    if kind == "LINEAR":
-        return lambda x, sv: x @ sv.T
-    if kind == "POLY":
-        return lambda x, sv: whole_power(gamma * (x @ sv.T) + coef0, degree)
-    if kind == "SIGMOID":
-        return lambda x, sv: np.tanh(gamma * (x @ sv.T) + coef0)
+# SVMClassifier and SVMRegressor: svm.py (onnxruntime's kernels, probabilities and labels)
 
-    def rbf(x, sv):
-        d2 = (x * x).sum(axis=1)[:, None] - 2.0 * (x @ sv.T) + (sv * sv).sum(axis=1)[None, :]
-        return np.exp(-gamma * np.maximum(d2, 0.0))
-
-    return rbf
-
-
-@kernel("SVMRegressor", domain=ML)
-def _svm_regressor(node, request):
-    name = f"SVMRegressor {node.name!r}"
-    kind = node.attr("kernel_type", "LINEAR")
-    if kind not in _SVM_KERNELS:
-        raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_SVM_KERNELS)}")
-    params = list(node.attr("kernel_params") or [0.0, 0.0, 0.0])
-    gamma, coef0, degree = (float(v) for v in (params + [0.0, 0.0, 0.0])[:3])
-    coefficients = np.asarray(node.attr("coefficients") or [], dtype=np.float64)
-    n_supports = int(node.attr("n_supports", 0))
-    rho = float((node.attr("rho") or [0.0])[0])
-    one_class = bool(node.attr("one_class", 0))
-    post = _post_transform(node.attr("post_transform", "NONE"), node)
-    support = None
-    if n_supports > 0:
-        support = np.asarray(node.attr("support_vectors"), dtype=np.float64).reshape(n_supports, -1)
-    compute_kernel = _svm_kernel(kind, gamma, coef0, degree)
-
-    def predict(x):
-        xf = _rows(np.asarray(x)).astype(np.float64)
-        if support is not None:
-            if xf.shape[1] != support.shape[1]:
-                raise ValueError(f"{name}: {xf.shape[1]} features, the support vectors have {support.shape[1]}")
-            score = compute_kernel(xf, support) @ coefficients + rho
-        else:  # a linear model: coefficients are the weights
-            score = xf @ coefficients + rho
-        if one_class:
-            score = np.where(score > 0, 1.0, -1.0)
-        return post(score[:, None]).astype(np.float32)
-
-    return predict
-
-
-# SVMClassifier: svm.py (onnxruntime's probabilities and labels)

@@ -15,7 +15,9 @@ from ..registry import kernel
 from . import _jit
 from ._ort_math import logistic as _logistic
 from ._ort_math import probit as _probit
+from ._util import as_rows
 from .elementwise import whole_power
+from .ml import _post_transform, first_max
 
 ML = "ai.onnx.ml"
 _F = np.float32
@@ -98,6 +100,11 @@ def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.n
     if kind == "RBF":
         x64, s64 = x.astype(np.float64), sv.astype(np.float64)
         d2 = (x64 * x64).sum(axis=1)[:, None] - 2.0 * (x64 @ s64.T) + (s64 * s64).sum(axis=1)[None, :]
+        # a row holding an infinity: the expansion's inf - inf is NaN where the distance itself
+        # is infinite (the kernel 0, as onnxruntime's sum of squared differences gives it)
+        infinite = np.isinf(x64).any(axis=1)
+        if infinite.any():
+            d2[infinite] = np.square(x64[infinite, None, :] - s64[None]).sum(axis=2)
         return np.exp(-gamma * np.maximum(d2, 0.0)).astype(_F)
     dot = x.astype(np.float64) @ sv.astype(np.float64).T
     if kind == "LINEAR":
@@ -182,13 +189,13 @@ def _svm_classifier(node, request):
 
     def classify(x):
         xf = np.asarray(x, dtype=_F)
-        xf = xf.reshape(1, -1) if xf.ndim == 1 else xf.reshape(xf.shape[0], -1)
+        xf = as_rows(xf)
         n = xf.shape[0]
         if n_vectors == 0:
             if xf.shape[1] != weights.shape[1]:
                 raise ValueError(f"{name}: input has {xf.shape[1]} features, the model {weights.shape[1]}")
             scores = (xf.astype(np.float64) @ weights.T.astype(np.float64) + float(rho[0])).astype(_F)
-            best = np.argmax(scores, axis=1)
+            best = first_max(scores)
             label = labels[best]
             if k == 2 and not have_proba:  # onnxruntime's ChooseClass: a threshold on the top score
                 top = scores.max(axis=1)
@@ -218,3 +225,35 @@ def _svm_classifier(node, request):
         return [label, post(pair_scores).astype(_F)]
 
     return classify
+
+
+@kernel("SVMRegressor", domain=ML)
+def _svm_regressor(node, request):
+    name = f"SVMRegressor {node.name!r}"
+    kind = node.attr("kernel_type", "LINEAR")
+    if kind not in _KINDS:
+        raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_KINDS)}")
+    params = list(node.attr("kernel_params") or [0.0, 0.0, 0.0])
+    gamma, coef0, degree = (float(v) for v in (params + [0.0, 0.0, 0.0])[:3])
+    coefficients = np.asarray(node.attr("coefficients") or [], dtype=np.float64)
+    n_supports = int(node.attr("n_supports", 0))
+    rho = float((node.attr("rho") or [0.0])[0])
+    one_class = bool(node.attr("one_class", 0))
+    post = _post_transform(node.attr("post_transform", "NONE"), node)
+    support = None
+    if n_supports > 0:
+        support = np.asarray(node.attr("support_vectors"), dtype=_F).reshape(n_supports, -1)
+
+    def predict(x):
+        xf = as_rows(np.asarray(x))
+        if support is not None:
+            if xf.shape[1] != support.shape[1]:
+                raise ValueError(f"{name}: {xf.shape[1]} features, the support vectors have {support.shape[1]}")
+            score = _kernel_matrix(kind, gamma, coef0, degree, xf, support).astype(np.float64) @ coefficients + rho
+        else:  # a linear model: coefficients are the weights
+            score = xf.astype(np.float64) @ coefficients + rho
+        if one_class:
+            score = np.where(score > 0, 1.0, -1.0)
+        return post(score[:, None]).astype(np.float32)
+
+    return predict

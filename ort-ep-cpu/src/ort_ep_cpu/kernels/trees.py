@@ -33,7 +33,7 @@ from .. import threads
 from ..registry import kernel
 from . import _jit
 from ._delegate import DELEGATED, reference_kernel
-from ._util import SHAPE_CACHE_MAX
+from ._util import SHAPE_CACHE_MAX, as_rows
 from .ml import _LEGACY_AGGREGATES, _MODES, ML, _LegacyForest, _post_transform, _walk
 
 LEAF = -1
@@ -113,7 +113,7 @@ class FlatForest:
     def aggregate(self, x: np.ndarray, kind: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, voted) of shape (rows, n_out): the votes of every tree combined by ``kind``
         (SUM, MIN, MAX), 0 where no tree voted; ``voted`` says where one did."""
-        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        rows = as_rows(x)
         walk = self._walker(kind)
         if walk is not None and rows.dtype.char in _LOOP_FLOATS and rows.flags.c_contiguous:
             # float32 as it is: the loop compares in float64 (a float32 feature converts
@@ -151,7 +151,7 @@ class FlatForest:
         the votes and its finish run as one compiled call: numba, the preorder layout, a
         C-contiguous float32/64 input, too few rows to split the walk over threads; else None
         (the caller takes ``aggregate``)."""
-        rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1) if x.ndim else None
+        rows = as_rows(x) if x.ndim else None
         walk = self._walker(SUM)
         fused = _compiled(which)
         if (rows is None or walk is None or walk[0] is not _loops.get("preorder") or fused is None
