@@ -1,7 +1,7 @@
-"""scikit-learn classifiers converted by skl2onnx, against onnxruntime: the ai.onnx.ml paths
-still run on onnx.reference (two-class LinearClassifier and TreeEnsembleClassifier, checked to
-give onnxruntime's labels and scores for what skl2onnx emits), and string class labels held in
-an initializer (they came out as bytes before ort-core decoded string initializers)."""
+"""scikit-learn classifiers converted by skl2onnx, against onnxruntime (two-class models
+included, and string class labels held in an initializer: they came out as bytes before
+ort-core decoded string initializers); the ai.onnx.ml kernels' edge cases (an empty batch,
+infinite features, NaN scores, one-row linear classifiers)."""
 
 from __future__ import annotations
 
@@ -191,3 +191,34 @@ def test_linear_classifier_labels_of_nan_scores_are_onnxruntimes(compiled, monke
     got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("labels", [[3, 7], ["no", "yes"]])
+def test_one_row_linear_classifier_is_onnxruntimes(post, labels):
+    """Two classes of one coefficient row and one intercept: onnxruntime's label (s > 0) and
+    its derived scores ([1 - s, s], logistic(s) for LOGISTIC; PROBIT's probit(s) packed into the
+    first N values), where onnx.reference (which ran it) wrote [-s, s]."""
+    from onnx import TensorProto, helper
+
+    strings = isinstance(labels[0], str)
+    node = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                            coefficients=[1.0, -1.0, 0.5], intercepts=[0.1], post_transform=post,
+                            **{"classlabels_strings" if strings else "classlabels_ints": labels})
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("label", TensorProto.STRING if strings else TensorProto.INT64,
+                                                             [None]),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 2])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 1)]).SerializeToString()
+    x = np.random.default_rng(3).uniform(-1, 1, (40, 3)).astype(np.float32)
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    if post == "PROBIT":  # the values onnxruntime writes (the rest of its buffer is not written)
+        np.testing.assert_allclose(got[1].reshape(-1)[:len(x)], want[1].reshape(-1)[:len(x)], rtol=1e-5, atol=1e-5,
+                                   equal_nan=True)
+    else:
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6, equal_nan=True)
+    assert session.get_placement().nodes[0].note == ""  # native, not onnx.reference

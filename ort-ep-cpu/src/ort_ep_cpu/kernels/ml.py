@@ -16,8 +16,7 @@ from ort_core import Kernel
 
 from ..registry import kernel
 from . import _jit
-from ._delegate import DELEGATED, reference_kernel
-from ._ort_math import probit
+from ._ort_math import logistic, probit
 from ._util import as_rows
 
 ML = "ai.onnx.ml"
@@ -539,17 +538,56 @@ class _LegacyForest:
         self.entry_id, self.entry_weight = self.entry_id[first], self.entry_weight[first]
 
 
-DELEGATED.add((ML, "LinearClassifier"))  # two-class models, see below
+
+
+def _post_name(node) -> str:
+    """The node's post_transform by name (an older exporter wrote its index)."""
+    name = node.attr("post_transform", "NONE")
+    return _POST_CODES[int(name)] if isinstance(name, (int, np.integer)) else name
+
+
+def _one_row_classifier(node, labels: np.ndarray):
+    """A two-class LinearClassifier of one coefficient row and one intercept as onnxruntime
+    computes it (1.32): the float32 score s = x . w + b, the label ``labels[1]`` where s > 0,
+    and the scores [1 - p, p] with p = logistic(s) for LOGISTIC, else p = s whatever the post
+    transform (onnx.reference wrote [-s, s]). PROBIT: onnxruntime writes probit(s) of the N
+    rows into the first N of the (N, 2) scores' values and leaves the others unwritten; they
+    are 0 here, as onnxruntime's were when checked."""
+    post_name = _post_name(node)
+    weights = np.asarray(node.attr("coefficients"), dtype=np.float32)
+    intercept = np.float32(node.attr("intercepts")[0])
+
+    def classify(x):
+        rows = _rows(np.asarray(x)).astype(np.float32)
+        if rows.shape[1] > weights.size:
+            raise ValueError(f"LinearClassifier {node.name!r}: the input has {rows.shape[1]} features, "
+                             f"the node {weights.size} coefficients")
+        score = rows @ weights[:rows.shape[1]]  # float32, then the intercept: onnxruntime's GEMM
+        score += intercept
+        label = np.where(score > 0, labels[1], labels[0])
+        if post_name == "PROBIT":
+            scores = np.zeros((len(score), 2), np.float32)
+            scores.reshape(-1)[:len(score)] = probit(score)
+            return [label, scores]
+        p = logistic(score) if post_name == "LOGISTIC" else score
+        scores = np.empty((len(score), 2), np.float32)
+        np.subtract(np.float32(1), p, out=scores[:, 0])
+        scores[:, 1] = p
+        return [label, scores]
+
+    return Kernel(run=classify)
 
 
 @kernel("LinearClassifier", domain=ML)
 def _linear_classifier(node, request):
-    # Native for three or more classes; two-class models (one coefficient row or two) follow
-    # runtime-specific conventions for the derived column and run on onnx.reference.
+    # a score per class, or two classes of one coefficient row (``_one_row_classifier``)
     strings = node.attr("classlabels_strings")
     labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_ints") or [], dtype=np.int64)
-    if len(labels) <= 2:
-        return reference_kernel(node, request)
+    rows_of_weights = len(node.attr("intercepts") or [])
+    if len(labels) == 2 and rows_of_weights == 1:
+        return _one_row_classifier(node, labels)
+    if len(labels) < 2:  # (onnxruntime refuses such a node too)
+        raise ValueError(f"LinearClassifier {node.name!r}: {len(labels)} class label(s); a classifier needs two or more")
     n_classes = len(labels)
     coefficients = np.asarray(node.attr("coefficients"), dtype=np.float64)
     intercepts = np.asarray(node.attr("intercepts") or [0.0] * n_classes, dtype=np.float64)
@@ -570,9 +608,7 @@ def _linear_classifier(node, request):
             coef_t = coef_t_by_features[features] = coefficients[:n_classes * features].reshape(n_classes, features).T
         return coef_t
     plain_labels = labels.dtype == np.int64 and labels.tolist() == list(range(n_classes))  # label = index
-    post_name = node.attr("post_transform", "NONE")
-    post_name = _POST_CODES[int(post_name)] if isinstance(post_name, (int, np.integer)) else post_name
-    finish_softmax = {"NONE": 0, "SOFTMAX": 1}.get(post_name)
+    finish_softmax = {"NONE": 0, "SOFTMAX": 1}.get(_post_name(node))
 
     def classify(x):
         rows = _rows(np.asarray(x)).astype(np.float64)
