@@ -548,6 +548,8 @@ def _grid_sample_builder(node, request):
         dims = x.shape[2:]
         nd = len(dims)
         out_spatial = grid.shape[1:-1]
+        if n == 0 or c == 0 or 0 in out_spatial:  # nothing to sample (reshape's -1 is unknown there)
+            return np.zeros((n, c) + tuple(out_spatial), x.dtype)
         if (mode == "linear" and padding != "reflection" and nd == 2 and x.dtype in JIT_FLOATS
                 and grid.shape[-1] == 2 and grid.shape[0] == n and (loop := _jit.grid_linear()) is not None):
             y = np.empty((n, c, math.prod(out_spatial)), dtype=x.dtype)

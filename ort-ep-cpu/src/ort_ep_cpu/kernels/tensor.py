@@ -85,7 +85,7 @@ def _flatten(node, request):
 
     def flatten(x):
         a = normalize_axis(axis, x.ndim)
-        return x.reshape(math.prod(x.shape[:a]), -1)
+        return x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))  # (-1 is unknown for zero rows)
 
     return flatten
 
