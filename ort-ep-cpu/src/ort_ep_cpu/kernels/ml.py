@@ -538,8 +538,6 @@ class _LegacyForest:
         self.entry_id, self.entry_weight = self.entry_id[first], self.entry_weight[first]
 
 
-
-
 def _post_name(node) -> str:
     """The node's post_transform by name (an older exporter wrote its index)."""
     name = node.attr("post_transform", "NONE")

@@ -318,7 +318,6 @@ class _RowProduct:
         loops[self.transposed](a.reshape(rows, self.k), self.w, self.bias, y, parts)
         return y.reshape(shape[:-1] + (self.n,))
 
-
     def _split_panels(self, a: np.ndarray, rows: int, parts: int) -> np.ndarray | None:
         """The split product of (K, N) weights by ``_jit.float_product`` over W packed once in
         16-column panels, the panels shared among the threads. The row loops' split over K
