@@ -58,8 +58,13 @@ _POST = {
 _POST_CODES = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 
+def _post_name(name_or_code) -> str:
+    """A post_transform attribute by name (an older exporter wrote its index)."""
+    return _POST_CODES[int(name_or_code)] if isinstance(name_or_code, (int, np.integer)) else name_or_code
+
+
 def _post_transform(name_or_code, node):
-    name = _POST_CODES[int(name_or_code)] if isinstance(name_or_code, (int, np.integer)) else name_or_code
+    name = _post_name(name_or_code)
     if name not in _POST:
         raise ValueError(f"{node.op_type} {node.name!r}: post_transform {name!r} not one of {', '.join(_POST)}")
     return _POST[name]
@@ -538,12 +543,6 @@ class _LegacyForest:
         self.entry_id, self.entry_weight = self.entry_id[first], self.entry_weight[first]
 
 
-def _post_name(node) -> str:
-    """The node's post_transform by name (an older exporter wrote its index)."""
-    name = node.attr("post_transform", "NONE")
-    return _POST_CODES[int(name)] if isinstance(name, (int, np.integer)) else name
-
-
 def _one_row_classifier(node, labels: np.ndarray):
     """A two-class LinearClassifier of one coefficient row and one intercept as onnxruntime
     computes it (1.32): the float32 score s = x . w + b, the label ``labels[1]`` where s > 0,
@@ -551,7 +550,7 @@ def _one_row_classifier(node, labels: np.ndarray):
     transform (onnx.reference wrote [-s, s]). PROBIT: onnxruntime writes probit(s) of the N
     rows into the first N of the (N, 2) scores' values and leaves the others unwritten; they
     are 0 here, as onnxruntime's were when checked."""
-    post_name = _post_name(node)
+    post_name = _post_name(node.attr("post_transform", "NONE"))
     weights = np.asarray(node.attr("coefficients"), dtype=np.float32)
     intercept = np.float32(node.attr("intercepts")[0])
 
@@ -606,7 +605,7 @@ def _linear_classifier(node, request):
             coef_t = coef_t_by_features[features] = coefficients[:n_classes * features].reshape(n_classes, features).T
         return coef_t
     plain_labels = labels.dtype == np.int64 and labels.tolist() == list(range(n_classes))  # label = index
-    finish_softmax = {"NONE": 0, "SOFTMAX": 1}.get(_post_name(node))
+    finish_softmax = {"NONE": 0, "SOFTMAX": 1}.get(_post_name(node.attr("post_transform", "NONE")))
 
     def classify(x):
         rows = _rows(np.asarray(x)).astype(np.float64)

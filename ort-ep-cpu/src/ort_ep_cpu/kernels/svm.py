@@ -118,17 +118,24 @@ def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.n
 _KINDS = ("LINEAR", "POLY", "RBF", "SIGMOID")
 
 
-@kernel("SVMClassifier", domain=ML)
-def _svm_classifier(node, request):
-    name = f"SVMClassifier {node.name!r}"
+def _kernel_spec(node, name: str) -> tuple[str, float, float, float]:
+    """An SVM node's kernel_type (checked) and its kernel_params gamma, coef0, degree (0 where
+    not given)."""
     kind = str(node.attr("kernel_type", "LINEAR"))
     if kind not in _KINDS:
         raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_KINDS)}")
+    gamma, coef0, degree = ([float(v) for v in node.attr("kernel_params") or []] + [0.0, 0.0, 0.0])[:3]
+    return kind, gamma, coef0, degree
+
+
+@kernel("SVMClassifier", domain=ML)
+def _svm_classifier(node, request):
+    name = f"SVMClassifier {node.name!r}"
+    kind, gamma, coef0, degree = _kernel_spec(node, name)
     post_name = str(node.attr("post_transform", "NONE"))
     if post_name not in _POST:
         raise ValueError(f"{name}: post_transform {post_name!r} not one of {', '.join(_POST)}")
     post = _POST[post_name]
-    gamma, coef0, degree = ([float(v) for v in node.attr("kernel_params") or []] + [0.0, 0.0, 0.0])[:3]
     strings = node.attr("classlabels_strings")
     labels = np.array(strings, dtype=object) if strings else np.asarray(node.attr("classlabels_ints") or [], dtype=np.int64)
     k = len(labels)
@@ -230,11 +237,7 @@ def _svm_classifier(node, request):
 @kernel("SVMRegressor", domain=ML)
 def _svm_regressor(node, request):
     name = f"SVMRegressor {node.name!r}"
-    kind = node.attr("kernel_type", "LINEAR")
-    if kind not in _KINDS:
-        raise ValueError(f"{name}: kernel_type {kind!r} not one of {', '.join(_KINDS)}")
-    params = list(node.attr("kernel_params") or [0.0, 0.0, 0.0])
-    gamma, coef0, degree = (float(v) for v in (params + [0.0, 0.0, 0.0])[:3])
+    kind, gamma, coef0, degree = _kernel_spec(node, name)
     coefficients = np.asarray(node.attr("coefficients") or [], dtype=np.float64)
     n_supports = int(node.attr("n_supports", 0))
     rho = float((node.attr("rho") or [0.0])[0])

@@ -34,7 +34,7 @@ from ..registry import kernel
 from . import _jit
 from ._delegate import DELEGATED, reference_kernel
 from ._util import SHAPE_CACHE_MAX, as_rows
-from .ml import _LEGACY_AGGREGATES, _MODES, ML, _LegacyForest, _post_transform, _walk
+from .ml import _LEGACY_AGGREGATES, _MODES, ML, _LegacyForest, _post_name, _post_transform, _walk
 
 LEAF = -1
 #: input dtypes the compiled loop reads as they are, by ``dtype.char`` (float32, float64; others
@@ -869,7 +869,7 @@ def _tree_ensemble_classifier(node, request):
     # else > 0: margins) and the other column is derived from the voted one.
     binary = len(set(legacy.vote_ids.tolist())) == 1
     positive = bool(np.all(legacy.vote_weights >= 0))
-    post_name = post_name if isinstance(post_name, str) else ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")[int(post_name)]
+    post_name = _post_name(post_name)
     if post_name == "PROBIT" or (base.size == 1 and not binary) or base.size > 2:
         # onnxruntime writes one column for some rows here; not a convention worth copying
         return reference_kernel(node, request)
