@@ -222,3 +222,19 @@ def test_one_row_linear_classifier_is_onnxruntimes(post, labels):
     else:
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6, equal_nan=True)
     assert session.get_placement().nodes[0].note == ""  # native, not onnx.reference
+
+
+def test_feature_vectorizer_takes_an_empty_batch():
+    """FeatureVectorizer of zero rows: (0, sum of inputdimensions) (``reshape(0, -1)`` failed).
+    onnxruntime 1.32 ends the process on this model, so the shape is checked, not its output."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain="ai.onnx.ml", inputdimensions=[3, 2])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, 3]),
+                                            helper.make_tensor_value_info("b", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 1)]).SerializeToString()
+    feeds = {"a": np.zeros((0, 3), np.float32), "b": np.zeros((0, 2), np.float32)}
+    (y,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert y.shape == (0, 5) and y.dtype == np.float32
