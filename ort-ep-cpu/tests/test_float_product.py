@@ -66,6 +66,7 @@ def _product_model(op: str, a_shape, k: int, n: int, attrs: dict, bias: bool) ->
 def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op, a_shape, k, n, attrs, bias, compiled,
                                                                  threads):
     monkeypatch.setattr(nn, "COMPILED_PRODUCT_MIN_MACS", 0)  # the forms at every size
+    monkeypatch.setattr(nn, "COMPILED_PRODUCT_MAX_MACS_AVX512", 1 << 40)
     monkeypatch.setattr(nn, "SMALL_PRODUCT_MACS", 0)
     asked = use_compiled(monkeypatch, True, "float_product")
     data = _product_model(op, a_shape, k, n, attrs, bias)
@@ -90,10 +91,18 @@ def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op,
     ("MatMul", 256, 256, 8, False),  # 524K, but B narrower than a panel
     ("MatMul", 256, 256, 16, True),
     ("Gemm", 8, 512, 10, True),  # with a bias, whatever the size (numpy's needs a pass more)
+    ("Gemm", 8, 64, 64, True),
+    ("Gemm", 128, 384, 384, True),  # 19M: oneDNN's where the CPU has AVX-512
 ])
 def test_the_compiled_product_takes_large_products_of_a_panel_or_more(monkeypatch, op, rows, k, n, compiled):
     """As shipped: without a bias, ``COMPILED_PRODUCT_MIN_MACS`` multiply-adds and B at least
-    one 16-column panel wide; others are numpy's (or oneDNN's) product. Values: onnxruntime's."""
+    one 16-column panel wide; others are numpy's (or oneDNN's) product. Where oneDNN is
+    installed and the CPU has AVX-512, products from ``COMPILED_PRODUCT_MAX_MACS_AVX512``
+    multiply-adds are oneDNN's (twice as fast there). Values: onnxruntime's."""
+    from ort_ep_cpu.kernels import _onednn  # noqa: PLC0415
+
+    if rows * k * n >= nn.COMPILED_PRODUCT_MAX_MACS_AVX512 and _onednn.USE and _jit.has_avx512():
+        compiled = False
     asked = use_compiled(monkeypatch, True, "float_product")
     data = _product_model(op, (rows, k), k, n, {}, op == "Gemm")
     a = np.random.default_rng(9).standard_normal((rows, k)).astype(np.float32)

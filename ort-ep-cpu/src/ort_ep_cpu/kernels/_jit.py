@@ -17,6 +17,7 @@ transformer's (64, 128)).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -2336,6 +2337,16 @@ def has_avx2() -> bool:
     import numba  # noqa: PLC0415
     from llvmlite import binding  # noqa: PLC0415
     return numba.config.CPU_NAME is None and bool(binding.get_host_cpu_features().get("avx2", False))
+
+
+@functools.cache
+def has_avx512() -> bool:
+    """Whether the host CPU has AVX-512 (AVX-512F), as LLVM reads it; False without numba."""
+    try:
+        from llvmlite import binding  # noqa: PLC0415
+    except ImportError:
+        return False
+    return bool(binding.get_host_cpu_features().get("avx512f", False))
 
 
 def has_avx512_vnni() -> bool:

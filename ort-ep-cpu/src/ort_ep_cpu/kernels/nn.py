@@ -186,6 +186,14 @@ def pack_float_panels(b: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarra
 #: bias (Gemm) the compiled product adds it in its block and numpy needs a pass more: an MLP's
 #: 8 x 512 -> 10 head 5.2 us compiled, 7.7 by numpy, so those keep the compiled product
 COMPILED_PRODUCT_MIN_MACS = 1 << 19
+#: ... and below this many where oneDNN is installed and the CPU has AVX-512: there oneDNN's
+#: f32 GEMM, on 512-bit vectors, ran as fast as the compiled product's block of 8-lane vectors
+#: and up to twice as fast (an AVX-512 Xeon, us, two threads, compiled / oneDNN: 64 x 128 x 128 21 / 21, 64 x
+#: 256 x 256 75 / 46, 15 x 336 x 512 31 / 21, 128 x 768 x 768 1563 / 844, 128 x 768 x 3072
+#: 6688 / 3711; one thread 64 x 768 x 768 814 / 453), where on the AVX2 EPYC it was the slower
+#: (see ``_jit.float_product``). A captcha CRNN's (25, 1024) @ (1024, 8210) head: the model
+#: 34.5 -> 21.6 ms a run.
+COMPILED_PRODUCT_MAX_MACS_AVX512 = ONEDNN_MIN_GEMM_MACS
 
 
 class _ConstantProduct:
@@ -193,7 +201,9 @@ class _ConstantProduct:
     constant ``bias`` (N,) and an activation post-op. More than ``COMPILED_PRODUCT_ROWS`` rows
     without a post-op: the compiled register-blocked product (``_jit.float_product``, B packed
     once at its first use), which on the AVX2 EPYC took 0.5-1.0x the time of oneDNN's f32
-    GEMM (nine shapes from 8 x 128 x 128 to 1000 x 128 x 32, none slower); else oneDNN, whose primitives (B packed in its layout once) are kept per row count.
+    GEMM (nine shapes from 8 x 128 x 128 to 1000 x 128 x 32, none slower), and on an AVX-512
+    CPU only below ``COMPILED_PRODUCT_MAX_MACS_AVX512``; else oneDNN, whose primitives (B
+    packed in its layout once) are kept per row count.
     ``__call__`` returns None where neither is taken (not installed, small, another dtype,
     unimplemented): the caller runs numpy's."""
 
@@ -211,7 +221,8 @@ class _ConstantProduct:
             return None  # numpy's matmul names the mismatch
         rows = a.size // k if k else 0
         if (rows > COMPILED_PRODUCT_ROWS and self.post_op is None
-                and (self.bias is not None or n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS)):
+                and (self.bias is not None or n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS)
+                and (rows * k * n < COMPILED_PRODUCT_MAX_MACS_AVX512 or not (_onednn.USE and _jit.has_avx512()))):
             y = self._compiled(a, rows, k, n)
             if y is not None:
                 return y
