@@ -9,6 +9,8 @@ CPU kernel (``core/providers/cpu/ml/svmclassifier.cc``), vectorised over the bat
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..registry import kernel
@@ -95,18 +97,31 @@ def _coupled(r: np.ndarray) -> np.ndarray:
     return p
 
 
-def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.ndarray, sv: np.ndarray) -> np.ndarray:
+class _SupportVectors(NamedTuple):
+    """An SVM's support vectors (S, F) in float64 and their squared norms (S,), made once at
+    kernel creation for ``_kernel_matrix``."""
+
+    vectors: np.ndarray
+    squares: np.ndarray
+
+
+def _support_vectors(sv: np.ndarray) -> _SupportVectors:
+    s64 = np.ascontiguousarray(sv, dtype=np.float64)
+    return _SupportVectors(s64, (s64 * s64).sum(axis=1))
+
+
+def _kernel_matrix(kind: str, gamma: float, coef0: float, degree: float, x: np.ndarray, sv: _SupportVectors) -> np.ndarray:
     """K(x, sv) for all rows and support vectors, (N, F) x (S, F) -> (N, S) float32."""
+    x64, s64 = x.astype(np.float64), sv.vectors
     if kind == "RBF":
-        x64, s64 = x.astype(np.float64), sv.astype(np.float64)
-        d2 = (x64 * x64).sum(axis=1)[:, None] - 2.0 * (x64 @ s64.T) + (s64 * s64).sum(axis=1)[None, :]
+        d2 = (x64 * x64).sum(axis=1)[:, None] - 2.0 * (x64 @ s64.T) + sv.squares[None, :]
         # a row holding an infinity: the expansion's inf - inf is NaN where the distance itself
         # is infinite (the kernel 0, as onnxruntime's sum of squared differences gives it)
         infinite = np.isinf(x64).any(axis=1)
         if infinite.any():
             d2[infinite] = np.square(x64[infinite, None, :] - s64[None]).sum(axis=2)
         return np.exp(-gamma * np.maximum(d2, 0.0)).astype(_F)
-    dot = x.astype(np.float64) @ sv.astype(np.float64).T
+    dot = x64 @ s64.T
     if kind == "LINEAR":
         return dot.astype(_F)
     dot = gamma * dot + coef0
@@ -161,7 +176,7 @@ def _svm_classifier(node, request):
         sv = np.asarray(node.attr("support_vectors") or [], dtype=_F)
         if sv.size % n_vectors:
             raise ValueError(f"{name}: {sv.size} support-vector values for {n_vectors} vectors")
-        sv = sv.reshape(n_vectors, -1)
+        sv = _support_vectors(sv.reshape(n_vectors, -1))
         if coefficients.size < (k - 1) * n_vectors or rho.size < len(pairs):
             raise ValueError(
                 f"{name}: needs {(k - 1) * n_vectors} coefficients and {len(pairs)} rho values, "
@@ -208,8 +223,8 @@ def _svm_classifier(node, request):
                 top = scores.max(axis=1)
                 label = np.where((top >= 0.5) if all_positive else (top > 0), labels[1], label)
             return [label, post(scores).astype(_F)]
-        if xf.shape[1] != sv.shape[1]:
-            raise ValueError(f"{name}: input has {xf.shape[1]} features, the support vectors {sv.shape[1]}")
+        if xf.shape[1] != sv.vectors.shape[1]:
+            raise ValueError(f"{name}: input has {xf.shape[1]} features, the support vectors {sv.vectors.shape[1]}")
         kern = _kernel_matrix(kind, gamma, coef0, degree, xf, sv).astype(np.float64)
         values = kern @ pair_weights + pair_rho
         wins = values > 0
@@ -245,13 +260,13 @@ def _svm_regressor(node, request):
     post = _post_transform(node.attr("post_transform", "NONE"), node)
     support = None
     if n_supports > 0:
-        support = np.asarray(node.attr("support_vectors"), dtype=_F).reshape(n_supports, -1)
+        support = _support_vectors(np.asarray(node.attr("support_vectors"), dtype=_F).reshape(n_supports, -1))
 
     def predict(x):
         xf = as_rows(np.asarray(x))
         if support is not None:
-            if xf.shape[1] != support.shape[1]:
-                raise ValueError(f"{name}: {xf.shape[1]} features, the support vectors have {support.shape[1]}")
+            if xf.shape[1] != support.vectors.shape[1]:
+                raise ValueError(f"{name}: {xf.shape[1]} features, the support vectors have {support.vectors.shape[1]}")
             score = _kernel_matrix(kind, gamma, coef0, degree, xf, support).astype(np.float64) @ coefficients + rho
         else:  # a linear model: coefficients are the weights
             score = xf.astype(np.float64) @ coefficients + rho
