@@ -383,6 +383,8 @@ def test_clip_bounds_on_every_rank_as_onnxruntime(shape, bounds, dtype):
 @pytest.mark.parametrize("a_shape, b_shape, split", [
     ((8, 64, 512), (8, 64, 512), True),
     ((8, 64, 512), (), True),  # a scalar
+    ((131072, 1), (), True),  # a scalar, a's last axis 1 (a layer norm's variance + epsilon): an IndexError
+    ((131072, 1), (1,), True),
     ((8, 64, 512), (512,), True),  # a bias along the last axis
     ((1, 1, 512), (8, 64, 512), "commutative"),  # the large one second: Add and Mul only
     ((8, 64, 512), (8, 1, 512), False),  # other broadcasts: numpy's

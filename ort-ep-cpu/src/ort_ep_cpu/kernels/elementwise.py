@@ -90,7 +90,7 @@ def split_binary(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
             or not b.flags.c_contiguous or b.ndim > a.ndim):
         return None
     m = a.shape[-1]
-    rows = b.size == m and b.size != a.size and b.shape[-1] == m
+    rows = b.ndim > 0 and b.size == m and b.size != a.size and b.shape[-1] == m  # (a 0-d b is one value)
     if not (rows or b.size == 1 or b.shape == a.shape):
         return None
     parts = _jit.split_parts(a.size, a.size // m if rows else a.size)
