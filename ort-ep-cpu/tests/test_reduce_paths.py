@@ -104,3 +104,40 @@ def test_an_empty_reduced_axis_matches_onnxruntime(op, dtype):
     got = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+ALL_REDUCTIONS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                  "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
+
+
+@pytest.mark.parametrize("op", ALL_REDUCTIONS)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("empty_axes_input", [False, True])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_no_axes_with_noop_with_empty_axes_keeps_the_values_terms(op, dtype, empty_axes_input, keepdims):
+    """noop_with_empty_axes=1 and no axes (none given, or an empty axes input): nothing is
+    reduced, but each value still takes the reduction's own terms, as onnxruntime and
+    onnx.reference give them: |x| for L1 and L2, x^2 for SumSquare, log x for LogSum (the
+    input was returned as it was, negative values and all)."""
+    if op in ("ReduceLogSum", "ReduceLogSumExp") and dtype == "int32":
+        pytest.skip("onnxruntime has no int32 kernel for it")
+    np_type, elem = DTYPES[dtype]
+    x = np.array([[-0.5, 0.25, 2.0], [3.0, -4.0, 0.0]], np_type) if dtype == "float32" else \
+        np.array([[-3, 2, 7], [0, 5, -1]], np_type)
+    if op == "ReduceLogSum":
+        x = np.abs(x) + 1
+    inputs, inits = ["x"], []
+    if empty_axes_input:
+        inputs.append("axes")
+        inits.append(helper.make_tensor("axes", TensorProto.INT64, [0], []))
+    node = helper.make_node(op, inputs, ["y"], keepdims=keepdims, noop_with_empty_axes=1)
+    graph = helper.make_graph([node], "reduce", [helper.make_tensor_value_info("x", elem, [2, 3])],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        got = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)

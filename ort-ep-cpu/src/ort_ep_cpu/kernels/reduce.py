@@ -124,7 +124,10 @@ def _reduce(op_type: str, fn):
                 axes = attr_axes
             if axes is None or len(axes) == 0:
                 if noop:
-                    return x
+                    # no reduction, but each value still takes the reduction's own terms (|x|,
+                    # x^2, log x), as onnxruntime and onnx.reference give them: reduced over a
+                    # new axis of length 1
+                    return x if identity_on_ones else reduce_values(x[..., None], (x.ndim,), False)
                 axes = None
             elif kept and x.ndim in normalised:
                 axes = normalised[x.ndim]
@@ -138,12 +141,15 @@ def _reduce(op_type: str, fn):
                 if keepdims:
                     return x
                 return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
+            return reduce_values(x, axes, keepdims)
+
+        def reduce_values(x, axes, keep):
             # bfloat16 & co. have no numpy loops; float16 sums accumulate in float32 (as
             # onnxruntime does) instead of rounding every partial sum to 11 bits
             small = _small(x.dtype) or (x.dtype == np.float16 and accumulates)
             w = as_float32(x) if small else x
             with np.errstate(divide="ignore", invalid="ignore"):
-                y = np.asarray(fn(w, axes, keepdims))
+                y = np.asarray(fn(w, axes, keep))
             return as_dtype(y, x.dtype)
 
         return run
