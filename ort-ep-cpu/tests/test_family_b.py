@@ -667,3 +667,37 @@ def test_non_max_suppression_random_boxes_match_onnxruntime(seed):
     inputs = [("boxes", F, boxes.shape), ("scores", F, scores.shape)]
     model = _model("NonMaxSuppression", inputs, [("selected", TensorProto.INT64, None)], attrs, inits, opset=11)
     _check(model, {"boxes": boxes, "scores": scores}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("opset", [18, 20, 21])
+def test_group_normalization_of_every_opset_matches_onnxruntime(opset):
+    """GroupNormalization 18-20, which onnx's checker calls deprecated (refused at load: "Op
+    registered for GroupNormalization is deprecated in domain_version of 18"), runs as
+    onnxruntime runs it: scale and bias per group; at 21 per channel."""
+    import onnxruntime  # noqa: PLC0415
+
+    per = 2 if opset < 21 else 4
+    rng = np.random.default_rng(opset)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(per).astype(np.float32), "s"),
+             onnx.numpy_helper.from_array(rng.standard_normal(per).astype(np.float32), "b")]
+    graph = helper.make_graph([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    x = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_deprecated_ops_onnxruntime_refuses_stay_refused():
+    """Upsample at opset 10 is deprecated and onnxruntime refuses it: so does ort_core, naming the rule."""
+    graph = helper.make_graph([helper.make_node("Upsample", ["x", "s"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    model.ir_version = 8
+    with pytest.raises(ort.InvalidGraph, match="deprecated"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

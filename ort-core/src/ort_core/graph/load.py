@@ -202,6 +202,13 @@ _UNSORTED = "Nodes in a graph must be topologically sorted"
 _NO_TYPE = "Field 'type' of 'value_info' is required but missing"
 #: ... or an empty one (``helper.make_value_info(name, onnx.TypeProto())``)
 _EMPTY_TYPE = "Unrecognized type value case"
+#: ... or an op that onnx's schemas deprecate at the model's opset but onnxruntime still runs:
+#: GroupNormalization 18-20 (deprecated in onnx 1.16 for opset 21's per-channel scale and bias;
+#: onnxruntime 1.32 runs it with per-group ones, as the CPU provider does)
+_DEPRECATED = "is deprecated in domain_version"
+_RUN_THOUGH_DEPRECATED = frozenset({"GroupNormalization"})
+#: the domain such nodes take in the checker's copy, whose node rules skip unknown domains
+_UNCHECKED_DOMAIN = "ort_core.unchecked"
 
 
 #: checker verdicts on models that onnxruntime refuses with its FAIL status (InvalidGraph for
@@ -226,20 +233,22 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
     """Run the ONNX checker (on a model or its bytes); its message names the node and the rule
     broken.
 
-    Three rules of the checker are not onnxruntime's, which runs such models: a graph input
+    Four rules of the checker are not onnxruntime's, which runs such models: a graph input
     or output whose tensor type has no shape at all (rank unknown, as
     ``helper.make_tensor_value_info(name, type, None)`` writes it); a graph output with no
     type at all or an empty one, which type inference gives (``helper.make_empty_tensor_value_info``,
     ``helper.make_value_info(name, onnx.TypeProto())``); below
-    IR version 4, an initializer that is not also a graph input. On those failures the check
-    is run again on a copy in which those types carry an empty shape, the output its inferred
-    type, or the initializers are listed as inputs, so that every other rule still applies;
+    IR version 4, an initializer that is not also a graph input; a GroupNormalization at opsets
+    18-20, which onnx deprecates. On those failures the check is run again on a copy in which
+    those types carry an empty shape, the output its inferred type, the initializers are listed
+    as inputs, or the GroupNormalization nodes are in a domain the checker does not check, so
+    that every other rule still applies;
     the model itself stays as it is (the output gets its type from inference at load)."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         no_type = _NO_TYPE in str(exc) or _EMPTY_TYPE in str(exc)
-        if _NO_SHAPE in str(exc) or no_type or _NOT_INPUT in str(exc):
+        if _NO_SHAPE in str(exc) or no_type or _NOT_INPUT in str(exc) or _DEPRECATED in str(exc):
             copy = onnx.ModelProto()
             if isinstance(model, bytes):
                 copy.ParseFromString(model)
@@ -249,6 +258,8 @@ def check_proto(model: onnx.ModelProto | bytes) -> None:
                 fixed = _give_io_shapes(copy.graph)
             elif no_type:
                 fixed = _give_output_types(copy)
+            elif _DEPRECATED in str(exc):
+                fixed = _uncheck_deprecated(copy)
             else:
                 fixed = _list_initializers_as_inputs(copy.graph)
             if fixed:
@@ -284,6 +295,20 @@ def _list_initializers_as_inputs(graph: onnx.GraphProto) -> bool:
     missing = [t for t in graph.initializer if t.name not in listed]
     graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in missing)
     return bool(missing)
+
+
+def _uncheck_deprecated(model: onnx.ModelProto) -> bool:
+    """Move the ONNX-domain nodes of ``_RUN_THOUGH_DEPRECATED`` ops to a domain the checker
+    does not know (the checker's copy only); whether there was any."""
+    moved = False
+    for graph in proto_graphs(model.graph):
+        for node in graph.node:
+            if node.op_type in _RUN_THOUGH_DEPRECATED and node.domain in ("", "ai.onnx"):
+                node.domain = _UNCHECKED_DOMAIN
+                moved = True
+    if moved:
+        model.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    return moved
 
 
 def _give_output_types(model: onnx.ModelProto) -> bool:
