@@ -531,6 +531,20 @@ def test_float16_layer_normalization_is_computed_in_float32_as_stash_type_says(o
     assert_same(ours[1:], ref[1:])
 
 
+def test_float64_layer_normalization_gives_mean_and_inv_std_dev_in_stash_type_float32():
+    """A float64 LayerNormalization with stash_type 1 (the default): Y in float64, Mean and
+    InvStdDev in float32 (the spec's U, what onnxruntime gives and the model's inferred output
+    types say); they were float64."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 5, 7))
+    D = TensorProto.DOUBLE
+    ours, ref = run_both("LayerNormalization", [x, np.ones(7), np.zeros(7)], [D, F, F], 17, reference="onnxruntime",
+                         axis=-1, epsilon=1e-5)
+    assert [a.dtype for a in ours] == [b.dtype for b in ref] == [np.float64, np.float32, np.float32]
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def test_softmax_of_large_logits_warns_nothing():
     """Logits whose exponentials overflow float32 take the max-subtracted path; numpy's
     overflow warning from the first try is not shown (lineless_table_rec's LORE processor)."""

@@ -393,6 +393,8 @@ def _layer_norm(node, request):
         y = as_dtype(y, out_type)
         if n_out == 1:
             return y
+        if stash_float32:  # Mean and InvStdDev are of stash_type's float32 (a float64 input's too, as onnxruntime gives them)
+            mean, inv_std = mean.astype(np.float32, copy=False), inv_std.astype(np.float32, copy=False)
         return (y, mean, inv_std)[:n_out]
 
     return layer_norm
