@@ -443,3 +443,36 @@ def test_written_out_hard_swish_and_gelu_stay_in_the_group(quantize):
     assert len(groups) == 1
     # (quantize_static drops the Clip: its pair's range clips)
     assert all(op in groups[0] for op in ("Div", "Erf", "Sub") + (() if quantize else ("Clip",)))
+
+
+@pytest.mark.parametrize("op,attrs", [("MaxPool", {"kernel_shape": [2, 2]}), ("MaxPool", {"kernel_shape": [1, 1]}),
+                                      ("AveragePool", {"kernel_shape": [2, 2]})])
+def test_a_pools_quantize_linear_pair_divides_by_the_scale(op, attrs):
+    """DequantizeLinear -> pool -> QuantizeLinear -> DequantizeLinear in a oneDNN group, the
+    pair as post-ops: x / scale is a division there, as QuantizeLinear's spec and onnxruntime
+    compute it. Code 163 at (0.03, 110) dequantizes to 1.5899999, and 1.5899999 / 0.02 is 79.5
+    exactly: half to even 80 (1.60). The linear eltwise's x * (1 / 0.02) gave 79.49999 -> 79
+    (1.58), at every level. Against onnxruntime as written (ORT_DISABLE_ALL), as onnx.reference
+    computes it: at its default level onnxruntime makes the AveragePool a QLinearAveragePool,
+    which multiplies and gives 1.58 itself."""
+    inits = [onnx.numpy_helper.from_array(np.array(v, t), n) for v, t, n in
+             ((0.03, np.float32, "xs"), (110, np.uint8, "xz"), (0.02, np.float32, "ys"), (121, np.uint8, "yz"))]
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]), helper.make_node(op, ["x"], ["t"], **attrs),
+             helper.make_node("QuantizeLinear", ["t", "ys", "yz"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("xq", TensorProto.UINT8, [1, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    xq = np.full((1, 3, 4, 4), 163, np.uint8)  # a tie everywhere (an average of other codes rounds its own way)
+    written = onnxruntime.SessionOptions()
+    written.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = onnxruntime.InferenceSession(model.SerializeToString(), written,
+                                        providers=["CPUExecutionProvider"]).run(None, {"xq": xq})[0]
+    np.testing.assert_allclose(want, np.float32(1.6), rtol=1e-6)
+    for level in LEVELS:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        assert any(p.group is not None for p in session.get_placement().nodes if p.op_type == op)
+        np.testing.assert_array_equal(session.run(None, {"xq": xq})[0], want)

@@ -91,7 +91,7 @@ ELTWISE_GELU_TANH, ELTWISE_GELU_ERF = 0x2B, 0x31
 #: linear ones they make a QuantizeLinear -> DequantizeLinear pair (a "fake quantization")
 ELTWISE_ROUND, ELTWISE_CLIP = 0x32, 0x2E
 #: binary post-op algorithms: the output op a per-channel constant
-BINARY_ADD, BINARY_MUL = 0x1FFF0, 0x1FFF1
+BINARY_ADD, BINARY_MUL, BINARY_DIV = 0x1FFF0, 0x1FFF1, 0x1FFF4
 _ARG_SRC_1, _ARG_ATTR_MULTIPLE_POST_OP_BASE = 2, 32768  # oneDNN 3.x (2.x: 16384)
 _ARG_ATTR_SCALES, _ARG_ATTR_ZERO_POINTS = 4096, 8192
 
@@ -99,8 +99,8 @@ _ARG_ATTR_SCALES, _ARG_ATTR_ZERO_POINTS = 4096, 8192
 @dataclass(frozen=True, eq=False)
 class Binary:
     """A binary post-op: the output (N, C, ...) combined by ``algorithm`` (``BINARY_ADD``,
-    ``BINARY_MUL``) with ``values`` (C,), one per output channel (a BatchNormalization's factor
-    and shift)."""
+    ``BINARY_MUL``, ``BINARY_DIV``) with ``values`` (C,), one per output channel (a
+    BatchNormalization's factor and shift, a QuantizeLinear's scale)."""
 
     algorithm: int
     values: np.ndarray

@@ -144,12 +144,28 @@ def _constant(graph: GraphView, name: str) -> np.ndarray | None:
     return value if value is not None else _dequantized_constant(graph, name)
 
 
-def _fake_quant_post_ops(fq: FakeQuant) -> list[tuple[int, float, float]]:
-    """A QuantizeLinear pair as oneDNN eltwise post-ops (x * (1 / scale) there, for x / scale:
-    a tie may round the other way)."""
-    return [(_onednn.ELTWISE_LINEAR, float(1 / np.float64(fq.scale)), 0.0), (_onednn.ELTWISE_ROUND, 0.0, 0.0),
-            (_onednn.ELTWISE_CLIP, fq.lo, fq.hi),
+def _fake_quant_post_ops(fq: FakeQuant, channels: int) -> list:
+    """A QuantizeLinear pair as oneDNN post-ops over ``channels`` output channels: x / scale as
+    a binary division (the linear eltwise's x * (1 / scale) rounded ties the other way: a
+    dequantized 1.5899999 by 0.02 gave 79.49999 -> 79 where onnxruntime's and the spec's
+    division give 79.5 -> 80), then ``_pair_rounding``."""
+    return [_onednn.Binary(_onednn.BINARY_DIV, np.full(channels, fq.scale, np.float32))] + _pair_rounding(fq)
+
+
+def _pair_rounding(fq: FakeQuant) -> list[tuple[int, float, float]]:
+    """The eltwise post-ops of a QuantizeLinear pair after its division: round half to even,
+    clip to the codes' range, dequantize."""
+    return [(_onednn.ELTWISE_ROUND, 0.0, 0.0), (_onednn.ELTWISE_CLIP, fq.lo, fq.hi),
             (_onednn.ELTWISE_LINEAR, float(fq.out_scale), float(np.float32(fq.shift) * fq.out_scale))]
+
+
+def _is_fake_quant(post_ops: list, fq: FakeQuant) -> bool:
+    """Whether ``post_ops`` are ``fq``'s four (``_fake_quant_post_ops``)."""
+    if len(post_ops) != 4 or not isinstance(post_ops[0], _onednn.Binary):
+        return False
+    first = post_ops[0]
+    return (first.algorithm == _onednn.BINARY_DIV and bool((first.values == np.float32(fq.scale)).all())
+            and post_ops[1:] == _pair_rounding(fq))
 
 
 def _batch_norm(node: NodeView, graph: GraphView) -> tuple[np.ndarray, np.ndarray] | None:
@@ -730,7 +746,7 @@ class _Program:
             multiplier = np.broadcast_to(product_scale / np.float32(fq.scale), (m,)).astype(np.float32)  # onnxruntime's
             # the multiplier in place of the pair's x * (1 / scale); its round, clip and linear kept
             ops = ([_onednn.Binary(_onednn.BINARY_MUL, multiplier)] + ops[:position]
-                   + _fake_quant_post_ops(fq)[1:] + ops[position + 4:])
+                   + _pair_rounding(fq) + ops[position + 4:])
             x_scale, w_scales = np.float32(1), np.ones(1, np.float32)
             bias = None if bias_codes is None else bias_codes.astype(np.float32)  # (exact below 2^24)
         y_codes = self._codes(out) if absorbed and graph.producer.get(out) == absorbed[-1] and self._wants_codes(out) else None
@@ -761,7 +777,7 @@ class _Program:
             if member.op_type == "QuantizeLinear" and not member.domain:
                 fq = fake_quant(member, graph)
                 position = next((k for k, op in enumerate(post_ops) if op != relu), len(post_ops))
-                if fq is not None and post_ops[position:position + 4] == _fake_quant_post_ops(fq):
+                if fq is not None and _is_fake_quant(post_ops[position:position + 4], fq):
                     return position, fq
                 return None
             if member.op_type != "Relu" or member.domain:
@@ -798,7 +814,7 @@ class _Program:
             if ops is None and reader.op_type == "QuantizeLinear":
                 fq = fake_quant(reader, graph)
                 if fq is not None and fq.dq in self.members:
-                    ops, taken, reader_out = _fake_quant_post_ops(fq), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
+                    ops, taken, reader_out = _fake_quant_post_ops(fq, y_shape[1]), [reader.index, fq.dq], graph.nodes[fq.dq].outputs[0]
             elif ops is None and reader.op_type == "BatchNormalization" and not pool:
                 affine = _batch_norm(reader, graph)
                 if affine is not None and affine[0].size == y_shape[1]:
