@@ -93,15 +93,20 @@ def test_products_of_constant_weights_take_the_compiled_product(monkeypatch, op,
     ("Gemm", 8, 512, 10, True),  # with a bias, whatever the size (numpy's needs a pass more)
     ("Gemm", 8, 64, 64, True),
     ("Gemm", 128, 384, 384, True),  # 19M: oneDNN's where the CPU has AVX-512
+    ("Gemm", 16, 336, 512, True),  # 2.8M of 16 rows: compiled there too
+    ("MatMul", 25, 1024, 1024, True),  # 26M of 25 rows: oneDNN's there
 ])
 def test_the_compiled_product_takes_large_products_of_a_panel_or_more(monkeypatch, op, rows, k, n, compiled):
     """As shipped: without a bias, ``COMPILED_PRODUCT_MIN_MACS`` multiply-adds and B at least
     one 16-column panel wide; others are numpy's (or oneDNN's) product. Where oneDNN is
     installed and the CPU has AVX-512, products from ``COMPILED_PRODUCT_MAX_MACS_AVX512``
-    multiply-adds are oneDNN's (twice as fast there). Values: onnxruntime's."""
+    multiply-adds are oneDNN's (twice as fast there), those of fewer than ``FEW_ROWS_AVX512``
+    rows from ``FEW_ROWS_MAX_MACS_AVX512``. Values: onnxruntime's."""
     from ort_ep_cpu.kernels import _onednn  # noqa: PLC0415
 
-    if rows * k * n >= nn.COMPILED_PRODUCT_MAX_MACS_AVX512 and _onednn.USE and _jit.has_avx512():
+    macs = rows * k * n
+    wider = macs >= nn.COMPILED_PRODUCT_MAX_MACS_AVX512 and (rows >= nn.FEW_ROWS_AVX512 or macs >= nn.FEW_ROWS_MAX_MACS_AVX512)
+    if wider and _onednn.USE and _jit.has_avx512():
         compiled = False
     asked = use_compiled(monkeypatch, True, "float_product")
     data = _product_model(op, (rows, k), k, n, {}, op == "Gemm")

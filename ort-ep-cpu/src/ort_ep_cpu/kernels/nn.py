@@ -191,9 +191,26 @@ COMPILED_PRODUCT_MIN_MACS = 1 << 19
 #: and up to twice as fast (an AVX-512 Xeon, us, two threads, compiled / oneDNN: 64 x 128 x 128 21 / 21, 64 x
 #: 256 x 256 75 / 46, 15 x 336 x 512 31 / 21, 128 x 768 x 768 1563 / 844, 128 x 768 x 3072
 #: 6688 / 3711; one thread 64 x 768 x 768 814 / 453), where on the AVX2 EPYC it was the slower
-#: (see ``_jit.float_product``). A captcha CRNN's (25, 1024) @ (1024, 8210) head: the model
-#: 34.5 -> 21.6 ms a run.
+#: (see ``_jit.float_product``).
 COMPILED_PRODUCT_MAX_MACS_AVX512 = ONEDNN_MIN_GEMM_MACS
+#: ... where A has at least this many rows; fewer rows keep the compiled product below
+#: ``FEW_ROWS_MAX_MACS_AVX512``: in a model, whose weights are not in cache from the run
+#: before, it was the quicker there. One session each, blocks alternated, ms a run, all
+#: oneDNN's from 786K / this rule / all compiled: a molecule GNN (85 Gemms of 15-30 rows by
+#: 336 x 336-512) 5.82 / 5.42 / 5.31; a captcha CRNN (its (25, 1024) @ (1024, 8210) head)
+#: 8.01 / 7.86 / 9.80; PP-OCRv4's recogniser 6.38 / 6.35 / 6.46; the bench's transformer at
+#: batch 8 (512 rows) 3.15 / 3.17 / 4.12; magika 4.07 / 4.08 / 4.33
+FEW_ROWS_AVX512 = 64
+FEW_ROWS_MAX_MACS_AVX512 = 1 << 24
+
+
+def _onednn_wider(rows: int, macs: int) -> bool:
+    """Whether a float32 product of constant weights of ``rows`` rows and ``macs``
+    multiply-adds is oneDNN's on an AVX-512 CPU rather than the compiled product's
+    (``COMPILED_PRODUCT_MAX_MACS_AVX512``)."""
+    if macs < COMPILED_PRODUCT_MAX_MACS_AVX512 or (rows < FEW_ROWS_AVX512 and macs < FEW_ROWS_MAX_MACS_AVX512):
+        return False
+    return _onednn.USE and _jit.has_avx512()
 
 
 class _ConstantProduct:
@@ -222,7 +239,7 @@ class _ConstantProduct:
         rows = a.size // k if k else 0
         if (rows > COMPILED_PRODUCT_ROWS and self.post_op is None
                 and (self.bias is not None or n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS)
-                and (rows * k * n < COMPILED_PRODUCT_MAX_MACS_AVX512 or not (_onednn.USE and _jit.has_avx512()))):
+                and not (_onednn_wider(rows, rows * k * n))):
             y = self._compiled(a, rows, k, n)
             if y is not None:
                 return y
