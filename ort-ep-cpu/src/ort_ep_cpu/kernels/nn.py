@@ -188,10 +188,10 @@ def pack_float_panels(b: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarra
 COMPILED_PRODUCT_MIN_MACS = 1 << 19
 #: ... and below this many where oneDNN is installed and the CPU has AVX-512: there oneDNN's
 #: f32 GEMM, on 512-bit vectors, ran as fast as the compiled product's block of 8-lane vectors
-#: and up to twice as fast (an AVX-512 Xeon, us, two threads, compiled / oneDNN: 64 x 128 x 128 21 / 21, 64 x
-#: 256 x 256 75 / 46, 15 x 336 x 512 31 / 21, 128 x 768 x 768 1563 / 844, 128 x 768 x 3072
-#: 6688 / 3711; one thread 64 x 768 x 768 814 / 453), where on the AVX2 EPYC it was the slower
-#: (see ``_jit.float_product``).
+#: and up to twice as fast (an AVX-512 Xeon, us, two threads, hot, compiled / oneDNN: 64 x 128
+#: x 128 21 / 21, 64 x 256 x 256 75 / 46, 15 x 336 x 512 31 / 21, 128 x 768 x 768 1563 / 844,
+#: 128 x 768 x 3072 6688 / 3711; one thread 64 x 768 x 768 814 / 453), where on the AVX2 EPYC
+#: it was the slower (see ``_jit.float_product``).
 COMPILED_PRODUCT_MAX_MACS_AVX512 = ONEDNN_MIN_GEMM_MACS
 #: ... where A has at least this many rows; fewer rows keep the compiled product below
 #: ``FEW_ROWS_MAX_MACS_AVX512``: in a model, whose weights are not in cache from the run
@@ -239,7 +239,7 @@ class _ConstantProduct:
         rows = a.size // k if k else 0
         if (rows > COMPILED_PRODUCT_ROWS and self.post_op is None
                 and (self.bias is not None or n >= _jit.PRODUCT_PANEL and rows * k * n >= COMPILED_PRODUCT_MIN_MACS)
-                and not (_onednn_wider(rows, rows * k * n))):
+                and not _onednn_wider(rows, rows * k * n)):
             y = self._compiled(a, rows, k, n)
             if y is not None:
                 return y
