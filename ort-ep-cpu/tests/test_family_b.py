@@ -701,3 +701,18 @@ def test_deprecated_ops_onnxruntime_refuses_stay_refused():
     model.ir_version = 8
     with pytest.raises(ort.InvalidGraph, match="deprecated"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_tf_crop_and_resize_roi_of_the_wrong_length_is_named():
+    """A tf_crop_and_resize roi needs a start and an end per resized axis: 4 values for a rank-4
+    input was an IndexError ("index 4 is out of bounds"), now an error naming roi and its length."""
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array([0, 0, 1, 1], np.float32), "roi"),
+                               onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.OrtError, match="roi has 4 values.*8 for the 4 axes"):
+        session.run(None, {"x": np.ones((1, 1, 2, 2), np.float32)})

@@ -248,6 +248,10 @@ class _ResizeSpec:
         if roi is not None and np.size(roi) > 0 and self.coord == "tf_crop_and_resize":
             r = np.asarray(roi, dtype=np.float64).reshape(-1)
             k = len(axes)
+            if r.size not in (2 * k, 2 * rank):
+                raise ValueError(f"Resize {self.node.name!r}: roi has {r.size} values; tf_crop_and_resize needs a start "
+                                 f"and an end per axis: {2 * k} for the {k} axes resized"
+                                 + (f" (or {2 * rank} for all {rank})" if k != rank else ""))
             if r.size == 2 * rank and k != rank:
                 rois = [(r[a], r[a + rank]) for a in axes]
             else:
