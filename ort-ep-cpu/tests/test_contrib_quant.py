@@ -371,3 +371,23 @@ def test_qlinear_add_refuses_an_input_that_is_not_8_bit_codes():
         onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     with pytest.raises(ort.NotImplemented, match=r"QLinearAdd.*input A \('a'\) is int32; it must be uint8 or int8"):
         ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_com_microsoft_quantize_and_dequantize_linear_are_onnxruntimes(dtype, per_axis):
+    """com.microsoft QuantizeLinear / DequantizeLinear (onnxruntime.quantization's 16-bit QDQ and
+    ``use_qdq_contrib_ops``): the standard ops' arithmetic, per tensor and per axis (axis 1).
+    They had no CPU kernel ("no CPU kernel for com.microsoft::QuantizeLinear")."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((2, 3, 5)) * 40).astype(F)
+    scale = np.array([0.5, 0.25, 0.75], F) if per_axis else np.array(0.5, F)
+    info = np.iinfo(dtype)
+    zero = np.array([3, 0, 5] if per_axis else 3, dtype) if info.min == 0 else np.array([-3, 0, 5] if per_axis else -3, dtype)
+    q_model = _model("QuantizeLinear", ["x", "s", "z"], {"s": scale, "z": zero}, {"x": x}, dtype, axis=1)
+    got, want = _run_both(q_model, {"x": x})
+    assert got[0].dtype == want[0].dtype == dtype
+    np.testing.assert_array_equal(got[0], want[0])
+    dq_model = _model("DequantizeLinear", ["q", "s", "z"], {"s": scale, "z": zero}, {"q": want[0]}, F, axis=1)
+    got, want = _run_both(dq_model, {"q": want[0]})
+    np.testing.assert_array_equal(got[0], want[0])

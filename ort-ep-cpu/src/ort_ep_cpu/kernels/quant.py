@@ -188,6 +188,13 @@ def _dequantize_linear(node, request):
     return dequantize_linear
 
 
+# onnxruntime.quantization's com.microsoft QuantizeLinear and DequantizeLinear (16-bit QDQ,
+# ``use_qdq_contrib_ops``): the standard ops' semantics (axis, 8- and 16-bit codes), the same
+# kernels; they had none ("no CPU kernel for com.microsoft::QuantizeLinear")
+kernel("QuantizeLinear", domain="com.microsoft")(_quantize_linear)
+kernel("DequantizeLinear", domain="com.microsoft")(_dequantize_linear)
+
+
 @kernel("DynamicQuantizeLinear", since=11)
 def _dynamic_quantize_linear(node, request):
     def dynamic_quantize_linear(x):
