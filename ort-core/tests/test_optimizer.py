@@ -955,3 +955,22 @@ def test_a_carried_value_passed_on_through_no_op_steps_is_read_as_its_initial_va
     transpose = next(n for n in body.node if n.op_type == "Transpose")
     assert list(transpose.input) == (["enc"] if passed_on else ["enc_in"])
     _check(model, optimized, {"x": _f32(1, 4), "enc": _f32(3, 4)})
+
+
+@pytest.mark.parametrize("scale_shape", [(), (1,), (1, 1, 1, 1)])
+def test_a_scale_of_higher_rank_keeps_the_matmul_unfused(scale_shape):
+    """MatMul then Mul by a one-element constant: FusedMatMul's alpha where the constant has
+    rank 0 or 1; a (1, 1, 1, 1) one broadcasts the (2, 3) product to (1, 1, 2, 3), which the
+    fused node would not: it stays (the fused graph gave (2, 3))."""
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Mul", ["m", "s"], ["y"])],
+        [_vi("x", [2, 4])], [_vi("y", None)],
+        [_init("w", _f32(4, 3)), _init("s", np.full(scale_shape, 0.5, np.float32))],
+    )
+    out = _apply(model, basic.ShapeInferenceQuietPass(), fusion.MatMulScaleFusionPass(_everything))
+    assert _ops(out) == (["MatMul", "Mul"] if len(scale_shape) > 1 else ["FusedMatMul"])
+    x = _f32(2, 4)
+    want = _ort_run(model, {"x": x})[0]
+    assert want.shape == ((1, 1, 2, 3) if len(scale_shape) > 1 else (2, 3))
+    if len(scale_shape) > 1:
+        np.testing.assert_allclose(_ort_run(out, {"x": x})[0], want, rtol=1e-5)

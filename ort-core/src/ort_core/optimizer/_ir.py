@@ -26,9 +26,12 @@ def const(value: ir.Value | None) -> np.ndarray | None:
 
 
 def scalar(value: ir.Value | None) -> float | None:
-    """The value as a Python float if it is a one-element constant."""
+    """The value as a Python float if it is a one-element constant of rank 0 or 1. One of a
+    higher rank is not a scalar to the fusions: it broadcasts what it meets to its rank (a
+    MatMul's (2, 3) product times a (1, 1, 1, 1) scale is (1, 1, 2, 3)), which the fused node
+    would not."""
     data = const(value)
-    if data is None or data.size != 1 or data.dtype.kind not in "fiu":
+    if data is None or data.size != 1 or data.ndim > 1 or data.dtype.kind not in "fiu":
         return None
     return float(data.reshape(()))
 
