@@ -92,40 +92,51 @@ def _quick_gelu(node, request):
 @kernel("SkipSimplifiedLayerNormalization", domain=MS)
 def _skip_simplified_layer_normalization(node, request):
     """RMS normalisation of input + skip (+ bias), times gamma; the optional fourth output is
-    that sum, the third 1 / RMS (float32), the second (a mean) unset, as onnxruntime leaves it."""
+    that sum, the third 1 / RMS (float32), the second (a mean, which RMS normalisation has not)
+    zeros of the third's shape, as onnxruntime gives it. Computed in float32 (stash_type 1),
+    a float64 input in float64 (the optimizer's fusion of a float64 graph)."""
     eps = float(node.attr("epsilon", 1e-5))
     n_out = len(node.outputs)
-    if n_out > 1 and node.outputs[1]:
-        raise NotImplementedError(f"SkipSimplifiedLayerNormalization {node.name!r}: output 1 (mean) is not produced")
+    wants_mean = n_out > 1 and bool(node.outputs[1])
+    wants_inv = n_out > 2 and bool(node.outputs[2])
     compiled_layer_norm = CompiledLayerNorm(eps, rms=True)
 
     def skip_simplified(x, skip, gamma, bias=None):
-        if n_out == 1 or n_out == 4 and not node.outputs[2]:  # the compiled rows give no 1 / RMS
+        mean = np.zeros(x.shape[:-1] + (1,), np.float32) if wants_mean else None
+        if not wants_inv:  # (the compiled rows give no 1 / RMS)
             compiled = compiled_layer_norm(x, skip, bias, gamma, None, total=n_out == 4)
             if compiled is not None:
                 y, total = compiled
-                return y if n_out == 1 else (y, None, None, total)
+                return y if n_out == 1 else (y, mean, None, total)[:n_out]
         total = x + skip
         if bias is not None:
             total = total + bias
-        t32 = total.astype(np.float32, copy=False)
-        inv = (1.0 / np.sqrt((t32 * t32).mean(axis=-1, keepdims=True) + np.float32(eps))).astype(np.float32)
-        y = (t32 * inv * gamma.astype(np.float32)).astype(x.dtype, copy=False)
-        return y if n_out == 1 else (y, None, inv, total)[:n_out]
+        work = _norm_type(total.dtype)
+        t = total.astype(work, copy=False)
+        inv = (1.0 / np.sqrt((t * t).mean(axis=-1, keepdims=True) + work(eps))).astype(work)
+        y = (t * inv * gamma.astype(work)).astype(x.dtype, copy=False)
+        return y if n_out == 1 else (y, mean, inv.astype(np.float32, copy=False), total)[:n_out]
 
     return skip_simplified
+
+
+def _norm_type(dtype: np.dtype) -> type:
+    """The type an RMS normalisation computes in: float32 (stash_type 1, onnxruntime's for
+    float16 and float32), float64 for float64 (onnxruntime computes it in float64)."""
+    return np.float64 if dtype == np.float64 else np.float32
 
 
 @kernel("SimplifiedLayerNormalization")
 def _simplified_layer_normalization(node, request):
     """onnxruntime's RMS normalisation, registered by onnxruntime in the ONNX domain (LLM
     exports emit it there): x / sqrt(mean(x^2 over axes axis..) + epsilon) * scale, computed in
-    float32 (stash_type 1); the optional second output is 1 / RMS with the normalised axes kept
-    as 1. ort-core registers its schema so the model loads (``graph/ort_schemas.py``)."""
-    eps = np.float32(node.attr("epsilon", 1e-5))
+    float32 (stash_type 1), a float64 input in float64 as onnxruntime computes it; the optional
+    second output is 1 / RMS (float32) with the normalised axes kept as 1. ort-core registers
+    its schema so the model loads (``graph/ort_schemas.py``)."""
+    eps = float(node.attr("epsilon", 1e-5))
     axis = int(node.attr("axis", -1))
     n_out = len(node.outputs)  # ["y", ""] is two outputs, the second omitted
-    compiled_layer_norm = CompiledLayerNorm(eps, rms=True)
+    compiled_layer_norm = CompiledLayerNorm(np.float32(eps), rms=True)
 
     def simplified(x, scale):
         rank = x.ndim
@@ -135,10 +146,11 @@ def _simplified_layer_normalization(node, request):
             if compiled is not None:
                 return compiled[0] if n_out == 1 else (compiled[0], None)
         axes = tuple(range(first, rank))
-        x32 = x.astype(np.float32, copy=False)
-        inv = (1.0 / np.sqrt((x32 * x32).mean(axis=axes, keepdims=True) + eps)).astype(np.float32)
-        y = (x32 * inv * scale.astype(np.float32)).astype(scale.dtype, copy=False)
-        return y if n_out == 1 else (y, inv)[:n_out]
+        work = _norm_type(x.dtype)
+        t = x.astype(work, copy=False)
+        inv = (1.0 / np.sqrt((t * t).mean(axis=axes, keepdims=True) + work(eps))).astype(work)
+        y = (t * inv * scale.astype(work)).astype(scale.dtype, copy=False)
+        return y if n_out == 1 else (y, inv.astype(np.float32, copy=False))[:n_out]
 
     return simplified
 
