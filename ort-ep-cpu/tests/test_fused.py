@@ -92,6 +92,33 @@ def test_fused_matmul(trans_a, trans_b):
     _same_as_onnxruntime(data, {"a": _f32(*a_shape), "b": _f32(*b_shape)})
 
 
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("batch_a,batch_b", [(1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("rank", [3, 4])
+def test_fused_matmul_trans_batch(trans_a, trans_b, batch_a, batch_b, rank):
+    """transBatchA / transBatchB (they were refused): the operand's first axis moves behind its
+    batch axes, (M, B1, .., K) -> (B1, .., M, K), as onnxruntime's kernel reads it."""
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=0.5, transA=trans_a,
+                            transB=trans_b, transBatchA=batch_a, transBatchB=batch_b)
+    batch = [2, 3][:rank - 2]
+
+    def shape(rows, cols, trans, trans_batch):
+        last_two = [cols, rows] if trans else [rows, cols]
+        return [last_two[0], *batch, last_two[1]] if trans_batch else [*batch, *last_two]
+
+    a_shape, b_shape = shape(5, 6, trans_a, batch_a), shape(6, 7, trans_b, batch_b)
+    data = _ms_model(node, [("a", a_shape), ("b", b_shape)])
+    _same_as_onnxruntime(data, {"a": _f32(*a_shape), "b": _f32(*b_shape)})
+
+
+def test_fused_matmul_trans_batch_of_unequal_ranks_is_named():
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", transBatchA=1)
+    data = _ms_model(node, [("a", [5, 2, 6]), ("b", [6, 7])])
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with pytest.raises(ort.OrtError, match="transBatchA / transBatchB need A and B of one rank"):
+        session.run(None, {"a": _f32(5, 2, 6), "b": _f32(6, 7)})
+
+
 @pytest.mark.parametrize("name,fused_ops", [
     ("mlp", {"FusedGemm"}), ("cnn", {"FusedConv"}), ("transformer", {"BiasGelu", "SkipLayerNormalization"}),
 ])

@@ -133,19 +133,32 @@ def _bias_gelu(node, request):
     return gelu
 
 
+def _rows_after_batch(x: np.ndarray) -> np.ndarray:
+    """FusedMatMul's transBatch view of x (rank r >= 3): axis 0 moves behind the batch axes
+    1 .. r-2, (M, B1, .., K) -> (B1, .., M, K), as onnxruntime reads it (checked against its
+    kernel at ranks 3 and 4, with and without transA / transB)."""
+    r = x.ndim
+    return x.transpose((*range(1, r - 1), 0, r - 1))
+
+
 @kernel("FusedMatMul", domain=MS)
 def _fused_matmul(node, request):
     alpha = float(node.attr("alpha", 1.0))
     trans_a = bool(node.attr("transA", 0))
     trans_b = bool(node.attr("transB", 0))
-    if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
-        raise NotImplementedError(f"{node.name}: FusedMatMul with transBatchA/transBatchB is not supported")
+    trans_batch_a, trans_batch_b = bool(node.attr("transBatchA", 0)), bool(node.attr("transBatchB", 0))
 
     b_given, b_ready = constant_weight(node, request, 1)
 
     def fused_matmul(a, b):
         if b is b_given:
             b = b_ready
+        if trans_batch_a or trans_batch_b:
+            if a.ndim != b.ndim or a.ndim < 3:
+                raise ValueError(f"FusedMatMul {node.name!r}: transBatchA / transBatchB need A and B of one rank, 3 "
+                                 f"or more; A has shape {list(a.shape)}, B {list(b.shape)}")
+            a = _rows_after_batch(a) if trans_batch_a else a
+            b = _rows_after_batch(b) if trans_batch_b else b
         if trans_a:
             a = a.T if a.ndim == 2 else np.swapaxes(a, -1, -2)
         if trans_b:
