@@ -73,10 +73,12 @@ def test_value_hidden_size_of_its_own():
     _compare(["x", "w", "b"], _feeds(v_hidden=2 * D), num_heads=N, qkv_hidden_sizes=[D, D, 2 * D])
 
 
-@pytest.mark.parametrize("form", ["lengths", "2d", "3d"])
+@pytest.mark.parametrize("form", ["lengths", "ends-starts", "2d", "3d"])
 def test_mask_index(form):
     if form == "lengths":
         mask = np.array([3, 5], np.int32)
+    elif form == "ends-starts":  # (2 * batch): each row's end (exclusive), then its start (inclusive)
+        mask = np.array([5, 4, 0, 2], np.int32)
     elif form == "2d":
         mask = np.array([[1, 1, 0, 1, 0], [1, 1, 1, 1, 0]], np.int32)
     else:
@@ -149,10 +151,10 @@ def test_present_output_and_rotary_are_declined_by_name():
         _ours(_model(["x", "w", "b"], _feeds(), constants=["w", "b"], num_heads=N, do_rotary=1))
 
 
-def test_left_padding_mask_is_an_error_naming_mask_index():
-    feeds = _feeds() | {"m": np.array([5, 5, 0, 0], np.int32)}
+def test_a_mask_index_of_another_form_is_an_error_naming_it():
+    feeds = _feeds() | {"m": np.array([5, 5, 0, 0, 1, 1, 2, 2], np.int32)}  # (3 * batch + 2)
     sess = _ours(_model(["x", "w", "b", "m"], feeds, constants=["w", "b"], num_heads=N))
-    with pytest.raises(ort.Fail, match=r"mask_index of shape \(2 \* batch\) is not supported"):
+    with pytest.raises(ort.Fail, match=r"mask_index of shape \(3 \* batch \+ 2\) is not supported"):
         sess.run(None, {"x": feeds["x"], "m": feeds["m"]})
 
 

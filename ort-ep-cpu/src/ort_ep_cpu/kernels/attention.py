@@ -280,9 +280,14 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
                   input_name: str = "key_padding_mask") -> np.ndarray:
     """A key padding mask (MultiHeadAttention's key_padding_mask, Attention's mask_index) as an
     additive bias broadcastable to (B, N, S, L): 0 where a key is attended, ``mask_filter_value``
-    where it is not (onnxruntime: a mask entry attends when > 0)."""
+    where it is not (onnxruntime: a mask entry attends when > 0). Attention's mask_index may also
+    be (2 * batch,): each key sequence's end (exclusive), then its start (inclusive)."""
     if mask.shape == (batch,):  # right padding given as each key sequence's length
         keep = np.arange(kv_seq)[None, :] < mask[:, None]
+        shape = (batch, 1, 1, kv_seq)
+    elif mask.shape == (2 * batch,) and input_name == "mask_index":  # each key sequence's end, then its start
+        keys = np.arange(kv_seq)[None, :]
+        keep = (keys < mask[:batch, None]) & (keys >= mask[batch:, None])
         shape = (batch, 1, 1, kv_seq)
     elif mask.shape == (batch, kv_seq):
         keep, shape = mask > 0, (batch, 1, 1, kv_seq)
@@ -291,7 +296,7 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
     else:
         forms = f"({batch},), ({batch}, {kv_seq}) or ({batch}, {seq}, {kv_seq})"
         for form, n in (("(3 * batch + 2)", 3 * batch + 2), ("(2 * batch)", 2 * batch)):
-            if mask.shape == (n,):
+            if mask.shape == (n,):  # (2 * batch): a key_padding_mask's
                 raise ValueError(f"{where}: input {input_name} of shape {form} is not supported by the CPU "
                                  f"kernel; it takes {forms}")
         raise ValueError(f"{where}: input {input_name} has shape {mask.shape}; expected {forms}")
