@@ -131,22 +131,41 @@ def test_the_constant_weights_take_one_product_with_the_bias_in_it(monkeypatch, 
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("seq,past_length", [(1, 3), (2, 3), (4, 0), (1, 1)])
+@pytest.mark.parametrize("unidirectional", [1, 0])
+@pytest.mark.parametrize("mask", [False, True])
+def test_past_and_present(seq, past_length, unidirectional, mask):
+    """GPT-2's cache as onnxruntime's converter writes it (it was declined): input past (2, B, N,
+    P, H) before this step's keys and values, output present (2, B, N, P + S, H), the causal mask
+    offset by P (query i at position P + i sees keys j <= P + i), mask_index (B, P + S)."""
+    feeds = _feeds(seq=seq) | {"p": RNG.standard_normal((2, B, N, past_length, H)).astype(np.float32)}
+    inputs = ["x", "w", "b", "", "p"]
+    if mask:
+        m = np.ones((B, past_length + seq), np.int32)
+        m[1, 0] = 0  # the second row's first key is padding
+        feeds["m"], inputs[3] = m, "m"
+    # (onnxruntime wants the present output wherever past is given)
+    data = _model(inputs, feeds, constants=["w", "b"], outputs=("y", "present"), num_heads=N,
+                  unidirectional=unidirectional)
+    fed = {n: feeds[n] for n in inputs if n and n not in ("w", "b")}
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, fed)
+    got = _ours(data).run(None, fed)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
 # ------------------------------------------------------------------------- forms not supported
 
 
-@pytest.mark.parametrize("inputs,name", [(["x", "w", "b", "", "p"], "past"),
-                                         (["x", "w", "b", "", "", "", "p"], "past_sequence_length")])
-def test_past_inputs_are_declined_with_the_input_named(inputs, name):
-    feeds = _feeds() | {"p": np.zeros((2, B, N, 2, H), np.float32)}
-    if name == "past_sequence_length":
-        feeds["p"] = np.array(2, np.int32)
-    with pytest.raises(Exception, match=f"input {name} is not supported"):
-        _ours(_model(inputs, feeds, constants=["w", "b"], num_heads=N))
+def test_past_sequence_length_is_declined_with_the_input_named():
+    feeds = _feeds() | {"p": np.array(2, np.int32)}
+    with pytest.raises(Exception, match="input past_sequence_length is not supported"):
+        _ours(_model(["x", "w", "b", "", "", "", "p"], feeds, constants=["w", "b"], num_heads=N))
 
 
-def test_present_output_and_rotary_are_declined_by_name():
-    with pytest.raises(Exception, match="output present"):
-        _ours(_model(["x", "w", "b"], _feeds(), constants=["w", "b"], outputs=("y", "present"), num_heads=N))
+def test_rotary_is_declined_by_name():
     with pytest.raises(Exception, match="do_rotary=1"):
         _ours(_model(["x", "w", "b"], _feeds(), constants=["w", "b"], num_heads=N, do_rotary=1))
 

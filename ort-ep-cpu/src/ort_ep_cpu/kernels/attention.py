@@ -342,7 +342,8 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
             value = cache[key] = make()
         return value
 
-    def multi_head_attention(query, key, value, bias=None, key_padding_mask=None, attention_bias=None):
+    def multi_head_attention(query, key, value, bias=None, key_padding_mask=None, attention_bias=None,
+                             past_length: int = 0):
         for arg, x in (("query", query), ("key", key), ("value", value)):
             if x.ndim != 3:
                 raise ValueError(_mha_rank_error(node.name, arg, x.ndim))
@@ -389,13 +390,13 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
             biases.append(attention_bias.astype(f32, copy=False))
         if key_padding_mask is not None:
             biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, where, mask_name))
-        if causal:  # query i sees keys j <= i
-            if seq != kv_seq:  # which keys are "previous" is ambiguous; onnxruntime's answer is odd
+        if causal:  # query i (at position past_length + i) sees keys j <= past_length + i
+            if seq + past_length != kv_seq:  # which keys are "previous" is ambiguous; onnxruntime's answer is odd
                 raise ValueError(f"{where}: attribute unidirectional=1 needs query and key of one "
                                  f"length on the CPU kernel (got {seq} and {kv_seq}; onnxruntime masks rows 0..S-2 "
                                  "as j <= i and leaves the last row unmasked)")
             biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
-                np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None], f32(0), f32(-np.inf))))
+                np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None] + (kv_seq - seq), f32(0), f32(-np.inf))))
         ones = ones_vector(kv_seq, np.dtype(f32))
 
         def scores():
@@ -427,7 +428,7 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
 
 
 _ATTENTION_INPUTS = ("input", "weights", "bias", "mask_index", "past", "attention_bias", "past_sequence_length")
-_ATTENTION_SUPPORTED = _ATTENTION_INPUTS[:4] + _ATTENTION_INPUTS[5:6]
+_ATTENTION_SUPPORTED = _ATTENTION_INPUTS[:6]
 
 
 def _check_attention(node) -> str | None:
@@ -440,8 +441,6 @@ def _check_attention(node) -> str | None:
                     f"{', '.join(_ATTENTION_SUPPORTED)})")
     if len(node.inputs) > len(_ATTENTION_INPUTS):
         return f"{where}: has {len(node.inputs)} inputs; the op has {len(_ATTENTION_INPUTS)}"
-    if len(node.outputs) > 1 and node.outputs[1]:
-        return f"{where}: output present is not supported by the CPU kernel (only output)"
     for name in ("do_rotary", "past_present_share_buffer"):
         if node.attr(name, 0):
             return f"{where}: attribute {name}={node.attr(name)} is not supported by the CPU kernel"
@@ -478,7 +477,9 @@ def _ms_attention(node, request):
     # constant weights (and bias): one oneDNN product with the bias added in it; None: numpy's
     product = None if has_bias and b_given is None else _constant_product(w_ready, bias=b_given)
 
-    def attention(data, weights, bias=None, mask_index=None, past=None, attention_bias=None):  # (past: declined)
+    wants_present = len(node.outputs) > 1 and bool(node.outputs[1])
+
+    def attention(data, weights, bias=None, mask_index=None, past=None, attention_bias=None):
         if data.ndim != 3:
             raise ValueError(f"{where}: input input has shape {data.shape}; expected (batch, sequence, "
                              "input_hidden_size)")
@@ -498,6 +499,29 @@ def _ms_attention(node, request):
                 qkv += bias
         # Q, K and V as views of the product's column blocks: the attention reads them strided
         query, key, value = qkv[..., :q_size], qkv[..., q_size:q_size + k_size], qkv[..., q_size + k_size:]
-        return attend(query, key, value, None, mask_index, attention_bias)
+        past_length = 0
+        if past is not None:  # (2, B, N, P, H): the keys and values before these, heads first
+            key, value, past_length = _after_past(past, key, value, where)
+        out = attend(query, key, value, None, mask_index, attention_bias, past_length)
+        if not wants_present:
+            return out
+        batch, total = key.shape[:2]
+        heads = int(node.attr("num_heads"))
+        present = np.stack([np.reshape(key, (batch, total, heads, -1)).transpose(0, 2, 1, 3),
+                            np.reshape(value, (batch, total, heads, -1)).transpose(0, 2, 1, 3)])
+        return out, present
 
-    return _only_first_output(node, attention)
+    return attention if wants_present else _only_first_output(node, attention)
+
+
+def _after_past(past: np.ndarray, key: np.ndarray, value: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Attention's key and value (B, S, hidden) after its input past (2, B, N, P, H) (GPT-2's
+    cache as onnxruntime's converter writes it): (B, P + S, hidden) each, and P."""
+    batch, _, hidden = key.shape
+    if past.ndim != 5 or past.shape[0] != 2 or past.shape[1] != batch or past.shape[2] * past.shape[4] != hidden \
+            or value.shape[2] != hidden:
+        raise ValueError(f"{where}: input past has shape {list(past.shape)}; expected (2, {batch}, num_heads, "
+                         f"past_sequence_length, {hidden} / num_heads) for key {list(key.shape)}")
+    length = past.shape[3]
+    merged = past.astype(key.dtype, copy=False).transpose(0, 1, 3, 2, 4).reshape(2, batch, length, hidden)
+    return (np.concatenate([merged[0], key], axis=1), np.concatenate([merged[1], value], axis=1), length)
