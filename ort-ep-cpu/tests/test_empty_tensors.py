@@ -66,3 +66,43 @@ def test_empty_inputs_give_onnxruntimes_empty_outputs(case, level):
     assert [g.shape for g in got] == [w.shape for w in want]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _ms_case(op: str, inputs: list[str], feeds: dict, consts: dict, **attrs) -> tuple[bytes, dict]:
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], domain="com.microsoft", **attrs)], "g",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), None) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model.SerializeToString(), feeds
+
+
+_EMPTY = np.zeros((1, 0, 16), np.float32)
+_ANGLES = _rng.random((8, 4))
+MS_CASES = {
+    "Attention S=0": _ms_case("Attention", ["x", "w", "b"], {"x": _EMPTY},
+                              {"w": _rng.standard_normal((16, 48)).astype(np.float32), "b": np.zeros(48, np.float32)},
+                              num_heads=2),
+    "MultiHeadAttention S=0": _ms_case("MultiHeadAttention", ["q", "k", "v"],
+                                       {"q": _EMPTY, "k": np.ones((1, 3, 16), np.float32), "v": np.ones((1, 3, 16), np.float32)},
+                                       {}, num_heads=2),
+    "RotaryEmbedding S=0": _ms_case("RotaryEmbedding", ["x", "pid", "cos", "sin"], {"x": _EMPTY, "pid": np.array([0], np.int64)},
+                                    {"cos": np.cos(_ANGLES).astype(np.float32), "sin": np.sin(_ANGLES).astype(np.float32)},
+                                    num_heads=2),
+    "MatMulNBits M=0": _ms_case("MatMulNBits", ["a", "b", "s"], {"a": _EMPTY},
+                                {"b": np.full((4, 1, 8), 0x88, np.uint8), "s": np.ones(4, np.float32)},
+                                K=16, N=4, bits=4, block_size=16),
+}
+
+
+@pytest.mark.parametrize("case", MS_CASES)
+def test_contrib_ops_of_an_empty_sequence_give_onnxruntimes_empty_outputs(case):
+    """A sequence of 0 through Attention, MultiHeadAttention, RotaryEmbedding and MatMulNBits:
+    onnxruntime's empty outputs (they raised "cannot reshape array of size 0 ..." and
+    "zero-size array to reduction operation")."""
+    data, feeds = MS_CASES[case]
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype

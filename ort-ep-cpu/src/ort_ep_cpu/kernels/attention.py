@@ -148,7 +148,7 @@ def _rotary(node, request):
         else:
             if not num_heads:
                 raise ValueError(f"RotaryEmbedding {node.name!r}: 3-D input needs attribute num_heads")
-            xs = x.reshape(shape[0], shape[1], num_heads, -1)
+            xs = x.reshape(shape[0], shape[1], num_heads, shape[2] // num_heads)  # (not -1: an empty x)
         dim = rot_attr or xs.shape[3]
         if position_ids is not None:
             cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
@@ -357,6 +357,8 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
             raise ValueError(f"{where}: query {query.shape}, key {key.shape}, value {value.shape} "
                              f"do not fit num_heads={heads} (hidden sizes must divide by it; key and value "
                              "must share batch and sequence; key's hidden size must be query's)")
+        if not batch or not seq:  # no queries: an empty output (onnxruntime's)
+            return np.zeros((batch, seq, v_hidden), dtype)
         head, v_head = hidden // heads, v_hidden // heads
         f32 = np.float32
         scale = f32(scale_attr or 1.0 / np.sqrt(head))

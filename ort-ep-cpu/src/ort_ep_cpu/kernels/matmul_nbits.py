@@ -241,6 +241,8 @@ def _matmul_nbits(node, request):
         if a.shape[-1] != k:
             raise ValueError(f"{name}: A's last dimension is {a.shape[-1]}, K is {k}")
         lead = a.shape[:-1]
+        if not a.size:  # no rows: an empty product (the blockwise passes reshape by -1)
+            return np.zeros((*lead, n), a.dtype)
         rows = a.reshape(-1, k).astype(_F, copy=False)
         if int8_compute:  # onnxruntime's answer at accuracy_level 4: A quantized per block
             rows = quantize_a_blockwise(rows, block)
