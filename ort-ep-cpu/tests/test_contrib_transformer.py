@@ -180,3 +180,25 @@ def test_group_query_attention(stage, packed, rotary, window, softcap):
     rng = np.random.default_rng(5)
     model, feeds = _gqa_case(rng, stage, packed, rotary, window, softcap)
     _check(model, feeds)
+
+
+def test_group_query_attention_rows_that_see_no_key_are_zero():
+    """A right-padded prompt with local_window_size: a padded query row whose window holds only
+    padding sees no key; onnxruntime gives 0 there (the softmax of all -inf was NaN)."""
+    batch, seq, width = 2, 6, 8
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((batch, seq, width)).astype(F) for _ in range(3))
+    feeds = {"q": q, "k": k, "v": v, "sl": np.array([5, 1], np.int32), "tot": np.array(seq, np.int32)}
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tot"], ["y", "pk", "pv"],
+                            domain=MS, num_heads=1, kv_num_heads=1, local_window_size=2)
+    inputs = [helper.make_tensor_value_info(n, 1, [batch, seq, width]) for n in "qkv"]
+    inputs += [helper.make_tensor_value_info("sl", 6, [batch]), helper.make_tensor_value_info("tot", 6, [])]
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, 1, None) for o in ("y", "pk", "pv")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    want = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert not np.isnan(got[0]).any()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

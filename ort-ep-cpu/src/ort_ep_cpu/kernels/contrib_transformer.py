@@ -259,9 +259,13 @@ def _group_query_attention(node, request):
         if window > 0:
             allowed &= keys > query_pos - window
         scores = np.where(allowed[:, None], scores, -np.inf)
-        scores -= scores.max(axis=-1, keepdims=True)
+        # a query row that may see no key (a padded row whose window holds only padding) gives
+        # 0, as onnxruntime's does, not the NaN of -inf - -inf
+        row_max = scores.max(axis=-1, keepdims=True)
+        scores -= np.where(np.isneginf(row_max), np.float32(0), row_max)
         probs = elementwise.exp(scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
+        sums = probs.sum(axis=-1, keepdims=True)
+        probs /= np.where(sums == 0, np.float32(1), sums)
         out = np.matmul(probs, vh).transpose(0, 2, 1, 3).reshape(batch, seq, heads * head).astype(query.dtype)
         outs = (out, present_k.astype(query.dtype), present_v.astype(query.dtype))[:n_out]
         return outs[0] if n_out == 1 else outs
