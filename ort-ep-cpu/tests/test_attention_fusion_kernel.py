@@ -175,7 +175,7 @@ def test_key_padding_mask_of_start_and_end_positions_is_an_error_naming_it():
 def test_unidirectional_cross_attention_is_an_error_naming_the_attribute():
     feeds = _qkv(seq=4, kv_seq=7)
     sess = _ours(_model(["q", "k", "v"], feeds, num_heads=N, unidirectional=1))
-    with pytest.raises(ort.Fail, match="unidirectional=1 needs query and key of one length"):
+    with pytest.raises(ort.Fail, match="unidirectional=1 needs as many keys as the past.s and the query.s lengths"):
         sess.run(None, feeds)
 
 

@@ -296,7 +296,7 @@ def _padding_bias(mask: np.ndarray, batch: int, seq: int, kv_seq: int, fill: np.
     else:
         forms = f"({batch},), ({batch}, {kv_seq}) or ({batch}, {seq}, {kv_seq})"
         for form, n in (("(3 * batch + 2)", 3 * batch + 2), ("(2 * batch)", 2 * batch)):
-            if mask.shape == (n,):  # (2 * batch): a key_padding_mask's
+            if mask.shape == (n,):  # ((2 * batch) here: a key_padding_mask, which does not take it)
                 raise ValueError(f"{where}: input {input_name} of shape {form} is not supported by the CPU "
                                  f"kernel; it takes {forms}")
         raise ValueError(f"{where}: input {input_name} has shape {mask.shape}; expected {forms}")
@@ -394,9 +394,10 @@ def _heads_attention(node, where: str, mask_name: str = "key_padding_mask"):
             biases.append(_padding_bias(key_padding_mask, batch, seq, kv_seq, fill, where, mask_name))
         if causal:  # query i (at position past_length + i) sees keys j <= past_length + i
             if seq + past_length != kv_seq:  # which keys are "previous" is ambiguous; onnxruntime's answer is odd
-                raise ValueError(f"{where}: attribute unidirectional=1 needs query and key of one "
-                                 f"length on the CPU kernel (got {seq} and {kv_seq}; onnxruntime masks rows 0..S-2 "
-                                 "as j <= i and leaves the last row unmasked)")
+                raise ValueError(f"{where}: attribute unidirectional=1 needs as many keys as the past's and the "
+                                 f"query's lengths on the CPU kernel (got {kv_seq} keys for {seq} queries after "
+                                 f"{past_length} past ones; onnxruntime masks rows 0..S-2 as j <= i and leaves the "
+                                 "last row unmasked)")
             biases.append(cached(("causal", seq, kv_seq), lambda: np.where(
                 np.arange(kv_seq)[None, :] <= np.arange(seq)[:, None] + (kv_seq - seq), f32(0), f32(-np.inf))))
         ones = ones_vector(kv_seq, np.dtype(f32))
