@@ -481,6 +481,7 @@ def _ms_attention(node, request):
     product = None if has_bias and b_given is None else _constant_product(w_ready, bias=b_given)
 
     wants_present = len(node.outputs) > 1 and bool(node.outputs[1])
+    heads = int(node.attr("num_heads"))
 
     def attention(data, weights, bias=None, mask_index=None, past=None, attention_bias=None):
         if data.ndim != 3:
@@ -509,7 +510,6 @@ def _ms_attention(node, request):
         if not wants_present:
             return out
         batch, total = key.shape[:2]
-        heads = int(node.attr("num_heads"))
         present = np.stack([np.reshape(key, (batch, total, heads, -1)).transpose(0, 2, 1, 3),
                             np.reshape(value, (batch, total, heads, -1)).transpose(0, 2, 1, 3)])
         return out, present

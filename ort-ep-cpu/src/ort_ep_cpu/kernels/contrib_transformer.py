@@ -15,6 +15,7 @@ from . import _jit, attention, elementwise
 from ._util import as_dtype, as_float32
 from .elementwise import compiled_quick_gelu
 from .fused import gelu
+from .norm import _stat_dtype
 from .reduce import CompiledLayerNorm
 
 MS = "com.microsoft"
@@ -111,19 +112,13 @@ def _skip_simplified_layer_normalization(node, request):
         total = x + skip
         if bias is not None:
             total = total + bias
-        work = _norm_type(total.dtype)
+        work = np.dtype(_stat_dtype(total)).type  # float32, or float64 for float64 (onnxruntime's)
         t = total.astype(work, copy=False)
         inv = (1.0 / np.sqrt((t * t).mean(axis=-1, keepdims=True) + work(eps))).astype(work)
         y = (t * inv * gamma.astype(work)).astype(x.dtype, copy=False)
         return y if n_out == 1 else (y, mean, inv.astype(np.float32, copy=False), total)[:n_out]
 
     return skip_simplified
-
-
-def _norm_type(dtype: np.dtype) -> type:
-    """The type an RMS normalisation computes in: float32 (stash_type 1, onnxruntime's for
-    float16 and float32), float64 for float64 (onnxruntime computes it in float64)."""
-    return np.float64 if dtype == np.float64 else np.float32
 
 
 @kernel("SimplifiedLayerNormalization")
@@ -146,7 +141,7 @@ def _simplified_layer_normalization(node, request):
             if compiled is not None:
                 return compiled[0] if n_out == 1 else (compiled[0], None)
         axes = tuple(range(first, rank))
-        work = _norm_type(x.dtype)
+        work = np.dtype(_stat_dtype(x)).type  # float32, or float64 for float64 (onnxruntime's)
         t = x.astype(work, copy=False)
         inv = (1.0 / np.sqrt((t * t).mean(axis=axes, keepdims=True) + work(eps))).astype(work)
         y = (t * inv * scale.astype(work)).astype(scale.dtype, copy=False)
